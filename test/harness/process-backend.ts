@@ -1,0 +1,262 @@
+/**
+ * Backend that runs `redis-server` and `nats-server` from PATH as child processes on free loopback ports
+ * (the nats.js launcher pattern: temporary directory, ports file, early exit raced against readiness).
+ */
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { NatsOptions, NatsServer, RedisCluster, RedisServer, ServerBackend } from './backend.js';
+import { freePort, waitForPort } from './ports.js';
+
+const exec = promisify(execFile);
+const HOST = '127.0.0.1';
+
+/** Every child this process started, killed on exit even if a test forgot to stop one. */
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+function waitExit(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+abstract class ProcessServer {
+  readonly host = HOST;
+  port = 0;
+  protected child: ChildProcess | undefined;
+  protected readonly dir: string;
+  protected output = '';
+
+  constructor(prefix: string) {
+    this.dir = mkdtempSync(join(tmpdir(), prefix));
+  }
+
+  protected abstract command(): { bin: string; args: string[] };
+  protected abstract ready(): Promise<void>;
+
+  async start(): Promise<void> {
+    if (this.child !== undefined) throw new Error('already running');
+    const { bin, args } = this.command();
+    const child = spawn(bin, args, { cwd: this.dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.output = '';
+    child.stdout?.on('data', (d: Buffer) => (this.output = (this.output + d.toString()).slice(-4000)));
+    child.stderr?.on('data', (d: Buffer) => (this.output = (this.output + d.toString()).slice(-4000)));
+    live.add(child);
+    child.once('exit', () => live.delete(child));
+    this.child = child;
+    const exited = new Promise<never>((_, reject) => {
+      child.once('exit', (code, signal) =>
+        reject(new Error(`${bin} exited early (code ${code}, signal ${signal}):\n${this.output}`)),
+      );
+      child.once('error', reject);
+    });
+    exited.catch(() => undefined);
+    await Promise.race([this.ready(), exited]);
+  }
+
+  async pause(): Promise<void> {
+    this.child?.kill('SIGSTOP');
+    return Promise.resolve();
+  }
+
+  async resume(): Promise<void> {
+    this.child?.kill('SIGCONT');
+    return Promise.resolve();
+  }
+
+  async stop(): Promise<void> {
+    await this.#end('SIGTERM');
+  }
+
+  async kill(): Promise<void> {
+    await this.#end('SIGKILL');
+  }
+
+  async #end(signal: NodeJS.Signals): Promise<void> {
+    const child = this.child;
+    if (child === undefined) return;
+    this.child = undefined;
+    const exited = waitExit(child);
+    child.kill('SIGCONT');
+    child.kill(signal);
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+class ProcessRedis extends ProcessServer implements RedisServer {
+  readonly #extra: string[];
+
+  constructor(extra: string[] = []) {
+    super('qp-redis-');
+    this.#extra = extra;
+  }
+
+  get url(): string {
+    return `redis://${this.host}:${this.port}`;
+  }
+
+  protected command() {
+    return {
+      bin: 'redis-server',
+      args: [
+        '--port',
+        String(this.port),
+        '--bind',
+        HOST,
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--dir',
+        this.dir,
+        '--protected-mode',
+        'no',
+        ...this.#extra,
+      ],
+    };
+  }
+
+  protected async ready(): Promise<void> {
+    await waitForPort(this.host, this.port);
+    // Accepting TCP is not the same as serving: wait for PING (loading, cluster boot).
+    for (let i = 0; i < 200; i++) {
+      try {
+        const { stdout } = await exec('redis-cli', ['-h', this.host, '-p', String(this.port), 'PING']);
+        if (stdout.trim() === 'PONG') return;
+      } catch {
+        // not yet
+      }
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`redis on ${this.port} never answered PING`);
+  }
+
+  async init(): Promise<this> {
+    this.port = await freePort();
+    await this.start();
+    return this;
+  }
+}
+
+class ProcessNats extends ProcessServer implements NatsServer {
+  readonly #jetstream: boolean;
+
+  constructor(options: NatsOptions = {}) {
+    super('qp-nats-');
+    this.#jetstream = options.jetstream ?? true;
+  }
+
+  get url(): string {
+    return `nats://${this.host}:${this.port}`;
+  }
+
+  protected command() {
+    // First start: -p -1 lets the server pick a port and report it in a ports file; restarts reuse it.
+    const args = ['-a', HOST, '-p', this.port === 0 ? '-1' : String(this.port), '--ports_file_dir', this.dir];
+    if (this.#jetstream) args.push('-js', '-sd', join(this.dir, 'js'));
+    return { bin: 'nats-server', args };
+  }
+
+  protected async ready(): Promise<void> {
+    if (this.port === 0) {
+      for (let i = 0; i < 400 && this.port === 0; i++) {
+        const file = readdirSync(this.dir).find((f) => f.endsWith('.ports'));
+        if (file !== undefined) {
+          const ports = JSON.parse(readFileSync(join(this.dir, file), 'utf8')) as { nats?: string[] };
+          const url = ports.nats?.[0];
+          if (url !== undefined) this.port = Number(new URL(url).port);
+        }
+        if (this.port === 0) await new Promise((r) => setTimeout(r, 25));
+      }
+      if (this.port === 0) throw new Error('nats-server wrote no ports file');
+    }
+    await waitForPort(this.host, this.port);
+  }
+
+  override async start(): Promise<void> {
+    for (const f of existsSync(this.dir) ? readdirSync(this.dir) : []) {
+      if (f.endsWith('.ports')) rmSync(join(this.dir, f));
+    }
+    await super.start();
+  }
+}
+
+class ProcessRedisCluster implements RedisCluster {
+  readonly nodes: ProcessRedis[];
+
+  constructor(nodes: ProcessRedis[]) {
+    this.nodes = nodes;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n.kill()));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n[Symbol.asyncDispose]()));
+  }
+}
+
+async function waitClusterOk(nodes: readonly RedisServer[]): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    const states = await Promise.all(
+      nodes.map(async (n) => {
+        const { stdout } = await exec('redis-cli', ['-h', n.host, '-p', String(n.port), 'CLUSTER', 'INFO']);
+        return /cluster_state:ok/.test(stdout);
+      }),
+    );
+    if (states.every(Boolean)) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('redis cluster never reached cluster_state:ok');
+}
+
+export const processBackend: ServerBackend = {
+  name: 'process',
+
+  async startRedis() {
+    return new ProcessRedis().init();
+  },
+
+  async startNats(options) {
+    const server = new ProcessNats(options);
+    await server.start();
+    return server;
+  },
+
+  async startRedisCluster(masters = 3) {
+    const nodes = await Promise.all(
+      Array.from({ length: masters }, () =>
+        new ProcessRedis([
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          'nodes.conf',
+          '--cluster-node-timeout',
+          '2000',
+        ]).init(),
+      ),
+    );
+    await exec('redis-cli', [
+      '--cluster',
+      'create',
+      ...nodes.map((n) => `${n.host}:${n.port}`),
+      '--cluster-replicas',
+      '0',
+      '--cluster-yes',
+    ]);
+    await waitClusterOk(nodes);
+    return new ProcessRedisCluster(nodes);
+  },
+};
