@@ -5,7 +5,13 @@
  */
 import { z } from 'zod';
 import { MAX_CAPACITY, MAX_REFILL_PER_SECOND } from './policy.js';
-import { MICRO, type EncodedCheck, type EncodedReply, type EncodedRequest } from './token-bucket.js';
+import {
+  MICRO,
+  type EncodedCheck,
+  type EncodedReply,
+  type EncodedRequest,
+  type EncodedResult,
+} from './token-bucket.js';
 
 /** Most buckets one script call may decide. */
 export const MAX_CHECKS_PER_CALL = 16;
@@ -77,6 +83,11 @@ export interface Decision {
   allowed: boolean;
   /** True when an idempotency record answered with the first decision; nothing was charged. */
   replayed: boolean;
+  /**
+   * True when the idempotency key already answers a different request (other buckets or costs): nothing was
+   * decided or charged. Callers report it as an error, not as a denial.
+   */
+  conflict: boolean;
   /** Milliseconds until every bucket could take its cost: the largest of the buckets'; null when never. */
   retryAfterMs: number | null;
   results: BucketDecision[];
@@ -97,15 +108,71 @@ export class InvalidBucketRequestError extends Error {
 const microDown = (tokens: number) => Math.floor(tokens * MICRO + 1e-6);
 const microUp = (tokens: number) => Math.ceil(tokens * MICRO - 1e-6);
 
+const within = (v: unknown, lo: number, hi: number): boolean => typeof v === 'number' && v >= lo && v <= hi;
+const wholeWithin = (v: unknown, lo: number, hi: number): boolean =>
+  Number.isSafeInteger(v) && within(v, lo, hi);
+const text = (v: unknown): boolean => typeof v === 'string' && v.length >= 1 && v.length <= 512;
+const onlyKeys = (o: object, allowed: ReadonlySet<string>): boolean =>
+  Object.keys(o).every((k) => allowed.has(k));
+
+const CHECK_KEYS = new Set(['key', 'capacity', 'refillPerSecond', 'cost', 'ttlMs', 'floor']);
+const FLOOR_KEYS = new Set(['beforeMicros', 'refillPerSecond', 'capacity']);
+const REQUEST_KEYS = new Set(['checks', 'idempotency', 'dryRun']);
+const IDEMPOTENCY_KEYS = new Set(['key', 'ttlMs']);
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function looksValidCheck(c: unknown): boolean {
+  if (!isObject(c) || !onlyKeys(c, CHECK_KEYS)) return false;
+  const floor = c['floor'];
+  return (
+    text(c['key']) &&
+    within(c['capacity'], 0, MAX_CAPACITY) &&
+    within(c['refillPerSecond'], 0, MAX_REFILL_PER_SECOND) &&
+    within(c['cost'], 1 / MICRO, MAX_CAPACITY) &&
+    wholeWithin(c['ttlMs'], 1, MAX_BUCKET_TTL_MS) &&
+    (floor === undefined ||
+      (isObject(floor) &&
+        onlyKeys(floor, FLOOR_KEYS) &&
+        wholeWithin(floor['beforeMicros'], 0, Number.MAX_SAFE_INTEGER) &&
+        within(floor['refillPerSecond'], 0, MAX_REFILL_PER_SECOND) &&
+        within(floor['capacity'], 0, MAX_CAPACITY)))
+  );
+}
+
+/**
+ * The hot path's check: true only for requests DecideRequest accepts (a property test holds it to that), so
+ * valid requests skip zod; anything else goes to zod for its exact list of problems.
+ */
+export function looksValid(input: unknown): input is DecideRequest {
+  if (!isObject(input) || !onlyKeys(input, REQUEST_KEYS)) return false;
+  const { checks, idempotency, dryRun } = input;
+  if (!Array.isArray(checks) || checks.length < 1 || checks.length > MAX_CHECKS_PER_CALL) return false;
+  for (const c of checks) if (!looksValidCheck(c)) return false;
+  if (dryRun !== undefined && typeof dryRun !== 'boolean') return false;
+  return (
+    idempotency === undefined ||
+    (isObject(idempotency) &&
+      onlyKeys(idempotency, IDEMPOTENCY_KEYS) &&
+      text(idempotency['key']) &&
+      wholeWithin(idempotency['ttlMs'], 1, MAX_IDEMPOTENCY_TTL_MS))
+  );
+}
+
 /** Validate a request and convert it to script units. Throws InvalidBucketRequestError listing every problem. */
 export function encodeRequest(input: DecideRequest): EncodedRequest {
-  const parsed = DecideRequest.safeParse(input);
-  if (!parsed.success) {
-    throw new InvalidBucketRequestError(
-      parsed.error.issues.map((i) => `${i.path.join('.') || 'request'}: ${i.message}`),
-    );
+  let request: DecideRequest = input;
+  if (!looksValid(input)) {
+    const parsed = DecideRequest.safeParse(input);
+    if (!parsed.success) {
+      throw new InvalidBucketRequestError(
+        parsed.error.issues.map((i) => `${i.path.join('.') || 'request'}: ${i.message}`),
+      );
+    }
+    request = parsed.data;
   }
-  const request = parsed.data;
   return {
     keys: request.checks.map((c) => c.key),
     checks: request.checks.map((c): EncodedCheck => ({
@@ -122,45 +189,73 @@ export function encodeRequest(input: DecideRequest): EncodedRequest {
   };
 }
 
-/** KEYS and ARGV of a script call. */
-export function scriptArguments(request: EncodedRequest): { keys: string[]; argv: string[] } {
-  const keys = request.idempotency === undefined ? request.keys : [...request.keys, request.idempotency.key];
-  const argv: string[] = [
-    String(request.checks.length),
-    request.dryRun ? '1' : '0',
-    String(request.idempotency?.ttlMs ?? 0),
-  ];
-  for (const c of request.checks) {
-    argv.push(
-      String(c.capacity),
-      String(c.rate),
-      String(c.cost),
-      String(c.ttlMs),
-      String(c.floorBefore),
-      String(c.floorRate),
-      String(c.floorCapacity),
-    );
+/** Most requests one script call may carry (the script refuses more). */
+export const MAX_REQUESTS_PER_CALL = 256;
+
+/** KEYS and ARGV of one script call deciding `requests` in order. */
+export function scriptCall(requests: readonly EncodedRequest[]): { keys: string[]; argv: string[] } {
+  const keys: string[] = [];
+  const argv: string[] = [String(requests.length)];
+  for (const request of requests) {
+    for (const key of request.keys) keys.push(key);
+    if (request.idempotency !== undefined) keys.push(request.idempotency.key);
+    // Floors are rare: they travel (flag 2) only when some bucket of the request has one.
+    const floors = request.checks.some((c) => c.floorBefore > 0);
+    const flags = (request.dryRun ? 1 : 0) | (floors ? 2 : 0);
+    argv.push(String(request.checks.length), String(flags), String(request.idempotency?.ttlMs ?? 0));
+    for (const c of request.checks) {
+      argv.push(String(c.capacity), String(c.rate), String(c.cost), String(c.ttlMs));
+      if (floors) argv.push(String(c.floorBefore), String(c.floorRate), String(c.floorCapacity));
+    }
   }
   return { keys, argv };
 }
 
-/** Parse the script's integer reply; throws when its shape is not the one documented in the script header. */
-export function parseReply(reply: unknown, checks: number): EncodedReply {
-  if (!Array.isArray(reply) || reply.length !== 2 + 4 * checks || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected token bucket reply: ${JSON.stringify(reply)}`);
+/** KEYS and ARGV of a call deciding one request. */
+export function scriptArguments(request: EncodedRequest): { keys: string[]; argv: string[] } {
+  return scriptCall([request]);
+}
+
+/**
+ * Parse the script's flat integer reply into one reply per request, given each request's number of buckets;
+ * throws when its shape is not the one the script header documents.
+ */
+export function parseReplies(reply: unknown, checkCounts: readonly number[]): EncodedReply[] {
+  let expected = 0;
+  for (const n of checkCounts) expected += 2 + 4 * n;
+  if (!Array.isArray(reply) || reply.length !== expected) {
+    throw new TypeError(`unexpected token bucket reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
   }
-  const values = reply as number[];
-  const results = [];
-  for (let i = 0; i < checks; i++) {
-    const b = 2 + 4 * i;
-    results.push({
-      allowed: values[b] === 1,
-      remaining: values[b + 1]!,
-      retryAfterMs: values[b + 2]!,
-      resetMs: values[b + 3]!,
+  const values = reply as unknown[];
+  for (const v of values)
+    if (!Number.isInteger(v)) throw new TypeError(`non-integer in token bucket reply: ${String(v)}`);
+  const out: EncodedReply[] = [];
+  let at = 0;
+  for (const n of checkCounts) {
+    const results = new Array<EncodedResult>(n);
+    for (let i = 0; i < n; i++) {
+      const b = at + 2 + 4 * i;
+      results[i] = {
+        allowed: values[b] === 1,
+        remaining: values[b + 1] as number,
+        retryAfterMs: values[b + 2] as number,
+        resetMs: values[b + 3] as number,
+      };
+    }
+    out.push({
+      allowed: values[at] === 1,
+      replayed: values[at + 1] === 1,
+      conflict: values[at + 1] === 2,
+      results,
     });
+    at += 2 + 4 * n;
   }
-  return { allowed: values[0] === 1, replayed: values[1] === 1, results };
+  return out;
+}
+
+/** Parse the reply of a one-request call with `checks` buckets. */
+export function parseReply(reply: unknown, checks: number): EncodedReply {
+  return parseReplies(reply, [checks])[0]!;
 }
 
 const orNull = (ms: number) => (ms < 0 ? null : ms);
@@ -181,6 +276,7 @@ export function decodeReply(reply: EncodedReply): Decision {
   return {
     allowed: reply.allowed,
     replayed: reply.replayed,
+    conflict: reply.conflict,
     retryAfterMs: reply.allowed ? 0 : retryAfterMs,
     results,
   };

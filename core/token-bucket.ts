@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * The reference token bucket: the exact arithmetic of `lua/token_bucket.lua`, in TypeScript.
  *
@@ -132,6 +134,11 @@ export interface EncodedReply {
   allowed: boolean;
   /** True when an idempotency record answered: the first decision, replayed, nothing charged. */
   replayed: boolean;
+  /**
+   * True when the idempotency key already answers a different request (other bucket keys or costs): nothing
+   * was decided or charged, and every result is zero.
+   */
+  conflict: boolean;
   results: EncodedResult[];
 }
 
@@ -141,20 +148,39 @@ interface Entry<T> {
   expiresAt: number;
 }
 
+/** What an idempotency record remembers of its request: SHA-1 of its bucket keys and costs, as the script computes it. */
+export function requestFingerprint(request: EncodedRequest): string {
+  const parts = request.checks.map((c, i) => `${request.keys[i]!} ${String(c.cost)}`);
+  return createHash('sha1').update(parts.join('\n'), 'utf8').digest('hex');
+}
+
+function conflictReply(checks: number): EncodedReply {
+  const results = Array.from({ length: checks }, () => ({
+    allowed: false,
+    remaining: 0,
+    retryAfterMs: 0,
+    resetMs: 0,
+  }));
+  return { allowed: false, replayed: false, conflict: true, results };
+}
+
 /**
  * An in-memory Redis holding buckets and idempotency records the way the script does, TTLs included:
  * the model the Lua script must agree with, and the bucket store of the simulator.
  */
 export class BucketModel {
   readonly #buckets = new Map<string, Entry<StoredBucket>>();
-  readonly #records = new Map<string, Entry<EncodedReply>>();
+  readonly #records = new Map<string, Entry<{ fingerprint: string; reply: EncodedReply }>>();
 
   /** Evaluate one call at `now` (µs). Mirrors the script step for step. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {
     const { idempotency } = request;
     if (idempotency !== undefined) {
       const record = this.#live(this.#records, idempotency.key, now);
-      if (record !== undefined) return { ...record, replayed: true };
+      if (record !== undefined) {
+        if (record.fingerprint === requestFingerprint(request)) return { ...record.reply, replayed: true };
+        return conflictReply(request.checks.length);
+      }
     }
     const n = request.checks.length;
     const states: StoredBucket[] = new Array<StoredBucket>(n);
@@ -178,9 +204,12 @@ export class BucketModel {
         this.#buckets.set(request.keys[i]!, { value: state, expiresAt: now + check.ttlMs * 1000 });
       }
     }
-    const reply: EncodedReply = { allowed, replayed: false, results };
+    const reply: EncodedReply = { allowed, replayed: false, conflict: false, results };
     if (idempotency !== undefined && !request.dryRun) {
-      this.#records.set(idempotency.key, { value: reply, expiresAt: now + idempotency.ttlMs * 1000 });
+      this.#records.set(idempotency.key, {
+        value: { fingerprint: requestFingerprint(request), reply },
+        expiresAt: now + idempotency.ttlMs * 1000,
+      });
     }
     return reply;
   }

@@ -1,182 +1,254 @@
 --[[
-token_bucket.lua: decide one or more token buckets all-or-nothing, on Redis time.
+token_bucket.lua: decide token buckets on Redis time. One call carries G requests; each request decides its
+buckets all-or-nothing, and requests run one after another, exactly as G separate calls at the same instant
+would (the store batches concurrent callers into one call to spare round trips and script overhead).
 
-KEYS
-  KEYS[1..n]   bucket hashes, all in one cluster slot (fields: tk micro-tokens, fr carry in [0,1) micro-token,
-               ts last update in microseconds of Redis TIME, rt refill rate in force in tokens per second,
-               cp capacity in force in micro-tokens)
-  KEYS[n+1]    idempotency record (a string), only when ARGV[3] > 0
+KEYS (per request, in order)
+  n bucket hashes (fields: tk micro-tokens, fr carry in [0,1) micro-token, ts last update in microseconds of
+  Redis TIME, rt refill rate in force in tokens per second, cp capacity in force in micro-tokens), then the
+  request's idempotency record (a string) when its idempotency TTL is > 0. On a cluster all keys of one call
+  share a slot.
 
 ARGV
-  ARGV[1]      n: number of buckets, 1..16
-  ARGV[2]      dry run: 1 decides without consuming or writing anything, 0 decides and charges
-  ARGV[3]      idempotency record TTL in milliseconds; 0 when the call has no idempotency key
-  then, for bucket i (base = 3 + 7 * (i - 1)):
-  ARGV[base+1] capacity, micro-tokens (integer >= 0)
-  ARGV[base+2] refill rate, tokens per second (= micro-tokens per microsecond; >= 0)
-  ARGV[base+3] cost, micro-tokens (integer >= 1)
-  ARGV[base+4] idle TTL, milliseconds (integer >= 1); must cover a refill from empty
-  ARGV[base+5] floor-before, microseconds of Redis time (integer >= 0; 0 = no floor)
-  ARGV[base+6] floor rate, tokens per second (>= 0): the most a bucket last written before floor-before refills at
-  ARGV[base+7] floor capacity, micro-tokens (integer >= 0): stored tokens of such a bucket are clamped to it first
+  ARGV[1]      G: number of requests, 1..256
+  then per request:
+    n          number of buckets, 1..16
+    flags      bit 1 (value 1): dry run, decide without consuming or writing anything
+               bit 2 (value 2): every bucket of the request carries the three floor values below
+    idem_ttl   idempotency record TTL in milliseconds; 0 when the request has no idempotency key
+    then per bucket, 4 values (7 with flag 2):
+      capacity        micro-tokens (integer >= 0)
+      rate            refill, tokens per second (= micro-tokens per microsecond; >= 0)
+      cost            micro-tokens (integer >= 1)
+      ttl             idle TTL in milliseconds (integer >= 1); must cover a refill from empty
+      floor_before    microseconds of Redis time (integer >= 0; 0 = no floor)
+      floor_rate      tokens per second (>= 0): the most a bucket last written before floor_before refills at
+      floor_capacity  micro-tokens (integer >= 0): stored tokens of such a bucket are clamped to it first
 
-Reply (array of integers)
-  [1] allowed: 1 when every bucket had room and all were charged (none charged otherwise)
-  [2] replayed: 1 when the idempotency record answered (the first decision, nothing charged)
-  then for bucket i (base = 2 + 4 * (i - 1)):
-  [base+1] allowed (1/0)   [base+2] remaining micro-tokens
-  [base+3] retry-after ms (0 when it fits, -1 when it never can)   [base+4] ms until full (-1: never)
+Reply (flat array of integers), per request:
+  allowed (1 when every bucket had room and all were charged; none charged otherwise), replayed (1 when the
+  idempotency record answered with the first decision; 2 when the record belongs to a different request, i.e.
+  other bucket keys or costs: a conflict, nothing decided or charged), then per bucket:
+  allowed (1/0), remaining micro-tokens, retry-after ms (0 fits, -1 never can), ms until full (-1 never).
 
-Errors: "QP_BADARG <what>" for any malformed argument; nothing is read or written before all are checked.
+Errors: "QP_BADARG <what>" for any malformed argument; every argument of every request is checked before
+anything is read or written.
 
 Rules (the reference model in core/token-bucket.ts follows them operation for operation):
   - refill = elapsed * min(stored rate, new rate) + carry, elapsed = max(0, now - ts): a rate change never mints,
-    and a clock step backwards refills nothing; ts never moves backwards.
+    a clock step backwards refills nothing, and ts never moves backwards.
   - tokens are clamped to min(stored capacity, new capacity): a shrink clamps at once, and a grow only makes room
     for refills after it is written, so neither mints.
   - a missing (expired) bucket is full: never more than full.
-  - dry runs write nothing; other calls write every bucket (refilled, and charged when allowed) and its TTL.
+  - dry runs write nothing; other requests write every bucket (refilled, and charged when allowed) and its TTL.
 ]]
 
-local function badarg(what)
-  return redis.error_reply('QP_BADARG ' .. what)
-end
-
-local function num(i, what, min, integer)
-  local v = tonumber(ARGV[i])
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return nil, badarg(what .. ' is not a finite number') end
-  if v < min then return nil, badarg(what .. ' must be >= ' .. min) end
-  if integer and math.floor(v) ~= v then return nil, badarg(what .. ' must be an integer') end
-  return v
-end
-
-local function fmt(v)
-  return string.format('%.17g', v)
-end
+local huge = math.huge
+local floor = math.floor
+local ceil = math.ceil
+local min = math.min
+local max = math.max
+local tonumber = tonumber
+local call = redis.call
+local ARGV = ARGV
+local KEYS = KEYS
 
 -- @clock-begin (the test build swaps this block for a clock read from a trailing argument; production
 -- decisions use Redis time only)
 local argc = #ARGV
 local function clock()
-  local t = redis.call('TIME')
+  local t = call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 -- @clock-end
 
-local n, err = num(1, 'bucket count', 1, true)
-if err then return err end
-if n > 16 then return badarg('bucket count must be <= 16') end
-local dry, err2 = num(2, 'dry run flag', 0, true)
-if err2 then return err2 end
-if dry > 1 then return badarg('dry run flag must be 0 or 1') end
-local idem_ttl, err3 = num(3, 'idempotency TTL', 0, true)
-if err3 then return err3 end
-local want_keys = n
-if idem_ttl > 0 then want_keys = n + 1 end
-if #KEYS ~= want_keys then return badarg('expected ' .. want_keys .. ' keys, got ' .. #KEYS) end
-if argc ~= 3 + 7 * n then return badarg('expected ' .. (3 + 7 * n) .. ' arguments, got ' .. argc) end
-
-local checks = {}
-for i = 1, n do
-  local b = 3 + 7 * (i - 1)
-  local c = {}
-  local e
-  c.capacity, e = num(b + 1, 'capacity', 0, true); if e then return e end
-  c.rate, e = num(b + 2, 'rate', 0, false); if e then return e end
-  c.rate_arg = ARGV[b + 2]
-  c.cost, e = num(b + 3, 'cost', 1, true); if e then return e end
-  c.ttl, e = num(b + 4, 'ttl', 1, true); if e then return e end
-  c.floor_before, e = num(b + 5, 'floor-before', 0, true); if e then return e end
-  c.floor_rate, e = num(b + 6, 'floor rate', 0, false); if e then return e end
-  c.floor_capacity, e = num(b + 7, 'floor capacity', 0, true); if e then return e end
-  checks[i] = c
+-- The slow path: say exactly what is wrong with ARGV[i].
+local function badarg(i, what, lo, integer)
+  local v = tonumber(ARGV[i])
+  local why
+  if v == nil or v ~= v or v == huge or v == -huge then why = ' is not a finite number'
+  elseif v < lo then why = ' must be >= ' .. lo
+  elseif integer and v % 1 ~= 0 then why = ' must be an integer'
+  else why = ' is out of range' end
+  return redis.error_reply('QP_BADARG ' .. what .. why)
 end
 
-if idem_ttl > 0 then
-  local record = redis.call('GET', KEYS[n + 1])
-  if record then
-    local reply = {}
-    for field in string.gmatch(record, '[^,]+') do reply[#reply + 1] = tonumber(field) end
-    reply[2] = 1
-    return reply
+local function fail(message)
+  return redis.error_reply('QP_BADARG ' .. message)
+end
+
+-- Parse and check every argument first, inline (this runs for every bucket of every request): a malformed call
+-- changes nothing. A value passes when it is finite, >= its lower bound and, where required, an integer;
+-- NaN fails every comparison.
+local g = tonumber(ARGV[1])
+if not (g and g >= 1 and g < huge and g % 1 == 0) then return badarg(1, 'request count', 1, true) end
+if g > 256 then return fail('request count must be <= 256') end
+
+-- Per request (index r): first bucket index, bucket count, dry, idempotency TTL, idempotency key index.
+local q_first, q_n, q_dry, q_ttl, q_idem = {}, {}, {}, {}, {}
+-- Per bucket (index j, across requests): key index and parameters.
+local b_key, b_cap, b_rate, b_cost, b_ttl, b_fb, b_fr, b_fc, b_cost_arg = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local a = 1
+local k = 0
+local j = 0
+for r = 1, g do
+  local n, flags, ttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  if not (n and n >= 1 and n < huge and n % 1 == 0) then return badarg(a + 1, 'bucket count', 1, true) end
+  if n > 16 then return fail('bucket count must be <= 16') end
+  if not (flags == 0 or flags == 1 or flags == 2 or flags == 3) then
+    if flags and flags == flags and flags % 1 == 0 and flags > 3 then return fail('flags must be 0..3') end
+    return badarg(a + 2, 'flags', 0, true)
   end
-end
-
-local now = clock()
-
-local states = {}
-local allowed = true
-for i = 1, n do
-  local c = checks[i]
-  local h = redis.call('HMGET', KEYS[i], 'tk', 'fr', 'ts', 'rt', 'cp')
-  local s = {}
-  if not h[1] then
-    s.tokens = c.capacity; s.carry = 0; s.ts = now
-  else
-    local tokens = tonumber(h[1])
-    local ts = tonumber(h[3])
-    local rate = math.min(tonumber(h[4]), c.rate)
-    local ceiling = math.min(tonumber(h[5]), c.capacity)
-    if c.floor_before > 0 and ts < c.floor_before then
-      rate = math.min(rate, c.floor_rate)
-      tokens = math.min(tokens, c.floor_capacity)
+  if not (ttl and ttl >= 0 and ttl < huge and ttl % 1 == 0) then return badarg(a + 3, 'idempotency TTL', 0, true) end
+  local width = 4
+  if flags >= 2 then width = 7 end
+  a = a + 3
+  if a + width * n > argc then return fail('expected ' .. (a + width * n) .. ' arguments, got ' .. argc) end
+  q_first[r] = j + 1; q_n[r] = n; q_dry[r] = flags % 2 == 1; q_ttl[r] = ttl
+  for i = 1, n do
+    local cap, rate, cost, bttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    if not (cap and cap >= 0 and cap < huge and cap % 1 == 0) then return badarg(a + 1, 'capacity', 0, true) end
+    if not (rate and rate >= 0 and rate < huge) then return badarg(a + 2, 'rate', 0, false) end
+    if not (cost and cost >= 1 and cost < huge and cost % 1 == 0) then return badarg(a + 3, 'cost', 1, true) end
+    if not (bttl and bttl >= 1 and bttl < huge and bttl % 1 == 0) then return badarg(a + 4, 'ttl', 1, true) end
+    local fb, fr, fc = 0, 0, 0
+    if width == 7 then
+      fb, fr, fc = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+      if not (fb and fb >= 0 and fb < huge and fb % 1 == 0) then return badarg(a + 5, 'floor-before', 0, true) end
+      if not (fr and fr >= 0 and fr < huge) then return badarg(a + 6, 'floor rate', 0, false) end
+      if not (fc and fc >= 0 and fc < huge and fc % 1 == 0) then return badarg(a + 7, 'floor capacity', 0, true) end
     end
-    local elapsed = math.max(0, now - ts)
-    local gained = elapsed * rate + tonumber(h[2])
-    local whole = math.floor(gained)
-    local carry = gained - whole
-    tokens = tokens + whole
-    if tokens >= ceiling then
-      tokens = ceiling; carry = 0
-    end
-    s.tokens = tokens; s.carry = carry; s.ts = math.max(ts, now)
+    j = j + 1
+    b_key[j] = k + i; b_cap[j] = cap; b_rate[j] = rate; b_cost[j] = cost; b_ttl[j] = bttl
+    b_fb[j] = fb; b_fr[j] = fr; b_fc[j] = fc; b_cost_arg[j] = ARGV[a + 3]
+    a = a + width
   end
-  s.fits = s.tokens >= c.cost
-  if not s.fits then allowed = false end
-  states[i] = s
+  if ttl > 0 then q_idem[r] = k + n + 1; k = k + n + 1 else q_idem[r] = false; k = k + n end
 end
+if a ~= argc then return fail('expected ' .. a .. ' arguments, got ' .. argc) end
+if k ~= #KEYS then return fail('expected ' .. k .. ' keys, got ' .. #KEYS) end
 
 local function micros_until(tokens, carry, target, rate)
   if tokens >= target then return 0 end
   if rate <= 0 then return -1 end
   local need = target - tokens - carry
-  local us = math.ceil(need / rate)
+  local us = ceil(need / rate)
   if us * rate + carry < target - tokens then us = us + 1 end
   return us
 end
 
 local function ms(us)
   if us < 0 then return -1 end
-  return math.ceil(us / 1000)
+  return ceil(us / 1000)
 end
 
-local reply = { allowed and 1 or 0, 0 }
-for i = 1, n do
-  local c = checks[i]
-  local s = states[i]
-  local remaining = s.tokens
-  if allowed then remaining = s.tokens - c.cost end
-  local retry = 0
-  if not s.fits then
-    if c.cost > c.capacity then retry = -1 else retry = ms(micros_until(s.tokens, s.carry, c.cost, c.rate)) end
-  end
-  local reset = ms(micros_until(remaining, s.carry, c.capacity, c.rate))
-  local b = 2 + 4 * (i - 1)
-  reply[b + 1] = (s.fits and allowed) and 1 or 0
-  reply[b + 2] = remaining
-  reply[b + 3] = retry
-  reply[b + 4] = reset
-  if dry == 0 then
-    redis.call('HSET', KEYS[i], 'tk', fmt(remaining), 'fr', fmt(s.carry), 'ts', fmt(s.ts), 'rt', c.rate_arg,
-      'cp', fmt(c.capacity))
-    redis.call('PEXPIRE', KEYS[i], c.ttl)
-  end
-end
+local now = clock()
+local reply = {}
+local out = 0
+local s_tokens, s_carry, s_ts, s_fits, s_same = {}, {}, {}, {}, {}
 
-if idem_ttl > 0 and dry == 0 then
-  local parts = {}
-  for i = 1, #reply do parts[i] = fmt(reply[i]) end
-  redis.call('SET', KEYS[n + 1], table.concat(parts, ','), 'PX', idem_ttl)
+for r = 1, g do
+  local first, last, dry, idem = q_first[r], q_first[r] + q_n[r] - 1, q_dry[r], q_idem[r]
+  local record, fingerprint
+  if idem then
+    -- The record remembers which request it answers (its bucket keys and costs), so a key reused for another
+    -- request is a conflict rather than a wrong replay.
+    local parts = {}
+    for b = first, last do parts[#parts + 1] = KEYS[b_key[b]] .. ' ' .. b_cost_arg[b] end
+    fingerprint = redis.sha1hex(table.concat(parts, '\n'))
+    record = call('GET', KEYS[idem])
+  end
+  local bar = record and string.find(record, '|', 1, true)
+  if record and bar and string.sub(record, 1, bar - 1) == fingerprint then
+    -- A retry: replay the first decision, marked replayed, and charge nothing.
+    local start = out
+    for field in string.gmatch(string.sub(record, bar + 1), '[^,]+') do
+      out = out + 1
+      reply[out] = tonumber(field)
+    end
+    reply[start + 2] = 1
+  elseif record then
+    reply[out + 1] = 0
+    reply[out + 2] = 2
+    out = out + 2
+    for b = first, last do
+      reply[out + 1] = 0; reply[out + 2] = 0; reply[out + 3] = 0; reply[out + 4] = 0
+      out = out + 4
+    end
+  else
+    local allowed = true
+    for b = first, last do
+      local cap = b_cap[b]
+      local h = call('HMGET', KEYS[b_key[b]], 'tk', 'fr', 'ts', 'rt', 'cp')
+      local tokens, carry, ts
+      -- same: the stored rate and capacity equal the new ones and there is no carry to clear, so a write
+      -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
+      local same = false
+      if not h[1] then
+        tokens = cap; carry = 0; ts = now
+      else
+        tokens = tonumber(h[1])
+        ts = tonumber(h[3])
+        local stored_rate, stored_cap, stored_carry = tonumber(h[4]), tonumber(h[5]), tonumber(h[2])
+        same = stored_rate == b_rate[b] and stored_cap == cap and stored_carry == 0
+        local rate = min(stored_rate, b_rate[b])
+        local ceiling = min(stored_cap, cap)
+        if ts < b_fb[b] then
+          rate = min(rate, b_fr[b])
+          tokens = min(tokens, b_fc[b])
+        end
+        local gained = max(0, now - ts) * rate + stored_carry
+        local whole = floor(gained)
+        carry = gained - whole
+        tokens = tokens + whole
+        if tokens >= ceiling then
+          tokens = ceiling; carry = 0
+        end
+        ts = max(ts, now)
+      end
+      local fits = tokens >= b_cost[b]
+      if not fits then allowed = false end
+      s_tokens[b] = tokens; s_carry[b] = carry; s_ts[b] = ts; s_fits[b] = fits; s_same[b] = same
+    end
+
+    local start = out
+    reply[out + 1] = allowed and 1 or 0
+    reply[out + 2] = 0
+    out = out + 2
+    for b = first, last do
+      local cap, rate, cost = b_cap[b], b_rate[b], b_cost[b]
+      local tokens, carry, fits = s_tokens[b], s_carry[b], s_fits[b]
+      local remaining = tokens
+      if allowed then remaining = tokens - cost end
+      local retry = 0
+      if not fits then
+        if cost > cap then retry = -1 else retry = ms(micros_until(tokens, carry, cost, rate)) end
+      end
+      reply[out + 1] = (fits and allowed) and 1 or 0
+      reply[out + 2] = remaining
+      reply[out + 3] = retry
+      reply[out + 4] = ms(micros_until(remaining, carry, cap, rate))
+      out = out + 4
+      if not dry then
+        -- Numbers reach Redis as exact round-trip decimals (Redis converts Lua numbers with %.17g).
+        local key = KEYS[b_key[b]]
+        if not s_same[b] then
+          call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', s_ts[b], 'rt', rate, 'cp', cap)
+        elseif carry == 0 then
+          call('HSET', key, 'tk', remaining, 'ts', s_ts[b])
+        else
+          call('HSET', key, 'tk', remaining, 'ts', s_ts[b], 'fr', carry)
+        end
+        call('PEXPIRE', key, b_ttl[b])
+      end
+    end
+
+    if idem and not dry then
+      local parts = {}
+      for i = start + 1, out do parts[#parts + 1] = string.format('%.17g', reply[i]) end
+      call('SET', KEYS[idem], fingerprint .. '|' .. table.concat(parts, ','), 'PX', q_ttl[r])
+    end
+  end
 end
 
 return reply

@@ -26,6 +26,7 @@ export interface CaseStep {
   expect?: {
     allowed?: boolean;
     replayed?: boolean;
+    conflict?: boolean;
     remaining?: number[];
     retryAfterMs?: (number | null)[];
     resetMs?: (number | null)[];
@@ -211,18 +212,45 @@ export const tokenBucketCases: BucketCase[] = [
   {
     name: 'an idempotency key replays a denial even after the bucket refilled',
     steps: [
+      { at: 0, checks: [{ ...b10, cost: 10 }], expect: { allowed: true, remaining: [0] } },
       {
         at: 0,
-        checks: [{ ...b10, cost: 11 }],
+        checks: [{ ...b10, cost: 5 }],
         idempotencyKey: 'k2',
-        expect: { allowed: false, replayed: false },
+        expect: { allowed: false, replayed: false, retryAfterMs: [5000] },
       },
       {
-        at: 5000,
-        checks: [{ ...b10, cost: 1 }],
+        at: 6000,
+        checks: [{ ...b10, cost: 5 }],
         idempotencyKey: 'k2',
-        expect: { allowed: false, replayed: true },
+        expect: { allowed: false, replayed: true, retryAfterMs: [5000] },
       },
+      { at: 6000, checks: [{ ...b10, cost: 5 }], expect: { allowed: true, remaining: [1] } },
+    ],
+  },
+  {
+    name: 'an idempotency key reused for another request is a conflict: nothing decided or charged',
+    steps: [
+      { at: 0, checks: [b10], idempotencyKey: 'k4', expect: { allowed: true, remaining: [9] } },
+      {
+        at: 0,
+        checks: [{ ...b10, cost: 2 }],
+        idempotencyKey: 'k4',
+        expect: { allowed: false, replayed: false, conflict: true, remaining: [0] },
+      },
+      {
+        at: 0,
+        checks: [b10, { ...b10, bucket: 'other' }],
+        idempotencyKey: 'k4',
+        expect: { allowed: false, conflict: true },
+      },
+      {
+        at: 0,
+        checks: [b10],
+        idempotencyKey: 'k4',
+        expect: { allowed: true, replayed: true, conflict: false, remaining: [9] },
+      },
+      { at: 0, checks: [b10], expect: { remaining: [8] } },
     ],
   },
   {

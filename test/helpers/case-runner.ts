@@ -66,6 +66,7 @@ export function checkExpectations(step: CaseStep, reply: EncodedReply): string[]
   };
   if (e.allowed !== undefined) same('allowed', e.allowed, reply.allowed);
   if (e.replayed !== undefined) same('replayed', e.replayed, reply.replayed);
+  if (e.conflict !== undefined) same('conflict', e.conflict, reply.conflict);
   if (e.remaining !== undefined)
     same(
       'remaining',

@@ -151,68 +151,53 @@ describe('RedisBucketStore on a real Redis', () => {
 });
 
 describe('lua/token_bucket.lua refuses every bad argument and changes nothing', () => {
-  const good = ['1', '0', '0', '10000000', '1', '1000000', '60000', '0', '0', '0'];
-  const cases: [string, string[], string[] | null, RegExp][] = [
-    ['bucket count 0', ['0', ...good.slice(1)], null, /QP_BADARG bucket count must be >= 1/],
-    ['bucket count 17', ['17', ...good.slice(1)], null, /QP_BADARG bucket count must be <= 16/],
-    [
-      'bucket count not a number',
-      ['x', ...good.slice(1)],
-      null,
-      /QP_BADARG bucket count is not a finite number/,
-    ],
-    ['dry run 2', ['1', '2', ...good.slice(2)], null, /QP_BADARG dry run flag must be 0 or 1/],
-    [
-      'negative idempotency TTL',
-      ['1', '0', '-5', ...good.slice(3)],
-      null,
-      /QP_BADARG idempotency TTL must be >= 0/,
-    ],
-    [
-      'missing idempotency key',
-      ['1', '0', '500', ...good.slice(3)],
-      null,
-      /QP_BADARG expected 2 keys, got 1/,
-    ],
-    ['too few arguments', good.slice(0, 8), null, /QP_BADARG expected 10 arguments, got 8/],
-    [
-      'fractional capacity',
-      [...good.slice(0, 3), '1.5', ...good.slice(4)],
-      null,
-      /QP_BADARG capacity must be an integer/,
-    ],
-    ['negative rate', [...good.slice(0, 4), '-1', ...good.slice(5)], null, /QP_BADARG rate must be >= 0/],
-    [
-      'infinite rate',
-      [...good.slice(0, 4), 'inf', ...good.slice(5)],
-      null,
-      /QP_BADARG rate is not a finite number/,
-    ],
-    [
-      'nan rate',
-      [...good.slice(0, 4), 'nan', ...good.slice(5)],
-      null,
-      /QP_BADARG rate is not a finite number/,
-    ],
-    ['zero cost', [...good.slice(0, 5), '0', ...good.slice(6)], null, /QP_BADARG cost must be >= 1/],
-    ['zero ttl', [...good.slice(0, 6), '0', ...good.slice(7)], null, /QP_BADARG ttl must be >= 1/],
-    [
-      'negative floor',
-      [...good.slice(0, 7), '-1', ...good.slice(8)],
-      null,
-      /QP_BADARG floor-before must be >= 0/,
-    ],
-    ['bad floor capacity', [...good.slice(0, 9), '0.5'], null, /QP_BADARG floor capacity must be an integer/],
+  // One request of one bucket with a floor: G, then n flags idem_ttl, then 7 values.
+  const good = ['1', '1', '2', '0', '10000000', '1', '1000000', '60000', '0', '0', '0'];
+  const at = (i: number, v: string) => good.map((x, j) => (j === i ? v : x));
+  const cases: [string, string[], number, RegExp][] = [
+    ['request count 0', at(0, '0'), 1, /QP_BADARG request count must be >= 1/],
+    ['request count 257', at(0, '257'), 1, /QP_BADARG request count must be <= 256/],
+    ['request count not a number', at(0, 'x'), 1, /QP_BADARG request count is not a finite number/],
+    ['bucket count 0', at(1, '0'), 1, /QP_BADARG bucket count must be >= 1/],
+    ['bucket count 17', at(1, '17'), 1, /QP_BADARG bucket count must be <= 16/],
+    ['flags 4', at(2, '4'), 1, /QP_BADARG flags must be 0..3/],
+    ['flags negative', at(2, '-1'), 1, /QP_BADARG flags must be >= 0/],
+    ['flags without floors, 7 values', at(2, '0'), 1, /QP_BADARG expected 8 arguments, got 11/],
+    ['negative idempotency TTL', at(3, '-5'), 1, /QP_BADARG idempotency TTL must be >= 0/],
+    ['missing idempotency key', at(3, '500'), 1, /QP_BADARG expected 2 keys, got 1/],
+    ['too few arguments', good.slice(0, 9), 1, /QP_BADARG expected 11 arguments, got 9/],
+    ['too many arguments', [...good, '1'], 1, /QP_BADARG expected 11 arguments, got 12/],
+    ['a second request promised but missing', at(0, '2'), 1, /QP_BADARG bucket count is not a finite number/],
+    ['too many keys', good, 2, /QP_BADARG expected 1 keys, got 2/],
+    ['fractional capacity', at(4, '1.5'), 1, /QP_BADARG capacity must be an integer/],
+    ['negative rate', at(5, '-1'), 1, /QP_BADARG rate must be >= 0/],
+    ['infinite rate', at(5, 'inf'), 1, /QP_BADARG rate is not a finite number/],
+    ['nan rate', at(5, 'nan'), 1, /QP_BADARG rate is not a finite number/],
+    ['zero cost', at(6, '0'), 1, /QP_BADARG cost must be >= 1/],
+    ['zero ttl', at(7, '0'), 1, /QP_BADARG ttl must be >= 1/],
+    ['negative floor', at(8, '-1'), 1, /QP_BADARG floor-before must be >= 0/],
+    ['bad floor capacity', at(10, '0.5'), 1, /QP_BADARG floor capacity must be an integer/],
   ];
-  for (const [name, argv, extraKeys, message] of cases) {
+  for (const [name, argv, keyCount, message] of cases) {
     it(name, async () => {
       const key = bucketKey(1, uniquePrefix(), 'bad');
       // Seed the bucket so "changes nothing" means the stored state stays byte for byte.
       await store.decide({ checks: [bucket('x', 'y', { key })] });
       const before = await redis.hgetall(key);
-      const keys = [key, ...(extraKeys ?? [])];
+      const keys = [key, bucketKey(1, 'other', 'bad')].slice(0, keyCount);
       await expect(redis.qpTokenBucket(keys.length, ...keys, ...argv)).rejects.toThrow(message);
       expect(await redis.hgetall(key)).toEqual(before);
     });
   }
+
+  it('a bad second request stops the first one too: nothing is written', async () => {
+    const key = bucketKey(1, uniquePrefix(), 'bad');
+    await store.decide({ checks: [bucket('x', 'y', { key })] });
+    const before = await redis.hgetall(key);
+    const second = good.slice(1).map((v, j) => (j === 5 ? '0' : v)); // cost 0
+    await expect(redis.qpTokenBucket(2, key, key, '2', ...good.slice(1), ...second)).rejects.toThrow(
+      /QP_BADARG cost must be >= 1/,
+    );
+    expect(await redis.hgetall(key)).toEqual(before);
+  });
 });

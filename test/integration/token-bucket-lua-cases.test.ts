@@ -1,8 +1,16 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { parseReply, scriptArguments } from '../../core/bucket-wire.js';
+import fc from 'fast-check';
+import {
+  encodeRequest,
+  parseReplies,
+  parseReply,
+  scriptArguments,
+  scriptCall,
+} from '../../core/bucket-wire.js';
+import { idempotencyRecordKey } from '../../core/keys.js';
 import { BucketModel } from '../../core/token-bucket.js';
 import { tokenBucketCases } from '../cases/token-bucket-cases.js';
-import { checkExpectations, prepareCase } from '../helpers/case-runner.js';
+import { CASE_EPOCH_MICROS, checkExpectations, prepareCase } from '../helpers/case-runner.js';
 import { tokenBucketWithClockArg } from '../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
 
@@ -35,4 +43,75 @@ describe('lua/token_bucket.lua on a real Redis agrees exactly with the model', (
       expect(problems).toEqual([]);
     });
   }
+});
+
+describe('batched calls: the script and the model agree on random batches', () => {
+  it('decides each request of a batch as if it ran alone, in order, at the same instant', async () => {
+    const prefix = uniquePrefix('batch');
+    const key = (b: number) => `rl:v1:{${prefix}}:b${b}`;
+    const request = fc.record({
+      buckets: fc.uniqueArray(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }),
+      capacity: fc.integer({ min: 0, max: 5 }),
+      rate: fc.constantFrom(0, 0.5, 1, 3, 10),
+      cost: fc.integer({ min: 1, max: 4 }),
+      dryRun: fc.boolean(),
+      idem: fc.option(fc.constantFrom('i1', 'i2'), { nil: undefined }),
+      floor: fc.option(
+        fc.record({
+          ago: fc.integer({ min: 0, max: 2000 }),
+          rate: fc.constantFrom(0, 0.5),
+          capacity: fc.integer({ min: 0, max: 3 }),
+        }),
+        { nil: undefined },
+      ),
+    });
+    const calls = fc.array(
+      fc.record({
+        dtMs: fc.integer({ min: -50, max: 1500 }),
+        batch: fc.array(request, { minLength: 1, maxLength: 6 }),
+      }),
+      { minLength: 1, maxLength: 8 },
+    );
+    let round = 0;
+    await fc.assert(
+      fc.asyncProperty(calls, async (sequence) => {
+        round++;
+        const model = new BucketModel();
+        const tag = `${prefix}-${round}`;
+        let now = CASE_EPOCH_MICROS;
+        for (const { dtMs, batch } of sequence) {
+          now += dtMs * 1000;
+          const encoded = batch.map((r) =>
+            encodeRequest({
+              checks: r.buckets.map((b) => ({
+                key: `${key(b)}:${tag}`,
+                capacity: r.capacity,
+                refillPerSecond: r.rate,
+                cost: r.cost,
+                ttlMs: 3_600_000,
+                floor: r.floor && {
+                  beforeMicros: now - r.floor.ago * 1000,
+                  refillPerSecond: r.floor.rate,
+                  capacity: r.floor.capacity,
+                },
+              })),
+              dryRun: r.dryRun,
+              idempotency:
+                r.idem === undefined
+                  ? undefined
+                  : { key: idempotencyRecordKey(prefix, `${tag}-${r.idem}`), ttlMs: 3_600_000 },
+            }),
+          );
+          const { keys, argv } = scriptCall(encoded);
+          const fromRedis = parseReplies(
+            await run(keys.length, ...keys, ...argv, String(now)),
+            encoded.map((e) => e.checks.length),
+          );
+          const fromModel = encoded.map((e) => model.evaluate(e, now));
+          expect(fromRedis).toEqual(fromModel);
+        }
+      }),
+      { numRuns: 60 },
+    );
+  });
 });

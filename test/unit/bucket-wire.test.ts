@@ -1,8 +1,11 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  DecideRequest,
   InvalidBucketRequestError,
   decodeReply,
   encodeRequest,
+  looksValid,
   parseReply,
   scriptArguments,
 } from '../../core/bucket-wire.js';
@@ -29,8 +32,9 @@ describe('bucket wire format', () => {
     expect(scriptArguments(e)).toEqual({
       keys: ['rl:v1:{s}:p', 'rl:v1:{s}:q', 'rl:idem:{s}:x'],
       argv: [
-        '2',
         '1',
+        '2',
+        '3',
         '1000',
         '10000000',
         '2',
@@ -48,6 +52,19 @@ describe('bucket wire format', () => {
         '3000000',
       ],
     });
+  });
+
+  it('sends no floor values when no bucket has a floor', () => {
+    expect(scriptArguments(encodeRequest({ checks: [check] })).argv).toEqual([
+      '1',
+      '1',
+      '0',
+      '0',
+      '10000000',
+      '2',
+      '1000000',
+      '60000',
+    ]);
   });
 
   it.each([
@@ -77,6 +94,7 @@ describe('bucket wire format', () => {
     expect(decodeReply(reply)).toEqual({
       allowed: false,
       replayed: false,
+      conflict: false,
       retryAfterMs: 2000,
       results: [
         { allowed: false, remaining: 3.5, retryAfterMs: 0, resetMs: 3000 },
@@ -93,5 +111,103 @@ describe('bucket wire format', () => {
   it('refuses a malformed reply', () => {
     expect(() => parseReply([1, 0, 1], 1)).toThrow(TypeError);
     expect(() => parseReply('OK', 1)).toThrow(TypeError);
+  });
+});
+
+describe('the fast validity check', () => {
+  /** Mostly valid values, sometimes an edge or a wrong one: both sides of every bound get exercised. */
+  const mostly = <T, U>(good: fc.Arbitrary<T>, bad: fc.Arbitrary<U>) =>
+    fc.oneof({ weight: 60, arbitrary: good }, { weight: 1, arbitrary: bad });
+  const number = (lo: number, hi: number) =>
+    mostly(
+      fc.oneof(fc.double({ min: lo, max: hi, noNaN: true }), fc.constantFrom(lo, hi)),
+      fc.constantFrom(lo - 1e-9, hi * 1.0001 + 1, Number.NaN, Infinity, -Infinity, '1', null),
+    );
+  const integer = (lo: number, hi: number) =>
+    mostly(
+      fc.integer({ min: lo, max: hi }),
+      fc.constantFrom(lo - 1, hi + 1, lo + 0.5, 2 ** 60, Number.NaN, '5'),
+    );
+  /** Rarely, an unknown key: strict objects must refuse it. */
+  const maybeJunk = <T extends object>(a: fc.Arbitrary<T>) =>
+    fc.tuple(a, fc.integer({ min: 0, max: 40 })).map(([v, roll]) => (roll === 0 ? { ...v, junk: 1 } : v));
+  const check = maybeJunk(
+    fc.record(
+      {
+        key: mostly(fc.string({ minLength: 1, maxLength: 512 }), fc.constantFrom('', 'x'.repeat(513), 5)),
+        capacity: number(0, 1e9),
+        refillPerSecond: number(0, 1e9),
+        cost: number(1e-6, 1e9),
+        ttlMs: integer(1, 30 * 24 * 3600 * 1000),
+        floor: fc.option(
+          maybeJunk(
+            fc.record({
+              beforeMicros: integer(0, Number.MAX_SAFE_INTEGER),
+              refillPerSecond: number(0, 1e9),
+              capacity: number(0, 1e9),
+            }),
+          ),
+          { nil: undefined },
+        ),
+      },
+      { requiredKeys: ['key', 'capacity', 'refillPerSecond', 'cost', 'ttlMs'] },
+    ),
+  );
+  const request = maybeJunk(
+    fc.record(
+      {
+        checks: mostly(
+          fc.oneof(
+            fc.array(check, { minLength: 1, maxLength: 2 }),
+            fc.array(check, { minLength: 1, maxLength: 16 }),
+          ),
+          fc.array(check, { maxLength: 18 }),
+        ),
+        idempotency: maybeJunk(
+          fc.record({
+            key: mostly(fc.string({ minLength: 1, maxLength: 512 }), fc.constant('')),
+            ttlMs: integer(1, 24 * 3600 * 1000),
+          }),
+        ),
+        dryRun: mostly(fc.boolean(), fc.constantFrom('yes', 1, null)),
+      },
+      { requiredKeys: ['checks'] },
+    ),
+  );
+
+  it('accepts only what the zod schema accepts, and accepts most valid shapes', () => {
+    let agreed = 0;
+    let runs = 0;
+    let accepted = 0;
+    fc.assert(
+      fc.property(
+        fc.oneof({ weight: 9, arbitrary: request }, { weight: 1, arbitrary: fc.anything() }),
+        (input) => {
+          runs++;
+          const fast = looksValid(input);
+          const zod = DecideRequest.safeParse(input).success;
+          if (fast) accepted++;
+          if (fast) expect(zod).toBe(true);
+          if (fast === zod) agreed++;
+        },
+      ),
+      { numRuns: 5000 },
+    );
+    // The fast check may send a valid request to zod, but rarely: it must agree almost always.
+    expect(agreed / runs).toBeGreaterThan(0.99);
+    // …and the generator reaches both sides: a good share of the inputs are valid.
+    expect(accepted / runs).toBeGreaterThan(0.1);
+  });
+
+  it('agrees with zod on every valid example of this file', () => {
+    const one = { key: 'rl:v1:{s}:p', capacity: 10, refillPerSecond: 2, cost: 1, ttlMs: 60_000 };
+    expect(looksValid({ checks: [one] })).toBe(true);
+    expect(
+      looksValid({
+        checks: [{ ...one, floor: { beforeMicros: 5, refillPerSecond: 1, capacity: 3 } }],
+        dryRun: true,
+      }),
+    ).toBe(true);
+    expect(looksValid({ checks: [one], idempotency: { key: 'k', ttlMs: 1000 } })).toBe(true);
   });
 });
