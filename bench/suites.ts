@@ -1,0 +1,5 @@
+import type { BenchSuite } from './lib.js';
+import { storeSuite } from './store.bench.js';
+
+/** Every benchmark suite, in the order `npm run bench` runs them. */
+export const suites: BenchSuite[] = [storeSuite];
