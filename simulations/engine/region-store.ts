@@ -1,0 +1,77 @@
+/**
+ * One region's Redis, as the simulator sees it: token buckets keyed by subject, decided with the exported
+ * `refill` and `settle` of core/token-bucket.ts in exactly the order `BucketModel.evaluate` uses for a one-bucket,
+ * non-dry-run call without idempotency (test/unit/sim-region-store.test.ts holds the two to identical replies,
+ * and test/integration/token-bucket-lua-cases.test.ts holds the model to the Lua script). Keys carry the
+ * policy's idle TTL; an expired key is a full bucket, as in Redis.
+ */
+import {
+  refill,
+  settle,
+  type EncodedCheck,
+  type EncodedResult,
+  type StoredBucket,
+} from '../../core/token-bucket.js';
+
+interface Entry {
+  /** Never mutated once stored, so a snapshot may share it. */
+  state: StoredBucket;
+  /** µs at which the key expires. */
+  expiresAt: number;
+}
+
+/** A frozen copy of a store's keys, for failover with lost writes. */
+export interface StoreSnapshot {
+  readonly entries: ReadonlyMap<number, Entry>;
+}
+
+/** Buckets of one store, one per subject (one policy per run). */
+export class RegionStore {
+  readonly name: string;
+  #buckets = new Map<number, Entry>();
+  /** Most live keys seen by `sweep`. */
+  peakKeys = 0;
+
+  constructor(name: string) {
+    this.name = name;
+  }
+
+  /** Decide and charge one bucket at `now` (µs of the store's clock). */
+  decide(subject: number, check: EncodedCheck, now: number): EncodedResult {
+    const entry = this.#buckets.get(subject);
+    const stored = entry === undefined || entry.expiresAt <= now ? undefined : entry.state;
+    const state = refill(stored, check, now);
+    const fits = state.tokens >= check.cost;
+    const result = settle(state, check, fits, fits);
+    state.tokens = result.remaining;
+    this.#buckets.set(subject, { state, expiresAt: now + check.ttlMs * 1000 });
+    return result;
+  }
+
+  /** The stored bucket of `subject` at `now`, undefined when absent or expired. */
+  peek(subject: number, now: number): StoredBucket | undefined {
+    const entry = this.#buckets.get(subject);
+    return entry === undefined || entry.expiresAt <= now ? undefined : entry.state;
+  }
+
+  /** Drop expired keys (as Redis's active expiry does), note the peak, and return the live count. */
+  sweep(now: number): number {
+    for (const [subject, entry] of this.#buckets) if (entry.expiresAt <= now) this.#buckets.delete(subject);
+    this.peakKeys = Math.max(this.peakKeys, this.#buckets.size);
+    return this.#buckets.size;
+  }
+
+  snapshot(): StoreSnapshot {
+    return { entries: new Map(this.#buckets) };
+  }
+
+  /** Replace every key with a snapshot's (a replica promoted with the writes since lost). */
+  restore(snapshot: StoreSnapshot): void {
+    this.#buckets = new Map(snapshot.entries);
+  }
+
+  /** Lose every key (a replica promoted empty): every bucket reads as full. */
+  clear(): void {
+    this.#buckets = new Map();
+  }
+}

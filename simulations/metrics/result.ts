@@ -1,0 +1,61 @@
+/**
+ * One object of results.json: a strategy's run of a scenario. Counts are requests unless named `…Cost` (tokens).
+ */
+import { z } from 'zod';
+
+const count = z.number().int().min(0);
+const latency = z.strictObject({ p50: z.number(), p99: z.number(), max: z.number() });
+
+export const StrategyResult = z.strictObject({
+  scenario: z.string(),
+  strategy: z.string(),
+  seed: z.number().int(),
+  regions: z.array(z.string()),
+  /** Present in a sweep: the setting varied and its value in this run. */
+  sweep: z.strictObject({ setting: z.string(), value: z.union([z.number(), z.string()]) }).optional(),
+  /** Max over subjects and windows (1, 10, 60 s) of admitted(W) / (C + R·W). */
+  overAdmission: z.number(),
+  overAdmissionByWindow: z.record(z.string(), z.number()),
+  /** Where the worst window was (subject id, window, start), null when nothing was admitted. */
+  worstWindow: z
+    .strictObject({ subject: z.number(), windowS: z.number(), startS: z.number(), admitted: z.number() })
+    .nullable(),
+  /** Admitted cost / cost the ideal oracle admitted on the same arrivals; null when ideal admitted nothing. */
+  utilisation: z.number().nullable(),
+  /** Requests denied that ideal admitted, over all requests. */
+  falseDenialRate: z.number(),
+  /** Seconds after the (worst) demand shift until admissions track ideal; null when they never do. */
+  convergenceSeconds: z.number().nullable(),
+  /** Control-plane messages (reports, leases, acks) per simulated second. */
+  controlMessagesPerSecond: z.number(),
+  /** Forwarded decisions and their replies (strict) per simulated second. */
+  forwardedMessagesPerSecond: z.number(),
+  /** Decision latency from arrival at the agent to the answer, ms (local store time not modelled: 0). */
+  latencyMs: latency,
+  /** The same over forwarded decisions only; null when none was forwarded. */
+  forwardedLatencyMs: latency.nullable(),
+  requests: count,
+  /** First attempts (requests minus client retries). */
+  arrivals: count,
+  retries: count,
+  admitted: count,
+  admittedCost: z.number(),
+  denied: count,
+  idealAdmitted: count,
+  idealAdmittedCost: z.number(),
+  falseDenials: count,
+  /** Degraded decisions by reason (home_unreachable, emergency_bucket). */
+  degraded: z.record(z.string(), count),
+  /** Strategy-specific counters (lostGrants: grants whose reply never reached the client in time). */
+  counters: z.record(z.string(), count),
+  network: z.strictObject({ control: count, data: count, lost: count, dropped: count }),
+  /** Most live bucket keys seen in each region's store. */
+  peakKeys: z.record(z.string(), count),
+  /** Largest sum of the shares in force (1 = budget conserved); null without a regional split. */
+  maxShareSum: z.number().nullable(),
+  durationS: z.number(),
+  settings: z.record(z.string(), z.union([z.number(), z.string()])),
+});
+export type StrategyResult = z.infer<typeof StrategyResult>;
+
+export const Results = z.array(StrategyResult);

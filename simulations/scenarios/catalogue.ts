@@ -1,0 +1,308 @@
+/**
+ * The scenarios of DESIGN.md "Simulation harness". Unless a scenario says otherwise: policy C = 100 tokens,
+ * R = 2 tokens/s, costs 1..maxCost, 300 simulated seconds, and `load` is a regular subject's demand in units of
+ * its budget R (so load 2 asks twice what the policy allows over time).
+ */
+import type { Scenario, ScenarioPlan, TimedFault, TrafficSource } from '../scenario.js';
+import type { Settings } from '../settings.js';
+import {
+  bursts,
+  oneShotSubjects,
+  oneSubject,
+  poisson,
+  uniformCost,
+  uniformSubjects,
+  weightedSubjects,
+  zipfWeights,
+} from './traffic.js';
+
+const meanCost = (s: Settings) => (1 + s.maxCost) / 2;
+/** Requests per second that make `tokensPerSecond` of demand. */
+const requestRate = (s: Settings, tokensPerSecond: number) => tokensPerSecond / meanCost(s);
+
+/** `subjects` subjects, each asking load × R spread evenly over the regions, with the given retry behaviour. */
+function evenTraffic(
+  regions: readonly string[],
+  s: Settings,
+  retry: TrafficSource['retry'] = { kind: 'none' },
+): TrafficSource[] {
+  const perRegion = requestRate(s, s.load * s.refillPerSecond * s.subjects) / regions.length;
+  return regions.map((_, region) =>
+    poisson({
+      region,
+      rate: () => perRegion,
+      maxRate: perRegion,
+      endS: s.durationS,
+      subjects: uniformSubjects(s.subjects),
+      cost: uniformCost(s.maxCost),
+      retry,
+    }),
+  );
+}
+
+/** Every subject's demand comes from region `from` until `atS`, then from region `to`. */
+function stepTraffic(regions: readonly string[], s: Settings): TrafficSource[] {
+  const total = requestRate(s, s.load * s.refillPerSecond * s.subjects);
+  const from = 0;
+  const to = regions.length > 1 ? 1 : 0;
+  return regions.map((_, region) =>
+    poisson({
+      region,
+      rate: (t) => (t < s.shiftAtS ? (region === from ? total : 0) : region === to ? total : 0),
+      maxRate: region === from || region === to ? total : 0,
+      endS: s.durationS,
+      subjects: uniformSubjects(s.subjects),
+      cost: uniformCost(s.maxCost),
+    }),
+  );
+}
+
+const plan = (sources: TrafficSource[], extra: Partial<ScenarioPlan> = {}): ScenarioPlan => ({
+  sources,
+  faults: [],
+  shiftsS: [],
+  focusSubject: 0,
+  ...extra,
+});
+
+const window = (atS: number, forS: number, down: TimedFault['fault'], up: TimedFault['fault']) => [
+  { atS, fault: down },
+  { atS: atS + forS, fault: up },
+];
+
+export const uniform: Scenario = {
+  name: 'uniform',
+  description: 'every subject asks load × R, spread evenly over regions and subjects',
+  defaults: { subjects: 20, load: 2 },
+  uses: ['load', 'subjects'],
+  plan: (regions, s) => plan(evenTraffic(regions, s)),
+};
+
+export const zipf: Scenario = {
+  name: 'zipf',
+  description:
+    'subject popularity ~ Zipf(zipfExponent); the top subject asks load × R; each subject sends 70% from its own region',
+  defaults: { subjects: 100, load: 4 },
+  uses: ['load', 'subjects', 'zipfExponent'],
+  plan(regions, s) {
+    const n = regions.length;
+    const weights = zipfWeights(s.subjects, s.zipfExponent);
+    const total = weights.reduce((a, b) => a + b, 0);
+    const rate = requestRate(s, (s.load * s.refillPerSecond * total) / weights[0]!);
+    const mix = (subject: number, region: number) =>
+      n === 1 ? 1 : subject % n === region ? 0.7 : 0.3 / (n - 1);
+    return plan(
+      regions.map((_, region) => {
+        const w = weights.map((x, subject) => x * mix(subject, region));
+        const share = w.reduce((a, b) => a + b, 0) / total;
+        return poisson({
+          region,
+          rate: () => rate * share,
+          maxRate: rate * share,
+          endS: s.durationS,
+          subjects: weightedSubjects(w),
+          cost: uniformCost(s.maxCost),
+        });
+      }),
+    );
+  },
+};
+
+export const followTheSun: Scenario = {
+  name: 'follow-the-sun',
+  description: 'demand (load × R per subject) moves around the regions once per run, peaking in each in turn',
+  defaults: { load: 1.5 },
+  uses: ['load', 'subjects'],
+  plan(regions, s) {
+    const n = regions.length;
+    const total = requestRate(s, s.load * s.refillPerSecond * s.subjects);
+    const weight = (r: number, t: number) =>
+      0.05 + Math.pow((1 + Math.cos(2 * Math.PI * (t / s.durationS - r / n))) / 2, 4);
+    const rate = (r: number, t: number) => {
+      let sum = 0;
+      for (let i = 0; i < n; i++) sum += weight(i, t);
+      return (total * weight(r, t)) / sum;
+    };
+    return plan(
+      regions.map((_, region) =>
+        poisson({
+          region,
+          rate: (t) => rate(region, t),
+          maxRate: total,
+          endS: s.durationS,
+          subjects: uniformSubjects(s.subjects),
+          cost: uniformCost(s.maxCost),
+        }),
+      ),
+    );
+  },
+};
+
+export const stepShift: Scenario = {
+  name: 'step-shift',
+  description:
+    'all demand (load × R per subject) comes from the first region, then from the second at shiftAtS',
+  defaults: { load: 1.5 },
+  uses: ['load', 'subjects', 'shiftAtS'],
+  plan: (regions, s) => plan(stepTraffic(regions, s), { shiftsS: [s.shiftAtS] }),
+};
+
+export const minuteBurst: Scenario = {
+  name: 'minute-burst',
+  description:
+    'at every minute boundary each subject bursts load × C requests in every region at once (200 ms)',
+  defaults: { subjects: 5, load: 1.5 },
+  uses: ['load', 'subjects'],
+  plan(regions, s) {
+    const sources: TrafficSource[] = [];
+    const count = Math.round(requestRate(s, s.load * s.capacity));
+    for (let region = 0; region < regions.length; region++) {
+      for (let subject = 0; subject < s.subjects; subject++) {
+        sources.push(
+          bursts({
+            region,
+            everyS: 60,
+            firstS: 0,
+            count,
+            spreadMs: 200,
+            endS: s.durationS,
+            subjects: oneSubject(subject),
+            cost: uniformCost(s.maxCost),
+          }),
+        );
+      }
+    }
+    return plan(sources);
+  },
+};
+
+export const hotTenant: Scenario = {
+  name: 'hot-tenant',
+  description: 'subject 0 asks load × R from every region; the other subjects ask 0.5 × R each',
+  defaults: { subjects: 20, load: 10 },
+  uses: ['load', 'subjects'],
+  plan(regions, s) {
+    const n = regions.length;
+    const hot = requestRate(s, s.load * s.refillPerSecond) / n;
+    const rest = requestRate(s, 0.5 * s.refillPerSecond * s.subjects) / n;
+    const sources = regions.flatMap((_, region) => [
+      poisson({
+        region,
+        rate: () => hot,
+        maxRate: hot,
+        endS: s.durationS,
+        subjects: oneSubject(0),
+        cost: uniformCost(s.maxCost),
+      }),
+      poisson({
+        region,
+        rate: () => rest,
+        maxRate: rest,
+        endS: s.durationS,
+        subjects: uniformSubjects(s.subjects, 1),
+        cost: uniformCost(s.maxCost),
+      }),
+    ]);
+    return plan(sources);
+  },
+};
+
+/** Subject ids of one-shot identities start here, far above the regular subjects. */
+export const ONE_SHOT_FIRST_SUBJECT = 1_000_000;
+
+export const oneShotIdentities: Scenario = {
+  name: 'one-shot-identities',
+  description:
+    'oneShotRate new identities per second, one request each, beside regular subjects at load × R: live keys must level off after the idle TTL',
+  defaults: { subjects: 5, load: 1 },
+  uses: ['load', 'subjects', 'oneShotRate'],
+  plan(regions, s) {
+    const fresh = oneShotSubjects(ONE_SHOT_FIRST_SUBJECT);
+    const perRegion = s.oneShotRate / regions.length;
+    const flood = regions.map((_, region) =>
+      poisson({
+        region,
+        rate: () => perRegion,
+        maxRate: perRegion,
+        endS: s.durationS,
+        subjects: fresh,
+        cost: uniformCost(s.maxCost),
+      }),
+    );
+    return plan([...evenTraffic(regions, s), ...flood]);
+  },
+};
+
+export const ignoreRetryAfter: Scenario = {
+  name: 'ignore-retry-after',
+  description:
+    'subjects ask load × R; denied clients retry every retryIntervalMs (up to maxRetries), ignoring Retry-After',
+  defaults: { load: 1.5 },
+  uses: ['load', 'subjects', 'retryIntervalMs', 'maxRetries'],
+  plan: (regions, s) =>
+    plan(
+      evenTraffic(regions, s, { kind: 'ignore', intervalMs: s.retryIntervalMs, maxRetries: s.maxRetries }),
+    ),
+};
+
+export const coordinatorCrash: Scenario = {
+  name: 'coordinator-crash',
+  description:
+    'step-shift traffic (shift at shiftAtS); the coordinator is down from faultAtS for faultForS (matters to dynamic strategies)',
+  defaults: { load: 1.5, shiftAtS: 100, faultAtS: 120 },
+  uses: ['load', 'subjects', 'shiftAtS', 'faultAtS', 'faultForS'],
+  plan: (regions, s) =>
+    plan(stepTraffic(regions, s), {
+      shiftsS: [s.shiftAtS],
+      faults: window(s.faultAtS, s.faultForS, { kind: 'coordinator-down' }, { kind: 'coordinator-up' }),
+    }),
+};
+
+export const regionPartition: Scenario = {
+  name: 'region-partition',
+  description: 'even traffic; the last region is cut off from every other node from faultAtS for faultForS',
+  defaults: { load: 1.5 },
+  uses: ['load', 'subjects', 'faultAtS', 'faultForS'],
+  plan(regions, s) {
+    const region = regions.length - 1;
+    return plan(evenTraffic(regions, s), {
+      faults: window(s.faultAtS, s.faultForS, { kind: 'partition', region }, { kind: 'heal', region }),
+    });
+  },
+};
+
+export const redisFailover: Scenario = {
+  name: 'redis-failover',
+  description:
+    "even traffic at load × R; the first region's Redis fails over at faultAtS to a replica that lost failoverLagS of writes (or everything)",
+  defaults: { load: 3, faultAtS: 30, failoverLagS: 10 },
+  uses: ['load', 'subjects', 'faultAtS', 'failoverLagS', 'failoverReset'],
+  plan: (regions, s) =>
+    plan(evenTraffic(regions, s), {
+      faults: [
+        {
+          atS: s.faultAtS,
+          fault: { kind: 'redis-failover', region: 0, reset: s.failoverReset, lostWritesS: s.failoverLagS },
+        },
+      ],
+    }),
+};
+
+/** Every scenario, in the order `--help` lists them. */
+export const scenarios: readonly Scenario[] = [
+  uniform,
+  zipf,
+  followTheSun,
+  stepShift,
+  minuteBurst,
+  hotTenant,
+  oneShotIdentities,
+  ignoreRetryAfter,
+  coordinatorCrash,
+  regionPartition,
+  redisFailover,
+];
+
+export function findScenario(name: string): Scenario | undefined {
+  return scenarios.find((s) => s.name === name);
+}

@@ -1,0 +1,33 @@
+import { BucketSizing } from '../engine/bucket-sizing.js';
+import { RegionStore } from '../engine/region-store.js';
+import type { Outcome, SimRequest, Strategy, StrategyContext, StrategyDefinition } from '../strategy.js';
+
+/**
+ * The oracle: one global bucket with the full budget, decided at the request's arrival with zero latency, immune
+ * to every fault. It is also the shadow every run compares against (utilisation, false denials).
+ */
+class IdealStrategy implements Strategy {
+  readonly #store = new RegionStore('global');
+  #sizing: BucketSizing | undefined;
+
+  start(ctx: StrategyContext): void {
+    this.#sizing = new BucketSizing(ctx.policy, 1);
+  }
+
+  decide(request: SimRequest): Outcome {
+    const result = this.#store.decide(request.subject, this.#sizing!.check(request.cost), request.at);
+    return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
+  }
+
+  shares(): undefined {
+    return undefined;
+  }
+}
+
+export const ideal: StrategyDefinition = {
+  name: 'ideal',
+  description: 'one global bucket, zero latency, no faults: the oracle every run is compared with',
+  mode: 'regional',
+  uses: [],
+  create: () => new IdealStrategy(),
+};

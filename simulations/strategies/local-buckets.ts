@@ -1,0 +1,44 @@
+/**
+ * The shared shape of strategies that decide every request in its own region from a fixed share: `independent`
+ * (share 1 everywhere) and `static` (a fixed split). No control loop, no messages.
+ */
+import { BucketSizing } from '../engine/bucket-sizing.js';
+import type { RegionStore } from '../engine/region-store.js';
+import type { Outcome, SimRequest, Strategy, StrategyContext } from '../strategy.js';
+
+/** A strategy deciding locally with `shareOf(region)`. */
+export class FixedShareStrategy implements Strategy {
+  readonly #shareOf: (ctx: StrategyContext, region: number) => number;
+  #sizing: BucketSizing[] = [];
+  #stores: readonly RegionStore[] = [];
+  #shares: number[] = [];
+
+  constructor(shareOf: (ctx: StrategyContext, region: number) => number) {
+    this.#shareOf = shareOf;
+  }
+
+  start(ctx: StrategyContext): void {
+    this.#shares = ctx.regions.map((_, r) => this.#shareOf(ctx, r));
+    this.#sizing = this.#shares.map((share) => new BucketSizing(ctx.policy, share));
+    for (const [r, share] of this.#shares.entries()) {
+      if (ctx.policy.capacity * share < ctx.policy.maxCost)
+        throw new RangeError(
+          `region ${ctx.regions[r]!} would hold ${ctx.policy.capacity * share} tokens, less than maxCost ${ctx.policy.maxCost}: its largest requests could never be admitted`,
+        );
+    }
+    this.#stores = ctx.stores;
+  }
+
+  decide(request: SimRequest): Outcome {
+    const result = this.#stores[request.region]!.decide(
+      request.subject,
+      this.#sizing[request.region]!.check(request.cost),
+      request.at,
+    );
+    return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
+  }
+
+  shares(): readonly number[] {
+    return this.#shares;
+  }
+}
