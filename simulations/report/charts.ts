@@ -1,0 +1,168 @@
+/**
+ * The charts of a run: admitted rate against the budget over time (the hottest subject, then every subject
+ * together), shares over time per strategy, and for sweeps the overshoot / false-denial trade-off.
+ */
+import type { RunSeries } from '../metrics/recorder.js';
+import type { StrategyResult } from '../metrics/result.js';
+import type { ChartOptions, Series } from './svg.js';
+
+const STRATEGY_COLORS: Record<string, string> = {
+  ideal: '#222222',
+  independent: '#d62728',
+  static: '#1f77b4',
+  strict: '#2ca02c',
+  dynamic: '#9467bd',
+  'naive-dynamic': '#ff7f0e',
+};
+const EXTRA_COLORS = ['#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+const REGION_COLORS = [
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#17becf',
+];
+
+export function strategyColor(name: string, index: number): string {
+  return STRATEGY_COLORS[name] ?? EXTRA_COLORS[index % EXTRA_COLORS.length]!;
+}
+
+/** One run of a strategy, with what its charts need. */
+export interface ChartRun {
+  result: StrategyResult;
+  series: RunSeries;
+}
+
+function perSecond(bins: Float64Array, binS: number): [number, number][] {
+  return Array.from(bins, (v, i) => [i * binS, v / binS] as [number, number]);
+}
+
+/** Admitted tokens/s of the hottest subject per strategy, the oracle's, and the budget R. */
+export function admittedCharts(
+  runs: readonly ChartRun[],
+  capacity: number,
+  refillPerSecond: number,
+): ChartOptions[] {
+  const first = runs[0];
+  if (first === undefined) return [];
+  const { binS, focusSubject } = first.series;
+  const durationS = first.result.durationS;
+  const budget: Series = {
+    label: `budget R = ${refillPerSecond}/s`,
+    color: '#000000',
+    dashed: true,
+    points: [
+      [0, refillPerSecond],
+      [durationS, refillPerSecond],
+    ],
+  };
+  const binBudget = (capacity + refillPerSecond * binS) / binS;
+  const burst: Series = {
+    label: `most one bin may hold: (C + R·${binS} s) / ${binS} s`,
+    color: '#000000',
+    dashed: true,
+    points: [
+      [0, binBudget],
+      [durationS, binBudget],
+    ],
+  };
+  const oracle = (bins: Float64Array): Series => ({
+    label: 'ideal (oracle, same arrivals)',
+    color: '#999999',
+    dashed: true,
+    points: perSecond(bins, binS),
+  });
+  const lines = (pick: (r: ChartRun) => Float64Array): Series[] =>
+    runs.map((r, i) => ({
+      label: r.result.strategy,
+      color: strategyColor(r.result.strategy, i),
+      points: perSecond(pick(r), binS),
+    }));
+  const scenario = first.result.scenario;
+  const focus = lines((r) => r.series.focusAdmitted);
+  // The burst allowance only helps where something comes near it; elsewhere it would flatten the chart.
+  const peak = Math.max(...focus.flatMap((s) => s.points.map((p) => p[1])));
+  return [
+    {
+      title: `${scenario}: admitted rate of subject ${focusSubject} (the hottest) against its budget`,
+      xLabel: 'simulated time, s',
+      yLabel: `tokens/s (per ${binS} s bin)`,
+      series: [...focus, oracle(first.series.focusIdeal), budget, ...(peak > binBudget / 4 ? [burst] : [])],
+    },
+    {
+      title: `${scenario}: admitted rate, all subjects`,
+      xLabel: 'simulated time, s',
+      yLabel: `tokens/s (per ${binS} s bin)`,
+      series: [...lines((r) => r.series.admitted), oracle(first.series.ideal)],
+    },
+  ];
+}
+
+/** For each strategy with a regional split, its share per region over time and their sum (≤ 1 conserves). */
+export function shareCharts(runs: readonly ChartRun[]): ChartOptions[] {
+  return runs.flatMap((r) => {
+    const samples = r.series.shares;
+    if (samples === undefined) return [];
+    const { binS } = r.series;
+    const series: Series[] = r.result.regions.map((region, k) => ({
+      label: region,
+      color: REGION_COLORS[k % REGION_COLORS.length]!,
+      points: samples.map((s, i) => [i * binS, s[k]!] as [number, number]),
+    }));
+    series.push({
+      label: 'sum of shares',
+      color: '#000000',
+      dashed: true,
+      points: samples.map((s, i) => [i * binS, s.reduce((a, b) => a + b, 0)] as [number, number]),
+    });
+    return [
+      {
+        title: `${r.result.scenario}: shares in force, ${r.result.strategy}`,
+        xLabel: 'simulated time, s',
+        yLabel: 'share of the budget',
+        series,
+        height: 220,
+        yInclude: [0, 1],
+      },
+    ];
+  });
+}
+
+/** Overshoot against false denials, one line per strategy, one point per swept value. */
+export function tradeoffChart(results: readonly StrategyResult[]): ChartOptions[] {
+  const setting = results[0]?.sweep?.setting;
+  if (setting === undefined) return [];
+  const names = [...new Set(results.map((r) => r.strategy))];
+  const series: Series[] = names.map((name, i) => {
+    const mine = results.filter((r) => r.strategy === name);
+    return {
+      label: name,
+      color: strategyColor(name, i),
+      points: mine.map((r) => [r.falseDenialRate, r.overAdmission] as [number, number]),
+      pointLabels: mine.map((r) => `${setting}=${String(r.sweep!.value)}`),
+    };
+  });
+  const xs = results.map((r) => r.falseDenialRate);
+  series.push({
+    label: 'budget (overAdmission = 1)',
+    color: '#000000',
+    dashed: true,
+    points: [
+      [Math.min(0, ...xs), 1],
+      [Math.max(0.01, ...xs), 1],
+    ],
+  });
+  return [
+    {
+      title: `${results[0]!.scenario}: overshoot against false denials, sweeping ${setting}`,
+      xLabel: 'false-denial rate (denied by the strategy, admitted by ideal) / requests',
+      yLabel: 'overAdmission (worst window / budget)',
+      series,
+      height: 380,
+      yInclude: [0, 1],
+    },
+  ];
+}
