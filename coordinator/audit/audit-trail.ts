@@ -1,0 +1,9 @@
+import type { AuditQuery, AuditRecord, AuditResponse } from '../../core/admin-wire.js';
+
+/** Where every policy change is recorded: who, what, before, after, when. */
+export interface AuditTrail {
+  /** Append one record. Rejects when it could not be stored. */
+  record(record: AuditRecord): Promise<void>;
+  /** Records newest first, optionally of one policy and before a position, at most `query.limit`. */
+  read(query: AuditQuery): Promise<AuditResponse>;
+}

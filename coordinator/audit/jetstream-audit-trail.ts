@@ -1,0 +1,147 @@
+/**
+ * The audit trail as a JetStream stream: one subject per policy (`<ns>.audit.<policy key>`), bounded by count,
+ * bytes and age (oldest records go first). Each record carries a message id made of its policy and KV
+ * revision, so a retried append is stored once.
+ */
+import type { JetStreamClient, JetStreamManager, StreamConfig } from '@nats-io/jetstream';
+import { DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/nats-core';
+import type { AuditEntry, AuditQuery, AuditRecord, AuditResponse } from '../../core/admin-wire.js';
+import { AuditRecord as AuditRecordSchema } from '../../core/admin-wire.js';
+import { auditSubject, type KvNames } from '../../core/wire/kv.js';
+import type { CoordinatorMetrics } from '../metrics.js';
+import type { Logger } from '../ports.js';
+import type { AuditTrail } from './audit-trail.js';
+
+/** Bounds of the audit stream. */
+export interface AuditLimits {
+  readonly maxRecords: number;
+  readonly maxAgeDays: number;
+  readonly maxBytes: number;
+}
+
+const FETCH_BATCH = 256;
+
+/** Create the audit stream, or bring an existing one's limits in line with `limits`. */
+export async function ensureAuditStream(
+  jsm: JetStreamManager,
+  names: KvNames,
+  limits: AuditLimits,
+): Promise<void> {
+  const wanted: Partial<StreamConfig> = {
+    max_msgs: limits.maxRecords,
+    max_bytes: limits.maxBytes,
+    max_age: nanos(limits.maxAgeDays * 24 * 3600 * 1000),
+    discard: DiscardPolicy.Old,
+  };
+  try {
+    const info = await jsm.streams.info(names.auditStream);
+    const c = info.config;
+    if (c.max_msgs !== wanted.max_msgs || c.max_bytes !== wanted.max_bytes || c.max_age !== wanted.max_age) {
+      await jsm.streams.update(names.auditStream, wanted);
+    }
+  } catch (error) {
+    if (!(error instanceof Error) || !/stream not found/i.test(error.message)) throw error;
+    await jsm.streams.add({
+      name: names.auditStream,
+      subjects: [`${names.auditSubjectPrefix}.>`],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      description: 'quotaplane policy audit trail',
+      ...wanted,
+    });
+  }
+}
+
+export class JetStreamAuditTrail implements AuditTrail {
+  readonly #js: JetStreamClient;
+  readonly #jsm: JetStreamManager;
+  readonly #names: KvNames;
+  readonly #metrics: CoordinatorMetrics;
+  readonly #log: Logger;
+
+  constructor(deps: {
+    js: JetStreamClient;
+    jsm: JetStreamManager;
+    names: KvNames;
+    metrics: CoordinatorMetrics;
+    log: Logger;
+  }) {
+    this.#js = deps.js;
+    this.#jsm = deps.jsm;
+    this.#names = deps.names;
+    this.#metrics = deps.metrics;
+    this.#log = deps.log;
+  }
+
+  async record(record: AuditRecord): Promise<void> {
+    await this.#js.publish(auditSubject(this.#names, record.policy), JSON.stringify(record), {
+      msgID: `${record.policy}:${record.revision}`,
+    });
+  }
+
+  async read(query: AuditQuery): Promise<AuditResponse> {
+    const info = await this.#jsm.streams.info(this.#names.auditStream);
+    const { first_seq: first, last_seq: last, messages } = info.state;
+    const end = Math.min(last, (query.before ?? Number.MAX_SAFE_INTEGER) - 1);
+    if (messages === 0 || end < first) return { entries: [], next: null };
+    // Without a policy filter the stream is dense between first and last (limits drop only the oldest), so
+    // the page starts exactly `limit` back. With one, scan the policy's subject and keep the last `limit`.
+    const start = query.policy === undefined ? Math.max(first, end - query.limit + 1) : first;
+    const subject =
+      query.policy === undefined
+        ? `${this.#names.auditSubjectPrefix}.>`
+        : auditSubject(this.#names, query.policy);
+    const page: AuditEntry[] = [];
+    let dropped = false;
+    const consumer = await this.#js.consumers.get(this.#names.auditStream, {
+      filter_subjects: subject,
+      opt_start_seq: start,
+      inactive_threshold: 30_000,
+    });
+    let done = false;
+    while (!done) {
+      const batch = await consumer.fetch({ max_messages: FETCH_BATCH, expires: 2000 });
+      let got = 0;
+      for await (const m of batch) {
+        got++;
+        if (m.seq > end) {
+          done = true;
+          break;
+        }
+        const parsed = AuditRecordSchema.safeParse(safeJson(m.string()));
+        if (parsed.success) {
+          page.push({ ...parsed.data, seq: m.seq });
+          if (page.length > query.limit) {
+            page.shift();
+            dropped = true;
+          }
+        } else {
+          this.#metrics.badEntries.inc({ where: 'audit' });
+          this.#log.warn(
+            { seq: m.seq, issues: parsed.error.issues.length },
+            'skipped an invalid audit record',
+          );
+        }
+        if (m.info.pending === 0 || m.seq === end) {
+          done = true;
+          break;
+        }
+      }
+      if (got === 0) done = true;
+    }
+    await consumer.delete().catch(() => undefined);
+    page.reverse();
+    const oldest = page.at(-1)?.seq;
+    const more = query.policy === undefined ? start > first : dropped;
+    return { entries: page, next: more ? (oldest ?? start) : null };
+  }
+}
+
+function safeJson(s: string): unknown {
+  try {
+    return JSON.parse(s) as unknown;
+  } catch {
+    return undefined;
+  }
+}

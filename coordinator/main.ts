@@ -1,0 +1,40 @@
+/**
+ * The coordinator process: read the environment (QP_*), start, and shut down gracefully on SIGTERM or SIGINT.
+ * Exit codes: 0 after a clean shutdown, 2 for a bad configuration, 1 for anything else.
+ */
+import { ConfigError, loadConfig } from './config.js';
+import { startCoordinator } from './server.js';
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig(process.env);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const running = await startCoordinator(config);
+  running.app.log.info({ url: running.url, regions: config.regions }, 'coordinator listening');
+  const shutdown = (signal: string): void => {
+    running.app.log.info({ signal }, 'shutting down');
+    running.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        running.app.log.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', shutdown);
+  process.once('SIGINT', shutdown);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `coordinator failed to start: ${error instanceof Error ? error.message : String(error)}\n`,
+  );
+  process.exit(1);
+});

@@ -1,0 +1,77 @@
+/**
+ * Open the coordinator's JetStream state on a NATS connection: the policies bucket, the audit stream, and a
+ * readiness probe that follows the connection.
+ */
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/nats-core';
+import type { Clock } from '../../core/clock.js';
+import { kvNames, type KvNames } from '../../core/wire/kv.js';
+import { ensureAuditStream, JetStreamAuditTrail } from '../audit/jetstream-audit-trail.js';
+import type { CoordinatorConfig } from '../config.js';
+import type { CoordinatorMetrics } from '../metrics.js';
+import { KvPolicyStore } from '../policies/kv-policy-store.js';
+import type { Logger, ReadinessProbe } from '../ports.js';
+
+/** Settings of the policies bucket. Fixed: agents bind to it as it is. */
+export const POLICY_BUCKET_OPTIONS = {
+  history: 10,
+  maxValueSize: 16 * 1024,
+  description: 'quotaplane policies (key: policy name with . as =)',
+} as const;
+
+export interface CoordinatorStores {
+  readonly names: KvNames;
+  readonly kv: KV;
+  readonly policies: KvPolicyStore;
+  readonly audit: JetStreamAuditTrail;
+  readonly readiness: ReadinessProbe & { close(): void };
+}
+
+export async function openStores(
+  nc: NatsConnection,
+  config: Pick<CoordinatorConfig, 'kvNamespace' | 'natsTimeoutMs' | 'regions' | 'maxPolicies' | 'audit'>,
+  deps: { clock: Clock; metrics: CoordinatorMetrics; log: Logger },
+): Promise<CoordinatorStores> {
+  const names = kvNames(config.kvNamespace);
+  const js = jetstream(nc, { timeout: config.natsTimeoutMs });
+  const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
+  const kv = await new Kvm(js).create(names.policies, POLICY_BUCKET_OPTIONS);
+  await ensureAuditStream(jsm, names, config.audit);
+  const audit = new JetStreamAuditTrail({ js, jsm, names, metrics: deps.metrics, log: deps.log });
+  const policies = new KvPolicyStore({
+    kv,
+    audit,
+    regions: config.regions,
+    maxPolicies: config.maxPolicies,
+    clock: deps.clock,
+    metrics: deps.metrics,
+    log: deps.log,
+  });
+  await policies.init();
+  return { names, kv, policies, audit, readiness: natsReadiness(nc) };
+}
+
+/** Ready while the connection is up; follows the client's status events. */
+export function natsReadiness(nc: NatsConnection): ReadinessProbe & { close(): void } {
+  let connected = !nc.isClosed();
+  let stopped = false;
+  void (async () => {
+    // The status iterator ends when the connection closes.
+    for await (const s of nc.status()) {
+      if (stopped) break;
+      if (s.type === 'disconnect' || s.type === 'reconnecting') connected = false;
+      else if (s.type === 'reconnect') connected = true;
+    }
+  })();
+  return {
+    reasons: () => {
+      if (nc.isClosed()) return ['nats connection closed'];
+      if (nc.isDraining()) return ['nats connection draining'];
+      return connected ? [] : ['nats disconnected'];
+    },
+    close: () => {
+      stopped = true;
+    },
+  };
+}

@@ -1,0 +1,365 @@
+/**
+ * Policies in a NATS JetStream KV bucket (key rules in core/wire/kv.ts). Every write is conditional on the
+ * revision it read (`kv.create` / `kv.update(key, value, revision)` / `delete` with `previousSeq`), so a
+ * concurrent writer is detected rather than overwritten; an `If-Match` from the client narrows that revision to
+ * the one it saw. Writes from this process are serialized, which keeps the policy cap exact and the change
+ * events in write order (one active coordinator writes; agents only read).
+ */
+import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
+import type { KV, KvEntry } from '@nats-io/kv';
+import type { AuditRecord, BudgetPatch, PolicyBody, PolicyChangeKind } from '../../core/admin-wire.js';
+import type { Clock } from '../../core/clock.js';
+import { Policy } from '../../core/policy.js';
+import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
+import type { AuditTrail } from '../audit/audit-trail.js';
+import { Errors, withFieldProblems } from '../errors.js';
+import type { CoordinatorMetrics } from '../metrics.js';
+import type { Logger } from '../ports.js';
+import type {
+  PolicyChange,
+  PolicyStore,
+  PutResult,
+  StoredPolicy,
+  StoredSpec,
+  WriteContext,
+} from './policy-store.js';
+import { failedPrecondition } from './preconditions.js';
+import { policyBodyFor, validateSpec } from './validate.js';
+
+export interface KvPolicyStoreOptions {
+  kv: KV;
+  audit: AuditTrail;
+  /** Configured regions: a policy's `homeRegion` must be one of them. */
+  regions: readonly string[];
+  /** Most policies the bucket may hold. */
+  maxPolicies: number;
+  clock: Clock;
+  metrics: CoordinatorMetrics;
+  log: Logger;
+  /** Deadline of one full listing, milliseconds. Default 10 s. */
+  listTimeoutMs?: number;
+}
+
+/** What the bucket holds under a key right now. */
+interface Current {
+  readonly revision: number;
+  /** Absent when the entry does not parse as a policy (counted and logged; a write may replace it). */
+  readonly stored: StoredPolicy | undefined;
+}
+
+/** Unconditional writes retry this often when another writer slips in between read and write. */
+const WRITE_ATTEMPTS = 3;
+const AUDIT_ATTEMPTS = 3;
+
+export class KvPolicyStore implements PolicyStore {
+  readonly #kv: KV;
+  readonly #audit: AuditTrail;
+  readonly #bodySchema: ReturnType<typeof policyBodyFor>;
+  readonly #maxPolicies: number;
+  readonly #clock: Clock;
+  readonly #metrics: CoordinatorMetrics;
+  readonly #log: Logger;
+  readonly #listTimeoutMs: number;
+  readonly #listeners = new Set<(change: PolicyChange) => void>();
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(options: KvPolicyStoreOptions) {
+    this.#kv = options.kv;
+    this.#audit = options.audit;
+    this.#bodySchema = policyBodyFor(options.regions);
+    this.#maxPolicies = options.maxPolicies;
+    this.#clock = options.clock;
+    this.#metrics = options.metrics;
+    this.#log = options.log;
+    this.#listTimeoutMs = options.listTimeoutMs ?? 10_000;
+  }
+
+  /** Count the stored policies once, for the gauge. */
+  async init(): Promise<void> {
+    this.#metrics.policies.set(await this.#count());
+  }
+
+  async list(): Promise<StoredPolicy[]> {
+    const entries = await this.#kvCall('list', () => this.#snapshot());
+    const out: StoredPolicy[] = [];
+    for (const e of entries) {
+      const stored = this.#decode(e);
+      if (stored !== undefined) out.push(stored);
+    }
+    return out.sort((a, b) => (a.policy.name < b.policy.name ? -1 : a.policy.name > b.policy.name ? 1 : 0));
+  }
+
+  async get(name: string): Promise<StoredPolicy | undefined> {
+    return (await this.#current(name))?.stored;
+  }
+
+  put(name: string, body: PolicyBody, ctx: WriteContext): Promise<PutResult> {
+    const checked = validateSpec(name, body, this.#bodySchema);
+    if (!checked.ok) {
+      return Promise.reject(
+        withFieldProblems(new Errors.VALIDATION(summary(checked.problems)), checked.problems),
+      );
+    }
+    const spec = checked.spec;
+    const policy = Policy.parse(spec);
+    return this.#exclusive(async () => {
+      for (let attempt = 1; ; attempt++) {
+        const current = await this.#current(name);
+        this.#check(ctx, current?.revision);
+        if (current?.stored !== undefined && sameSpec(current.stored.spec, spec)) {
+          return { created: false, changed: false, stored: current.stored };
+        }
+        if (current === undefined) {
+          const count = await this.#count();
+          if (count >= this.#maxPolicies) throw new Errors.POLICY_LIMIT(this.#maxPolicies);
+        }
+        const revision = await this.#write(name, spec, current?.revision);
+        if (revision === undefined) {
+          if (ctx.precondition?.ifMatch !== undefined || attempt >= WRITE_ATTEMPTS) {
+            throw this.#raced(name, ctx);
+          }
+          continue;
+        }
+        const stored: StoredPolicy = { spec, policy, revision };
+        const before = current?.stored?.policy ?? null;
+        const kind: PolicyChangeKind = current === undefined ? 'create' : 'replace';
+        if (current === undefined) this.#metrics.policies.inc();
+        await this.#changed(kind, name, before, policy, revision, ctx);
+        return { created: current === undefined, changed: true, stored };
+      }
+    });
+  }
+
+  patchBudget(name: string, patch: BudgetPatch, ctx: WriteContext): Promise<StoredPolicy> {
+    return this.#exclusive(async () => {
+      for (let attempt = 1; ; attempt++) {
+        const current = await this.#current(name);
+        if (current?.stored === undefined) throw new Errors.POLICY_NOT_FOUND(name);
+        this.#check(ctx, current.revision);
+        const { name: _name, ...fields } = current.stored.spec;
+        const checked = validateSpec(name, { ...fields, ...patch }, this.#bodySchema);
+        if (!checked.ok) {
+          throw withFieldProblems(new Errors.INVALID_POLICY(summary(checked.problems)), checked.problems);
+        }
+        if (sameSpec(current.stored.spec, checked.spec)) return current.stored;
+        const revision = await this.#write(name, checked.spec, current.revision);
+        if (revision === undefined) {
+          if (ctx.precondition?.ifMatch !== undefined || attempt >= WRITE_ATTEMPTS) {
+            throw this.#raced(name, ctx);
+          }
+          continue;
+        }
+        const policy = Policy.parse(checked.spec);
+        await this.#changed('budget', name, current.stored.policy, policy, revision, ctx);
+        return { spec: checked.spec, policy, revision };
+      }
+    });
+  }
+
+  delete(name: string, ctx: WriteContext): Promise<{ revision: number; before: StoredPolicy }> {
+    return this.#exclusive(async () => {
+      for (let attempt = 1; ; attempt++) {
+        const current = await this.#current(name);
+        if (current?.stored === undefined) throw new Errors.POLICY_NOT_FOUND(name);
+        this.#check(ctx, current.revision);
+        const key = policyKey(name);
+        const deleted = await this.#kvCall('delete', async () => {
+          try {
+            await this.#kv.delete(key, { previousSeq: current.revision });
+            return true;
+          } catch (error) {
+            if (isWrongLastSequence(error)) return false;
+            throw error;
+          }
+        });
+        if (!deleted) {
+          if (ctx.precondition?.ifMatch !== undefined || attempt >= WRITE_ATTEMPTS) {
+            throw this.#raced(name, ctx);
+          }
+          continue;
+        }
+        // The delete marker's revision: read back under the write lock, so it is ours unless another
+        // process wrote in between (then the newer revision is the one worth recording).
+        const marker = await this.#kvCall('get', () => this.#kv.get(key));
+        const revision = marker?.revision ?? current.revision + 1;
+        this.#metrics.policies.dec();
+        await this.#changed('delete', name, current.stored.policy, null, revision, ctx);
+        return { revision, before: current.stored };
+      }
+    });
+  }
+
+  onChange(listener: (change: PolicyChange) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #check(ctx: WriteContext, current: number | undefined): void {
+    if (ctx.precondition === undefined) return;
+    const failed = failedPrecondition(ctx.precondition, current);
+    if (failed !== undefined) throw new Errors.PRECONDITION_FAILED(failed);
+  }
+
+  #raced(name: string, ctx: WriteContext): Error {
+    return ctx.precondition?.ifMatch !== undefined
+      ? new Errors.PRECONDITION_FAILED('If-Match: the policy changed while this request was being applied')
+      : new Errors.CONFLICT(name);
+  }
+
+  /** Write `spec` if the key is still at `revision` (absent: still absent). `undefined` when it moved. */
+  async #write(name: string, spec: StoredSpec, revision: number | undefined): Promise<number | undefined> {
+    const key = policyKey(name);
+    const value = JSON.stringify(spec);
+    return this.#kvCall(revision === undefined ? 'create' : 'update', async () => {
+      try {
+        return revision === undefined
+          ? await this.#kv.create(key, value)
+          : await this.#kv.update(key, value, revision);
+      } catch (error) {
+        if (isWrongLastSequence(error)) return undefined;
+        throw error;
+      }
+    });
+  }
+
+  async #current(name: string): Promise<Current | undefined> {
+    const entry = await this.#kvCall('get', () => this.#kv.get(policyKey(name)));
+    if (entry === null || entry.operation !== 'PUT') return undefined;
+    return { revision: entry.revision, stored: this.#decode(entry) };
+  }
+
+  #decode(entry: KvEntry): StoredPolicy | undefined {
+    const name = policyNameFromKey(entry.key);
+    let value: unknown;
+    try {
+      value = entry.json();
+    } catch {
+      value = undefined;
+    }
+    const parsed = Policy.safeParse(value);
+    if (name === undefined || !parsed.success || parsed.data.name !== name) {
+      this.#metrics.badEntries.inc({ where: 'policies' });
+      this.#log.warn(
+        { key: entry.key, revision: entry.revision },
+        'skipped a policy entry that is not a valid policy',
+      );
+      return undefined;
+    }
+    const { name: _n, ...fields } = value as StoredSpec;
+    const spec = { name, ...fields } as StoredSpec;
+    return { spec, policy: parsed.data, revision: entry.revision };
+  }
+
+  /** The latest entry of every key, deletions included, read through one ordered consumer. */
+  async #snapshot(): Promise<KvEntry[]> {
+    const status = await this.#kv.status();
+    if (status.values === 0) return [];
+    const watch = await this.#kv.watch();
+    const entries = new Map<string, KvEntry>();
+    const timer = setTimeout(() => watch.stop(new Error('listing timed out')), this.#listTimeoutMs);
+    try {
+      for await (const e of watch) {
+        if (e.operation === 'PUT') entries.set(e.key, e);
+        else entries.delete(e.key);
+        if (e.delta === 0) break;
+      }
+    } finally {
+      clearTimeout(timer);
+      watch.stop();
+    }
+    return [...entries.values()];
+  }
+
+  async #count(): Promise<number> {
+    return this.#kvCall('count', async () => {
+      let n = 0;
+      for await (const _key of await this.#kv.keys()) n++;
+      return n;
+    });
+  }
+
+  async #changed(
+    kind: PolicyChangeKind,
+    name: string,
+    before: Policy | null,
+    after: Policy | null,
+    revision: number,
+    ctx: WriteContext,
+  ): Promise<void> {
+    const at = this.#clock.now();
+    this.#metrics.policyChanges.inc({ kind });
+    const record: AuditRecord = {
+      at: new Date(at).toISOString(),
+      actor: ctx.actor,
+      action: kind,
+      policy: name,
+      revision,
+      before,
+      after,
+      requestId: ctx.requestId,
+    };
+    await this.#appendAudit(record);
+    const change: PolicyChange = { kind, name, before, after, revision, at };
+    for (const listener of this.#listeners) {
+      try {
+        listener(change);
+      } catch (error) {
+        this.#log.error({ err: error, policy: name, kind }, 'a policy change listener threw');
+      }
+    }
+  }
+
+  /**
+   * The change is already stored when its record is written, so a failure here does not undo it or fail the
+   * request (a retry would then hit a moved ETag): the record is retried (deduplicated by message id), then
+   * logged in full and counted.
+   */
+  async #appendAudit(record: AuditRecord): Promise<void> {
+    for (let attempt = 1; attempt <= AUDIT_ATTEMPTS; attempt++) {
+      try {
+        await this.#audit.record(record);
+        return;
+      } catch (error) {
+        this.#metrics.kvErrors.inc({ op: 'audit' });
+        if (attempt === AUDIT_ATTEMPTS) {
+          this.#metrics.auditFailures.inc();
+          this.#log.error({ err: error, audit: record }, 'could not write an audit record');
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 50 * attempt));
+      }
+    }
+  }
+
+  async #kvCall<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      this.#metrics.kvErrors.inc({ op });
+      this.#log.warn({ err: error, op }, 'policy store operation failed');
+      throw new Errors.STORE_UNAVAILABLE({ cause: error });
+    }
+  }
+
+  #exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#queue.then(fn, fn);
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+}
+
+function isWrongLastSequence(error: unknown): boolean {
+  return (
+    error instanceof JetStreamApiError &&
+    (error.code === JetStreamApiCodes.StreamWrongLastSequence ||
+      error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+function sameSpec(a: StoredSpec, b: StoredSpec): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+function summary(problems: readonly { path: string; message: string }[]): string {
+  return problems.map((p) => (p.path === '' ? p.message : `${p.path}: ${p.message}`)).join('; ');
+}

@@ -1,0 +1,69 @@
+/**
+ * Write-time rules that need the coordinator's configuration, on top of the policy schema's own
+ * (`core/policy.ts`: cost limits ≤ capacity, TTL long enough to refill, strict mode needs a home region…).
+ */
+import type { z } from 'zod';
+import { PolicyBody, type FieldProblem } from '../../core/admin-wire.js';
+import type { StoredSpec } from './policy-store.js';
+
+/** Problems of zod issues, as `Problem.errors` lists them. */
+export function fieldProblems(issues: readonly z.core.$ZodIssue[], prefix = ''): FieldProblem[] {
+  return issues.map((i) => ({
+    path: [prefix, ...i.path.map(String)].filter((p) => p !== '').join('.'),
+    message: i.message,
+  }));
+}
+
+/**
+ * The policy body schema of this deployment: the schema's own rules, plus `homeRegion` among the configured
+ * regions and the `minShare` floors of all regions fitting in the budget. Used by the route (so one answer
+ * lists every problem) and by the store (so no caller bypasses it).
+ */
+export function policyBodyFor(regions: readonly string[]) {
+  return PolicyBody.superRefine((body, ctx) => {
+    if (body.homeRegion !== undefined && !regions.includes(body.homeRegion)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['homeRegion'],
+        message: `homeRegion must be one of the configured regions (${regions.join(', ')})`,
+      });
+    }
+    if (body.minShare !== undefined && body.minShare * regions.length > 1 + 1e-12) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['minShare'],
+        message: `minShare × ${regions.length} regions must be ≤ 1, or the floors alone exceed the budget`,
+      });
+    }
+  });
+}
+
+/** Validate a spec for this deployment: the parsed body (constant defaults filled) or every problem found. */
+export function validateSpec(
+  name: string,
+  input: unknown,
+  schema: ReturnType<typeof policyBodyFor>,
+): { ok: true; spec: StoredSpec } | { ok: false; problems: FieldProblem[] } {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) return { ok: false, problems: fieldProblems(parsed.error.issues) };
+  return { ok: true, spec: canonicalSpec(name, parsed.data) };
+}
+
+const ORDER = [
+  'capacity',
+  'refillPerSecond',
+  'maxCost',
+  'mode',
+  'homeRegion',
+  'onStoreFailure',
+  'idleTtlSeconds',
+  'version',
+  'minShare',
+] as const;
+
+/** The spec with its name, keys in one fixed order, so equal specs serialize to equal bytes. */
+export function canonicalSpec(name: string, body: PolicyBody): StoredSpec {
+  const out: Record<string, unknown> = { name };
+  for (const k of ORDER) if (body[k] !== undefined) out[k] = body[k];
+  return out as StoredSpec;
+}
