@@ -61,10 +61,6 @@ export const SettingsObject = z.strictObject({
 export const Settings = SettingsObject.superRefine((s, ctx) => {
   if (s.maxCost > s.capacity)
     ctx.addIssue({ code: 'custom', path: ['maxCost'], message: 'maxCost must be ≤ capacity' });
-  for (const key of ['shiftAtS', 'faultAtS'] as const) {
-    if (s[key] >= s.durationS)
-      ctx.addIssue({ code: 'custom', path: [key], message: `${key} must be < durationS (${s.durationS})` });
-  }
   if (s.onStoreFailure === 'open')
     ctx.addIssue({
       code: 'custom',

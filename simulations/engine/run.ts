@@ -100,6 +100,12 @@ export function runSimulation(spec: RunSpec): RunOutput {
   const regions = regionsOf(spec.regionCount);
   const policy = simPolicy(settings, definition, regions);
   const home = regions.indexOf(policy.homeRegion!);
+  for (const key of ['shiftAtS', 'faultAtS'] as const) {
+    if (scenario.uses.includes(key) && settings[key] >= settings.durationS)
+      throw new SimConfigError(
+        `${scenario.name}: ${key} (${settings[key]}) must be before the end of the run (durationS ${settings.durationS})`,
+      );
+  }
   const plan = scenario.plan(regions, settings);
   const endUs = settings.durationS * 1e6;
 
@@ -291,6 +297,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
     requests: recorder.requests,
     arrivals: recorder.requests - recorder.retries,
     retries: recorder.retries,
+    forwarded: recorder.forwarded,
     admitted: recorder.admitted,
     admittedCost: recorder.admittedCost,
     denied: recorder.denied,

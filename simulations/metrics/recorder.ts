@@ -116,6 +116,10 @@ export class Recorder {
     };
   }
 
+  get forwarded(): number {
+    return this.#forwarded.length;
+  }
+
   latencyMs() {
     const all = this.#latencies.sorted();
     const fwd = this.#forwarded.sorted();

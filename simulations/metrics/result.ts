@@ -38,6 +38,8 @@ export const StrategyResult = z.strictObject({
   /** First attempts (requests minus client retries). */
   arrivals: count,
   retries: count,
+  /** Decisions forwarded to another region (strict). */
+  forwarded: count,
   admitted: count,
   admittedCost: z.number(),
   denied: count,
