@@ -1,5 +1,6 @@
 import type { BenchSuite } from './lib.js';
+import { simSuite } from './sim.bench.js';
 import { storeSuite } from './store.bench.js';
 
 /** Every benchmark suite, in the order `npm run bench` runs them. */
-export const suites: BenchSuite[] = [storeSuite];
+export const suites: BenchSuite[] = [storeSuite, simSuite];
