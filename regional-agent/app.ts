@@ -1,0 +1,204 @@
+/**
+ * The regional agent's HTTP service: `buildApp(deps, config)` wires the decision path and its routes around
+ * ports it is given (store, policies, shares, clock, logger), so tests build it with real or fake parts and
+ * `main.ts` alone reads the environment and listens.
+ */
+import { randomUUID } from 'node:crypto';
+import proxyAddr from '@fastify/proxy-addr';
+import { trace, type Tracer } from '@opentelemetry/api';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { systemClock, type Clock } from '../core/clock.js';
+import type { PolicySource } from '../core/policy-source.js';
+import type { ShareView } from '../core/shares.js';
+import type { AgentConfig } from './config.js';
+import type { DecisionStore } from './decisions/decision-store.js';
+import { DecisionService } from './decisions/decision-service.js';
+import { EmergencyBuckets } from './decisions/emergency-buckets.js';
+import type { Forwarder } from './decisions/forwarder.js';
+import { AgentErrors } from './errors.js';
+import { decisionsRoute } from './http/decisions-route.js';
+import { installErrorHandling } from './http/error-handler.js';
+import { forwardAuthRoute } from './http/forward-auth-route.js';
+import { healthRoutes } from './http/health-routes.js';
+import { AgentMetrics } from './observability/metrics.js';
+import { StoreGuard } from './resilience/store-guard.js';
+
+/** What the agent is built from. Every port has a real implementation (main.ts) and fakes for tests. */
+export interface AgentDeps {
+  store: DecisionStore;
+  policies: PolicySource;
+  shares: ShareView;
+  log: Logger;
+  clock?: Clock;
+  random?: () => number;
+  tracer?: Tracer;
+  /** Strict mode's forwarder; without one, checks of strict policies homed elsewhere fail with `home_unreachable`. */
+  forwarder?: Forwarder;
+  metrics?: AgentMetrics;
+  /** Closes what the caller opened for the agent (Redis, NATS), last on shutdown. */
+  onClose?: () => Promise<void>;
+}
+
+/** The configuration fields the app uses (everything but where Redis and the policies file are). */
+export type AgentAppConfig = Pick<
+  AgentConfig,
+  | 'region'
+  | 'decisionDeadlineMs'
+  | 'trustedProxies'
+  | 'subjectHeader'
+  | 'requestIdHeader'
+  | 'hmacSecret'
+  | 'legacyHeaders'
+  | 'logSampleRate'
+  | 'bodyLimitBytes'
+  | 'idempotencyTtlMs'
+  | 'breakerErrorPercent'
+  | 'breakerVolumeThreshold'
+  | 'breakerResetMs'
+  | 'breakerWindowMs'
+  | 'emergencyFraction'
+  | 'emergencyMaxBuckets'
+>;
+
+export interface AgentApp {
+  app: FastifyInstance;
+  service: DecisionService;
+  metrics: AgentMetrics;
+  guard: StoreGuard;
+  /** Resolves once policies are known (the agent is ready unless draining). */
+  ready: Promise<void>;
+  /** Say not ready from now on (SIGTERM's first step); decisions are still served. */
+  drain(): void;
+  /** Stop taking requests, finish those in flight, then close the store and the policy source. */
+  close(): Promise<void>;
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
+  const clock = deps.clock ?? systemClock;
+  const metrics = deps.metrics ?? new AgentMetrics({ region: config.region });
+  const log = deps.log;
+  const guard = new StoreGuard(
+    {
+      errorPercent: config.breakerErrorPercent,
+      volumeThreshold: config.breakerVolumeThreshold,
+      resetMs: config.breakerResetMs,
+      windowMs: config.breakerWindowMs,
+    },
+    metrics,
+    deps.tracer ?? trace.getTracer('quotaplane-regional-agent'),
+    (state) => log.warn({ state }, 'store circuit breaker changed state'),
+  );
+  const emergency = new EmergencyBuckets(clock, {
+    fraction: config.emergencyFraction,
+    maxBuckets: config.emergencyMaxBuckets,
+  });
+  const service = new DecisionService(
+    {
+      store: deps.store,
+      guard,
+      policies: deps.policies,
+      shares: deps.shares,
+      emergency,
+      metrics,
+      clock,
+      random: deps.random ?? Math.random,
+      log,
+      forwarder: deps.forwarder,
+    },
+    {
+      region: config.region,
+      deadlineMs: config.decisionDeadlineMs,
+      hmacSecret: config.hmacSecret,
+      idempotencyTtlMs: config.idempotencyTtlMs,
+      failureRetryAfterMs: config.breakerResetMs,
+      logSampleRate: config.logSampleRate,
+    },
+  );
+
+  const trusted =
+    config.trustedProxies.length > 0 ? proxyAddr.compile([...config.trustedProxies]) : undefined;
+  const baseLogger: FastifyBaseLogger = log;
+  const app = Fastify({
+    loggerInstance: baseLogger,
+    // Per-request lines would cost more than the decision; decisions are logged sampled by the service.
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: config.bodyLimitBytes,
+    trustProxy: trusted === undefined ? false : [...config.trustedProxies],
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const sent = req.headers[config.requestIdHeader];
+      return typeof sent === 'string' && REQUEST_ID.test(sent) ? sent : randomUUID();
+    },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  });
+
+  let policiesLoaded = false;
+  let draining = false;
+  let unsubscribe = (): void => undefined;
+  const ready = deps.policies.ready().then(() => {
+    policiesLoaded = true;
+    metrics.policies.set(deps.policies.current().size);
+    unsubscribe = deps.policies.onChange((policies) => {
+      metrics.policies.set(policies.size);
+      metrics.policyReloads.labels('ok').inc();
+      log.info({ policies: policies.size }, 'policies changed');
+    });
+  });
+  ready.catch((error: unknown) => log.error({ err: error }, 'policies could not be loaded'));
+
+  const assertServing = (): void => {
+    if (!policiesLoaded) throw new AgentErrors.AGT_ERR_NOT_READY('policies are not loaded yet');
+  };
+
+  // Only JSON bodies: a text/plain body is refused (415) rather than parsed as a string.
+  app.removeContentTypeParser(['text/plain']);
+  installErrorHandling(app, { metrics, log, bodyLimit: config.bodyLimitBytes });
+  decisionsRoute(app, { service, legacyHeaders: config.legacyHeaders, assertServing });
+  forwardAuthRoute(app, {
+    service,
+    legacyHeaders: config.legacyHeaders,
+    subjectHeader: config.subjectHeader,
+    fromTrustedProxy: (request) => trusted !== undefined && trusted(request.socket.remoteAddress ?? '', 0),
+    assertServing,
+  });
+  healthRoutes(app, {
+    metrics,
+    readiness: {
+      reasons: () => {
+        const reasons: string[] = [];
+        if (draining) reasons.push('draining');
+        if (!policiesLoaded) reasons.push('policies are not loaded');
+        return reasons;
+      },
+      facts: () => ({ policies: deps.policies.current().size, store: guard.state, region: config.region }),
+    },
+  });
+
+  let closing: Promise<void> | undefined;
+  return {
+    app,
+    service,
+    metrics,
+    guard,
+    ready,
+    drain: () => {
+      draining = true;
+    },
+    close: () => {
+      closing ??= (async () => {
+        draining = true;
+        await app.close();
+        unsubscribe();
+        guard.shutdown();
+        emergency.close();
+        await deps.policies.close();
+        await deps.onClose?.();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,27 @@
+import type { CheckResult } from '../../core/agent-wire.js';
+
+/** One check of a strict policy, sent to the agents of its home region. The subject is already normalized. */
+export interface ForwardCheck {
+  policy: string;
+  subject: string;
+  cost: number;
+}
+
+export interface ForwardRequest {
+  checks: ForwardCheck[];
+  idempotencyKey?: string | undefined;
+  dryRun: boolean;
+}
+
+/**
+ * Strict mode's port: decide checks of policies homed in another region at that region's agents (issue 6
+ * implements it over NATS request/reply). The agent sends at most one home region per request, after every
+ * local check was granted, so a remote grant never needs to be taken back.
+ */
+export interface Forwarder {
+  /**
+   * Decide all-or-nothing at `homeRegion` within `budgetMs`; results in the order of `request.checks`.
+   * Throws when the home region gives no answer in time (the policies' failure mode applies).
+   */
+  decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<CheckResult[]>;
+}

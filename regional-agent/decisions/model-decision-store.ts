@@ -1,0 +1,54 @@
+import type { Clock } from '../../core/clock.js';
+import { decodeReply, encodeRequest, type DecideRequest, type Decision } from '../../core/bucket-wire.js';
+import { RefundableBucketModel, encodeRefund, type RefundRequest } from '../../core/refund.js';
+import { MICRO } from '../../core/token-bucket.js';
+import type { ClaimOutcome, DecisionStore, RefundOutcome } from './decision-store.js';
+
+/**
+ * The decision store over the reference models and an injected clock: unit tests, and anything that wants the
+ * agent's decision path without Redis. `slotOf` can be given to mimic a cluster's grouping.
+ */
+export class ModelDecisionStore implements DecisionStore {
+  readonly model = new RefundableBucketModel();
+  readonly #clock: Clock;
+  readonly #slotOf: (key: string) => number;
+  readonly #claims = new Map<string, { fingerprint: string; expiresAt: number }>();
+
+  constructor(clock: Clock, slotOf: (key: string) => number = () => 0) {
+    this.#clock = clock;
+    this.#slotOf = slotOf;
+  }
+
+  decide(request: DecideRequest): Promise<Decision> {
+    return Promise.resolve(decodeReply(this.model.evaluate(encodeRequest(request), this.#micros())));
+  }
+
+  slotOf(key: string): number {
+    return this.#slotOf(key);
+  }
+
+  refund(request: RefundRequest): Promise<RefundOutcome> {
+    const reply = this.model.refund(encodeRefund(request), this.#micros());
+    return Promise.resolve({
+      results: reply.results.map((r) => ({
+        refunded: r.refunded / MICRO,
+        tokens: r.tokens < 0 ? null : r.tokens / MICRO,
+      })),
+      recordDeleted: reply.recordDeleted,
+    });
+  }
+
+  claim(key: string, fingerprint: string, ttlMs: number, peekOnly: boolean): Promise<ClaimOutcome> {
+    const now = this.#clock.now();
+    const held = this.#claims.get(key);
+    if (held !== undefined && held.expiresAt > now) {
+      return Promise.resolve(held.fingerprint === fingerprint ? 'same' : 'conflict');
+    }
+    if (!peekOnly) this.#claims.set(key, { fingerprint, expiresAt: now + ttlMs });
+    return Promise.resolve('new');
+  }
+
+  #micros(): number {
+    return Math.round(this.#clock.now() * 1000);
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * Every error the agent answers with, in the style of fastify's `lib/errors.js`: a stable code, a message
+ * template and an HTTP status. docs/errors.md lists each code exactly once (a test holds it to that).
+ * Decision outcomes that are not errors of the caller (429 over quota, 503 limiter unavailable) have their own
+ * stable codes at the end.
+ */
+import createError from '@fastify/error';
+
+export const AgentErrors = {
+  AGT_ERR_INVALID_REQUEST: createError('AGT_ERR_INVALID_REQUEST', 'Invalid decision request: %s', 400),
+  AGT_ERR_MALFORMED_JSON: createError('AGT_ERR_MALFORMED_JSON', 'The body is not valid JSON', 400),
+  AGT_ERR_BODY_TOO_LARGE: createError('AGT_ERR_BODY_TOO_LARGE', 'The body is larger than %s bytes', 413),
+  AGT_ERR_UNSUPPORTED_MEDIA_TYPE: createError(
+    'AGT_ERR_UNSUPPORTED_MEDIA_TYPE',
+    'Send the body as application/json',
+    415,
+  ),
+  AGT_ERR_TOO_MANY_CHECKS: createError(
+    'AGT_ERR_TOO_MANY_CHECKS',
+    'A request may carry at most %s checks, got %s',
+    400,
+  ),
+  AGT_ERR_UNKNOWN_POLICY: createError('AGT_ERR_UNKNOWN_POLICY', 'Unknown policy %s', 404),
+  AGT_ERR_INVALID_SUBJECT: createError('AGT_ERR_INVALID_SUBJECT', 'Invalid subject: %s', 400),
+  AGT_ERR_INVALID_COST: createError('AGT_ERR_INVALID_COST', 'Invalid cost: %s', 400),
+  AGT_ERR_COST_ABOVE_MAX: createError(
+    'AGT_ERR_COST_ABOVE_MAX',
+    'Cost %s is above the largest cost policy %s allows (%s)',
+    400,
+  ),
+  AGT_ERR_DUPLICATE_CHECK: createError(
+    'AGT_ERR_DUPLICATE_CHECK',
+    'Policy %s is checked twice for the same subject in one request',
+    400,
+  ),
+  AGT_ERR_IDEMPOTENCY_CONFLICT: createError(
+    'AGT_ERR_IDEMPOTENCY_CONFLICT',
+    'This idempotency key already answers a different request',
+    409,
+  ),
+  AGT_ERR_MIXED_HOME_REGIONS: createError(
+    'AGT_ERR_MIXED_HOME_REGIONS',
+    'Checks of strict policies homed in different regions (%s) cannot share one request',
+    400,
+  ),
+  AGT_ERR_MISSING_SUBJECT: createError('AGT_ERR_MISSING_SUBJECT', 'No subject: %s', 400),
+  AGT_ERR_INVALID_QUERY: createError('AGT_ERR_INVALID_QUERY', 'Invalid query: %s', 400),
+  AGT_ERR_NOT_FOUND: createError('AGT_ERR_NOT_FOUND', 'No route %s %s', 404),
+  AGT_ERR_NOT_READY: createError('AGT_ERR_NOT_READY', 'The agent is not ready: %s', 503),
+  AGT_ERR_INTERNAL: createError('AGT_ERR_INTERNAL', 'Internal error', 500),
+} as const;
+
+export type AgentErrorCode = keyof typeof AgentErrors;
+
+/** Stable code of a 429 answer (forward-auth, the plugin): the request is over quota. */
+export const RATE_LIMITED = 'RATE_LIMITED';
+/** Stable code of a 503 answer: a fail-closed policy could not be decided (store, home region or lease). */
+export const LIMITER_UNAVAILABLE = 'LIMITER_UNAVAILABLE';
+
+/** Every code the agent can answer with, errors and outcomes alike. */
+export const AGENT_CODES: readonly string[] = [
+  ...Object.keys(AgentErrors),
+  RATE_LIMITED,
+  LIMITER_UNAVAILABLE,
+];
+
+/** An agent error carrying a list of every problem found (validation). */
+export interface AgentError extends Error {
+  code: string;
+  statusCode?: number;
+  /** Every problem found, when there were several. */
+  errors?: readonly string[];
+}
+
+/** Build an agent error with its list of problems. */
+export function withProblems<E extends Error>(error: E, problems: readonly string[]): E & AgentError {
+  return Object.assign(error, { errors: problems }) as E & AgentError;
+}
