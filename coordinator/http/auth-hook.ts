@@ -22,13 +22,15 @@ export function principalOf(request: FastifyRequest): Principal {
 export function authHooks(verifier: TokenVerifier, metrics: CoordinatorMetrics) {
   return (required: Role): onRequestHookHandler =>
     function authenticate(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
-      const token = bearerToken(request.headers.authorization);
-      if (token === undefined) {
+      const header = request.headers.authorization;
+      if (header === undefined) {
         metrics.authFailures.inc({ reason: 'missing' });
         reply.header('www-authenticate', `Bearer realm="${REALM}"`);
         return done(new Errors.UNAUTHORIZED());
       }
-      const principal = verifier.verify(token);
+      // Another scheme, or no scheme, counts as a wrong token.
+      const token = bearerToken(header);
+      const principal = token === undefined ? undefined : verifier.verify(token);
       if (principal === undefined) {
         metrics.authFailures.inc({ reason: 'invalid' });
         reply.header('www-authenticate', `Bearer realm="${REALM}", error="invalid_token"`);

@@ -4,6 +4,7 @@
  */
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
+import type { FastifyBaseLogger } from 'fastify';
 import { pino } from 'pino';
 import { inject } from 'vitest';
 import { systemClock, type Clock } from '../../core/clock.js';
@@ -37,6 +38,8 @@ export interface FixtureOptions {
   allocations?: AllocationsReader;
   clock?: Clock;
   natsTimeoutMs?: number;
+  /** Default: a silent pino logger. */
+  logger?: FastifyBaseLogger;
 }
 
 /** A fresh namespace: lower-case, as JetStream names here require. */
@@ -78,7 +81,7 @@ export async function coordinatorFixture(options: FixtureOptions = {}): Promise<
       audit: stores.audit,
       readiness: stores.readiness,
       metrics,
-      logger: pino({ level: 'silent' }),
+      logger: options.logger ?? pino({ level: 'silent' }),
       ...(options.allocations !== undefined ? { allocations: options.allocations } : {}),
     },
     config,

@@ -1,0 +1,119 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../coordinator/config.js';
+
+const ADMIN = 'admin-secret-0123456789';
+const base = { QP_REGIONS: 'us,eu,ap', QP_ADMIN_TOKEN: ADMIN };
+
+function problems(env: Record<string, string>): readonly string[] {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+}
+
+describe('coordinator configuration', () => {
+  it('fills every default and freezes the result', () => {
+    const c = loadConfig(base);
+    expect(c).toEqual({
+      natsServers: ['nats://127.0.0.1:4222'],
+      regions: ['us', 'eu', 'ap'],
+      adminToken: ADMIN,
+      readToken: undefined,
+      host: '127.0.0.1',
+      port: 7100,
+      logLevel: 'info',
+      kvNamespace: 'qp',
+      natsTimeoutMs: 2000,
+      maxPolicies: 1000,
+      bodyLimitBytes: 16_384,
+      audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
+      shutdownGraceMs: 0,
+    });
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(Object.isFrozen(c.regions)).toBe(true);
+    expect(Object.isFrozen(c.audit)).toBe(true);
+  });
+
+  it('reads every variable', () => {
+    const c = loadConfig({
+      ...base,
+      QP_NATS_URL: 'nats://a:4222, nats://b:4222',
+      QP_REGIONS: ' us , eu-west ',
+      QP_READ_TOKEN: 'read-secret-0123456789',
+      QP_HOST: '0.0.0.0',
+      QP_PORT: '8100',
+      QP_LOG_LEVEL: 'debug',
+      QP_KV_NAMESPACE: 'prod-1',
+      QP_NATS_TIMEOUT_MS: '500',
+      QP_MAX_POLICIES: '10',
+      QP_BODY_LIMIT_BYTES: '4096',
+      QP_AUDIT_MAX_RECORDS: '5000',
+      QP_AUDIT_MAX_AGE_DAYS: '30',
+      QP_AUDIT_MAX_BYTES: '2097152',
+      QP_SHUTDOWN_GRACE_MS: '1500',
+    });
+    expect(c).toMatchObject({
+      natsServers: ['nats://a:4222', 'nats://b:4222'],
+      regions: ['us', 'eu-west'],
+      readToken: 'read-secret-0123456789',
+      host: '0.0.0.0',
+      port: 8100,
+      logLevel: 'debug',
+      kvNamespace: 'prod-1',
+      natsTimeoutMs: 500,
+      maxPolicies: 10,
+      bodyLimitBytes: 4096,
+      audit: { maxRecords: 5000, maxAgeDays: 30, maxBytes: 2_097_152 },
+      shutdownGraceMs: 1500,
+    });
+  });
+
+  it('lists every problem at once', () => {
+    expect(
+      problems({
+        QP_ADMIN_TOKEN: 'short',
+        QP_PORT: '70000',
+        QP_LOG_LEVEL: 'loud',
+        QP_NATS_URL: 'http://x',
+        QP_MAX_POLICIES: '0',
+        QP_KV_NAMESPACE: 'Bad.NS',
+      }).map((p) => p.split(':')[0]),
+    ).toEqual([
+      'QP_NATS_URL.0',
+      'QP_REGIONS',
+      'QP_ADMIN_TOKEN',
+      'QP_PORT',
+      'QP_LOG_LEVEL',
+      'QP_KV_NAMESPACE',
+      'QP_MAX_POLICIES',
+    ]);
+  });
+
+  it('refuses duplicate or malformed regions and a read token equal to the admin token', () => {
+    expect(problems({ ...base, QP_REGIONS: 'us,us' })).toEqual(['QP_REGIONS: regions must be unique']);
+    expect(problems({ ...base, QP_REGIONS: 'US' })[0]).toMatch(/^QP_REGIONS\.0: region names/);
+    expect(problems({ ...base, QP_REGIONS: ' , ' })).toEqual(['QP_REGIONS: give at least one region']);
+    expect(problems({ ...base, QP_READ_TOKEN: ADMIN })).toEqual([
+      'QP_READ_TOKEN: the read token must differ from the admin token',
+    ]);
+  });
+
+  it('never repeats a token in its messages', () => {
+    const secret = 'has space 0123456789abcdef';
+    const err = (() => {
+      try {
+        loadConfig({ ...base, QP_ADMIN_TOKEN: secret, QP_READ_TOKEN: 'tiny' });
+      } catch (e) {
+        return e as ConfigError;
+      }
+      throw new Error('expected a ConfigError');
+    })();
+    expect(err.code).toBe('COORD_ERR_CONFIG');
+    expect(err.problems).toHaveLength(2);
+    expect(err.message).not.toContain(secret);
+    expect(err.message).not.toContain('tiny');
+  });
+});
