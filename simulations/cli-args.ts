@@ -22,6 +22,7 @@ const ALWAYS_USED: readonly SettingName[] = [
   'binS',
   'convergenceTolerance',
   'convergenceWindowS',
+  'convergenceHoldS',
 ];
 /** Settings read by any strategy that sends messages. */
 const NETWORK_SETTINGS: readonly SettingName[] = [

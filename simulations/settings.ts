@@ -54,6 +54,7 @@ export const SettingsObject = z.strictObject({
   ),
   convergenceTolerance: positive(1).describe('convergence: admitted within this fraction of ideal'),
   convergenceWindowS: whole(1, 3_600).describe('convergence: seconds of admissions compared at a time'),
+  convergenceHoldS: whole(0, 86_400).describe('convergence: seconds that must remain after it to count'),
   binS: whole(1, 3_600).describe('chart and convergence bin, s'),
 });
 
@@ -101,6 +102,7 @@ export const DEFAULT_SETTINGS: Settings = {
   overcommit: 1,
   convergenceTolerance: 0.1,
   convergenceWindowS: 5,
+  convergenceHoldS: 30,
   binS: 1,
 };
 

@@ -283,13 +283,11 @@ export function runSimulation(spec: RunSpec): RunOutput {
     falseDenialRate: recorder.requests === 0 ? 0 : roundMetric(recorder.falseDenials / recorder.requests),
     convergenceSeconds: convergenceSeconds(recorder.series.admitted, recorder.series.ideal, plan.shiftsS, {
       binS: settings.binS,
-      windowBins:
-        settings.convergenceWindowS / settings.binS >= 1
-          ? Math.round(settings.convergenceWindowS / settings.binS)
-          : 1,
+      windowBins: Math.max(1, Math.round(settings.convergenceWindowS / settings.binS)),
       tolerance: settings.convergenceTolerance,
       slack: settings.maxCost,
       fullBins: Math.floor(settings.durationS / settings.binS),
+      holdBins: Math.ceil(settings.convergenceHoldS / settings.binS),
     }),
     controlMessagesPerSecond: roundMetric(counts.control / seconds),
     forwardedMessagesPerSecond: roundMetric(counts.data / seconds),

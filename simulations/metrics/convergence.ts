@@ -2,8 +2,9 @@
  * convergenceSeconds: after a demand shift, how long until the strategy admits what the ideal oracle admits on the
  * same arrivals. Admissions are binned (binS) and compared over sliding windows of `windowBins` bins; the strategy
  * has converged at the start of the first window from which every window up to the next shift (or the end) is
- * within `tolerance` of ideal (|S − I| ≤ tolerance·I + slack). Measured after every shift (from 0 when there is
- * none); the worst one counts. null when some phase never converges.
+ * within `tolerance` of ideal (|S − I| ≤ tolerance·I + slack), provided at least `holdBins` of the phase remain
+ * from there (a lucky last window is not convergence). Measured after every shift (from 0 when there is none); the
+ * worst one counts. null when some phase never converges.
  */
 export interface ConvergenceOptions {
   binS: number;
@@ -13,6 +14,8 @@ export interface ConvergenceOptions {
   slack: number;
   /** Bins that cover the run entirely (a trailing partial bin is ignored). */
   fullBins: number;
+  /** Bins of the phase that must remain after the convergence instant. */
+  holdBins: number;
 }
 
 export function convergenceSeconds(
@@ -42,7 +45,7 @@ export function convergenceSeconds(
         break;
       }
     }
-    if (from > lastStart) return null;
+    if (from > lastStart || end - from < o.holdBins) return null;
     worst = Math.max(worst, from * o.binS - shiftS);
   }
   return worst;

@@ -253,7 +253,8 @@ export const coordinatorCrash: Scenario = {
   uses: ['load', 'subjects', 'shiftAtS', 'faultAtS', 'faultForS'],
   plan: (regions, s) =>
     plan(stepTraffic(regions, s), {
-      shiftsS: [s.shiftAtS],
+      // Recovery is measured after the demand shift and again after the coordinator returns.
+      shiftsS: s.faultAtS + s.faultForS < s.durationS ? [s.shiftAtS, s.faultAtS + s.faultForS] : [s.shiftAtS],
       faults: window(s.faultAtS, s.faultForS, { kind: 'coordinator-down' }, { kind: 'coordinator-up' }),
     }),
 };
@@ -266,6 +267,8 @@ export const regionPartition: Scenario = {
   plan(regions, s) {
     const region = regions.length - 1;
     return plan(evenTraffic(regions, s), {
+      // Convergence here is recovery: from the moment the partition heals.
+      shiftsS: s.faultAtS + s.faultForS < s.durationS ? [s.faultAtS + s.faultForS] : [],
       faults: window(s.faultAtS, s.faultForS, { kind: 'partition', region }, { kind: 'heal', region }),
     });
   },
@@ -279,6 +282,8 @@ export const redisFailover: Scenario = {
   uses: ['load', 'subjects', 'faultAtS', 'failoverLagS', 'failoverReset'],
   plan: (regions, s) =>
     plan(evenTraffic(regions, s), {
+      // Convergence here is recovery from the failover.
+      shiftsS: [s.faultAtS],
       faults: [
         {
           atS: s.faultAtS,

@@ -79,7 +79,7 @@ describe('percentiles', () => {
 });
 
 describe('convergenceSeconds', () => {
-  const options = { binS: 1, windowBins: 5, tolerance: 0.1, slack: 1, fullBins: 60 };
+  const options = { binS: 1, windowBins: 5, tolerance: 0.1, slack: 1, fullBins: 60, holdBins: 10 };
   const ideal = new Array<number>(60).fill(20);
 
   it('is 0 when a strategy tracks ideal from the shift on', () => {
@@ -101,5 +101,12 @@ describe('convergenceSeconds', () => {
     expect(convergenceSeconds(half, ideal, [30], options)).toBeNull();
     const twoPhases = ideal.map((v, i) => (i >= 10 && i < 13 ? 0 : i >= 30 && i < 37 ? 0 : v));
     expect(convergenceSeconds(twoPhases, ideal, [10, 30], options)).toBe(7);
+  });
+
+  it('does not call a lucky stretch at the very end convergence', () => {
+    const lateLuck = ideal.map((v, i) => (i >= 30 && i < 52 ? v / 2 : v));
+    expect(convergenceSeconds(lateLuck, ideal, [30], options)).toBeNull();
+    // From the window starting at bin 51 (one half bin in five: 90 against 100, within 10% + slack), 9 bins remain.
+    expect(convergenceSeconds(lateLuck, ideal, [30], { ...options, holdBins: 9 })).toBe(21);
   });
 });
