@@ -459,10 +459,13 @@ export class DecisionService {
       const i = group.indexes[j]!;
       const p = checks[i]!;
       const b = decision.results[j]!;
+      // A group only looked at (an earlier one denied) reports what it holds, not what it would after paying.
+      const remaining =
+        lookOnly && decision.allowed ? Math.min(b.remaining + p.cost, p.bucket!.capacity) : b.remaining;
       const result: CheckResult = {
         policy: p.policy.name,
         allowed: decision.allowed,
-        remaining: b.remaining > 0 ? b.remaining : 0,
+        remaining: remaining > 0 ? remaining : 0,
         limit: p.bucket!.capacity,
         resetMs: b.resetMs,
         retryAfterMs: b.retryAfterMs,
