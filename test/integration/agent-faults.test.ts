@@ -1,0 +1,168 @@
+import type { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
+import { parsePolicy } from '../../core/policy.js';
+import { StaticShareView } from '../../core/shares.js';
+import { buildApp, type AgentApp } from '../../regional-agent/app.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { RedisServer } from '../harness/backend.js';
+import { backend, uniquePrefix } from '../harness/fixtures.js';
+
+const DEADLINE_MS = 50;
+// Two shared cores and other suites running: a decision may overrun its timer by scheduling delay, never by a
+// Redis wait. 250 ms is five deadlines, far below what a frozen Redis would cost (forever).
+const LATE_MS = 250;
+
+const policies = [
+  parsePolicy({ name: 'closed', capacity: 100, refillPerSecond: 1, onStoreFailure: 'closed' }),
+  parsePolicy({ name: 'open', capacity: 100, refillPerSecond: 1, onStoreFailure: 'open' }),
+  parsePolicy({ name: 'local', capacity: 100, refillPerSecond: 1, onStoreFailure: 'local' }),
+];
+
+let server: RedisServer;
+let redis: Redis;
+let agent: AgentApp;
+
+beforeAll(async () => {
+  server = await backend().startRedis();
+  redis = connectRedis({ redisUrl: server.url }) as Redis;
+  redis.on('error', () => undefined);
+  await whenReady(redis, 5000);
+  agent = buildApp(
+    {
+      store: new RedisDecisionStore(redis),
+      policies: new StaticPolicySource(policies),
+      shares: new StaticShareView(),
+      log: pino({ level: 'silent' }),
+    },
+    AgentConfig.parse({
+      region: 'us',
+      redisUrl: server.url,
+      policiesFile: 'unused',
+      decisionDeadlineMs: DEADLINE_MS,
+      breakerResetMs: 300,
+      breakerVolumeThreshold: 5,
+      emergencyFraction: 0.1,
+    }),
+  );
+  await agent.ready;
+});
+afterAll(async () => {
+  await agent.close();
+  redis.disconnect();
+  await server[Symbol.asyncDispose]();
+});
+
+async function timed(
+  policy: string,
+  subject: string,
+): Promise<{ ms: number; result: CheckResult; allowed: boolean }> {
+  const started = performance.now();
+  const res = await agent.app.inject({ method: 'POST', url: '/v1/decisions', payload: { policy, subject } });
+  const ms = performance.now() - started;
+  expect(res.statusCode).toBe(200);
+  const body = DecisionResponse.parse(res.json());
+  return { ms, result: body.results[0]!, allowed: body.allowed };
+}
+
+async function metric(pattern: RegExp): Promise<number> {
+  const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
+  const match = pattern.exec(text);
+  return match === null ? 0 : Number(match[1]);
+}
+
+/** Poll until a `closed` decision is an ordinary one again; returns how long it took. */
+async function recovered(withinMs: number): Promise<number> {
+  const started = performance.now();
+  while (performance.now() - started < withinMs) {
+    const d = await timed('closed', uniquePrefix('probe'));
+    if (d.allowed && d.result.reason === undefined) return performance.now() - started;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`decisions did not recover within ${withinMs} ms`);
+}
+
+describe('failure behaviour against a real Redis that is paused and killed', () => {
+  it('decides normally while Redis answers', async () => {
+    for (const p of ['closed', 'open', 'local']) {
+      const d = await timed(p, uniquePrefix('ok'));
+      expect(d.allowed).toBe(true);
+      expect(d.result.reason).toBeUndefined();
+      expect(d.result.remaining).toBe(99);
+    }
+  });
+
+  it('SIGSTOP: every decision keeps its deadline and fails as its policy says; it recovers after SIGCONT', async () => {
+    await server.pause();
+    try {
+      const subject = uniquePrefix('frozen');
+      const times: number[] = [];
+      for (let i = 0; i < 8; i++) {
+        const closed = await timed('closed', subject);
+        const open = await timed('open', subject);
+        times.push(closed.ms, open.ms);
+        expect(closed.allowed).toBe(false);
+        expect(closed.result).toMatchObject({ reason: 'store_unavailable', retryAfterMs: 300, remaining: 0 });
+        expect(open.allowed).toBe(true);
+        expect(open.result).toMatchObject({ reason: 'fail_open', cause: 'store_unavailable' });
+      }
+      // The emergency bucket holds 10% of 100 tokens, refilling at 0.1/s: ten pass, the eleventh waits.
+      const local: boolean[] = [];
+      for (let i = 0; i < 11; i++) {
+        const d = await timed('local', subject);
+        times.push(d.ms);
+        expect(d.result).toMatchObject({ reason: 'emergency_bucket', cause: 'store_unavailable', limit: 10 });
+        local.push(d.allowed);
+      }
+      expect(local).toEqual([...Array<boolean>(10).fill(true), false]);
+      expect(Math.max(...times)).toBeLessThan(LATE_MS);
+      // The breaker opened: later calls were refused without touching Redis.
+      expect(agent.guard.state).not.toBe('closed');
+      expect(
+        await metric(
+          /quotaplane_store_latency_seconds_count\{operation="decide",outcome="circuit_open"\} (\d+)/,
+        ),
+      ).toBeGreaterThan(0);
+      expect(
+        await metric(/quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/),
+      ).toBeGreaterThan(0);
+      expect(
+        await metric(
+          /quotaplane_degraded_decisions_total\{policy="open",region="us",reason="fail_open",cause="store_unavailable"\} (\d+)/,
+        ),
+      ).toBe(8);
+      expect(
+        await metric(
+          /quotaplane_degraded_decisions_total\{policy="closed",region="us",reason="store_unavailable",cause=""\} (\d+)/,
+        ),
+      ).toBe(8);
+    } finally {
+      await server.resume();
+    }
+    expect(await recovered(10_000)).toBeLessThan(10_000);
+    expect(agent.guard.state).toBe('closed');
+  });
+
+  it('SIGKILL: decisions fail fast as their policy says; they recover by themselves once Redis restarts', async () => {
+    await server.kill();
+    const subject = uniquePrefix('dead');
+    const times: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const closed = await timed('closed', subject);
+      const open = await timed('open', subject);
+      times.push(closed.ms, open.ms);
+      expect(closed).toMatchObject({ allowed: false, result: { reason: 'store_unavailable' } });
+      expect(open).toMatchObject({ allowed: true, result: { reason: 'fail_open' } });
+    }
+    expect(Math.max(...times)).toBeLessThan(LATE_MS);
+    await server.start();
+    expect(await recovered(15_000)).toBeLessThan(15_000);
+    const fresh = await timed('local', uniquePrefix('back'));
+    expect(fresh).toMatchObject({ allowed: true, result: { remaining: 99 } });
+    expect(fresh.result.reason).toBeUndefined();
+  });
+});
