@@ -281,6 +281,8 @@ export function runSimulation(spec: RunSpec): RunOutput {
         ? null
         : roundMetric(recorder.admittedCost / recorder.idealAdmittedCost),
     falseDenialRate: recorder.requests === 0 ? 0 : roundMetric(recorder.falseDenials / recorder.requests),
+    falseAdmissionRate:
+      recorder.requests === 0 ? 0 : roundMetric(recorder.falseAdmissions / recorder.requests),
     convergenceSeconds: convergenceSeconds(recorder.series.admitted, recorder.series.ideal, plan.shiftsS, {
       binS: settings.binS,
       windowBins: Math.max(1, Math.round(settings.convergenceWindowS / settings.binS)),
@@ -302,6 +304,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
     idealAdmitted: recorder.idealAdmitted,
     idealAdmittedCost: recorder.idealAdmittedCost,
     falseDenials: recorder.falseDenials,
+    falseAdmissions: recorder.falseAdmissions,
     degraded: sortedRecord(recorder.degraded),
     counters: sortedRecord(recorder.counters),
     network: { control: counts.control, data: counts.data, lost: counts.lost, dropped: counts.dropped },

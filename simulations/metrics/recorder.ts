@@ -30,6 +30,7 @@ export class Recorder {
   idealAdmitted = 0;
   idealAdmittedCost = 0;
   falseDenials = 0;
+  falseAdmissions = 0;
   maxShareSum: number | null = null;
   readonly degraded = new Map<string, number>();
   readonly counters = new Map<string, number>();
@@ -78,6 +79,7 @@ export class Recorder {
       return;
     }
     this.admitted++;
+    if (!idealAllowed) this.falseAdmissions++;
     this.admittedCost += request.cost;
     this.log.add(request.subject, outcome.decidedAt, request.cost * 1e6);
     const bin = Math.floor(outcome.decidedAt / this.#binUs);

@@ -24,6 +24,11 @@ export const StrategyResult = z.strictObject({
   utilisation: z.number().nullable(),
   /** Requests denied that ideal admitted, over all requests. */
   falseDenialRate: z.number(),
+  /**
+   * Requests admitted that ideal denied, over all requests. Under saturation a strategy that admits as much as
+   * ideal but different requests shows both rates; their difference is the net loss.
+   */
+  falseAdmissionRate: z.number(),
   /** Seconds after the (worst) demand shift until admissions track ideal; null when they never do. */
   convergenceSeconds: z.number().nullable(),
   /** Control-plane messages (reports, leases, acks) per simulated second. */
@@ -46,6 +51,7 @@ export const StrategyResult = z.strictObject({
   idealAdmitted: count,
   idealAdmittedCost: z.number(),
   falseDenials: count,
+  falseAdmissions: count,
   /** Degraded decisions by reason (home_unreachable, emergency_bucket). */
   degraded: z.record(z.string(), count),
   /** Strategy-specific counters (lostGrants: grants whose reply never reached the client in time). */

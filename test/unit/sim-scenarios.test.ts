@@ -63,6 +63,10 @@ describe('every scenario under every strategy', () => {
       // The oracle is its own shadow: it admits exactly what it admits.
       expect(ideal.utilisation).toBe(1);
       expect(ideal.falseDenialRate).toBe(0);
+      expect(ideal.falseAdmissionRate).toBe(0);
+      // Admitted = ideal's admissions − false denials + false admissions, request for request.
+      for (const r of byStrategy.values())
+        expect(r.admitted, r.strategy).toBe(r.idealAdmitted - r.falseDenials + r.falseAdmissions);
       expect(ideal.overAdmission).toBeLessThanOrEqual(1);
       // Without failures of their own stores, conserving strategies stay within the budget.
       if (scenario.name !== 'redis-failover') {
