@@ -2,7 +2,13 @@
  * The coordinator's ports: what the admin API needs from the protocol engine and from its environment. Each has
  * a real implementation (the engine, NATS) and simple ones for tests.
  */
+import type { NatsConnection } from '@nats-io/nats-core';
+import type { Registry } from 'prom-client';
 import type { AllocationSummary, RegionSummary } from '../core/admin-wire.js';
+import type { Clock } from '../core/clock.js';
+import type { KvNames } from '../core/wire/kv.js';
+import type { CoordinatorConfig } from './config.js';
+import type { PolicyStore } from './policies/policy-store.js';
 
 /**
  * What the protocol engine (usage reports, rebalancer, leases) shows the admin API. Both methods are called on
@@ -41,3 +47,29 @@ export const silentLogger: Logger = {
   info: () => undefined,
   debug: () => undefined,
 };
+
+/** What the protocol engine is given when the coordinator starts. */
+export interface EngineContext {
+  /** The coordinator's NATS connection (reconnects forever; drained after the engine stops). */
+  readonly nc: NatsConnection;
+  /** Current policies (`list()`) and every change written from now on (`onChange`). */
+  readonly policies: PolicyStore;
+  /** JetStream names of this deployment, including the bucket reserved for allocations. */
+  readonly names: KvNames;
+  readonly config: CoordinatorConfig;
+  readonly clock: Clock;
+  readonly log: Logger;
+  /** The coordinator's metrics registry, for the engine's own metrics. */
+  readonly registry: Registry;
+}
+
+/** The protocol engine as the coordinator runs it: the admin API reads it, shutdown stops it. */
+export interface CoordinatorEngine extends AllocationsReader {
+  /** Why the engine is not ready (e.g. still loading persisted allocations); empty when ready. */
+  reasons?(): string[];
+  /** Stop timers and subscriptions; called after the admin API stopped and before NATS is drained. */
+  stop(): Promise<void>;
+}
+
+/** Builds the engine once NATS and the stores are open. */
+export type EngineFactory = (context: EngineContext) => Promise<CoordinatorEngine>;

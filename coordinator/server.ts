@@ -1,7 +1,8 @@
 /**
  * Start a coordinator from its configuration: connect to NATS, open the JetStream state, build the app, listen.
  * `stop()` shuts down gracefully: not ready first, then stop accepting and finish requests in flight, then
- * drain NATS. Used by `main.ts` and by whatever runs a coordinator inside a larger process.
+ * stop the protocol engine, then drain NATS. Used by `main.ts` and by whatever runs a coordinator inside a larger
+ * process.
  */
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
@@ -11,7 +12,7 @@ import { buildApp, type CoordinatorApp } from './app.js';
 import type { CoordinatorConfig } from './config.js';
 import { CoordinatorMetrics } from './metrics.js';
 import { openStores, type CoordinatorStores } from './nats/open-stores.js';
-import type { AllocationsReader } from './ports.js';
+import type { CoordinatorEngine, EngineFactory, ReadinessProbe } from './ports.js';
 
 export interface RunningCoordinator {
   readonly app: CoordinatorApp;
@@ -25,8 +26,8 @@ export interface RunningCoordinator {
 
 export interface StartOptions {
   clock?: Clock;
-  /** The protocol engine's view of allocations and regions. */
-  allocations?: AllocationsReader;
+  /** Builds the protocol engine (usage reports, rebalancer, leases); without one, allocations are empty. */
+  engine?: EngineFactory;
 }
 
 export async function startCoordinator(
@@ -45,19 +46,31 @@ export async function startCoordinator(
   });
   try {
     const metrics = new CoordinatorMetrics({ defaultMetrics: true });
-    const stores = await openStores(nc, config, {
-      clock: options.clock ?? systemClock,
-      metrics,
-      log: logger,
-    });
+    const clock = options.clock ?? systemClock;
+    const stores = await openStores(nc, config, { clock, metrics, log: logger });
+    const engine: CoordinatorEngine | undefined =
+      options.engine === undefined
+        ? undefined
+        : await options.engine({
+            nc,
+            policies: stores.policies,
+            names: stores.names,
+            config,
+            clock,
+            log: logger,
+            registry: metrics.registry,
+          });
+    const readiness: ReadinessProbe = {
+      reasons: () => [...stores.readiness.reasons(), ...(engine?.reasons?.() ?? [])],
+    };
     const app = await buildApp(
       {
         policies: stores.policies,
         audit: stores.audit,
-        readiness: stores.readiness,
+        readiness,
         metrics,
         logger,
-        ...(options.allocations !== undefined ? { allocations: options.allocations } : {}),
+        ...(engine !== undefined ? { allocations: engine } : {}),
       },
       config,
     );
@@ -68,6 +81,7 @@ export async function startCoordinator(
         app.lifecycle.beginDrain();
         if (config.shutdownGraceMs > 0) await new Promise((r) => setTimeout(r, config.shutdownGraceMs));
         await app.close();
+        await engine?.stop();
         stores.readiness.close();
         await nc.drain();
       })());

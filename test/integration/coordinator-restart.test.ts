@@ -146,4 +146,49 @@ describe('coordinator shutdown', () => {
     expect(running.nc.isClosed()).toBe(true);
     await expect(fetch(`${url}/healthz`)).rejects.toThrow();
   });
+
+  it('runs the protocol engine it is given: its view in the API, its readiness, stopped before NATS drains', async () => {
+    await using nats = await backend().startNats({ jetstream: true });
+    const config = testConfig({ natsUrl: nats.url, namespace: uniqueNamespace() });
+    const events: string[] = [];
+    let engineReady = false;
+    let natsOpenAtStop = false;
+    const running = await startCoordinator(config, {
+      engine: async (ctx) => {
+        ctx.policies.onChange((c) => events.push(`${c.kind}:${c.name}`));
+        events.push(`start:${ctx.names.allocations}:${(await ctx.policies.list()).length}`);
+        return {
+          allocations: () => [],
+          regions: () => [{ region: 'eu', lastReportAt: null, agents: 3, reportLagMs: null }],
+          reasons: () => (engineReady ? [] : ['engine learning']),
+          stop: async () => {
+            natsOpenAtStop = !ctx.nc.isClosed() && !ctx.nc.isDraining();
+            events.push('stop');
+            return Promise.resolve();
+          },
+        };
+      },
+    });
+    try {
+      const ready = await fetch(`${running.url}/readyz`);
+      expect(ready.status).toBe(503);
+      expect(await ready.json()).toEqual({ ready: false, reasons: ['engine learning'] });
+      engineReady = true;
+      expect((await fetch(`${running.url}/readyz`)).status).toBe(200);
+      const regions = await fetch(`${running.url}/v1/regions`, { headers: reader });
+      expect(await regions.json()).toMatchObject({
+        regions: [{ region: 'us' }, { region: 'eu', agents: 3 }, { region: 'ap' }],
+      });
+      const created = await fetch(`${running.url}/v1/policies/p`, {
+        method: 'PUT',
+        headers: { ...admin, ...json },
+        body: JSON.stringify({ capacity: 1, refillPerSecond: 1 }),
+      });
+      expect(created.status).toBe(201);
+    } finally {
+      await running.stop();
+    }
+    expect(events).toEqual([`start:${config.kvNamespace}-allocations:0`, 'create:p', 'stop']);
+    expect(natsOpenAtStop).toBe(true);
+  });
 });
