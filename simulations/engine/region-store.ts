@@ -14,7 +14,7 @@ import {
 } from '../../core/token-bucket.js';
 
 interface Entry {
-  /** Never mutated once stored, so a snapshot may share it. */
+  /** Replaced (never mutated) on every write. */
   state: StoredBucket;
   /** µs at which the key expires. */
   expiresAt: number;
@@ -22,7 +22,7 @@ interface Entry {
 
 /** A frozen copy of a store's keys, for failover with lost writes. */
 export interface StoreSnapshot {
-  readonly entries: ReadonlyMap<number, Entry>;
+  readonly entries: ReadonlyMap<number, Readonly<Entry>>;
 }
 
 /** Buckets of one store, one per subject (one policy per run). */
@@ -44,7 +44,12 @@ export class RegionStore {
     const fits = state.tokens >= check.cost;
     const result = settle(state, check, fits, fits);
     state.tokens = result.remaining;
-    this.#buckets.set(subject, { state, expiresAt: now + check.ttlMs * 1000 });
+    // The hot path rewrites the entry in place rather than allocating one per decision; snapshots copy entries.
+    if (entry === undefined) this.#buckets.set(subject, { state, expiresAt: now + check.ttlMs * 1000 });
+    else {
+      entry.state = state;
+      entry.expiresAt = now + check.ttlMs * 1000;
+    }
     return result;
   }
 
@@ -62,16 +67,22 @@ export class RegionStore {
   }
 
   snapshot(): StoreSnapshot {
-    return { entries: new Map(this.#buckets) };
+    return { entries: copyEntries(this.#buckets) };
   }
 
   /** Replace every key with a snapshot's (a replica promoted with the writes since lost). */
   restore(snapshot: StoreSnapshot): void {
-    this.#buckets = new Map(snapshot.entries);
+    this.#buckets = copyEntries(snapshot.entries);
   }
 
   /** Lose every key (a replica promoted empty): every bucket reads as full. */
   clear(): void {
     this.#buckets = new Map();
   }
+}
+
+function copyEntries(entries: ReadonlyMap<number, Readonly<Entry>>): Map<number, Entry> {
+  const out = new Map<number, Entry>();
+  for (const [subject, { state, expiresAt }] of entries) out.set(subject, { state, expiresAt });
+  return out;
 }

@@ -111,6 +111,14 @@ describe('strict mode', () => {
     expect(r.network.lost + r.network.dropped).toBe(0);
   });
 
+  it('uses per-link overrides, and refuses links to regions the run does not have', () => {
+    const r = result('uniform', 'strict', { durationS: 60, linkJitterMs: 0, links: 'us-eu=10/0/0' }, 2);
+    expect(r.forwardedLatencyMs).toEqual({ p50: 20, p99: 20, max: 20 });
+    expect(() => result('uniform', 'strict', { durationS: 60, links: 'us-sa=10/0/0' })).toThrow(
+      /links: unknown region sa/,
+    );
+  });
+
   it('reports jitter in p50 and p99 of the round trip', () => {
     const r = result('uniform', 'strict', { durationS: 60, linkJitterMs: 5, linkDelayMs: 40 });
     // Two exponential jitters of mean 5 ms: median ≈ 8.4 ms, p99 ≈ 33 ms above the 80 ms floor.
