@@ -40,24 +40,20 @@ const ClusterNode = z
   .string()
   .regex(/^[A-Za-z0-9.-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/, 'cluster nodes are host:port');
 
-/** Static shares: `{"writes": 0.5}` or `writes=0.5,reads=1`. */
-const StaticShares = z.union([
-  z.record(PolicyName, num(0, 1)),
-  z.string().transform((v, ctx) => {
-    const out: Record<string, number> = {};
+/** Static shares: `{"writes": 0.5}` or `writes=0.5,reads=1`; each share in [0, 1]. */
+const StaticShares = z.preprocess(
+  (v) => {
+    if (typeof v !== 'string') return v;
+    const out: Record<string, unknown> = {};
     for (const part of v.split(',').map((s) => s.trim())) {
       if (part.length === 0) continue;
-      const [name, value] = part.split('=');
-      const share = Number(value);
-      if (name === undefined || !PolicyName.safeParse(name).success || !(share >= 0 && share <= 1)) {
-        ctx.addIssue({ code: 'custom', message: `"${part}" is not policy=share with a share in [0, 1]` });
-        return z.NEVER;
-      }
-      out[name] = share;
+      const at = part.indexOf('=');
+      out[at < 0 ? part : part.slice(0, at)] = at < 0 ? undefined : Number(part.slice(at + 1));
     }
     return out;
-  }),
-]);
+  },
+  z.record(PolicyName, num(0, 1)),
+);
 
 const HeaderName = z
   .string()
@@ -119,22 +115,24 @@ export const AgentConfig = z
     shutdownTimeoutMs: int(100, 600_000).default(10_000),
   })
   .superRefine((c, ctx) => {
-    if ((c.redisUrl === undefined) === (c.redisClusterNodes === undefined)) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['redisUrl'],
-        message: 'set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES',
-      });
-    }
-    if (c.policiesFile === undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['policiesFile'],
-        message: 'QP_POLICIES_FILE is required until the coordinator feeds policies',
-      });
-    }
+    for (const problem of crossFieldProblems(c)) ctx.addIssue({ code: 'custom', ...problem });
   });
 export type AgentConfig = z.output<typeof AgentConfig>;
+
+/** Rules across fields; checked on raw input too, so they are listed even when other fields are invalid. */
+function crossFieldProblems(c: Record<string, unknown>): { path: string[]; message: string }[] {
+  const out: { path: string[]; message: string }[] = [];
+  if ((c['redisUrl'] === undefined) === (c['redisClusterNodes'] === undefined)) {
+    out.push({ path: ['redisUrl'], message: 'set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES' });
+  }
+  if (c['policiesFile'] === undefined) {
+    out.push({
+      path: ['policiesFile'],
+      message: 'QP_POLICIES_FILE is required until the coordinator feeds policies',
+    });
+  }
+  return out;
+}
 export type AgentConfigInput = z.input<typeof AgentConfig>;
 
 /** Environment variable of each field: `decisionDeadlineMs` → `QP_DECISION_DEADLINE_MS`. */
@@ -186,7 +184,12 @@ export function loadConfig(
   }
   const parsed = AgentConfig.safeParse(input);
   if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
+    // zod skips cross-field rules when a field is invalid; list them anyway.
+    const issues: { path: PropertyKey[]; message: string }[] = [...parsed.error.issues];
+    for (const p of crossFieldProblems(input)) {
+      if (!issues.some((i) => i.path[0] === p.path[0] && i.message === p.message)) issues.push(p);
+    }
+    for (const issue of issues) {
       const field = issue.path[0];
       const where =
         typeof field === 'string' && fields.includes(field) ? `${envName(field)} (${field})` : 'config';

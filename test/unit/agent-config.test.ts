@@ -1,0 +1,126 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, envName, loadConfig } from '../../regional-agent/config.js';
+
+const base = { QP_REGION: 'us', QP_REDIS_URL: 'redis://127.0.0.1:6390', QP_POLICIES_FILE: 'p.json' };
+
+function problems(env: Record<string, string>, files: Record<string, string> = {}): string[] {
+  try {
+    loadConfig(env, (path) => {
+      const text = files[path];
+      if (text === undefined) throw new Error(`ENOENT: ${path}`);
+      return text;
+    });
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return [...(error as ConfigError).problems];
+  }
+  return [];
+}
+
+describe('agent configuration', () => {
+  it('fills every default from the schema and freezes the result', () => {
+    const c = loadConfig(base);
+    expect(c).toMatchObject({
+      region: 'us',
+      decisionDeadlineMs: 50,
+      subjectHeader: 'x-quota-subject',
+      trustedProxies: [],
+      legacyHeaders: false,
+      host: '127.0.0.1',
+      port: 7101,
+      defaultShare: 1,
+      staticShares: {},
+      logLevel: 'info',
+      logSampleRate: 0.01,
+    });
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(Object.isFrozen(c.trustedProxies)).toBe(true);
+  });
+
+  it('reads typed values from the environment', () => {
+    const c = loadConfig({
+      ...base,
+      QP_DECISION_DEADLINE_MS: '25',
+      QP_TRUSTED_PROXIES: '10.0.0.0/8, ::1',
+      QP_SUBJECT_HEADER: 'X-Tenant',
+      QP_STATIC_SHARES: 'writes=0.5,reads=0.25',
+      QP_LEGACY_HEADERS: 'true',
+      QP_HMAC_SECRET: 'a-secret-of-enough-length',
+    });
+    expect(c).toMatchObject({
+      decisionDeadlineMs: 25,
+      trustedProxies: ['10.0.0.0/8', '::1'],
+      subjectHeader: 'x-tenant',
+      staticShares: { writes: 0.5, reads: 0.25 },
+      legacyHeaders: true,
+    });
+  });
+
+  it('takes a cluster node list instead of a URL', () => {
+    const { QP_REDIS_URL: _url, ...rest } = base;
+    const c = loadConfig({ ...rest, QP_REDIS_CLUSTER_NODES: '127.0.0.1:7000,127.0.0.1:7001' });
+    expect(c.redisClusterNodes).toEqual(['127.0.0.1:7000', '127.0.0.1:7001']);
+  });
+
+  it('lists every problem at once, by environment variable', () => {
+    const found = problems({
+      QP_REGION: 'US East',
+      QP_DECISION_DEADLINE_MS: '0',
+      QP_TRUSTED_PROXIES: 'not-an-ip',
+      QP_HMAC_SECRET: 'short',
+      QP_STATIC_SHARES: 'writes=2',
+      QP_LOG_LEVEL: 'chatty',
+      QP_PORT: '70000',
+    });
+    const vars = [
+      'QP_REGION',
+      'QP_DECISION_DEADLINE_MS',
+      'QP_TRUSTED_PROXIES',
+      'QP_HMAC_SECRET',
+      'QP_STATIC_SHARES',
+      'QP_LOG_LEVEL',
+      'QP_PORT',
+      'QP_REDIS_URL',
+      'QP_POLICIES_FILE',
+    ];
+    for (const v of vars)
+      expect(
+        found.some((p) => p.startsWith(v)),
+        `${v} in ${found.join(' | ')}`,
+      ).toBe(true);
+    expect(found.find((p) => p.startsWith('QP_REDIS_URL'))).toMatch(
+      /exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES/,
+    );
+  });
+
+  it('refuses both a URL and a cluster', () => {
+    expect(problems({ ...base, QP_REDIS_CLUSTER_NODES: 'h:1' })).toEqual([
+      'QP_REDIS_URL (redisUrl): set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES',
+    ]);
+  });
+
+  it('reads a JSON file under the environment, which wins', () => {
+    const files = {
+      'agent.json': JSON.stringify({ decisionDeadlineMs: 80, legacyHeaders: true, port: 7102 }),
+    };
+    const c = loadConfig(
+      { ...base, QP_CONFIG_FILE: 'agent.json', QP_PORT: '7103' },
+      (p) => files[p as 'agent.json'],
+    );
+    expect(c).toMatchObject({ decisionDeadlineMs: 80, legacyHeaders: true, port: 7103 });
+    expect(problems({ ...base, QP_CONFIG_FILE: 'missing.json' })[0]).toMatch(
+      /QP_CONFIG_FILE missing.json: ENOENT/,
+    );
+    expect(problems({ ...base, QP_CONFIG_FILE: 'bad.json' }, { 'bad.json': '{' })[0]).toMatch(
+      /QP_CONFIG_FILE bad.json/,
+    );
+    expect(problems({ ...base, QP_CONFIG_FILE: 'x.json' }, { 'x.json': '{"unknownField":1}' })[0]).toMatch(
+      /unknownField/,
+    );
+  });
+
+  it('names environment variables from fields', () => {
+    expect(envName('decisionDeadlineMs')).toBe('QP_DECISION_DEADLINE_MS');
+    expect(envName('redisUrl')).toBe('QP_REDIS_URL');
+  });
+});

@@ -1,0 +1,303 @@
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
+import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
+import { ManualClock } from '../../core/clock.js';
+import { parsePolicy, type PolicyInput } from '../../core/policy.js';
+import { StaticShareView, type RegionalShare, type ShareView } from '../../core/shares.js';
+import { buildApp } from '../../regional-agent/app.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import type { DecisionStore } from '../../regional-agent/decisions/decision-store.js';
+import type { Forwarder, ForwardRequest } from '../../regional-agent/decisions/forwarder.js';
+import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
+import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+
+const clock = new ManualClock(1_750_000_000_000);
+
+const policy = (name: string, over: Partial<PolicyInput> = {}) =>
+  parsePolicy({ name, capacity: 10, refillPerSecond: 1, maxCost: 10, ...over });
+
+const policies = [
+  policy('closed'),
+  policy('open', { onStoreFailure: 'open' }),
+  policy('local', { onStoreFailure: 'local', capacity: 100 }),
+  policy('home', { mode: 'strict', homeRegion: 'us' }),
+  policy('away', { mode: 'strict', homeRegion: 'eu' }),
+  policy('far', { mode: 'strict', homeRegion: 'ap' }),
+  policy('everywhere', { mode: 'local' }),
+];
+
+/** A ShareView that records entries and exits, with a table of shares (undefined: no lease). */
+class RecordingShares implements ShareView {
+  entered = 0;
+  left = 0;
+  constructor(readonly table: Record<string, RegionalShare | undefined>) {}
+  shareFor(p: string): RegionalShare | undefined {
+    return p in this.table ? this.table[p] : { share: 1, epoch: 1 };
+  }
+  enter(): () => void {
+    this.entered++;
+    return () => this.left++;
+  }
+}
+
+/** A store that fails or hangs on demand, around the model store. */
+class FlakyStore implements DecisionStore {
+  readonly inner = new ModelDecisionStore(clock);
+  mode: 'ok' | 'fail' | 'hang' = 'ok';
+  calls: DecideRequest[] = [];
+  decide(request: DecideRequest): Promise<Decision> {
+    this.calls.push(request);
+    if (this.mode === 'fail') return Promise.reject(new Error('ECONNREFUSED'));
+    if (this.mode === 'hang') return new Promise(() => undefined);
+    return this.inner.decide(request);
+  }
+  slotOf(key: string) {
+    return this.inner.slotOf(key);
+  }
+  refund(...a: Parameters<DecisionStore['refund']>) {
+    return this.inner.refund(...a);
+  }
+  claim(...a: Parameters<DecisionStore['claim']>) {
+    return this.inner.claim(...a);
+  }
+}
+
+function agent(options: { shares?: ShareView; store?: DecisionStore; forwarder?: Forwarder } = {}) {
+  const built = buildApp(
+    {
+      store: options.store ?? new ModelDecisionStore(clock),
+      policies: new StaticPolicySource(policies),
+      shares: options.shares ?? new StaticShareView(),
+      log: pino({ level: 'silent' }),
+      clock,
+      random: () => 1,
+      ...(options.forwarder ? { forwarder: options.forwarder } : {}),
+    },
+    AgentConfig.parse({
+      region: 'us',
+      redisUrl: 'redis://127.0.0.1:1',
+      policiesFile: 'unused',
+      decisionDeadlineMs: 40,
+      breakerVolumeThreshold: 1000,
+    }),
+  );
+  const decide = async (body: object) => {
+    await built.ready;
+    const res = await built.app.inject({ method: 'POST', url: '/v1/decisions', payload: body });
+    return { status: res.statusCode, body: res.json<unknown>() };
+  };
+  const decision = async (body: object) => {
+    const r = await decide(body);
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    return DecisionResponse.parse(r.body);
+  };
+  return { built, decide, decision };
+}
+
+describe('sizing buckets from the ShareView', () => {
+  it('enforces capacity × share and refill × share', async () => {
+    const { decision } = agent({ shares: new StaticShareView({ closed: 0.3 }) });
+    const d = await decision({ policy: 'closed', subject: 's1', cost: 3 });
+    expect(d.results[0]).toMatchObject({ allowed: true, remaining: 0, limit: 3, resetMs: 10_000 });
+    clock.advance(3333);
+    const again = await decision({ policy: 'closed', subject: 's1' });
+    expect(again.results[0]).toMatchObject({ allowed: false, retryAfterMs: 1, remaining: 0.9999 });
+  });
+
+  it('passes a share floor to the script: an idle bucket refills at the lowest share since the dip', async () => {
+    const since = clock.now();
+    const shares = new RecordingShares({
+      closed: { share: 1, epoch: 3, floor: { sinceMs: since + 1, share: 0.1 } },
+    });
+    const { decision } = agent({ shares });
+    const subject = 'floored';
+    await decision({ policy: 'closed', subject, cost: 10 });
+    clock.advance(5000);
+    // At share 1 the bucket would hold 5; written before the floor instant, it refilled at 0.1/s: 0.5.
+    const d = await decision({ policy: 'closed', subject, dryRun: true });
+    expect(d.results[0]!.remaining).toBeCloseTo(0.5, 6);
+  });
+
+  it('says cost_exceeds_share when the share is too small for the cost, instead of denying in silence', async () => {
+    const { decision } = agent({ shares: new StaticShareView({ closed: 0.05 }) });
+    const d = await decision({ policy: 'closed', subject: 'tiny' });
+    expect(d.allowed).toBe(false);
+    expect(d.retryAfterMs).toBeNull();
+    expect(d.results[0]).toMatchObject({ reason: 'cost_exceeds_share', retryAfterMs: null, limit: 0.5 });
+    expect(d.headers['Retry-After']).toBeUndefined();
+  });
+
+  it('applies the failure mode with reason no_lease when this region holds no share', async () => {
+    const shares = new RecordingShares({ closed: undefined, open: undefined, local: undefined });
+    const { decision } = agent({ shares });
+    expect((await decision({ policy: 'closed', subject: 'x' })).results[0]).toMatchObject({
+      allowed: false,
+      reason: 'no_lease',
+    });
+    expect((await decision({ policy: 'open', subject: 'x' })).results[0]).toMatchObject({
+      allowed: true,
+      reason: 'fail_open',
+      cause: 'no_lease',
+    });
+    // Without a share there is nothing to size an emergency bucket from: local fails closed.
+    expect((await decision({ policy: 'local', subject: 'x' })).results[0]).toMatchObject({
+      allowed: false,
+      reason: 'no_lease',
+    });
+  });
+
+  it('enters every policy before deciding and leaves after, even when the store fails', async () => {
+    const shares = new RecordingShares({});
+    const store = new FlakyStore();
+    const { decision } = agent({ shares, store });
+    await decision({
+      checks: [
+        { policy: 'closed', subject: 'a' },
+        { policy: 'open', subject: 'a' },
+      ],
+    });
+    store.mode = 'fail';
+    await decision({ policy: 'closed', subject: 'a' });
+    expect(shares.entered).toBe(3);
+    expect(shares.left).toBe(3);
+  });
+
+  it('local mode and strict-at-home use the whole budget whatever the share', async () => {
+    const { decision } = agent({ shares: new StaticShareView({}, 0.1) });
+    expect((await decision({ policy: 'everywhere', subject: 'a' })).results[0]).toMatchObject({
+      limit: 10,
+      mode: 'local',
+    });
+    expect((await decision({ policy: 'home', subject: 'a' })).results[0]).toMatchObject({
+      limit: 10,
+      mode: 'strict',
+    });
+    expect((await decision({ policy: 'closed', subject: 'a' })).results[0]).toMatchObject({ limit: 1 });
+  });
+});
+
+describe('strict mode: the Forwarder port', () => {
+  it('without a forwarder, a policy homed elsewhere fails as configured with home_unreachable', async () => {
+    const { decision } = agent();
+    const d = await decision({ policy: 'away', subject: 'a' });
+    expect(d).toMatchObject({ allowed: false, results: [{ reason: 'home_unreachable', mode: 'strict' }] });
+  });
+
+  it('forwards to the home region after the local checks, and refunds them when the home denies', async () => {
+    const seen: [string, ForwardRequest][] = [];
+    let admit = true;
+    const forwarder: Forwarder = {
+      decide(home, request) {
+        seen.push([home, request]);
+        return Promise.resolve(
+          request.checks.map((c): CheckResult => ({
+            policy: c.policy,
+            allowed: admit,
+            remaining: admit ? 4 : 0,
+            limit: 5,
+            resetMs: 1000,
+            retryAfterMs: admit ? 0 : 2500,
+            mode: 'strict',
+          })),
+        );
+      },
+    };
+    const { decision } = agent({ forwarder });
+    const ok = await decision({
+      checks: [
+        { policy: 'away', subject: 'a' },
+        { policy: 'closed', subject: 'a', cost: 4 },
+      ],
+    });
+    expect(ok.allowed).toBe(true);
+    expect(seen).toEqual([['eu', { checks: [{ policy: 'away', subject: 'a', cost: 1 }], dryRun: false }]]);
+    admit = false;
+    const denied = await decision({
+      checks: [
+        { policy: 'closed', subject: 'a', cost: 4 },
+        { policy: 'away', subject: 'a' },
+      ],
+    });
+    expect(denied.allowed).toBe(false);
+    expect(denied.retryAfterMs).toBe(2500);
+    // The local grant was given back: 6 tokens left from the first request, not 2 (a dry run of cost 1
+    // reports what would be left after it: 5).
+    const after = await decision({ policy: 'closed', subject: 'a', dryRun: true });
+    expect(after.results[0]!.remaining).toBeCloseTo(5, 6);
+  });
+
+  it('a forwarder that fails applies the failure mode with home_unreachable', async () => {
+    const forwarder: Forwarder = { decide: () => Promise.reject(new Error('no responders')) };
+    const { decision } = agent({ forwarder });
+    expect((await decision({ policy: 'away', subject: 'a' })).results[0]).toMatchObject({
+      reason: 'home_unreachable',
+    });
+  });
+
+  it('refuses checks homed in two different regions in one request', async () => {
+    const forwarder: Forwarder = { decide: () => Promise.resolve([]) };
+    const { decide } = agent({ forwarder });
+    const r = await decide({
+      checks: [
+        { policy: 'away', subject: 'a' },
+        { policy: 'far', subject: 'a' },
+      ],
+    });
+    expect(r.status).toBe(400);
+    expect(r.body).toMatchObject({ code: 'AGT_ERR_MIXED_HOME_REGIONS' });
+  });
+});
+
+describe('store failures and the deadline', () => {
+  it('a store that errors: closed denies, open admits, local uses the emergency bucket', async () => {
+    const store = new FlakyStore();
+    store.mode = 'fail';
+    const { decision } = agent({ store });
+    expect((await decision({ policy: 'closed', subject: 'a' })).results[0]).toMatchObject({
+      allowed: false,
+      reason: 'store_unavailable',
+    });
+    expect((await decision({ policy: 'open', subject: 'a' })).results[0]).toMatchObject({
+      allowed: true,
+      reason: 'fail_open',
+    });
+    const local = await decision({ policy: 'local', subject: 'a' });
+    expect(local.results[0]).toMatchObject({
+      allowed: true,
+      reason: 'emergency_bucket',
+      limit: 10,
+      remaining: 9,
+    });
+  });
+
+  it('a store that never answers: the decision returns at its deadline', async () => {
+    const store = new FlakyStore();
+    store.mode = 'hang';
+    const { decision } = agent({ store });
+    const started = performance.now();
+    const d = await decision({ policy: 'closed', subject: 'a' });
+    const ms = performance.now() - started;
+    expect(d.results[0]).toMatchObject({ reason: 'store_unavailable' });
+    expect(ms).toBeGreaterThanOrEqual(35);
+    expect(ms).toBeLessThan(1000);
+  });
+
+  it('lists every unknown policy at once and changes nothing', async () => {
+    const store = new FlakyStore();
+    const { decide } = agent({ store });
+    const r = await decide({
+      checks: [
+        { policy: 'nope', subject: 'a' },
+        { policy: 'closed', subject: 'a' },
+        { policy: 'nada', subject: 'a' },
+      ],
+    });
+    expect(r.status).toBe(404);
+    expect(r.body).toMatchObject({
+      code: 'AGT_ERR_UNKNOWN_POLICY',
+      errors: ['unknown policy nope', 'unknown policy nada'],
+    });
+    expect(store.calls).toHaveLength(0);
+  });
+});
