@@ -41,6 +41,8 @@ export async function openStores(
   const audit = new JetStreamAuditTrail({ js, jsm, names, metrics: deps.metrics, log: deps.log });
   const policies = new KvPolicyStore({
     kv,
+    js,
+    bucket: names.policies,
     audit,
     regions: config.regions,
     maxPolicies: config.maxPolicies,

@@ -5,8 +5,13 @@
  * the one it saw. Writes from this process are serialized, which keeps the policy cap exact and the change
  * events in write order (one active coordinator writes; agents only read).
  */
-import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
-import type { KV, KvEntry } from '@nats-io/kv';
+import {
+  DeliverPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamClient,
+} from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
 import type { AuditRecord, BudgetPatch, PolicyBody, PolicyChangeKind } from '../../core/admin-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { Policy } from '../../core/policy.js';
@@ -28,6 +33,10 @@ import { policyBodyFor, validateSpec } from './validate.js';
 
 export interface KvPolicyStoreOptions {
   kv: KV;
+  /** The JetStream client the bucket was opened with, for listings. */
+  js: JetStreamClient;
+  /** Name of the bucket (`kvNames(ns).policies`). */
+  bucket: string;
   audit: AuditTrail;
   /** Configured regions: a policy's `homeRegion` must be one of them. */
   regions: readonly string[];
@@ -38,6 +47,14 @@ export interface KvPolicyStoreOptions {
   log: Logger;
   /** Deadline of one full listing, milliseconds. Default 10 s. */
   listTimeoutMs?: number;
+}
+
+/** The latest message of one key, as a listing or a get reads it. */
+interface RawEntry {
+  readonly key: string;
+  readonly revision: number;
+  readonly operation: string;
+  json(): unknown;
 }
 
 /** What the bucket holds under a key right now. */
@@ -53,6 +70,10 @@ const AUDIT_ATTEMPTS = 3;
 
 export class KvPolicyStore implements PolicyStore {
   readonly #kv: KV;
+  readonly #js: JetStreamClient;
+  readonly #bucket: string;
+  /** Live policies as last counted; kept exact by this process's serialized writes, rescanned at the cap. */
+  #count = 0;
   readonly #audit: AuditTrail;
   readonly #bodySchema: ReturnType<typeof policyBodyFor>;
   readonly #maxPolicies: number;
@@ -65,6 +86,8 @@ export class KvPolicyStore implements PolicyStore {
 
   constructor(options: KvPolicyStoreOptions) {
     this.#kv = options.kv;
+    this.#js = options.js;
+    this.#bucket = options.bucket;
     this.#audit = options.audit;
     this.#bodySchema = policyBodyFor(options.regions);
     this.#maxPolicies = options.maxPolicies;
@@ -74,15 +97,16 @@ export class KvPolicyStore implements PolicyStore {
     this.#listTimeoutMs = options.listTimeoutMs ?? 10_000;
   }
 
-  /** Count the stored policies once, for the gauge. */
+  /** Count the stored policies, for the cap and the gauge. */
   async init(): Promise<void> {
-    this.#metrics.policies.set(await this.#count());
+    await this.#recount();
   }
 
   async list(): Promise<StoredPolicy[]> {
-    const entries = await this.#kvCall('list', () => this.#snapshot());
+    const entries = await this.#kvCall('list', () => this.#scan());
     const out: StoredPolicy[] = [];
     for (const e of entries) {
+      if (e.operation !== 'PUT') continue;
       const stored = this.#decode(e);
       if (stored !== undefined) out.push(stored);
     }
@@ -109,9 +133,13 @@ export class KvPolicyStore implements PolicyStore {
         if (current?.stored !== undefined && sameSpec(current.stored.spec, spec)) {
           return { created: false, changed: false, stored: current.stored };
         }
-        if (current === undefined) {
-          const count = await this.#count();
-          if (count >= this.#maxPolicies) throw new Errors.POLICY_LIMIT(this.#maxPolicies);
+        // Another writer may have deleted some: recount before refusing.
+        if (
+          current === undefined &&
+          this.#count >= this.#maxPolicies &&
+          (await this.#recount()) >= this.#maxPolicies
+        ) {
+          throw new Errors.POLICY_LIMIT(this.#maxPolicies);
         }
         const revision = await this.#write(name, spec, current?.revision);
         if (revision === undefined) {
@@ -123,7 +151,7 @@ export class KvPolicyStore implements PolicyStore {
         const stored: StoredPolicy = { spec, policy, revision };
         const before = current?.stored?.policy ?? null;
         const kind: PolicyChangeKind = current === undefined ? 'create' : 'replace';
-        if (current === undefined) this.#metrics.policies.inc();
+        if (current === undefined) this.#setCount(this.#count + 1);
         await this.#changed(kind, name, before, policy, revision, ctx);
         return { created: current === undefined, changed: true, stored };
       }
@@ -182,7 +210,7 @@ export class KvPolicyStore implements PolicyStore {
         // process wrote in between (then the newer revision is the one worth recording).
         const marker = await this.#kvCall('get', () => this.#kv.get(key));
         const revision = marker?.revision ?? current.revision + 1;
-        this.#metrics.policies.dec();
+        this.#setCount(this.#count - 1);
         await this.#changed('delete', name, current.stored.policy, null, revision, ctx);
         return { revision, before: current.stored };
       }
@@ -228,7 +256,7 @@ export class KvPolicyStore implements PolicyStore {
     return { revision: entry.revision, stored: this.#decode(entry) };
   }
 
-  #decode(entry: KvEntry): StoredPolicy | undefined {
+  #decode(entry: RawEntry): StoredPolicy | undefined {
     const name = policyNameFromKey(entry.key);
     let value: unknown;
     try {
@@ -250,32 +278,56 @@ export class KvPolicyStore implements PolicyStore {
     return { spec, policy: parsed.data, revision: entry.revision };
   }
 
-  /** The latest entry of every key, deletions included, read through one ordered consumer. */
-  async #snapshot(): Promise<KvEntry[]> {
+  /**
+   * The latest message of every key, deletions included, through one ordered consumer that is deleted
+   * afterwards (a KV watch would leave its consumer on the server for minutes after every listing).
+   */
+  async #scan(): Promise<RawEntry[]> {
     const status = await this.#kv.status();
     if (status.values === 0) return [];
-    const watch = await this.#kv.watch();
-    const entries = new Map<string, KvEntry>();
-    const timer = setTimeout(() => watch.stop(new Error('listing timed out')), this.#listTimeoutMs);
+    const prefix = `$KV.${this.#bucket}.`;
+    const consumer = await this.#js.consumers.get(status.streamInfo.config.name, {
+      filter_subjects: `${prefix}>`,
+      deliver_policy: DeliverPolicy.LastPerSubject,
+      inactive_threshold: 30_000,
+    });
+    const out: RawEntry[] = [];
+    const deadline = performance.now() + this.#listTimeoutMs;
     try {
-      for await (const e of watch) {
-        if (e.operation === 'PUT') entries.set(e.key, e);
-        else entries.delete(e.key);
-        if (e.delta === 0) break;
+      for (let done = false; !done;) {
+        if (performance.now() > deadline) throw new Error('listing the policies bucket timed out');
+        const batch = await consumer.fetch({ max_messages: 256, expires: 2000 });
+        let got = 0;
+        for await (const m of batch) {
+          got++;
+          out.push({
+            key: m.subject.slice(prefix.length),
+            revision: m.seq,
+            operation: m.headers?.get('KV-Operation') || 'PUT',
+            json: () => m.json(),
+          });
+          if (m.info.pending === 0) {
+            done = true;
+            break;
+          }
+        }
+        if (got === 0) done = true;
       }
     } finally {
-      clearTimeout(timer);
-      watch.stop();
+      await consumer.delete().catch(() => undefined);
     }
-    return [...entries.values()];
+    return out;
   }
 
-  async #count(): Promise<number> {
-    return this.#kvCall('count', async () => {
-      let n = 0;
-      for await (const _key of await this.#kv.keys()) n++;
-      return n;
-    });
+  async #recount(): Promise<number> {
+    const entries = await this.#kvCall('count', () => this.#scan());
+    this.#setCount(entries.filter((e) => e.operation === 'PUT').length);
+    return this.#count;
+  }
+
+  #setCount(n: number): void {
+    this.#count = n;
+    this.#metrics.policies.set(n);
   }
 
   async #changed(

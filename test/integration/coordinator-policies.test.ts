@@ -359,4 +359,18 @@ describe('coordinator policies API', () => {
       capacity: 50,
     });
   });
+
+  it('leaves no consumer on the server after listing, counting or reading the audit trail', async () => {
+    await using f = await coordinatorFixture({ maxPolicies: 3 });
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    const jsm = await jetstreamManager(f.nc);
+    for (const n of ['a', 'b', 'c', 'd']) await put(f, n, { capacity: 1, refillPerSecond: 1 });
+    for (let i = 0; i < 5; i++) {
+      expect((await f.app.inject({ url: '/v1/policies', headers: reader })).statusCode).toBe(200);
+      expect((await f.app.inject({ url: '/v1/audit?policy=a', headers: reader })).statusCode).toBe(200);
+    }
+    const consumers = async (stream: string) => (await jsm.streams.info(stream)).state.consumer_count;
+    expect(await consumers(`KV_${f.stores.names.policies}`)).toBe(0);
+    expect(await consumers(f.stores.names.auditStream)).toBe(0);
+  });
 });
