@@ -15,6 +15,12 @@ import {
 } from './policy.js';
 
 /**
+ * Schemas the OpenAPI document names as components (`#/components/schemas/<id>`). A registry of its own, not
+ * zod's global one, so another service's schemas in the same process never leak into this document.
+ */
+export const adminSchemas = z.registry<{ id: string }>();
+
+/**
  * The body of `PUT /v1/policies/{name}`: the operator's spec, validated with every cross-field rule of
  * `PolicySpec`. Parsing fills the constant defaults (`mode`, `onStoreFailure`, `version`) but leaves the
  * derived ones (`maxCost`, `idleTtlSeconds`) absent unless the operator set them: the store keeps them that
@@ -40,7 +46,7 @@ export const PolicyView = z
     version: z.number().int(),
     minShare: z.number().optional(),
   })
-  .meta({ id: 'Policy' });
+  .register(adminSchemas, { id: 'Policy' });
 export type PolicyView = z.infer<typeof PolicyView>;
 
 /** `GET /v1/policies`: every policy, sorted by name. */
@@ -84,7 +90,7 @@ export const Problem = z
     requestId: z.string().optional(),
     errors: z.array(FieldProblem).optional(),
   })
-  .meta({ id: 'Problem' });
+  .register(adminSchemas, { id: 'Problem' });
 export type Problem = z.infer<typeof Problem>;
 
 const Instant = z.iso.datetime().describe('ISO 8601 instant, UTC');

@@ -6,7 +6,8 @@
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
-import { createJsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import { adminSchemas } from '../../core/admin-wire.js';
 
 export const DOCS_PREFIX = '/docs';
 
@@ -34,8 +35,9 @@ export async function registerDocs(app: FastifyInstance, version: string): Promi
     },
     transform: createJsonSchemaTransform({
       skipList: [`${DOCS_PREFIX}/`, `${DOCS_PREFIX}/json`, `${DOCS_PREFIX}/yaml`, `${DOCS_PREFIX}/*`],
+      schemaRegistry: adminSchemas,
     }),
-    transformObject: jsonSchemaTransformObject,
+    transformObject: createJsonSchemaTransformObject({ schemaRegistry: adminSchemas }),
   });
   await app.register(fastifySwaggerUi, { routePrefix: DOCS_PREFIX });
 }

@@ -299,6 +299,9 @@ describe('coordinator docs, probes and metrics', () => {
       'refillPerSecond',
     );
     expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(['Policy', 'Problem']));
+    const refs = [...r.body.matchAll(/"\$ref":"#\/components\/schemas\/([^"]+)"/g)].map((m) => m[1]!);
+    expect(refs.length).toBeGreaterThan(0);
+    for (const ref of refs) expect(doc.components.schemas, ref).toHaveProperty(ref);
     expect(doc.components.securitySchemes).toEqual({ bearerAuth: { type: 'http', scheme: 'bearer' } });
 
     const page = await f.app.inject({ url: '/docs' });
