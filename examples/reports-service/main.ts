@@ -1,0 +1,23 @@
+/**
+ * Run the example next to an agent:
+ *   AGENT_URL=http://127.0.0.1:7101 PORT=8080 npx tsx examples/reports-service/main.ts
+ *   curl -i -XPOST localhost:8080/reports -H 'x-tenant-id: acme' -H 'content-type: application/json' -d '{"pages":3}'
+ */
+import { AgentClient } from '../../regional-agent/sdk/agent-client.js';
+import { buildReportsApp } from './app.js';
+
+const client = new AgentClient({
+  baseUrl: process.env['AGENT_URL'] ?? 'http://127.0.0.1:7101',
+  timeoutMs: 100,
+});
+const app = await buildReportsApp({ client });
+const address = await app.listen({ host: '127.0.0.1', port: Number(process.env['PORT'] ?? 8080) });
+console.log(`reports service on ${address}`);
+const stop = () => {
+  void app.close().then(() => {
+    client.close();
+    process.exit(0);
+  });
+};
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);

@@ -1,0 +1,170 @@
+import { readFileSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { StaticShareView } from '../../core/shares.js';
+import { buildApp, type AgentApp } from '../../regional-agent/app.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import { parsePoliciesFile } from '../../regional-agent/policies/file-policy-source.js';
+import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import { AgentClient, AgentRequestError } from '../../regional-agent/sdk/agent-client.js';
+import { buildReportsApp } from '../../examples/reports-service/app.js';
+import { uniquePrefix } from '../harness/fixtures.js';
+
+const policiesPath = new URL('../../examples/reports-service/policies.json', import.meta.url);
+const policies = parsePoliciesFile('policies.json', readFileSync(policiesPath, 'utf8'));
+
+let redis: Redis;
+let agent: AgentApp;
+let agentUrl: string;
+let connections = 0;
+let client: AgentClient;
+let service: FastifyInstance;
+
+beforeAll(async () => {
+  const { host, port } = inject('redis');
+  redis = new Redis({ host, port, ...decisionRedisOptions });
+  redis.on('error', () => undefined);
+  await whenReady(redis, 5000);
+  agent = buildApp(
+    {
+      store: new RedisDecisionStore(redis),
+      policies: new StaticPolicySource([...policies.values()]),
+      shares: new StaticShareView(),
+      log: pino({ level: 'silent' }),
+    },
+    AgentConfig.parse({
+      region: 'us',
+      redisUrl: 'redis://127.0.0.1:1',
+      policiesFile: 'unused',
+      decisionDeadlineMs: 500,
+    }),
+  );
+  await agent.ready;
+  agentUrl = await agent.app.listen({ host: '127.0.0.1', port: 0 });
+  agent.app.server.on('connection', () => connections++);
+  client = new AgentClient({ baseUrl: agentUrl, timeoutMs: 1000 });
+  service = await buildReportsApp({ client });
+});
+afterAll(async () => {
+  await service.close();
+  client.close();
+  await agent.app.close();
+  redis.disconnect();
+});
+
+const exportReport = (tenant: string, pages = 1) =>
+  service.inject({
+    method: 'POST',
+    url: '/reports',
+    headers: { 'x-tenant-id': tenant },
+    payload: { pages },
+  });
+
+describe('the example service protected by the plugin, against a real agent and Redis', () => {
+  it('admits within quota and forwards the RateLimit headers', async () => {
+    const tenant = uniquePrefix('acme');
+    const res = await exportReport(tenant, 3);
+    expect(res.statusCode).toBe(201);
+    expect(res.headers['ratelimit-policy']).toBe('"reports";q=5;w=50, "export-pages";q=100;w=100');
+    expect(res.headers['ratelimit']).toBe('"reports";r=4;t=10, "export-pages";r=97;t=3');
+    // Unprotected routes are untouched.
+    const read = await service.inject({ method: 'GET', url: '/reports/1' });
+    expect(read.statusCode).toBe(200);
+    expect(read.headers['ratelimit']).toBeUndefined();
+  });
+
+  it('answers 429 problem+json with Retry-After once over quota, and the handler does not run', async () => {
+    const tenant = uniquePrefix('busy');
+    const codes: number[] = [];
+    for (let i = 0; i < 6; i++) codes.push((await exportReport(tenant)).statusCode);
+    expect(codes).toEqual([201, 201, 201, 201, 201, 429]);
+    const over = await exportReport(tenant);
+    expect(over.statusCode).toBe(429);
+    expect(over.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(Number(over.headers['retry-after'])).toBe(10);
+    expect(over.json()).toMatchObject({ code: 'RATE_LIMITED', 'violated-policies': ['reports'] });
+  });
+
+  it('answers 400 without a subject', async () => {
+    const res = await service.inject({ method: 'POST', url: '/reports', payload: {} });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: 'AGT_ERR_MISSING_SUBJECT' });
+  });
+
+  it('the client keeps connections alive: many decisions, few sockets', async () => {
+    const before = connections;
+    const tenant = uniquePrefix('keep');
+    for (let i = 0; i < 20; i++) await client.check('export-pages', `tenant:${tenant}`);
+    expect(connections - before).toBeLessThanOrEqual(1);
+  });
+
+  it('the client throws AgentRequestError for what the agent refuses', async () => {
+    await expect(client.check('nope', 'tenant:x')).rejects.toBeInstanceOf(AgentRequestError);
+    await expect(client.check('nope', 'tenant:x')).rejects.toMatchObject({
+      status: 404,
+      code: 'AGT_ERR_UNKNOWN_POLICY',
+    });
+  });
+});
+
+describe('the client when the agent cannot answer', () => {
+  let silent: Server;
+  const sockets: Socket[] = [];
+  let silentUrl: string;
+  beforeAll(async () => {
+    // Accepts connections and never answers: a frozen agent.
+    silent = createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    silentUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => silent.close(r));
+  });
+
+  it('fails closed by default within its timeout, and the plugin answers 503', async () => {
+    const failures: Error[] = [];
+    const closed = new AgentClient({ baseUrl: silentUrl, timeoutMs: 60, onFailure: (e) => failures.push(e) });
+    const started = performance.now();
+    const d = await closed.check('reports', 'tenant:a');
+    const ms = performance.now() - started;
+    expect(ms).toBeGreaterThanOrEqual(50);
+    expect(ms).toBeLessThan(1000);
+    expect(d).toMatchObject({
+      allowed: false,
+      retryAfterMs: 1000,
+      results: [{ reason: 'agent_unreachable' }],
+    });
+    expect(failures).toHaveLength(1);
+    const app = await buildReportsApp({ client: closed });
+    const res = await app.inject({
+      method: 'POST',
+      url: '/reports',
+      headers: { 'x-tenant-id': 'a' },
+      payload: {},
+    });
+    expect(res.statusCode).toBe(503);
+    expect(res.json()).toMatchObject({
+      code: 'LIMITER_UNAVAILABLE',
+      type: 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
+    });
+    expect(res.headers['retry-after']).toBe('1');
+    await app.close();
+    closed.close();
+  });
+
+  it('fails open when configured, on a refused connection as on a timeout', async () => {
+    const open = new AgentClient({ baseUrl: 'http://127.0.0.1:9', timeoutMs: 200, onUnavailable: 'open' });
+    expect(await open.check('reports', 'tenant:a')).toMatchObject({
+      allowed: true,
+      results: [{ allowed: true, reason: 'agent_unreachable' }],
+    });
+    open.close();
+  });
+});
