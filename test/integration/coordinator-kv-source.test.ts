@@ -52,7 +52,7 @@ async function put(f: CoordinatorFixture, name: string, body: unknown): Promise<
 
 const capacityOf = (s: KvPolicySource, name: string): number | undefined => s.current().get(name)?.capacity;
 
-describe('KvPolicySource', () => {
+describe('KvPolicySource', { timeout: 30_000 }, () => {
   it('loads what is there, then follows PUT, budget PATCH and DELETE within the stated time', async () => {
     await using f = await coordinatorFixture();
     const url = f.config.natsServers[0]!;

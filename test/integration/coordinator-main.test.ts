@@ -26,7 +26,8 @@ function runMain(env: Record<string, string>): Run {
   return { exited, output: () => out, kill: (s) => child.kill(s) };
 }
 
-describe('coordinator main', () => {
+// Spawning `tsx` compiles the service first: allow for a loaded machine.
+describe('coordinator main', { timeout: 45_000 }, () => {
   it('lists every configuration problem and exits with status 2', async () => {
     const run = runMain({ QP_ADMIN_TOKEN: 'short', QP_PORT: 'x' });
     expect(await run.exited).toBe(2);

@@ -18,7 +18,7 @@ import {
 
 const json = { 'content-type': 'application/json' };
 
-describe('coordinator persistence', () => {
+describe('coordinator persistence', { timeout: 30_000 }, () => {
   it('serves the same policies, ETags and audit trail from a new coordinator on the same NATS', async () => {
     const namespace = uniqueNamespace();
     {
@@ -113,12 +113,13 @@ describe('coordinator persistence', () => {
   });
 });
 
-describe('coordinator shutdown', () => {
+describe('coordinator shutdown', { timeout: 30_000 }, () => {
   it('turns not ready, finishes the request in flight, stops listening and drains NATS', async () => {
     await using nats = await backend().startNats({ jetstream: true });
+    // Slack for a loaded machine: the grace covers the readiness probe, the NATS deadline the paused write.
     const config = {
-      ...testConfig({ natsUrl: nats.url, namespace: uniqueNamespace() }),
-      shutdownGraceMs: 400,
+      ...testConfig({ natsUrl: nats.url, namespace: uniqueNamespace(), natsTimeoutMs: 5000 }),
+      shutdownGraceMs: 1500,
     };
     const running = await startCoordinator(config);
     const url = running.url;
