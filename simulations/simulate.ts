@@ -5,7 +5,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ZodError } from 'zod';
-import { runSimulation, type RunSpec } from './engine/run.js';
+import { runSimulation, validateRun, type RunSpec } from './engine/run.js';
 import { SimConfigError } from './errors.js';
 import type { RunSeries } from './metrics/recorder.js';
 import type { StrategyResult } from './metrics/result.js';
@@ -61,7 +61,7 @@ export function planRuns(o: SimulateOptions): RunSpec[] {
         throw error;
       }
       for (const strategy of o.strategies) {
-        specs.push({
+        const spec: RunSpec = {
           scenario,
           strategy,
           regionCount: o.regionCount,
@@ -71,7 +71,9 @@ export function planRuns(o: SimulateOptions): RunSpec[] {
             o.sweep === undefined
               ? undefined
               : { setting: o.sweep.setting, value: settings[o.sweep.setting] ?? '' },
-        });
+        };
+        validateRun(spec);
+        specs.push(spec);
       }
     }
   }

@@ -91,11 +91,6 @@ export class Network {
     this.#cut[b]![a] = cut;
   }
 
-  /** Cut or heal every link between `node` and the others. */
-  isolate(node: number, cut: boolean): void {
-    for (let other = 0; other < this.nodes.length; other++) if (other !== node) this.setCut(node, other, cut);
-  }
-
   /** Take a node down (it neither sends nor receives) or bring it back. */
   setDown(node: number, down: boolean): void {
     this.#down[node] = down;

@@ -31,6 +31,8 @@ export class Random {
   #c: number;
   #d: number;
   readonly #seed: number;
+  /** The stream's name: the labels of its forks, joined by `/`. */
+  readonly label: string;
 
   /** `seed`: any safe integer; `label` names the stream (different labels give independent streams). */
   constructor(seed: number, label = '') {
@@ -45,8 +47,6 @@ export class Random {
     if ((this.#a | this.#b | this.#c | this.#d) === 0) this.#a = 1;
     this.label = label;
   }
-
-  readonly label: string;
 
   /** An independent stream derived from this one's seed and label, whatever has been drawn so far. */
   fork(label: string): Random {

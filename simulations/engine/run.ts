@@ -95,17 +95,29 @@ function parsePolicySafely(input: Parameters<typeof parsePolicy>[0]): Policy {
   }
 }
 
-export function runSimulation(spec: RunSpec): RunOutput {
-  const { scenario, strategy: definition, settings } = spec;
+/** Check what can be checked before running: regions, the policy, fault times, links. Throws SimConfigError. */
+export function validateRun(spec: RunSpec): { regions: string[]; policy: Policy } {
+  const { scenario, strategy, settings } = spec;
   const regions = regionsOf(spec.regionCount);
-  const policy = simPolicy(settings, definition, regions);
-  const home = regions.indexOf(policy.homeRegion!);
+  const policy = simPolicy(settings, strategy, regions);
   for (const key of ['shiftAtS', 'faultAtS'] as const) {
     if (scenario.uses.includes(key) && settings[key] >= settings.durationS)
       throw new SimConfigError(
         `${scenario.name}: ${key} (${settings[key]}) must be before the end of the run (durationS ${settings.durationS})`,
       );
   }
+  buildLinks(
+    regions,
+    regions.map((_, i) => i),
+    settings,
+  );
+  return { regions, policy };
+}
+
+export function runSimulation(spec: RunSpec): RunOutput {
+  const { scenario, strategy: definition, settings } = spec;
+  const { regions, policy } = validateRun(spec);
+  const home = regions.indexOf(policy.homeRegion!);
   const plan = scenario.plan(regions, settings);
   const endUs = settings.durationS * 1e6;
 

@@ -142,7 +142,7 @@ export function tradeoffChart(results: readonly StrategyResult[]): ChartOptions[
       label: name,
       color: strategyColor(name, i),
       points: mine.map((r) => [r.falseDenialRate, r.overAdmission] as [number, number]),
-      pointLabels: mine.map((r) => `${setting}=${String(r.sweep!.value)}`),
+      pointLabels: mine.map((r) => String(r.sweep!.value)),
     };
   });
   const xs = results.map((r) => r.falseDenialRate);
@@ -157,7 +157,7 @@ export function tradeoffChart(results: readonly StrategyResult[]): ChartOptions[
   });
   return [
     {
-      title: `${results[0]!.scenario}: overshoot against false denials, sweeping ${setting}`,
+      title: `${results[0]!.scenario}: overshoot against false denials; points labelled with ${setting}`,
       xLabel: 'false-denial rate (denied by the strategy, admitted by ideal) / requests',
       yLabel: 'overAdmission (worst window / budget)',
       series,

@@ -116,12 +116,15 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
       const at = `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`;
       labelled.set(at, [...(labelled.get(at) ?? []), label]);
     });
+    let nth = 0;
     for (const [at, labels] of labelled) {
       const [cx, cy] = at.split(',') as [string, string];
       const right = Number(cx) > PAD.left + plotW * 0.75;
+      // Alternate above and below the line, so neighbouring labels do not overprint.
+      const dy = nth++ % 2 === 0 ? -6 : 14;
       out.push(`<circle cx="${cx}" cy="${cy}" r="3" fill="${s.color}"/>`);
       out.push(
-        `<text x="${cx}" y="${cy}" dx="${right ? -5 : 5}" dy="-5" text-anchor="${right ? 'end' : 'start'}" fill="${s.color}">${esc(labels.join(' | '))}</text>`,
+        `<text x="${cx}" y="${cy}" dx="${right ? -5 : 5}" dy="${dy}" text-anchor="${right ? 'end' : 'start'}" fill="${s.color}">${esc(labels.join(', '))}</text>`,
       );
     }
   }
