@@ -191,7 +191,15 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     close: () => {
       closing ??= (async () => {
         draining = true;
-        await app.close();
+        const closed = app.close();
+        // A keep-alive connection that was busy when closing began turns idle once its answer is sent; close
+        // those as they appear instead of waiting out the keep-alive timeout.
+        const sweeper = setInterval(() => app.server.closeIdleConnections(), 25);
+        try {
+          await closed;
+        } finally {
+          clearInterval(sweeper);
+        }
         unsubscribe();
         guard.shutdown();
         emergency.close();
