@@ -57,11 +57,10 @@ export async function openStores(
 /** Ready while the connection is up; follows the client's status events. */
 export function natsReadiness(nc: NatsConnection): ReadinessProbe & { close(): void } {
   let connected = !nc.isClosed();
-  let stopped = false;
+  // A QueuedIterator (stop() ends it), typed as a plain AsyncIterable.
+  const status = nc.status() as AsyncIterable<{ type: string }> & { stop?: () => void };
   void (async () => {
-    // The status iterator ends when the connection closes.
-    for await (const s of nc.status()) {
-      if (stopped) break;
+    for await (const s of status) {
       if (s.type === 'disconnect' || s.type === 'reconnecting') connected = false;
       else if (s.type === 'reconnect') connected = true;
     }
@@ -72,8 +71,6 @@ export function natsReadiness(nc: NatsConnection): ReadinessProbe & { close(): v
       if (nc.isDraining()) return ['nats connection draining'];
       return connected ? [] : ['nats disconnected'];
     },
-    close: () => {
-      stopped = true;
-    },
+    close: () => status.stop?.(),
   };
 }

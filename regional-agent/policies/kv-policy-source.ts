@@ -74,7 +74,7 @@ export class KvPolicySource implements PolicySource {
   #isReady = false;
   #stats = { loads: 0, badEntries: 0, failures: 0, revision: 0 };
   readonly #loop: Promise<void>;
-  readonly #statusLoop: Promise<void>;
+  readonly #status: AsyncIterable<{ type: string }> & { stop?: () => void };
 
   constructor(nc: NatsConnection, options: KvPolicySourceOptions = {}) {
     this.#nc = nc;
@@ -101,7 +101,9 @@ export class KvPolicySource implements PolicySource {
       );
       void this.#ready.finally(() => clearTimeout(timer)).catch(() => undefined);
     }
-    this.#statusLoop = this.#followStatus();
+    // The client's status stream is a QueuedIterator (stop() ends it), typed as a plain AsyncIterable.
+    this.#status = nc.status();
+    void this.#followStatus();
     this.#loop = this.#run();
   }
 
@@ -128,9 +130,8 @@ export class KvPolicySource implements PolicySource {
     this.#rejectReady(new Error('policy source closed before it was ready'));
     this.#watch?.stop();
     this.#wake?.();
+    this.#status.stop?.();
     await this.#loop;
-    // The status loop ends with the connection; do not wait for it.
-    void this.#statusLoop;
   }
 
   async #run(): Promise<void> {
@@ -248,7 +249,7 @@ export class KvPolicySource implements PolicySource {
 
   /** Rebuild the watch after every reconnect: the server may have lost the watch's consumer. */
   async #followStatus(): Promise<void> {
-    for await (const s of this.#nc.status()) {
+    for await (const s of this.#status) {
       if (this.#closed) return;
       if (s.type === 'reconnect') {
         this.#watch?.stop();
