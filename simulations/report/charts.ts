@@ -97,6 +97,7 @@ export function admittedCharts(
       xLabel: 'simulated time, s',
       yLabel: `tokens/s (per ${binS} s bin)`,
       series: [...lines((r) => r.series.admitted), oracle(first.series.ideal)],
+      xInclude: [0, durationS],
     },
   ];
 }
@@ -107,9 +108,12 @@ export function shareCharts(runs: readonly ChartRun[]): ChartOptions[] {
     const samples = r.series.shares;
     if (samples === undefined) return [];
     const { binS } = r.series;
+    const n = r.result.regions.length;
     const series: Series[] = r.result.regions.map((region, k) => ({
       label: region,
       color: REGION_COLORS[k % REGION_COLORS.length]!,
+      // Equal shares coincide: each region is drawn narrower than the one before, so all stay visible.
+      width: 1.5 + 2.5 * (n - 1 - k),
       points: samples.map((s, i) => [i * binS, s[k]!] as [number, number]),
     }));
     series.push({
@@ -126,6 +130,7 @@ export function shareCharts(runs: readonly ChartRun[]): ChartOptions[] {
         series,
         height: 220,
         yInclude: [0, 1],
+        xInclude: [0, r.result.durationS],
       },
     ];
   });

@@ -9,6 +9,8 @@ export interface Series {
   color: string;
   points: readonly (readonly [number, number])[];
   dashed?: boolean;
+  /** Stroke width (default 1.5): wider lines drawn first stay visible under narrower ones they coincide with. */
+  width?: number;
   /** Draw a dot and this label at each point (sweeps). */
   pointLabels?: readonly string[];
 }
@@ -107,7 +109,9 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
     if (s.points.length === 0) continue;
     const d = s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
     const dash = s.dashed === true ? ' stroke-dasharray="6 4"' : '';
-    out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="1.5"${dash} points="${d}"/>`);
+    out.push(
+      `<polyline fill="none" stroke="${s.color}" stroke-width="${s.width ?? 1.5}"${dash} points="${d}"/>`,
+    );
     // Points that land on the same spot share one dot and one label.
     const labelled = new Map<string, string[]>();
     s.pointLabels?.forEach((label, i) => {
