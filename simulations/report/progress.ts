@@ -29,7 +29,9 @@ export function progressSink(stream: Stream, quiet: boolean): ProgressSink {
         const filled = Math.round(overall * width);
         const bar = '█'.repeat(filled) + '░'.repeat(width - filled);
         const text = `\r${bar} ${(overall * 100).toFixed(1).padStart(5)}%  run ${Math.min(done + 1, total)}/${total} ${label}`;
-        stream.write(text.slice(0, stream.columns ?? 120).padEnd(Math.min(stream.columns ?? 120, 100)));
+        // Some terminals (and `script`) report 0 columns: fall back to a sane width.
+        const columns = (stream.columns ?? 0) >= 40 ? stream.columns! : 100;
+        stream.write(text.slice(0, columns).padEnd(Math.min(columns, 100)));
       },
       finish() {
         stream.write('\n');

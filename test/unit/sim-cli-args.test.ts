@@ -121,6 +121,11 @@ describe('progress', () => {
     for (let i = 0; i <= 20; i++) lines.update(0, 1, i / 20, 'x');
     expect(pipe.out).toEqual(Array.from({ length: 11 }, (_, i) => `simulate: ${i * 10}%\n`));
 
+    // A terminal that reports no width still gets the bar.
+    const narrow = { out: [] as string[], isTTY: true, columns: 0 };
+    progressSink({ ...narrow, write: (t: string) => narrow.out.push(t) }, false).update(0, 1, 0.5, 'x');
+    expect(narrow.out[0]).toContain('50.0%');
+
     const quiet = sink(true);
     progressSink(quiet.stream, true).update(0, 1, 0.5, 'x');
     expect(quiet.out).toEqual([]);
