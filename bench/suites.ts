@@ -1,6 +1,8 @@
+import { httpSuite } from './http.bench.js';
 import type { BenchSuite } from './lib.js';
 import { simSuite } from './sim.bench.js';
+import { rebalanceSuite } from './rebalance.bench.js';
 import { storeSuite } from './store.bench.js';
 
 /** Every benchmark suite, in the order `npm run bench` runs them. */
-export const suites: BenchSuite[] = [storeSuite, simSuite];
+export const suites: BenchSuite[] = [storeSuite, simSuite, rebalanceSuite, httpSuite];

@@ -41,7 +41,8 @@ export class StaticShareView implements ShareView {
 
   constructor(shares: Record<string, number> = {}, fallback: number | undefined = 1) {
     for (const [policy, share] of Object.entries(shares)) {
-      if (!(share >= 0 && share <= 1)) throw new RangeError(`share of ${policy} must be in [0, 1], got ${share}`);
+      if (!(share >= 0 && share <= 1))
+        throw new RangeError(`share of ${policy} must be in [0, 1], got ${share}`);
     }
     this.#shares = new Map(Object.entries(shares));
     this.#fallback = fallback;

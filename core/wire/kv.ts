@@ -21,8 +21,10 @@ export const DEFAULT_KV_NAMESPACE = 'qp';
 export interface KvNames {
   /** KV bucket of policies: key = `policyKey(name)`, value = the stored policy JSON (validated by `Policy`). */
   readonly policies: string;
-  /** KV bucket reserved for the coordinator's persisted allocations (leases, epochs, shares). */
+  /** KV bucket of allocation records (core/wire/protocol.ts AllocationRecord): key = `policyKey(name)`. */
   readonly allocations: string;
+  /** KV bucket of the agents the coordinator knows (AgentRegistration), so a restart remembers who may hold a lease. */
+  readonly agents: string;
   /** Stream of audit records, one subject per policy. */
   readonly auditStream: string;
   /** Subject prefix of the audit stream; a record about policy P goes to `${auditSubjectPrefix}.${policyKey(P)}`. */
@@ -35,6 +37,7 @@ export function kvNames(namespace: string = DEFAULT_KV_NAMESPACE): KvNames {
   return {
     policies: `${ns}-policies`,
     allocations: `${ns}-allocations`,
+    agents: `${ns}-agents`,
     auditStream: `${ns}-audit`,
     auditSubjectPrefix: `${ns}.audit`,
   };

@@ -1,0 +1,28 @@
+import { z } from 'zod';
+
+/**
+ * How the coordinator moves shares. The defaults converge within 10 s of a shift of 80% of the demand to another
+ * region and leave shares alone under stationary noisy demand (both are tests in test/unit/rebalance-*.test.ts).
+ */
+export const RebalanceSettings = z.strictObject({
+  /** How often the coordinator recomputes targets, ms. */
+  roundMs: z.number().int().min(50).max(60_000).default(1000),
+  /** Half-life of the exponentially smoothed demand per region, ms: shorter reacts faster, longer ignores noise. */
+  demandHalfLifeMs: z.number().int().min(1).max(600_000).default(2000),
+  /** Fraction of the distance to the target covered per step, (0, 1]. */
+  damping: z.number().gt(0).max(1).default(0.85),
+  /**
+   * A rebalance starts only when some region's target differs from its share by at least this much (absolute
+   * share), so noise does not move shares…
+   */
+  hysteresis: z.number().min(0).max(0.5).default(0.08),
+  /** …and once started, it keeps stepping until every region is within this much of its target. */
+  settleBand: z.number().min(0).max(0.5).default(0.02),
+  /** Floor of every region's share when a policy sets no `minShare`. */
+  defaultMinShare: z.number().min(0).max(1).default(0.02),
+});
+export type RebalanceSettings = z.output<typeof RebalanceSettings>;
+export type RebalanceSettingsInput = z.input<typeof RebalanceSettings>;
+
+/** The defaults, parsed. */
+export const defaultRebalanceSettings: RebalanceSettings = RebalanceSettings.parse({});

@@ -1,0 +1,92 @@
+import type { RebalanceSettings } from './settings.js';
+
+/** Shares by region index (regions are ordered once per coordinator; arrays keep the hot loop cheap). */
+export type ShareVector = number[];
+
+/**
+ * The floor of one region's share for a policy: `minShare` (or the default), and never below what lets the
+ * region admit the policy's largest cost.
+ */
+export function shareFloor(
+  capacity: number,
+  maxCost: number,
+  minShare: number | undefined,
+  settings: RebalanceSettings,
+): number {
+  return Math.max(minShare ?? settings.defaultMinShare, maxCost / capacity);
+}
+
+/**
+ * Shares that follow demand: each region gets its floor, and the rest of the budget in proportion to its demand.
+ * Returns undefined when there is no demand at all (nothing to follow) or the floors do not fit in the budget.
+ */
+export function idealShares(demand: readonly number[], floor: number): ShareVector | undefined {
+  const n = demand.length;
+  if (floor * n > 1) return undefined;
+  let total = 0;
+  for (const d of demand) total += d;
+  if (!(total > 0)) return undefined;
+  const spare = 1 - floor * n;
+  const out = new Array<number>(n);
+  for (let i = 0; i < n; i++) out[i] = floor + (spare * demand[i]!) / total;
+  return out;
+}
+
+/**
+ * The next step from `current` toward the ideal, or undefined when no step is due: no demand, or every region
+ * close enough to its ideal. "Close enough" is the hysteresis band while shares are at rest (so noise does not
+ * move them) and the narrower settle band while a rebalance is under way (so it finishes the job). The step
+ * covers `damping` of the distance, lands on the ideal when within half the settle band, and never lets a
+ * region fall below the floor or the sum exceed 1.
+ */
+export function nextShares(
+  current: readonly number[],
+  demand: readonly number[],
+  floor: number,
+  settings: RebalanceSettings,
+  moving = false,
+): ShareVector | undefined {
+  const ideal = idealShares(demand, floor);
+  if (ideal === undefined) return undefined;
+  let far = 0;
+  for (let i = 0; i < current.length; i++) far = Math.max(far, Math.abs(ideal[i]! - current[i]!));
+  if (far < (moving ? settings.settleBand : settings.hysteresis)) return undefined;
+  const out = new Array<number>(current.length);
+  let sum = 0;
+  for (let i = 0; i < current.length; i++) {
+    const gap = ideal[i]! - current[i]!;
+    // Within half the settle band a region lands on its ideal, so steps do not shrink forever.
+    const step =
+      Math.abs(gap) * (1 - settings.damping) < settings.settleBand / 2 ? gap : gap * settings.damping;
+    out[i] = Math.max(floor, current[i]! + step);
+    sum += out[i]!;
+  }
+  if (sum > 1) fitBudget(out, floor, sum);
+  return out;
+}
+
+/**
+ * Steps of different sizes per region (snapping) can sum a little above 1: take the excess from the regions
+ * above the floor, in proportion to what they hold above it, so no floor is broken.
+ */
+function fitBudget(shares: number[], floor: number, sum: number): void {
+  const excess = sum - 1;
+  let above = 0;
+  for (const s of shares) above += s - floor;
+  for (let i = 0; i < shares.length; i++) {
+    shares[i] = shares[i]! - (excess * (shares[i]! - floor)) / above;
+  }
+  // The subtraction itself can leave an ulp; trim it from the largest.
+  let total = 0;
+  let largest = 0;
+  for (let i = 0; i < shares.length; i++) {
+    total += shares[i]!;
+    if (shares[i]! > shares[largest]!) largest = i;
+  }
+  if (total > 1) shares[largest] = shares[largest]! - (total - 1);
+}
+
+/** Equal split: the safe static share of each of `n` regions. */
+export function equalShares(n: number): ShareVector {
+  return Array.from({ length: n }, () => 1 / n);
+}

@@ -1,0 +1,174 @@
+/**
+ * The coordination protocol on the wire, shared by the coordinator and the agents: NATS subjects, message schemas
+ * and the allocation record kept in JetStream KV. Every inbound message is checked against these schemas; a bad
+ * one is counted and dropped.
+ *
+ * Flow: agents watch the allocation records (KV bucket `<ns>-allocations`, key = policy key) and send a heartbeat
+ * every report interval (request/reply); the reply renews the agent's lease. Usage goes in separate bounded
+ * messages. When an agent has applied a record revision and every decision it started under older records has
+ * finished, it acknowledges that revision (`ackRevision`) in an ack message and in every heartbeat.
+ */
+import { z } from 'zod';
+import { PolicyName, RegionName } from '../policy.js';
+import { KvNamespace } from './kv.js';
+
+/** NATS subjects of one namespace (see core/wire/kv.ts); the last token is the region. */
+export function protocolSubjects(namespace: string) {
+  const ns = KvNamespace.parse(namespace);
+  return {
+    heartbeat: (region: string) => `${ns}.v1.heartbeat.${region}`,
+    usage: (region: string) => `${ns}.v1.usage.${region}`,
+    ack: (region: string) => `${ns}.v1.ack.${region}`,
+    bye: (region: string) => `${ns}.v1.bye.${region}`,
+    all: {
+      heartbeat: `${ns}.v1.heartbeat.*`,
+      usage: `${ns}.v1.usage.*`,
+      ack: `${ns}.v1.ack.*`,
+      bye: `${ns}.v1.bye.*`,
+    },
+  } as const;
+}
+export type ProtocolSubjects = ReturnType<typeof protocolSubjects>;
+
+/** Largest number of constrained subjects an agent reports per policy per interval. */
+export const MAX_CONSTRAINED_PER_POLICY = 8;
+/** Largest number of policies in one usage message; an agent sends more messages when it needs to. */
+export const MAX_POLICIES_PER_USAGE = 512;
+/** Largest number of usage messages per interval per agent (bounds a report to 32k policies). */
+export const MAX_USAGE_CHUNKS = 64;
+/** Longest subject in a report (normalized or hashed subjects only, never raw identities). */
+const ReportedSubject = z.string().min(1).max(128);
+
+export const AgentId = z
+  .string()
+  .regex(/^[A-Za-z0-9_-]{8,64}$/, 'agent ids are 8-64 chars of A-Z a-z 0-9 _ -');
+export const Instance = z.string().min(1).max(128);
+
+const Cost = z.number().min(0).max(1e15);
+const Revision = z.number().int().min(0);
+
+/** An agent's heartbeat; the reply renews its lease. */
+export const Heartbeat = z.strictObject({
+  agentId: AgentId,
+  /** Stable name of the agent process (e.g. host:port); a new agent with the same name replaces the old one. */
+  instance: Instance,
+  region: RegionName,
+  seq: z.number().int().min(0),
+  /** Highest allocation-record revision the agent has applied. */
+  appliedRevision: Revision,
+  /** Highest revision such that no decision started under an older record is still in flight. */
+  ackRevision: Revision,
+  /**
+   * The agent's lease state when it sent this: `valid` (issued shares), `lapsed` (min(issued, safe)), `settled`
+   * (safe shares) or `none` (not deciding yet). The coordinator counts an agent at its safe share until it
+   * reports `valid`.
+   */
+  mode: z.enum(['none', 'valid', 'lapsed', 'settled']),
+});
+export type Heartbeat = z.infer<typeof Heartbeat>;
+
+/** The coordinator's answer to a heartbeat. */
+export const Renewal = z.strictObject({
+  coordinatorId: z.string().min(1).max(64),
+  /** The lease lasts this long from when the agent sent its heartbeat (so clock offsets do not matter). */
+  leaseMs: z.number().int().positive(),
+  /** After expiry, the agent keeps min(share, safe share); after this much more, it settles at the safe share. */
+  graceMs: z.number().int().positive(),
+  /**
+   * The lease counts only once the agent has applied allocation records up to this revision: the latest
+   * shrink of the agent's region. An agent that is behind catches up first.
+   */
+  minRevision: Revision,
+  /** True while the coordinator is in learning mode after a restart (it grows nothing). */
+  learning: z.boolean(),
+});
+export type Renewal = z.infer<typeof Renewal>;
+
+/** A refused heartbeat (unknown region, agent id reused in another region…). */
+export const RenewalRefused = z.strictObject({ refused: z.string().max(200) });
+export type RenewalRefused = z.infer<typeof RenewalRefused>;
+
+export const RenewalReply = z.union([Renewal, RenewalRefused]);
+export type RenewalReply = z.infer<typeof RenewalReply>;
+
+/** Cost requested, admitted and denied for one subject that was denied or close to its regional capacity. */
+export const ConstrainedSubject = z.strictObject({
+  subject: ReportedSubject,
+  requested: Cost,
+  denied: Cost,
+});
+export type ConstrainedSubject = z.infer<typeof ConstrainedSubject>;
+
+export const PolicyUsage = z.strictObject({
+  policy: PolicyName,
+  requested: Cost,
+  admitted: Cost,
+  denied: Cost,
+  constrained: z.array(ConstrainedSubject).max(MAX_CONSTRAINED_PER_POLICY),
+});
+export type PolicyUsage = z.infer<typeof PolicyUsage>;
+
+/** One interval's usage of one agent, possibly in several chunks. */
+export const Usage = z.strictObject({
+  agentId: AgentId,
+  region: RegionName,
+  seq: z.number().int().min(0),
+  /** Length of the interval the figures cover, ms. */
+  intervalMs: z.number().int().positive().max(3_600_000),
+  chunk: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_USAGE_CHUNKS - 1),
+  chunks: z.number().int().min(1).max(MAX_USAGE_CHUNKS),
+  policies: z.array(PolicyUsage).max(MAX_POLICIES_PER_USAGE),
+  /** Policies left out because the report would exceed its bound. */
+  dropped: z.number().int().min(0),
+});
+export type Usage = z.infer<typeof Usage>;
+
+export const Ack = z.strictObject({ agentId: AgentId, region: RegionName, ackRevision: Revision });
+export type Ack = z.infer<typeof Ack>;
+
+export const Bye = z.strictObject({ agentId: AgentId, region: RegionName });
+export type Bye = z.infer<typeof Bye>;
+
+const Share = z.number().min(0).max(1);
+const ShareByRegion = z.record(RegionName, Share);
+
+/** One allocation unit: the default vector of a policy, or a per-subject override. */
+export const UnitRecord = z.strictObject({
+  /** Shares issued, by region: the most recent the coordinator wrote. */
+  shares: ShareByRegion,
+  /** Regions shrinking: the share each held before, until all its agents acknowledge (coordinator bookkeeping). */
+  pending: ShareByRegion,
+  /** Bumped on every change of this unit. */
+  epoch: z.number().int().min(0),
+});
+export type UnitRecord = z.infer<typeof UnitRecord>;
+
+/** The allocation record of one regional policy: the KV value agents adopt. */
+export const AllocationRecord = z.strictObject({
+  policy: PolicyName,
+  version: z.number().int().positive(),
+  /** Bumped on every change of the record. */
+  epoch: z.number().int().min(0),
+  /** Safe static shares (sum ≤ 1): what an agent settles at when its lease has lapsed for longer than the grace. */
+  safe: ShareByRegion,
+  /** The policy's idle TTL: how far back an agent keeps the history of its shares for refill floors. */
+  idleTtlSeconds: z.number().int().positive(),
+  default: UnitRecord,
+  /** Per-subject overrides (capped), by normalized subject. */
+  overrides: z.record(ReportedSubject, UnitRecord),
+  updatedAt: z.number(),
+});
+export type AllocationRecord = z.infer<typeof AllocationRecord>;
+
+/** What the coordinator remembers of an agent across restarts. */
+export const AgentRegistration = z.strictObject({
+  agentId: AgentId,
+  instance: Instance,
+  region: RegionName,
+  registeredAt: z.number(),
+});
+export type AgentRegistration = z.infer<typeof AgentRegistration>;

@@ -1,0 +1,326 @@
+/**
+ * The conservation protocol on a virtual clock: one CoordinatorEngine and several AgentLeases wired by an
+ * in-memory bus and KV with per-message delay, partitions and crashes. Lets unit tests drive hours of rounds in
+ * milliseconds and check the invariant at every instant.
+ */
+import { ManualClock } from '../../core/clock.js';
+import { AgentLease } from '../../core/lease/agent-lease.js';
+import { CoordinatorEngine, type CoordinatorEngineOptions } from '../../core/lease/coordinator-engine.js';
+import type { LeaseSettingsInput } from '../../core/lease/settings.js';
+import type { Policy } from '../../core/policy.js';
+import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
+import type { AgentRegistration, AllocationRecord, PolicyUsage } from '../../core/wire/protocol.js';
+import { ConservationChecker } from '../harness/conservation-checker.js';
+
+interface Event {
+  at: number;
+  seq: number;
+  run: () => void;
+}
+
+export interface LoopAgent {
+  id: string;
+  region: string;
+  lease: AgentLease;
+  /** Requested cost per second, per policy (what its usage reports say). */
+  demand: Map<string, number>;
+  /** Constrained subjects it reports, per policy: requested and denied cost per second. */
+  constrained: Map<string, { subject: string; requested: number; denied: number }[]>;
+  /** Cut off from the coordinator and the KV (messages to and from it are lost). */
+  partitioned: boolean;
+  /** Its KV watch is stuck: records queue up undelivered while heartbeats still flow. */
+  stalled: boolean;
+  stalledRecords: (() => void)[];
+  alive: boolean;
+  heartbeats: number;
+}
+
+export interface LoopOptions {
+  regions: string[];
+  agentsPerRegion: number;
+  delayMs?: number;
+  rebalance?: RebalanceSettingsInput;
+  lease?: LeaseSettingsInput;
+  /** Relative noise on reported demand, e.g. 0.3 for ±30% (seeded). */
+  noise?: number;
+  seed?: number;
+}
+
+export class ProtocolLoop {
+  readonly clock = new ManualClock(1_750_000_000_000);
+  readonly checker = new ConservationChecker();
+  readonly agents: LoopAgent[] = [];
+  engine: CoordinatorEngine | undefined;
+  readonly kv = new Map<string, { record: AllocationRecord; revision: number }>();
+  readonly registry = new Map<string, AgentRegistration>();
+  revision = 0;
+  messages = 0;
+  readonly #queue: Event[] = [];
+  #seq = 0;
+  #agentSeq = 0;
+  #rng: number;
+  readonly #options: Required<Omit<LoopOptions, 'rebalance' | 'lease'>> &
+    Pick<LoopOptions, 'rebalance' | 'lease'>;
+  readonly #policies = new Map<string, Policy>();
+  #coordinatorSeq = 0;
+
+  constructor(options: LoopOptions) {
+    this.#options = { delayMs: 2, noise: 0, seed: 1, ...options };
+    this.#rng = this.#options.seed;
+    this.startCoordinator();
+    for (const region of options.regions) {
+      for (let i = 0; i < options.agentsPerRegion; i++) this.startAgent(region);
+    }
+    // Lease expiry happens with time alone: look every 50 ms so the checker sees it when it happens.
+    const poll = () => {
+      for (const a of this.agents) if (a.alive) a.lease.poll();
+      this.at(50, poll);
+    };
+    this.at(50, poll);
+  }
+
+  get roundMs(): number {
+    return this.engine?.settings.roundMs ?? 1000;
+  }
+
+  // ---- time -------------------------------------------------------------------------------------------------
+
+  at(delay: number, run: () => void): void {
+    this.#queue.push({ at: this.clock.now() + delay, seq: this.#seq++, run });
+  }
+
+  /** Run events until `ms` of virtual time have passed. */
+  advance(ms: number): void {
+    const end = this.clock.now() + ms;
+    for (;;) {
+      let next = -1;
+      for (let i = 0; i < this.#queue.length; i++) {
+        const e = this.#queue[i]!;
+        if (e.at > end) continue;
+        if (
+          next === -1 ||
+          e.at < this.#queue[next]!.at ||
+          (e.at === this.#queue[next]!.at && e.seq < this.#queue[next]!.seq)
+        )
+          next = i;
+      }
+      if (next === -1) break;
+      const [event] = this.#queue.splice(next, 1);
+      this.clock.set(Math.max(this.clock.now(), event!.at));
+      event!.run();
+    }
+    this.clock.set(end);
+    for (const a of this.agents) if (a.alive) a.lease.poll();
+  }
+
+  // ---- coordinator --------------------------------------------------------------------------------------------
+
+  startCoordinator(extra: Partial<CoordinatorEngineOptions> = {}): void {
+    const incarnation = ++this.#coordinatorSeq;
+    this.engine = new CoordinatorEngine({
+      coordinatorId: `c${incarnation}`,
+      regions: this.#options.regions,
+      clock: this.clock,
+      rebalance: this.#options.rebalance,
+      lease: this.#options.lease,
+      records: [...this.kv.values()],
+      agents: [...this.registry.values()],
+      ...extra,
+    });
+    for (const p of this.#policies.values()) this.engine.upsertPolicy(p);
+    this.#flush();
+    const round = () => {
+      if (this.engine === undefined || this.#coordinatorSeq !== incarnation) return;
+      this.engine.tick();
+      this.#flush();
+      this.at(this.roundMs, round);
+    };
+    this.at(this.roundMs, round);
+  }
+
+  /** The coordinator dies: its memory is gone, the KV stays. */
+  killCoordinator(): void {
+    this.engine = undefined;
+    this.#coordinatorSeq++;
+  }
+
+  upsertPolicy(policy: Policy): void {
+    this.#policies.set(policy.name, policy);
+    this.engine?.upsertPolicy(policy);
+    this.#flush();
+  }
+
+  #flush(): void {
+    const engine = this.engine;
+    if (engine === undefined) return;
+    for (const write of engine.takeWrites()) {
+      const revision = ++this.revision;
+      if (write.record === null) this.kv.delete(write.policy);
+      else this.kv.set(write.policy, { record: write.record, revision });
+      engine.written(write.policy, write.seq, revision);
+      for (const agent of this.agents) {
+        const apply = () => agent.lease.applyRecord(write.policy, write.record, revision);
+        this.#deliver(agent, () => (agent.stalled ? agent.stalledRecords.push(apply) : apply()));
+      }
+    }
+    for (const change of engine.takeRegistryWrites()) {
+      if ('put' in change) this.registry.set(change.put.agentId, change.put);
+      else this.registry.delete(change.delete);
+    }
+  }
+
+  // ---- agents ---------------------------------------------------------------------------------------------------
+
+  startAgent(region: string): LoopAgent {
+    const id = `agent-${region}-${++this.#agentSeq}`;
+    const lease = new AgentLease({ region, clock: this.clock, skewMs: 1000, startupWaitMs: 3000 });
+    const agent: LoopAgent = {
+      id,
+      region,
+      lease,
+      demand: new Map(),
+      constrained: new Map(),
+      partitioned: false,
+      stalled: false,
+      stalledRecords: [],
+      alive: true,
+      heartbeats: 0,
+    };
+    this.agents.push(agent);
+    // A new agent reads the KV first (the persisted leases), then starts its heartbeats.
+    for (const [policy, { record, revision }] of [...this.kv].sort((a, b) => a[1].revision - b[1].revision)) {
+      lease.applyRecord(policy, record, revision);
+    }
+    lease.recordsLoaded();
+    this.checker.watch(id, region, lease);
+    lease.onAck((ackRevision) =>
+      this.#toCoordinator(agent, (engine) => engine.ack({ agentId: id, region, ackRevision })),
+    );
+    const interval = this.engine?.lease.reportIntervalMs ?? 1000;
+    const beat = () => {
+      if (!agent.alive) return;
+      this.#heartbeat(agent, interval);
+      this.at(interval, beat);
+    };
+    this.at(1 + (this.#agentSeq % 7) * 3, beat);
+    return agent;
+  }
+
+  /** Stop an agent; `graceful` sends a goodbye. */
+  stopAgent(agent: LoopAgent, graceful: boolean): void {
+    agent.alive = false;
+    this.checker.unwatch(agent.id);
+    if (graceful)
+      this.#toCoordinator(agent, (engine) => engine.bye({ agentId: agent.id, region: agent.region }), true);
+  }
+
+  /** End an agent's partition: its KV watch catches up, its heartbeats get through again. */
+  heal(agent: LoopAgent): void {
+    agent.partitioned = false;
+    for (const [policy, { record, revision }] of [...this.kv].sort((a, b) => a[1].revision - b[1].revision)) {
+      if (revision > agent.lease.appliedRevision)
+        this.#deliver(agent, () => agent.lease.applyRecord(policy, record, revision));
+    }
+  }
+
+  /** Unstick an agent's KV watch: the queued records arrive. */
+  unstall(agent: LoopAgent): void {
+    agent.stalled = false;
+    for (const apply of agent.stalledRecords.splice(0)) apply();
+  }
+
+  /** Issued default shares of a policy, by region (from the KV, as agents see them). */
+  shares(policy: string): Record<string, number> {
+    return this.kv.get(policy)?.record.default.shares ?? {};
+  }
+
+  /** Every agent of `region` reports `subject` of `policy` as constrained (per-second rates), or stops (null). */
+  setConstrained(
+    region: string,
+    policy: string,
+    subject: string,
+    rates: { requested: number; denied: number } | null,
+  ): void {
+    for (const a of this.agents.filter((x) => x.region === region && x.alive)) {
+      const list = (a.constrained.get(policy) ?? []).filter((c) => c.subject !== subject);
+      if (rates !== null) list.push({ subject, ...rates });
+      a.constrained.set(policy, list);
+    }
+  }
+
+  setDemand(region: string, policy: string, perSecond: number): void {
+    const agents = this.agents.filter((a) => a.region === region && a.alive);
+    for (const a of agents) a.demand.set(policy, perSecond / agents.length);
+  }
+
+  #heartbeat(agent: LoopAgent, intervalMs: number): void {
+    const sentAt = this.clock.now();
+    agent.heartbeats++;
+    const hb = {
+      agentId: agent.id,
+      instance: agent.id,
+      region: agent.region,
+      seq: agent.heartbeats,
+      appliedRevision: agent.lease.appliedRevision,
+      ackRevision: agent.lease.ackRevision,
+      mode: agent.lease.mode(),
+    };
+    const policies: PolicyUsage[] = [...agent.demand].map(([policy, rate]) => {
+      const requested = rate * (intervalMs / 1000) * (1 + this.#noise());
+      const seconds = intervalMs / 1000;
+      const constrained = (agent.constrained.get(policy) ?? []).map((c) => ({
+        subject: c.subject,
+        requested: c.requested * seconds,
+        denied: c.denied * seconds,
+      }));
+      return { policy, requested, admitted: requested, denied: 0, constrained };
+    });
+    this.#toCoordinator(agent, (engine) => {
+      engine.usage({
+        agentId: agent.id,
+        region: agent.region,
+        seq: agent.heartbeats,
+        intervalMs,
+        chunk: 0,
+        chunks: 1,
+        policies,
+        dropped: 0,
+      });
+      const reply = engine.heartbeat(hb);
+      this.#flush();
+      this.#deliver(agent, () => {
+        if ('refused' in reply) agent.lease.refused(reply.refused);
+        else agent.lease.renewed(reply, sentAt);
+      });
+    });
+  }
+
+  #toCoordinator(agent: LoopAgent, run: (engine: CoordinatorEngine) => void, evenIfDead = false): void {
+    if (agent.partitioned || (!agent.alive && !evenIfDead)) return;
+    this.messages++;
+    this.at(this.#options.delayMs, () => {
+      if (this.engine === undefined) return;
+      run(this.engine);
+      this.#flush();
+    });
+  }
+
+  #deliver(agent: LoopAgent, run: () => void): void {
+    if (agent.partitioned || !agent.alive) return;
+    this.messages++;
+    this.at(this.#options.delayMs, () => {
+      if (agent.alive && !agent.partitioned) run();
+    });
+  }
+
+  #noise(): number {
+    if (this.#options.noise === 0) return 0;
+    // xorshift32: deterministic noise in [-noise, +noise].
+    let x = this.#rng;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.#rng = x >>> 0;
+    return ((this.#rng / 0xffffffff) * 2 - 1) * this.#options.noise;
+  }
+}

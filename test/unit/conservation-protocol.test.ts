@@ -1,0 +1,255 @@
+/**
+ * The conservation protocol on a virtual clock: shares follow demand within the stated time, stay put under
+ * noise, and the invariant checker sees the shares in force at every agent stay within the budget through
+ * demand shifts, agent restarts, partitions, coordinator crashes and slow in-flight decisions.
+ */
+import { describe, expect, it } from 'vitest';
+import { parsePolicy } from '../../core/policy.js';
+import { ProtocolLoop } from '../helpers/protocol-loop.js';
+
+const regions = ['us', 'eu', 'ap'];
+const policy = parsePolicy({ name: 'writes', capacity: 120, refillPerSecond: 2 });
+
+function converged(loop: ProtocolLoop, want: Record<string, number>, tolerance = 0.05): boolean {
+  const shares = loop.shares('writes');
+  return regions.every((r) => Math.abs((shares[r] ?? 0) - want[r]!) <= tolerance);
+}
+
+/** A loop past learning mode with shares settled on the given demand. */
+function settled(
+  demand: Record<string, number>,
+  options: Partial<ConstructorParameters<typeof ProtocolLoop>[0]> = {},
+) {
+  const loop = new ProtocolLoop({ regions, agentsPerRegion: 2, ...options });
+  loop.upsertPolicy(policy);
+  for (const r of regions) loop.setDemand(r, 'writes', demand[r]!);
+  loop.advance(30_000);
+  return loop;
+}
+
+describe('rebalancing', () => {
+  it('starts every region at its safe (equal) share and grows nothing while learning', () => {
+    const loop = new ProtocolLoop({ regions, agentsPerRegion: 2 });
+    loop.upsertPolicy(policy);
+    loop.setDemand('us', 'writes', 100);
+    loop.advance(6500);
+    expect(loop.engine!.learning()).toBe(true);
+    for (const r of regions) expect(loop.shares('writes')[r]).toBeCloseTo(1 / 3, 12);
+    loop.checker.assertHeld();
+  });
+
+  it('converges within 10 s of a shift of 80% of the demand to another region', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    expect(converged(loop, { us: 0.73, eu: 0.135, ap: 0.135 })).toBe(true);
+    loop.setDemand('us', 'writes', 10);
+    loop.setDemand('eu', 'writes', 80);
+    const shiftAt = loop.clock.now();
+    let convergedAt: number | undefined;
+    for (let t = 0; t < 30_000; t += 100) {
+      loop.advance(100);
+      const ok = converged(loop, { us: 0.135, eu: 0.73, ap: 0.135 });
+      if (ok && convergedAt === undefined) convergedAt = loop.clock.now();
+      if (!ok) convergedAt = undefined;
+    }
+    expect(convergedAt).toBeDefined();
+    const seconds = (convergedAt! - shiftAt) / 1000;
+    expect(seconds).toBeLessThanOrEqual(10);
+    loop.checker.assertHeld();
+    expect(loop.checker.maxSum.get('writes')).toBeLessThanOrEqual(1 + 1e-9);
+  });
+
+  it('does not move shares under stationary noisy demand', () => {
+    const loop = settled({ us: 50, eu: 30, ap: 20 }, { noise: 0.3, seed: 7 });
+    const before = { ...loop.shares('writes') };
+    const epoch = loop.kv.get('writes')!.record.epoch;
+    loop.advance(300_000);
+    expect(loop.shares('writes')).toEqual(before);
+    expect(loop.kv.get('writes')!.record.epoch).toBe(epoch);
+    loop.checker.assertHeld();
+  });
+});
+
+describe('conservation under failures', () => {
+  it('grows a region only after every agent of the shrinking region finished its in-flight decisions', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    // A us agent holds a decision in flight across the shift.
+    const usAgent = loop.agents.find((a) => a.region === 'us')!;
+    const done = usAgent.lease.enter('writes');
+    loop.setDemand('us', 'writes', 10);
+    loop.setDemand('eu', 'writes', 80);
+    loop.advance(3000);
+    // us shrank (issued), but eu cannot grow past what us may still be using.
+    const claims = loop.engine!.claims('writes')!;
+    expect(claims['us']).toBeGreaterThan(0.7);
+    expect(loop.shares('writes')['eu']).toBeLessThan(0.2);
+    loop.checker.assertHeld();
+    done();
+    loop.advance(10_000);
+    expect(loop.shares('writes')['eu']).toBeGreaterThan(0.6);
+    loop.checker.assertHeld();
+  });
+
+  it('an agent that does not acknowledge in time stops being renewed and lapses before others could be hurt', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    const stuck = loop.agents.find((a) => a.region === 'us')!;
+    stuck.stalled = true; // its KV watch stops: it never sees the shrink, so it never acknowledges it
+    loop.setDemand('us', 'writes', 10);
+    loop.setDemand('eu', 'writes', 80);
+    for (let t = 0; t < 20_000 && stuck.lease.lastRefusal === undefined; t += 250) loop.advance(250);
+    expect(stuck.lease.lastRefusal).toMatch(/acknowledgement overdue/);
+    // Until it lapses, us still claims what the stuck agent may use: eu has not grown.
+    expect(loop.shares('writes')['eu']).toBeLessThan(0.2);
+    loop.advance(30_000);
+    expect(stuck.lease.mode()).toBe('settled');
+    expect(loop.shares('writes')['eu']).toBeGreaterThan(0.4);
+    loop.checker.assertHeld();
+    loop.unstall(stuck);
+    loop.advance(30_000);
+    expect(stuck.lease.mode()).toBe('valid');
+    loop.checker.assertHeld();
+  });
+
+  it('holds through an agent restart, graceful or not', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    const [a, b] = loop.agents.filter((x) => x.region === 'eu');
+    loop.stopAgent(a!, true);
+    loop.stopAgent(b!, false);
+    loop.startAgent('eu');
+    loop.setDemand('eu', 'writes', 80);
+    loop.setDemand('us', 'writes', 10);
+    loop.advance(60_000);
+    loop.checker.assertHeld();
+    // The killed agent is still counted at its safe share (it might be partitioned, not dead).
+    expect(loop.engine!.claims('writes')!['eu']).toBeGreaterThanOrEqual(1 / 3 - 1e-9);
+  });
+
+  it('holds through a region partition, releases its share, and lets it back only once caught up', () => {
+    const loop = settled({ us: 10, eu: 80, ap: 10 });
+    const eu = loop.agents.filter((a) => a.region === 'eu');
+    for (const a of eu) a.partitioned = true;
+    loop.setDemand('us', 'writes', 80);
+    loop.advance(60_000);
+    loop.checker.assertHeld();
+    // eu lapsed: it settles at its safe share; the coordinator counts exactly that and gives the rest away.
+    for (const a of eu) expect(a.lease.mode()).toBe('settled');
+    expect(loop.engine!.claims('writes')!['eu']).toBeCloseTo(1 / 3, 9);
+    expect(loop.shares('writes')['eu']).toBeLessThanOrEqual(1 / 3 + 1e-9);
+    expect(loop.shares('writes')['us']).toBeGreaterThan(0.45);
+    for (const a of eu) loop.heal(a);
+    loop.advance(30_000);
+    loop.checker.assertHeld();
+    for (const a of eu) expect(a.lease.mode()).toBe('valid');
+  });
+
+  it('holds when one agent of a region is cut off while its peer keeps reporting', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    const lonely = loop.agents.find((a) => a.region === 'ap')!;
+    lonely.partitioned = true;
+    loop.setDemand('us', 'writes', 90);
+    loop.advance(60_000);
+    loop.checker.assertHeld();
+    expect(lonely.lease.mode()).toBe('settled');
+  });
+
+  it('holds through a coordinator crash and restart (learning mode, persisted leases and agents)', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    loop.killCoordinator();
+    loop.setDemand('us', 'writes', 10);
+    loop.setDemand('eu', 'writes', 80);
+    loop.advance(20_000);
+    // Every lease lapsed and agents settled at their safe shares, which sum to 1.
+    for (const a of loop.agents) expect(a.lease.mode()).toBe('settled');
+    loop.checker.assertHeld();
+    loop.startCoordinator();
+    loop.advance(5000);
+    expect(loop.engine!.learning()).toBe(true);
+    loop.advance(40_000);
+    expect(loop.engine!.learning()).toBe(false);
+    expect(loop.shares('writes')['eu']).toBeGreaterThan(0.6);
+    loop.checker.assertHeld();
+  });
+
+  it('a starting agent adopts the persisted lease, never more', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    const fresh = loop.startAgent('eu');
+    expect(fresh.lease.shareFor('writes', 't')).toBeUndefined();
+    loop.advance(2000);
+    expect(fresh.lease.shareFor('writes', 't')!.share).toBeCloseTo(loop.shares('writes')['eu']!, 12);
+    loop.checker.assertHeld();
+  });
+});
+
+describe('per-subject overrides', () => {
+  it('gives a constrained subject its own shares where its demand is, then returns it to the policy', () => {
+    const loop = settled({ us: 40, eu: 40, ap: 20 });
+    const base = { ...loop.shares('writes') };
+    loop.setConstrained('ap', 'writes', 'tenant-hot', { requested: 50, denied: 30 });
+    loop.advance(20_000);
+    const override = loop.kv.get('writes')!.record.overrides['tenant-hot'];
+    expect(override).toBeDefined();
+    expect(override!.shares['ap']).toBeGreaterThan(0.8);
+    expect(loop.shares('writes')).toEqual(base); // the policy's own vector did not move
+    for (const a of loop.agents.filter((x) => x.region === 'ap')) {
+      expect(a.lease.shareFor('writes', 'tenant-hot')!.share).toBeCloseTo(override!.shares['ap']!, 12);
+      expect(a.lease.shareFor('writes', 'tenant-cold')!.share).toBeCloseTo(base['ap']!, 12);
+    }
+    loop.checker.assertHeld();
+    loop.setConstrained('ap', 'writes', 'tenant-hot', null);
+    loop.advance(60_000);
+    expect(loop.kv.get('writes')!.record.overrides['tenant-hot']).toBeUndefined();
+    expect(loop.engine!.counters.overridesRemoved).toBe(1);
+    loop.checker.assertHeld();
+  });
+
+  it('caps overrides per policy', () => {
+    const loop = settled({ us: 40, eu: 40, ap: 20 }, { lease: { maxOverridesPerPolicy: 2 } });
+    for (const s of ['a', 'b', 'c', 'd'])
+      loop.setConstrained('ap', 'writes', `tenant-${s}`, { requested: 50, denied: 30 });
+    loop.advance(20_000);
+    expect(Object.keys(loop.kv.get('writes')!.record.overrides)).toHaveLength(2);
+    loop.checker.assertHeld();
+  });
+});
+
+describe('messages the coordinator must not trust', () => {
+  it('refuses unknown regions and agent ids reused across regions, and drops stray acks', () => {
+    const loop = settled({ us: 40, eu: 40, ap: 20 });
+    const engine = loop.engine!;
+    const hb = {
+      agentId: 'agent-xx-99',
+      instance: 'x',
+      region: 'mars',
+      seq: 1,
+      appliedRevision: 0,
+      ackRevision: 0,
+      mode: 'none' as const,
+    };
+    expect(engine.heartbeat(hb)).toEqual({ refused: 'unknown region mars' });
+    const usAgent = loop.agents.find((a) => a.region === 'us')!;
+    expect(engine.heartbeat({ ...hb, agentId: usAgent.id, region: 'eu' })).toEqual({
+      refused: 'agent id already registered in another region',
+    });
+    const dropped = engine.counters.messagesDropped;
+    engine.ack({ agentId: 'agent-unknown-1', region: 'us', ackRevision: 99 });
+    engine.ack({ agentId: usAgent.id, region: 'eu', ackRevision: 99 });
+    engine.usage({
+      agentId: usAgent.id,
+      region: 'eu',
+      seq: 1,
+      intervalMs: 1000,
+      chunk: 0,
+      chunks: 1,
+      policies: [],
+      dropped: 0,
+    });
+    expect(engine.counters.messagesDropped).toBe(dropped + 3);
+  });
+
+  it('drops the allocation of a policy that stops being regional or is deleted', () => {
+    const loop = settled({ us: 40, eu: 40, ap: 20 });
+    loop.upsertPolicy(parsePolicy({ name: 'writes', capacity: 120, refillPerSecond: 2, mode: 'local' }));
+    loop.advance(100);
+    expect(loop.kv.has('writes')).toBe(false);
+    for (const a of loop.agents) expect(a.lease.shareFor('writes', 't')).toBeUndefined();
+  });
+});
