@@ -13,6 +13,7 @@ describe('KV names and keys', () => {
     expect(kvNames()).toEqual({
       policies: 'qp-policies',
       allocations: 'qp-allocations',
+      agents: 'qp-agents',
       auditStream: 'qp-audit',
       auditSubjectPrefix: 'qp.audit',
     });
