@@ -360,6 +360,7 @@ export class CoordinatorEngine {
       graceMs: this.lease.graceMs,
       minRevision: this.#shrinkHighWater[region]!,
       learning: this.learning(now),
+      reportIntervalMs: this.lease.reportIntervalMs,
     };
   }
 
@@ -588,6 +589,11 @@ export class CoordinatorEngine {
     this.#forget(agentId);
     this.#settle(agent.region, this.#clock.now());
     return true;
+  }
+
+  /** Names of the policies with an allocation (restored or upserted). */
+  policyNames(): string[] {
+    return [...this.#policies.keys()];
   }
 
   get policyCount(): number {

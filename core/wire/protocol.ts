@@ -81,6 +81,8 @@ export const Renewal = z.strictObject({
   minRevision: Revision,
   /** True while the coordinator is in learning mode after a restart (it grows nothing). */
   learning: z.boolean(),
+  /** How often the coordinator wants heartbeats and usage, ms (agents follow it). */
+  reportIntervalMs: z.number().int().positive(),
 });
 export type Renewal = z.infer<typeof Renewal>;
 
