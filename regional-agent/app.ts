@@ -125,6 +125,9 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     loggerInstance: baseLogger,
     // Per-request lines would cost more than the decision; decisions are logged sampled by the service.
     logController: new LogController({ disableRequestLogging: true }),
+    // No per-request child logger: routes do not log per request, and a child per request costs an allocation
+    // and a serializer lookup on the hot path. Logs carry the request id explicitly where they need it.
+    childLoggerFactory: (logger) => logger,
     bodyLimit: config.bodyLimitBytes,
     trustProxy: trusted === undefined ? false : [...config.trustedProxies],
     requestIdHeader: false,

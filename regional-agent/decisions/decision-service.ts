@@ -22,7 +22,7 @@ import type { Clock } from '../../core/clock.js';
 import { bucketKey, idempotencyRecordKey } from '../../core/keys.js';
 import type { Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
-import type { ShareView } from '../../core/shares.js';
+import type { RegionalShare, ShareView } from '../../core/shares.js';
 import { normalizeSubject, subjectFingerprint } from '../../core/subject.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
@@ -109,6 +109,7 @@ interface GroupRun {
 }
 
 const CLOSED_REASONS: ReadonlySet<string> = new Set(['store_unavailable', 'home_unreachable', 'no_lease']);
+const FULL_SHARE: RegionalShare = Object.freeze({ share: 1, epoch: 0 });
 
 export class DecisionService {
   readonly #config: DecisionServiceConfig;
@@ -197,15 +198,32 @@ export class DecisionService {
   }
 
   #route(policy: Policy, subject: string, cost: number): Prepared {
-    const base = { policy, subject, cost, bucket: undefined, cause: undefined, homeRegion: undefined };
+    // Every branch builds the same object shape: this runs for every check of every request.
     if (policy.mode === 'strict' && policy.homeRegion !== this.#config.region) {
-      if (this.#deps.forwarder === undefined) return { ...base, route: 'fail', cause: 'home_unreachable' };
-      return { ...base, route: 'forward', homeRegion: policy.homeRegion };
+      const reachable = this.#deps.forwarder !== undefined;
+      return {
+        policy,
+        subject,
+        cost,
+        route: reachable ? 'forward' : 'fail',
+        bucket: undefined,
+        cause: reachable ? undefined : 'home_unreachable',
+        homeRegion: policy.homeRegion,
+      };
     }
     // local and strict-at-home enforce the whole budget here; regional enforces this region's share.
-    const share =
-      policy.mode === 'regional' ? this.#deps.shares.shareFor(policy.name, subject) : { share: 1, epoch: 0 };
-    if (share === undefined) return { ...base, route: 'fail', cause: 'no_lease' };
+    const share = policy.mode === 'regional' ? this.#deps.shares.shareFor(policy.name, subject) : FULL_SHARE;
+    if (share === undefined) {
+      return {
+        policy,
+        subject,
+        cost,
+        route: 'fail',
+        bucket: undefined,
+        cause: 'no_lease',
+        homeRegion: undefined,
+      };
+    }
     const s = share.share;
     const bucket: BucketCheck = {
       key: bucketKey(policy.version, subject, policy.name),
@@ -214,7 +232,7 @@ export class DecisionService {
       cost,
       ttlMs: policy.idleTtlSeconds * 1000,
     };
-    const floor = 'floor' in share ? share.floor : undefined;
+    const floor = share.floor;
     if (floor !== undefined) {
       bucket.floor = {
         beforeMicros: Math.max(0, Math.round(floor.sinceMs * 1000)),
@@ -222,7 +240,7 @@ export class DecisionService {
         capacity: policy.capacity * floor.share,
       };
     }
-    return { ...base, route: 'store', bucket };
+    return { policy, subject, cost, route: 'store', bucket, cause: undefined, homeRegion: undefined };
   }
 
   /**
@@ -270,8 +288,10 @@ export class DecisionService {
     const groups = this.#groups(checks);
     const runs: GroupRun[] = [];
     let conflict = false;
-    const claim = await this.#claim(request, groups, deadlineAt);
-    if (claim === 'conflict') throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
+    if (request.idempotencyKey !== undefined && groups.length > 1) {
+      const claim = await this.#claim(request, request.idempotencyKey, deadlineAt);
+      if (claim === 'conflict') throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
+    }
 
     let next = 0;
     for (; next < groups.length && !denied; next++) {
@@ -343,6 +363,11 @@ export class DecisionService {
 
   /** Store checks grouped by slot in order of first appearance, then the forwarded checks. */
   #groups(checks: Prepared[]): Group[] {
+    if (checks.length === 1) {
+      const p = checks[0]!;
+      if (p.route === 'fail') return [];
+      return [{ indexes: [0], kind: p.route, slotSubject: p.subject, homeRegion: p.homeRegion }];
+    }
     const groups: Group[] = [];
     const bySlot = new Map<number, Group>();
     let forward: Group | undefined;
@@ -373,12 +398,10 @@ export class DecisionService {
    */
   async #claim(
     request: PreparedRequest,
-    groups: Group[],
+    idempotencyKey: string,
     deadlineAt: number,
   ): Promise<'new' | 'same' | 'conflict' | 'none'> {
-    if (request.idempotencyKey === undefined) return 'none';
-    if (groups.length < 2) return 'none';
-    const key = `${idempotencyRecordKey(request.checks[0]!.subject, request.idempotencyKey)}:req`;
+    const key = `${idempotencyRecordKey(request.checks[0]!.subject, idempotencyKey)}:req`;
     const fingerprint = createHash('sha1')
       .update(
         request.checks.map((p) => `${p.policy.name}/${p.policy.version} ${p.subject} ${p.cost}`).join('\n'),

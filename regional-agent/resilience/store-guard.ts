@@ -104,10 +104,23 @@ export class StoreGuard {
       span.setStatus({ code: SpanStatusCode.ERROR, message: failure.message });
       throw failure;
     } finally {
-      this.#metrics.storeLatency.labels(operation, outcome).observe((performance.now() - started) / 1000);
+      this.#latency(operation, outcome).observe((performance.now() - started) / 1000);
       span.setAttribute('quotaplane.outcome', outcome);
       span.end();
     }
+  }
+
+  readonly #latencyChildren = new Map<string, { observe(seconds: number): void }>();
+
+  /** Histogram children are cached: a label lookup on every store call would cost more than the call's own work. */
+  #latency(operation: string, outcome: string): { observe(seconds: number): void } {
+    const key = `${operation}/${outcome}`;
+    let child = this.#latencyChildren.get(key);
+    if (child === undefined) {
+      child = this.#metrics.storeLatency.labels(operation, outcome);
+      this.#latencyChildren.set(key, child);
+    }
+    return child;
   }
 
   /** Stop the breaker's timers. */

@@ -1,0 +1,294 @@
+/**
+ * The HTTP decision service under load: autocannon on loopback against `POST /v1/decisions` of the real agent
+ * process (regional-agent/main.ts), beside the same job done by a Fastify route with rate-limiter-flexible
+ * (`RateLimiterRedis.consume`) and by `@fastify/rate-limit` with its Redis store. Every server is its own
+ * process on the same fresh Redis; contenders alternate round by round; the load generator, the servers and
+ * Redis share the machine's cores. Also a layered request (three checks per request) against
+ * rate-limiter-flexible consuming three limiters per request.
+ *
+ * Run as a script (`--serve rlf|fastify-rate-limit --port P --redis URL`) it is one of the peer servers.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import { processBackend } from '../test/harness/process-backend.js';
+import { freePort, waitForPort } from '../test/harness/ports.js';
+import { alternate, median, type BenchSuite, type Comparison } from './lib.js';
+
+const SUBJECTS = 10_000;
+const CONNECTIONS = 64;
+const THIS_FILE = fileURLToPath(import.meta.url);
+
+/** 120 per minute, burst 120: mostly admitted, as in the store bench. */
+const POLICIES = {
+  writes: { capacity: 120, refillPerSecond: 2, maxCost: 1 },
+  tenant: { capacity: 1000, refillPerSecond: 20 },
+  user: { capacity: 120, refillPerSecond: 2 },
+  endpoint: { capacity: 600, refillPerSecond: 10 },
+};
+
+interface Load {
+  p50: number;
+  p99: number;
+  rps: number;
+  non2xx: number;
+  errors: number;
+}
+
+async function load(url: string, seconds: number, body: (i: number) => string): Promise<Load> {
+  let i = 0;
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: seconds,
+    requests: [
+      {
+        method: 'POST',
+        path: '/v1/decisions',
+        headers: { 'content-type': 'application/json' },
+        setupRequest: (req) => ({ ...req, body: body(i++) }),
+      },
+    ],
+  });
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+  };
+}
+
+function spawnServer(args: string[], env: Record<string, string>): ChildProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  return child;
+}
+
+async function stopServer(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+const single = (i: number) => JSON.stringify({ policy: 'writes', subject: `tenant-${i % SUBJECTS}` });
+const layered = (i: number) => {
+  const subject = `tenant-${i % SUBJECTS}`;
+  return JSON.stringify({
+    checks: [
+      { policy: 'tenant', subject },
+      { policy: 'user', subject },
+      { policy: 'endpoint', subject },
+    ],
+  });
+};
+
+export const httpSuite: BenchSuite = {
+  name: 'http',
+  async run({ seconds, rounds }, progress) {
+    await using redis = await processBackend.startRedis();
+    const dir = mkdtempSync(join(tmpdir(), 'qp-bench-http-'));
+    const policiesFile = join(dir, 'policies.json');
+    writeFileSync(policiesFile, JSON.stringify({ policies: POLICIES }));
+    const [agentPort, rlfPort, frlPort] = await Promise.all([freePort(), freePort(), freePort()]);
+    const servers = [
+      spawnServer([join(THIS_FILE, '../../regional-agent/main.ts')], {
+        QP_REGION: 'bench',
+        QP_REDIS_URL: redis.url,
+        QP_POLICIES_FILE: policiesFile,
+        QP_PORT: String(agentPort),
+        QP_LOG_LEVEL: 'warn',
+        QP_LOG_SAMPLE_RATE: '0',
+      }),
+      spawnServer([THIS_FILE, '--serve', 'rlf', '--port', String(rlfPort), '--redis', redis.url], {}),
+      spawnServer(
+        [THIS_FILE, '--serve', 'fastify-rate-limit', '--port', String(frlPort), '--redis', redis.url],
+        {},
+      ),
+    ];
+    try {
+      await Promise.all([agentPort, rlfPort, frlPort].map((p) => waitForPort('127.0.0.1', p, 30_000)));
+      const url = (port: number) => `http://127.0.0.1:${port}`;
+      progress('http: warming up');
+      for (const port of [agentPort, rlfPort, frlPort]) await load(url(port), 1, single);
+
+      const results = { ours: [] as Load[], rlf: [] as Load[], frl: [] as Load[] };
+      const measure = (name: keyof typeof results, port: number, body: (i: number) => string) => async () => {
+        const r = await load(url(port), seconds, body);
+        results[name].push(r);
+        return r.rps;
+      };
+      const runs = await alternate(
+        {
+          ours: measure('ours', agentPort, single),
+          'rate-limiter-flexible': measure('rlf', rlfPort, single),
+          '@fastify/rate-limit': measure('frl', frlPort, single),
+        },
+        rounds,
+        progress,
+      );
+      const layeredResults = { ours: [] as Load[], rlf: [] as Load[] };
+      const measureLayered = (name: keyof typeof layeredResults, port: number) => async () => {
+        const r = await load(url(port), seconds, layered);
+        layeredResults[name].push(r);
+        return r.rps;
+      };
+      const layeredRuns = await alternate(
+        { ours: measureLayered('ours', agentPort), 'rate-limiter-flexible': measureLayered('rlf', rlfPort) },
+        rounds,
+        progress,
+      );
+
+      const p99 = (loads: Load[]) => median(loads.map((l) => l.p99));
+      const ours = median(runs.ours);
+      const rlf = median(runs['rate-limiter-flexible']);
+      const frl = median(runs['@fastify/rate-limit']);
+      const faster = rlf >= frl ? 'rate-limiter-flexible' : '@fastify/rate-limit';
+      const peer = Math.max(rlf, frl);
+      const peerP99 = faster === 'rate-limiter-flexible' ? p99(results.rlf) : p99(results.frl);
+      const layeredOurs = median(layeredRuns.ours);
+      const layeredPeer = median(layeredRuns['rate-limiter-flexible']);
+      const errors = (loads: Load[]) => loads.reduce((n, l) => n + l.errors, 0);
+      const out: Comparison[] = [
+        {
+          bench: `http decisions/s (POST /v1/decisions, ${CONNECTIONS} connections, 10k subjects)`,
+          ours: Math.round(ours),
+          peer: faster,
+          peerValue: Math.round(peer),
+          ratio: Number((ours / peer).toFixed(2)),
+          details: {
+            oursRuns: runs.ours.map(Math.round),
+            rateLimiterFlexible: Math.round(rlf),
+            fastifyRateLimit: Math.round(frl),
+            p99Ms: { ours: p99(results.ours), rlf: p99(results.rlf), frl: p99(results.frl) },
+            p50Ms: {
+              ours: median(results.ours.map((l) => l.p50)),
+              rlf: median(results.rlf.map((l) => l.p50)),
+              frl: median(results.frl.map((l) => l.p50)),
+            },
+            errors: { ours: errors(results.ours), rlf: errors(results.rlf), frl: errors(results.frl) },
+            non2xx: { ours: results.ours.reduce((n, l) => n + l.non2xx, 0) },
+          },
+        },
+        {
+          bench: 'http p99 latency ms (same runs; ratio = peer / ours, > 1 means ours is faster)',
+          ours: p99(results.ours),
+          peer: faster,
+          peerValue: peerP99,
+          ratio: Number((peerP99 / Math.max(p99(results.ours), 1e-9)).toFixed(2)),
+        },
+        {
+          bench: 'http layered decisions/s (3 checks per request)',
+          ours: Math.round(layeredOurs),
+          peer: 'rate-limiter-flexible (3 limiters per request)',
+          peerValue: Math.round(layeredPeer),
+          ratio: Number((layeredOurs / layeredPeer).toFixed(2)),
+          details: {
+            p99Ms: { ours: p99(layeredResults.ours), rlf: p99(layeredResults.rlf) },
+            errors: { ours: errors(layeredResults.ours), rlf: errors(layeredResults.rlf) },
+          },
+        },
+      ];
+      return out;
+    } finally {
+      await Promise.all(servers.map(stopServer));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+};
+
+/** The peers: a Fastify route doing the agent's job with another limiter. */
+async function serve(kind: string, port: number, redisUrl: string): Promise<void> {
+  const { default: Fastify } = await import('fastify');
+  const { Redis } = await import('ioredis');
+  const redis = new Redis(redisUrl);
+  const app = Fastify();
+  type Body = {
+    policy?: string;
+    subject?: string;
+    cost?: number;
+    checks?: { policy: string; subject: string }[];
+  };
+  if (kind === 'rlf') {
+    const { RateLimiterRedis, RateLimiterRes } = await import('rate-limiter-flexible');
+    const limiters = new Map(
+      Object.entries(POLICIES).map(([name, p]) => [
+        name,
+        new RateLimiterRedis({
+          storeClient: redis,
+          keyPrefix: `rlf-${name}`,
+          points: p.capacity,
+          duration: Math.ceil(p.capacity / p.refillPerSecond),
+        }),
+      ]),
+    );
+    const consume = async (policy: string, subject: string, cost = 1) => {
+      try {
+        const r = await limiters.get(policy)!.consume(subject, cost);
+        return { policy, allowed: true, remaining: r.remainingPoints, retryAfterMs: 0 };
+      } catch (error) {
+        if (!(error instanceof RateLimiterRes)) throw error;
+        return { policy, allowed: false, remaining: error.remainingPoints, retryAfterMs: error.msBeforeNext };
+      }
+    };
+    app.post<{ Body: Body }>('/v1/decisions', async (request) => {
+      const body = request.body;
+      const checks = body.checks ?? [{ policy: body.policy!, subject: body.subject! }];
+      const results = await Promise.all(checks.map((c) => consume(c.policy, c.subject)));
+      return { allowed: results.every((r) => r.allowed), results };
+    });
+  } else if (kind === 'fastify-rate-limit') {
+    const { default: rateLimit } = await import('@fastify/rate-limit');
+    await app.register(rateLimit, {
+      global: false,
+      redis,
+      nameSpace: 'frl-',
+    });
+    app.post<{ Body: Body }>(
+      '/v1/decisions',
+      {
+        config: {
+          rateLimit: {
+            max: POLICIES.writes.capacity,
+            timeWindow: 60_000,
+            hook: 'preHandler',
+            keyGenerator: (request) => (request.body as Body).subject ?? 'anonymous',
+          },
+        },
+      },
+      (request, reply) =>
+        reply.send({ allowed: true, results: [{ policy: request.body.policy, allowed: true }] }),
+    );
+  } else {
+    throw new Error(`unknown peer ${kind}`);
+  }
+  await app.listen({ host: '127.0.0.1', port });
+  process.on('SIGTERM', () => {
+    void app.close().then(() => {
+      redis.disconnect();
+      process.exit(0);
+    });
+  });
+}
+
+if (process.argv[1] === THIS_FILE) {
+  const { values } = parseArgs({
+    options: { serve: { type: 'string' }, port: { type: 'string' }, redis: { type: 'string' } },
+  });
+  if (values.serve === undefined || values.port === undefined || values.redis === undefined) {
+    console.error(
+      'usage: node --import tsx bench/http.bench.ts --serve rlf|fastify-rate-limit --port P --redis URL',
+    );
+    process.exit(2);
+  }
+  await serve(values.serve, Number(values.port), values.redis);
+}
