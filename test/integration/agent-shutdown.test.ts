@@ -103,7 +103,7 @@ describe('graceful shutdown', () => {
     expect(events).toEqual(['decision finished', 'store closed', 'closed']);
   });
 
-  it('main.ts: SIGTERM makes /readyz 503 at once, keeps deciding through the drain delay, then exits 0', async () => {
+  it('main.ts: SIGHUP reloads policies; SIGTERM makes /readyz 503 at once, keeps deciding through the drain delay, then exits 0', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'qp-agent-'));
     const policies = join(dir, 'policies.json');
     writeFileSync(policies, JSON.stringify({ policies: { writes: { capacity: 10, refillPerSecond: 1 } } }));
@@ -134,6 +134,25 @@ describe('graceful shutdown', () => {
           return false;
         }
       }, 20_000);
+      // SIGHUP reloads the policies file.
+      const reads = () =>
+        fetch(`${base}/v1/decisions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ policy: 'reads', subject: 's' }),
+        });
+      expect((await reads()).status).toBe(404);
+      writeFileSync(
+        policies,
+        JSON.stringify({
+          policies: {
+            writes: { capacity: 10, refillPerSecond: 1 },
+            reads: { capacity: 5, refillPerSecond: 1 },
+          },
+        }),
+      );
+      child.kill('SIGHUP');
+      await until(async () => (await reads()).status === 200, 5000);
       child.kill('SIGTERM');
       await until(async () => (await fetch(`${base}/readyz`)).status === 503, 2000);
       const during = await fetch(`${base}/v1/decisions`, {

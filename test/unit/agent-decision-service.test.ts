@@ -301,3 +301,80 @@ describe('store failures and the deadline', () => {
     expect(store.calls).toHaveLength(0);
   });
 });
+
+describe('observability', () => {
+  it('opens a span around every store call, named by operation, ended with its outcome', async () => {
+    const spans: { name: string; attributes: Record<string, unknown>; ended: boolean }[] = [];
+    const tracer = {
+      startSpan(name: string, options?: { attributes?: Record<string, unknown> }) {
+        const span = { name, attributes: { ...options?.attributes }, ended: false };
+        spans.push(span);
+        return {
+          setAttribute: (k: string, v: unknown) => ((span.attributes[k] = v), undefined),
+          recordException: () => undefined,
+          setStatus: () => undefined,
+          end: () => void (span.ended = true),
+        };
+      },
+    };
+    const built = buildApp(
+      {
+        store: new ModelDecisionStore(clock),
+        policies: new StaticPolicySource(policies),
+        shares: new StaticShareView(),
+        log: pino({ level: 'silent' }),
+        clock,
+        tracer: tracer as unknown as import('@opentelemetry/api').Tracer,
+      },
+      AgentConfig.parse({ region: 'us', redisUrl: 'redis://127.0.0.1:1', policiesFile: 'unused' }),
+    );
+    await built.ready;
+    await built.app.inject({
+      method: 'POST',
+      url: '/v1/decisions',
+      payload: { policy: 'closed', subject: 'traced' },
+    });
+    expect(spans).toEqual([
+      {
+        name: 'redis decide',
+        attributes: { 'db.system': 'redis', 'quotaplane.operation': 'decide', 'quotaplane.outcome': 'ok' },
+        ended: true,
+      },
+    ]);
+  });
+
+  it('logs sampled decisions with a one-way subject fingerprint and the request id, never the subject', async () => {
+    const lines: string[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    const built = buildApp(
+      {
+        store: new ModelDecisionStore(clock),
+        policies: new StaticPolicySource(policies),
+        shares: new StaticShareView(),
+        log,
+        clock,
+        random: () => 0.004,
+      },
+      AgentConfig.parse({
+        region: 'us',
+        redisUrl: 'redis://127.0.0.1:1',
+        policiesFile: 'unused',
+        logSampleRate: 0.005,
+      }),
+    );
+    await built.ready;
+    await built.app.inject({
+      method: 'POST',
+      url: '/v1/decisions',
+      headers: { 'x-request-id': 'req-123' },
+      payload: { policy: 'closed', subject: 'customer-secret-id' },
+    });
+    const decisions = lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l['msg'] === 'decision');
+    expect(decisions).toHaveLength(1);
+    expect(decisions[0]).toMatchObject({ reqId: 'req-123', policies: ['closed'], allowed: true });
+    expect(decisions[0]!['subjects']).toEqual([expect.stringMatching(/^[A-Za-z0-9_-]{12}$/)]);
+    expect(lines.join('\n')).not.toContain('customer-secret-id');
+  });
+});
