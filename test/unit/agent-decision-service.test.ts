@@ -1,3 +1,4 @@
+import type { Tracer } from '@opentelemetry/api';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
@@ -324,7 +325,7 @@ describe('observability', () => {
         shares: new StaticShareView(),
         log: pino({ level: 'silent' }),
         clock,
-        tracer: tracer as unknown as import('@opentelemetry/api').Tracer,
+        tracer: tracer as unknown as Tracer,
       },
       AgentConfig.parse({ region: 'us', redisUrl: 'redis://127.0.0.1:1', policiesFile: 'unused' }),
     );
