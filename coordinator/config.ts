@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { RegionName } from '../core/policy.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
+import { LeaseSettings, type LeaseSettingsInput } from '../core/lease/settings.js';
 
 /** Shortest bearer token accepted: 16 characters (an operator's `openssl rand -hex 16` gives 32). */
 export const MIN_TOKEN_LENGTH = 16;
@@ -54,10 +55,75 @@ export const CoordinatorEnv = z
     QP_AUDIT_MAX_AGE_DAYS: int(1, 3650).default(365),
     QP_AUDIT_MAX_BYTES: int(1_048_576, 1 << 30).default(64 * 1_048_576),
     QP_SHUTDOWN_GRACE_MS: int(0, 60_000).default(0),
+    QP_ROUND_MS: int(50, 60_000).default(1000),
+    QP_REPORT_INTERVAL_MS: int(50, 60_000).default(1000),
+    QP_LEASE_MS: int(100, 600_000).default(6000),
+    QP_GRACE_MS: int(100, 3_600_000).default(12_000),
+    QP_SKEW_MS: int(0, 60_000).default(1000),
+    QP_MAX_OVERRIDES: int(0, 1024).default(16),
+    QP_OVERRIDE_TTL_MS: int(1000, 3_600_000).default(30_000),
+    QP_SAFE_SHARES: z
+      .string()
+      .optional()
+      .transform((s, ctx) => {
+        if (s === undefined || s.trim() === '') return undefined;
+        const out: Record<string, number> = {};
+        for (const part of commaList(s)) {
+          const [region, share] = part.split('=');
+          const value = Number(share);
+          if (region === undefined || share === undefined || !(value >= 0 && value <= 1)) {
+            ctx.addIssue({
+              code: 'custom',
+              message: `safe shares look like us=0.4,eu=0.3,ap=0.3 (got "${part}")`,
+            });
+            return z.NEVER;
+          }
+          out[region.trim()] = value;
+        }
+        return out;
+      }),
   })
   .superRefine((env, ctx) => {
     if (new Set(env.QP_REGIONS).size !== env.QP_REGIONS.length) {
       ctx.addIssue({ code: 'custom', path: ['QP_REGIONS'], message: 'regions must be unique' });
+    }
+    const lease = LeaseSettings.safeParse(leaseInput(env));
+    if (!lease.success) {
+      for (const issue of lease.error.issues) {
+        ctx.addIssue({ code: 'custom', path: ['QP_LEASE_MS'], message: issue.message });
+      }
+    } else if (lease.data.graceMs <= lease.data.leaseMs + 2 * lease.data.skewMs + env.QP_ROUND_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['QP_GRACE_MS'],
+        message: 'QP_GRACE_MS must exceed QP_LEASE_MS + 2 × QP_SKEW_MS + QP_ROUND_MS',
+      });
+    }
+    if (env.QP_SAFE_SHARES !== undefined) {
+      const unknown = Object.keys(env.QP_SAFE_SHARES).filter((r) => !env.QP_REGIONS.includes(r));
+      if (unknown.length > 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['QP_SAFE_SHARES'],
+          message: `unknown regions: ${unknown.join(', ')}`,
+        });
+      }
+      const missing = env.QP_REGIONS.filter((r) => env.QP_SAFE_SHARES?.[r] === undefined);
+      if (missing.length > 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['QP_SAFE_SHARES'],
+          message: `missing regions: ${missing.join(', ')}`,
+        });
+      }
+      const sum = Object.values(env.QP_SAFE_SHARES).reduce((a, b) => a + b, 0);
+      if (sum > 1 + 1e-9) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['QP_SAFE_SHARES'],
+          message: `safe shares sum to ${sum}, above 1`,
+        });
+      }
     }
     if (env.QP_READ_TOKEN !== undefined && env.QP_READ_TOKEN === env.QP_ADMIN_TOKEN) {
       ctx.addIssue({
@@ -93,6 +159,30 @@ export interface CoordinatorConfig {
   readonly audit: { readonly maxRecords: number; readonly maxAgeDays: number; readonly maxBytes: number };
   /** Time between turning not-ready and closing the listener on shutdown, milliseconds. */
   readonly shutdownGraceMs: number;
+  /** Settings of the conservation protocol (core/lease, core/rebalance). */
+  readonly protocol: {
+    readonly rebalance: { readonly roundMs: number };
+    readonly lease: LeaseSettingsInput;
+    readonly safeShares: Readonly<Record<string, number>> | undefined;
+  };
+}
+
+function leaseInput(e: {
+  QP_LEASE_MS: number;
+  QP_GRACE_MS: number;
+  QP_SKEW_MS: number;
+  QP_REPORT_INTERVAL_MS: number;
+  QP_MAX_OVERRIDES: number;
+  QP_OVERRIDE_TTL_MS: number;
+}): LeaseSettingsInput {
+  return {
+    leaseMs: e.QP_LEASE_MS,
+    graceMs: e.QP_GRACE_MS,
+    skewMs: e.QP_SKEW_MS,
+    reportIntervalMs: e.QP_REPORT_INTERVAL_MS,
+    maxOverridesPerPolicy: e.QP_MAX_OVERRIDES,
+    overrideTtlMs: e.QP_OVERRIDE_TTL_MS,
+  };
 }
 
 /** Thrown by `loadConfig`: one line per problem. */
@@ -134,6 +224,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       maxBytes: e.QP_AUDIT_MAX_BYTES,
     },
     shutdownGraceMs: e.QP_SHUTDOWN_GRACE_MS,
+    protocol: {
+      rebalance: { roundMs: e.QP_ROUND_MS },
+      lease: leaseInput(e),
+      safeShares: e.QP_SAFE_SHARES,
+    },
   });
 }
 

@@ -3,6 +3,7 @@
  * Exit codes: 0 after a clean shutdown, 2 for a bad configuration, 1 for anything else.
  */
 import { ConfigError, loadConfig } from './config.js';
+import { protocolEngine } from './protocol/protocol-engine.js';
 import { startCoordinator } from './server.js';
 
 async function main(): Promise<void> {
@@ -16,7 +17,7 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const running = await startCoordinator(config);
+  const running = await startCoordinator(config, { engine: protocolEngine(config.protocol) });
   running.app.log.info({ url: running.url, regions: config.regions }, 'coordinator listening');
   const shutdown = (signal: string): void => {
     running.app.log.info({ signal }, 'shutting down');

@@ -97,7 +97,9 @@ const Instant = z.iso.datetime().describe('ISO 8601 instant, UTC');
 
 /** One region's lease of one policy, as the coordinator last issued it. */
 export const LeaseSummary = z.object({
-  expiresAt: Instant,
+  expiresAt: Instant.nullable().describe(
+    "latest lease end among the region's agents; null if none renewed yet",
+  ),
   acked: z.boolean().describe('every live agent of the region acknowledged this epoch'),
 });
 export type LeaseSummary = z.infer<typeof LeaseSummary>;
@@ -106,7 +108,8 @@ export type LeaseSummary = z.infer<typeof LeaseSummary>;
 export const OverrideSummary = z.object({
   subject: z.string().describe('normalized or hashed subject, never a raw identity'),
   shares: z.record(RegionName, z.number().min(0).max(1)),
-  expiresAt: Instant,
+  epoch: z.number().int().nonnegative().optional(),
+  expiresAt: Instant.nullable().describe('when it starts reverting unless its subject is constrained again'),
 });
 export type OverrideSummary = z.infer<typeof OverrideSummary>;
 
@@ -135,6 +138,19 @@ export const RegionSummary = z.object({
     .nonnegative()
     .nullable()
     .describe('age of the last report at the time of the request; null if none yet'),
+  agentDetails: z
+    .array(
+      z.object({
+        agentId: z.string(),
+        instance: z.string(),
+        lastHeartbeatAt: Instant.nullable(),
+        leaseUntil: Instant.nullable(),
+        appliedRevision: z.number().int().nonnegative(),
+        ackRevision: z.number().int().nonnegative(),
+        lapsed: z.boolean().describe('counted at its safe share: lease lapsed or not yet confirmed valid'),
+      }),
+    )
+    .optional(),
 });
 export type RegionSummary = z.infer<typeof RegionSummary>;
 

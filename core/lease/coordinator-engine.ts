@@ -126,7 +126,8 @@ export interface AllocationView {
   epoch: number;
   shares: Record<string, number>;
   leases: Record<string, { expiresAt: number | null; acked: boolean }>;
-  overrides: { subject: string; epoch: number; shares: Record<string, number> }[];
+  /** `expiresAt`: when the override starts reverting unless its subject is constrained again. */
+  overrides: { subject: string; epoch: number; shares: Record<string, number>; expiresAt: number | null }[];
 }
 
 /** One region, as the admin API shows it. */
@@ -553,11 +554,15 @@ export class CoordinatorEngine {
         epoch: state.epoch,
         shares: this.#byRegion(state.base.shares),
         leases,
-        overrides: [...state.overrides].map(([subject, unit]) => ({
-          subject,
-          epoch: unit.epoch,
-          shares: this.#byRegion(unit.shares),
-        })),
+        overrides: [...state.overrides].map(([subject, unit]) => {
+          const seen = state.subjects.get(subject)?.lastDeniedAt;
+          return {
+            subject,
+            epoch: unit.epoch,
+            shares: this.#byRegion(unit.shares),
+            expiresAt: seen === undefined ? null : seen + this.lease.overrideTtlMs,
+          };
+        }),
       });
     }
     return out;

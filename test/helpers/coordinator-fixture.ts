@@ -62,6 +62,7 @@ export function testConfig(options: FixtureOptions = {}): CoordinatorConfig {
     bodyLimitBytes: options.bodyLimitBytes ?? 16_384,
     audit: { maxRecords: 1000, maxAgeDays: 1, maxBytes: 8 * 1_048_576 },
     shutdownGraceMs: 0,
+    protocol: { rebalance: { roundMs: 1000 }, lease: {}, safeShares: undefined },
   };
 }
 

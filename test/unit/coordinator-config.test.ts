@@ -31,6 +31,18 @@ describe('coordinator configuration', () => {
       bodyLimitBytes: 16_384,
       audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
       shutdownGraceMs: 0,
+      protocol: {
+        rebalance: { roundMs: 1000 },
+        lease: {
+          leaseMs: 6000,
+          graceMs: 12_000,
+          skewMs: 1000,
+          reportIntervalMs: 1000,
+          maxOverridesPerPolicy: 16,
+          overrideTtlMs: 30_000,
+        },
+        safeShares: undefined,
+      },
     });
     expect(Object.isFrozen(c)).toBe(true);
     expect(Object.isFrozen(c.regions)).toBe(true);
@@ -115,5 +127,30 @@ describe('coordinator configuration', () => {
     expect(err.problems).toHaveLength(2);
     expect(err.message).not.toContain(secret);
     expect(err.message).not.toContain('tiny');
+  });
+});
+
+describe('coordinator protocol configuration', () => {
+  it('reads lease timing and safe shares', () => {
+    const c = loadConfig({
+      ...base,
+      QP_LEASE_MS: '3000',
+      QP_GRACE_MS: '9000',
+      QP_SKEW_MS: '500',
+      QP_ROUND_MS: '500',
+      QP_SAFE_SHARES: 'us=0.5, eu=0.25, ap=0.25',
+    });
+    expect(c.protocol.lease).toMatchObject({ leaseMs: 3000, graceMs: 9000, skewMs: 500 });
+    expect(c.protocol.safeShares).toEqual({ us: 0.5, eu: 0.25, ap: 0.25 });
+  });
+
+  it.each([
+    [{ QP_GRACE_MS: '8000' }, /QP_GRACE_MS must exceed QP_LEASE_MS \+ 2 × QP_SKEW_MS \+ QP_ROUND_MS/],
+    [{ QP_SAFE_SHARES: 'us=0.5,eu=0.5,ap=0.5' }, /safe shares sum to 1.5, above 1/],
+    [{ QP_SAFE_SHARES: 'us=0.5,eu=0.5' }, /missing regions: ap/],
+    [{ QP_SAFE_SHARES: 'us=0.3,eu=0.3,ap=0.3,mars=0.1' }, /unknown regions: mars/],
+    [{ QP_SAFE_SHARES: 'us:0.3' }, /safe shares look like us=0.4,eu=0.3,ap=0.3/],
+  ])('refuses %j', (env, message) => {
+    expect(() => loadConfig({ ...base, ...env })).toThrow(message);
   });
 });

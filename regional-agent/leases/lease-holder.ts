@@ -1,0 +1,341 @@
+/**
+ * An agent's side of the conservation protocol on NATS: the pure AgentLease (core/lease) fed by a watch of the
+ * allocation records (JetStream KV), by heartbeat replies, and by the clock; acknowledgements, usage and a
+ * goodbye sent back. Its `lease` is the ShareView the decision path sizes buckets with.
+ *
+ * Recovery: the watch is rebuilt from a full reload after every reconnect (a watch's consumer may not survive
+ * a server restart), and records deleted meanwhile are deleted here too. Heartbeats keep going whatever
+ * happens; a missing reply just means no renewal, and the lease lapses safely on its own.
+ */
+import { randomBytes } from 'node:crypto';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
+import type { NatsConnection, QueuedIterator } from '@nats-io/nats-core';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Clock } from '../../core/clock.js';
+import { AgentLease } from '../../core/lease/agent-lease.js';
+import { DEFAULT_KV_NAMESPACE, kvNames, policyNameFromKey } from '../../core/wire/kv.js';
+import {
+  AllocationRecord,
+  protocolSubjects,
+  RenewalReply,
+  type ProtocolSubjects,
+} from '../../core/wire/protocol.js';
+import type { UsageRecorder } from '../reporting/usage-recorder.js';
+
+export interface LeaseHolderOptions {
+  nc: NatsConnection;
+  region: string;
+  /** Stable, unique name of this agent process (e.g. host:port); a restart under the same name replaces it. */
+  instance: string;
+  clock: Clock;
+  namespace?: string;
+  /** Counted usage to report each interval. */
+  usage?: UsageRecorder;
+  /** Margin for the offset between this clock and Redis time in refill floors, ms. Default 1000. */
+  skewMs?: number;
+  /** Heartbeats until the coordinator says otherwise, ms. Default 1000. */
+  reportIntervalMs?: number;
+  /** Deadline of one heartbeat request or KV call, ms. Default 2000. */
+  timeoutMs?: number;
+  /** Serve safely (lapsed mode) when no renewal came this long after start. Default 3000. */
+  startupWaitMs?: number;
+  registry?: Registry;
+  log?: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
+}
+
+interface HolderMetrics {
+  heartbeats: Counter<'outcome'>;
+  acks: Counter;
+  reloads: Counter;
+  badRecords: Counter;
+  mode: Gauge<'mode'>;
+  appliedRevision: Gauge;
+}
+
+export class LeaseHolder {
+  /** The shares this agent enforces. */
+  readonly lease: AgentLease;
+  readonly agentId: string;
+  readonly #options: LeaseHolderOptions;
+  readonly #subjects: ProtocolSubjects;
+  readonly #bucket: string;
+  readonly #metrics: HolderMetrics | undefined;
+  #interval: number;
+  #seq = 0;
+  #timer: NodeJS.Timeout | undefined;
+  #watch: QueuedIterator<KvWatchEntry> | undefined;
+  #closed = false;
+  #wake: (() => void) | undefined;
+  #loop: Promise<void> | undefined;
+  readonly #status: AsyncIterable<{ type: string }> & { stop?: () => void };
+  #loaded = false;
+
+  constructor(options: LeaseHolderOptions) {
+    this.#options = options;
+    this.agentId = `agent-${randomBytes(9).toString('base64url')}`;
+    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE);
+    this.#bucket = kvNames(options.namespace ?? DEFAULT_KV_NAMESPACE).allocations;
+    this.#interval = options.reportIntervalMs ?? 1000;
+    this.lease = new AgentLease({
+      region: options.region,
+      clock: options.clock,
+      skewMs: options.skewMs ?? 1000,
+      startupWaitMs: options.startupWaitMs,
+    });
+    this.lease.onAck((ackRevision) => this.#publish(this.#subjects.ack(options.region), { ackRevision }));
+    this.#metrics = options.registry === undefined ? undefined : holderMetrics(options.registry);
+    this.#status = options.nc.status();
+  }
+
+  /** Start watching records and sending heartbeats. Resolves once the first full load of records is done. */
+  async start(): Promise<void> {
+    void this.#followStatus();
+    let loaded!: () => void;
+    const first = new Promise<void>((resolve) => (loaded = resolve));
+    this.#loop = this.#run(loaded);
+    this.#beat();
+    await first;
+  }
+
+  /** Ready to decide (renewed, or serving safely after the startup wait with the coordinator unreachable). */
+  ready(): boolean {
+    return this.#loaded && this.lease.ready();
+  }
+
+  /** Say goodbye (the coordinator stops counting this agent) and stop. */
+  async stop(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#watch?.stop();
+    this.#wake?.();
+    this.#status.stop?.();
+    if (!this.#options.nc.isClosed()) {
+      this.#publish(this.#subjects.bye(this.#options.region), {});
+      await this.#options.nc.flush().catch(() => undefined);
+    }
+    await this.#loop;
+  }
+
+  // ---- heartbeats and usage -------------------------------------------------------------------------------
+
+  #beat(): void {
+    if (this.#closed) return;
+    void this.#heartbeat().finally(() => {
+      if (this.#closed) return;
+      this.#timer = setTimeout(() => this.#beat(), this.#interval);
+      this.#timer.unref();
+    });
+  }
+
+  async #heartbeat(): Promise<void> {
+    const { nc, region, clock } = this.#options;
+    const seq = this.#seq++;
+    this.lease.poll();
+    const sentAt = clock.now();
+    const heartbeat = {
+      agentId: this.agentId,
+      instance: this.#options.instance,
+      region,
+      seq,
+      appliedRevision: this.lease.appliedRevision,
+      ackRevision: this.lease.ackRevision,
+      mode: this.lease.mode(),
+    };
+    if (this.#options.usage !== undefined) {
+      const usage = this.#options.usage.take(sentAt);
+      usage.chunks.forEach((policies, chunk) =>
+        this.#publish(this.#subjects.usage(region), {
+          seq,
+          intervalMs: usage.intervalMs,
+          chunk,
+          chunks: usage.chunks.length,
+          policies,
+          dropped: usage.dropped,
+        }),
+      );
+    }
+    if (nc.isClosed()) return;
+    try {
+      const msg = await nc.request(this.#subjects.heartbeat(region), JSON.stringify(heartbeat), {
+        timeout: Math.min(this.#options.timeoutMs ?? 2000, Math.max(100, this.#interval)),
+      });
+      const parsed = RenewalReply.safeParse(msg.json());
+      if (!parsed.success) {
+        this.#metrics?.heartbeats.inc({ outcome: 'bad_reply' });
+        return;
+      }
+      const reply = parsed.data;
+      if ('refused' in reply) {
+        this.lease.refused(reply.refused);
+        this.#metrics?.heartbeats.inc({ outcome: 'refused' });
+        this.#options.log?.warn({ reason: reply.refused }, 'lease renewal refused');
+        return;
+      }
+      this.#interval = reply.reportIntervalMs;
+      this.lease.renewed(reply, sentAt);
+      this.#metrics?.heartbeats.inc({ outcome: 'renewed' });
+    } catch {
+      // No coordinator answered in time: no renewal; the lease lapses on its own if this goes on.
+      this.#metrics?.heartbeats.inc({ outcome: 'no_reply' });
+    } finally {
+      this.#metrics?.mode.reset();
+      this.#metrics?.mode.set({ mode: this.lease.mode() }, 1);
+    }
+  }
+
+  #publish(subject: string, body: object): void {
+    const { nc, region } = this.#options;
+    if (nc.isClosed() || nc.isDraining()) return;
+    if (subject.includes('.v1.ack.')) this.#metrics?.acks.inc();
+    nc.publish(subject, JSON.stringify({ agentId: this.agentId, region, ...body }));
+  }
+
+  // ---- allocation records -----------------------------------------------------------------------------------
+
+  async #run(loaded: () => void): Promise<void> {
+    let delay = 250;
+    while (!this.#closed) {
+      try {
+        const js = jetstream(this.#options.nc, { timeout: this.#options.timeoutMs ?? 2000 });
+        const kv = await new Kvm(js).open(this.#bucket, {
+          bindOnly: true,
+          timeout: this.#options.timeoutMs ?? 2000,
+        });
+        if (await this.#watchOnce(kv, loaded)) delay = 250;
+      } catch (error) {
+        if (this.#closed) break;
+        this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying');
+      }
+      if (this.#closed) break;
+      await this.#sleep(delay);
+      delay = Math.min(delay * 2, 5000);
+    }
+    loaded();
+  }
+
+  /** Load every record, apply it, delete what disappeared, then follow updates until the watch ends. */
+  async #watchOnce(kv: KV, loaded: () => void): Promise<boolean> {
+    const status = await kv.status();
+    const watch = await kv.watch();
+    this.#watch = watch;
+    if (this.#closed) {
+      watch.stop();
+      return false;
+    }
+    this.#metrics?.reloads.inc();
+    const seen = new Set<string>();
+    let done = false;
+    const finish = () => {
+      done = true;
+      // Records that were deleted while this agent was not watching.
+      for (const policy of this.lease.policies()) {
+        if (!seen.has(policy))
+          this.lease.applyRecord(
+            policy,
+            null,
+            Math.max(this.lease.appliedRevision, status.streamInfo.state.last_seq),
+          );
+      }
+      this.lease.recordsLoaded();
+      this.#loaded = true;
+      loaded();
+    };
+    if (status.values === 0) finish();
+    for await (const entry of watch) {
+      this.#apply(entry, seen);
+      if (!done && entry.delta === 0) finish();
+    }
+    return done;
+  }
+
+  #apply(entry: KvWatchEntry, seen: Set<string>): void {
+    const policy = policyNameFromKey(entry.key);
+    if (policy === undefined) {
+      this.#metrics?.badRecords.inc();
+      return;
+    }
+    seen.add(policy);
+    if (entry.operation !== 'PUT') {
+      this.lease.applyRecord(policy, null, entry.revision);
+    } else {
+      let value: unknown;
+      try {
+        value = entry.json();
+      } catch {
+        value = undefined;
+      }
+      const parsed = AllocationRecord.safeParse(value);
+      if (!parsed.success || parsed.data.policy !== policy) {
+        // Never trusted: the policy keeps its last good record.
+        this.#metrics?.badRecords.inc();
+        return;
+      }
+      this.lease.applyRecord(policy, parsed.data, entry.revision);
+    }
+    this.#metrics?.appliedRevision.set(this.lease.appliedRevision);
+  }
+
+  async #followStatus(): Promise<void> {
+    for await (const s of this.#status) {
+      if (this.#closed) return;
+      if (s.type === 'reconnect') {
+        this.#watch?.stop();
+        this.#wake?.();
+      }
+    }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#wake = undefined;
+        resolve();
+      }, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        resolve();
+      };
+    });
+  }
+}
+
+function holderMetrics(registry: Registry): HolderMetrics {
+  const registers = [registry];
+  return {
+    heartbeats: new Counter({
+      name: 'quotaplane_agent_heartbeats_total',
+      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply).',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    acks: new Counter({
+      name: 'quotaplane_agent_acks_total',
+      help: 'Acknowledgements of shrinks sent.',
+      registers,
+    }),
+    reloads: new Counter({
+      name: 'quotaplane_agent_allocation_loads_total',
+      help: 'Full loads of the allocation records (the first, then one per recovery).',
+      registers,
+    }),
+    badRecords: new Counter({
+      name: 'quotaplane_agent_allocation_bad_records_total',
+      help: 'Allocation records that failed validation and were ignored.',
+      registers,
+    }),
+    mode: new Gauge({
+      name: 'quotaplane_agent_lease_mode',
+      help: 'Lease state of this agent: 1 on the current mode (none, valid, lapsed, settled).',
+      labelNames: ['mode'],
+      registers,
+    }),
+    appliedRevision: new Gauge({
+      name: 'quotaplane_agent_allocation_revision',
+      help: 'Highest allocation record revision applied.',
+      registers,
+    }),
+  };
+}

@@ -1,0 +1,125 @@
+/**
+ * What an agent tells the coordinator each report interval: per policy, the cost requested, admitted and
+ * denied, and the few subjects that were denied or close to their regional capacity (candidates for
+ * per-subject overrides). Bounded: a capped number of policies per interval and a small Space-Saving summary
+ * of constrained subjects per policy, so a flood of subjects cannot grow the report or the agent's memory.
+ */
+import {
+  MAX_CONSTRAINED_PER_POLICY,
+  MAX_POLICIES_PER_USAGE,
+  MAX_USAGE_CHUNKS,
+  type PolicyUsage,
+} from '../../core/wire/protocol.js';
+
+/** A decision left less than this fraction of the bucket: its subject counts as close to capacity. */
+export const NEAR_CAPACITY_FRACTION = 0.1;
+/** Subjects the Space-Saving summary tracks per policy (it reports the top MAX_CONSTRAINED_PER_POLICY). */
+const TRACKED_SUBJECTS = MAX_CONSTRAINED_PER_POLICY * 4;
+
+interface SubjectCounts {
+  requested: number;
+  denied: number;
+}
+
+interface PolicyCounts {
+  requested: number;
+  admitted: number;
+  denied: number;
+  subjects: Map<string, SubjectCounts>;
+}
+
+/** One interval's usage, ready to send in chunks. */
+export interface UsageSnapshot {
+  intervalMs: number;
+  chunks: PolicyUsage[][];
+  /** Policies left out because the report reached its bound. */
+  dropped: number;
+}
+
+export class UsageRecorder {
+  readonly #maxPolicies: number;
+  #policies = new Map<string, PolicyCounts>();
+  #dropped = 0;
+  #since: number;
+
+  constructor(now: number, maxPolicies = MAX_POLICIES_PER_USAGE * MAX_USAGE_CHUNKS) {
+    this.#since = now;
+    this.#maxPolicies = maxPolicies;
+  }
+
+  /**
+   * Count one decided check. `remainingFraction` is what the bucket kept after the decision, as a fraction of
+   * its capacity (0 when denied).
+   */
+  record(policy: string, subject: string, cost: number, allowed: boolean, remainingFraction: number): void {
+    let counts = this.#policies.get(policy);
+    if (counts === undefined) {
+      if (this.#policies.size >= this.#maxPolicies) {
+        this.#dropped++;
+        return;
+      }
+      counts = { requested: 0, admitted: 0, denied: 0, subjects: new Map() };
+      this.#policies.set(policy, counts);
+    }
+    counts.requested += cost;
+    if (allowed) counts.admitted += cost;
+    else counts.denied += cost;
+    if (!allowed || remainingFraction < NEAR_CAPACITY_FRACTION) {
+      this.#constrained(counts.subjects, subject, cost, allowed ? 0 : cost);
+    }
+  }
+
+  /** Everything since the last call, then start a new interval. */
+  take(now: number): UsageSnapshot {
+    const intervalMs = Math.max(1, Math.round(now - this.#since));
+    const policies: PolicyUsage[] = [];
+    for (const [policy, c] of this.#policies) {
+      const constrained = [...c.subjects]
+        .sort((a, b) => b[1].denied - a[1].denied || b[1].requested - a[1].requested)
+        .slice(0, MAX_CONSTRAINED_PER_POLICY)
+        .map(([subject, s]) => ({ subject, requested: s.requested, denied: s.denied }));
+      policies.push({ policy, requested: c.requested, admitted: c.admitted, denied: c.denied, constrained });
+    }
+    const chunks: PolicyUsage[][] = [];
+    for (let at = 0; at < policies.length; at += MAX_POLICIES_PER_USAGE) {
+      chunks.push(policies.slice(at, at + MAX_POLICIES_PER_USAGE));
+    }
+    if (chunks.length === 0) chunks.push([]);
+    const snapshot = { intervalMs, chunks, dropped: this.#dropped };
+    this.#policies = new Map();
+    this.#dropped = 0;
+    this.#since = now;
+    return snapshot;
+  }
+
+  /**
+   * Space-Saving: a new subject, when the summary is full, takes the place of the smallest one and inherits its
+   * counts (an overestimate bounded by that minimum), so heavy hitters are never missed.
+   */
+  #constrained(subjects: Map<string, SubjectCounts>, subject: string, cost: number, denied: number): void {
+    const known = subjects.get(subject);
+    if (known !== undefined) {
+      known.requested += cost;
+      known.denied += denied;
+      return;
+    }
+    if (subjects.size < TRACKED_SUBJECTS) {
+      subjects.set(subject, { requested: cost, denied });
+      return;
+    }
+    let smallest: string | undefined;
+    let least: SubjectCounts | undefined;
+    for (const [s, c] of subjects) {
+      if (
+        least === undefined ||
+        c.denied < least.denied ||
+        (c.denied === least.denied && c.requested < least.requested)
+      ) {
+        smallest = s;
+        least = c;
+      }
+    }
+    subjects.delete(smallest!);
+    subjects.set(subject, { requested: least!.requested + cost, denied: least!.denied + denied });
+  }
+}

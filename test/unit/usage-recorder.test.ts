@@ -1,0 +1,54 @@
+import { describe, expect, it } from 'vitest';
+import { MAX_CONSTRAINED_PER_POLICY, MAX_POLICIES_PER_USAGE, PolicyUsage } from '../../core/wire/protocol.js';
+import { UsageRecorder } from '../../regional-agent/reporting/usage-recorder.js';
+
+describe('usage recorder', () => {
+  it('counts requested, admitted and denied cost per policy, then starts a new interval', () => {
+    const u = new UsageRecorder(0);
+    u.record('writes', 'a', 2, true, 0.5);
+    u.record('writes', 'b', 3, false, 0);
+    u.record('reads', 'a', 1, true, 0.9);
+    const snap = u.take(1000);
+    expect(snap.intervalMs).toBe(1000);
+    expect(snap.chunks).toEqual([
+      [
+        {
+          policy: 'writes',
+          requested: 5,
+          admitted: 2,
+          denied: 3,
+          constrained: [{ subject: 'b', requested: 3, denied: 3 }],
+        },
+        { policy: 'reads', requested: 1, admitted: 1, denied: 0, constrained: [] },
+      ],
+    ]);
+    expect(u.take(1500)).toEqual({ intervalMs: 500, chunks: [[]], dropped: 0 });
+  });
+
+  it('reports subjects near their capacity even when admitted', () => {
+    const u = new UsageRecorder(0);
+    u.record('writes', 'almost-full', 1, true, 0.05);
+    expect(u.take(1000).chunks[0]![0]!.constrained).toEqual([
+      { subject: 'almost-full', requested: 1, denied: 0 },
+    ]);
+  });
+
+  it('keeps the heaviest constrained subjects within a fixed bound, whatever the flood', () => {
+    const u = new UsageRecorder(0);
+    for (let i = 0; i < 10_000; i++) u.record('writes', `one-shot-${i}`, 1, false, 0);
+    for (let i = 0; i < 500; i++) u.record('writes', 'hot', 1, false, 0);
+    const [policy] = u.take(1000).chunks[0]!;
+    expect(policy!.constrained).toHaveLength(MAX_CONSTRAINED_PER_POLICY);
+    expect(policy!.constrained[0]!.subject).toBe('hot');
+    expect(policy!.constrained[0]!.denied).toBeGreaterThanOrEqual(500);
+    expect(PolicyUsage.safeParse(policy).success).toBe(true);
+  });
+
+  it('splits many policies into bounded chunks and counts what it cannot carry', () => {
+    const u = new UsageRecorder(0, MAX_POLICIES_PER_USAGE + 10);
+    for (let i = 0; i < MAX_POLICIES_PER_USAGE + 20; i++) u.record(`p${i}`, 's', 1, true, 1);
+    const snap = u.take(1000);
+    expect(snap.chunks.map((c) => c.length)).toEqual([MAX_POLICIES_PER_USAGE, 10]);
+    expect(snap.dropped).toBe(10);
+  });
+});
