@@ -6,9 +6,13 @@
  * Redis share the machine's cores. Also a layered request (three checks per request) against
  * rate-limiter-flexible consuming three limiters per request.
  *
+ * On a 2-core machine the load generator would otherwise take CPU from whichever server it loads; when `taskset`
+ * is available, Redis and the server under test share core 1 and the load generator (this process) has core 0,
+ * so the figure measures what a server and its Redis can do on one core. The same for every contender.
+ *
  * Run as a script (`--serve rlf|fastify-rate-limit --port P --redis URL`) it is one of the peer servers.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,8 +67,31 @@ async function load(url: string, seconds: number, body: (i: number) => string): 
   };
 }
 
-function spawnServer(args: string[], env: Record<string, string>): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
+/** Pin processes to cores with taskset when the machine has it and at least two cores. */
+function canPin(): boolean {
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
+    return execFileSync('nproc', { encoding: 'utf8' }).trim() !== '1';
+  } catch {
+    return false;
+  }
+}
+
+function pinPid(pid: number, cores: string): void {
+  execFileSync('taskset', ['-a', '-cp', cores, String(pid)], { stdio: 'ignore' });
+}
+
+function redisPid(host: string, port: number): number {
+  const info = execFileSync('redis-cli', ['-h', host, '-p', String(port), 'INFO', 'server'], {
+    encoding: 'utf8',
+  });
+  return Number(/process_id:(\d+)/.exec(info)?.[1]);
+}
+
+function spawnServer(args: string[], env: Record<string, string>, pin: boolean): ChildProcess {
+  const command = pin ? 'taskset' : process.execPath;
+  const prefix = pin ? ['-c', '1', process.execPath] : [];
+  const child = spawn(command, [...prefix, '--import', 'tsx', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
@@ -96,23 +123,34 @@ export const httpSuite: BenchSuite = {
   name: 'http',
   async run({ seconds, rounds }, progress) {
     await using redis = await processBackend.startRedis();
+    const pin = canPin();
+    if (pin) {
+      pinPid(redisPid(redis.host, redis.port), '1');
+      pinPid(process.pid, '0');
+      progress('http: Redis and the server under test on core 1, the load generator on core 0');
+    }
     const dir = mkdtempSync(join(tmpdir(), 'qp-bench-http-'));
     const policiesFile = join(dir, 'policies.json');
     writeFileSync(policiesFile, JSON.stringify({ policies: POLICIES }));
     const [agentPort, rlfPort, frlPort] = await Promise.all([freePort(), freePort(), freePort()]);
     const servers = [
-      spawnServer([join(THIS_FILE, '../../regional-agent/main.ts')], {
-        QP_REGION: 'bench',
-        QP_REDIS_URL: redis.url,
-        QP_POLICIES_FILE: policiesFile,
-        QP_PORT: String(agentPort),
-        QP_LOG_LEVEL: 'warn',
-        QP_LOG_SAMPLE_RATE: '0',
-      }),
-      spawnServer([THIS_FILE, '--serve', 'rlf', '--port', String(rlfPort), '--redis', redis.url], {}),
+      spawnServer(
+        [join(THIS_FILE, '../../regional-agent/main.ts')],
+        {
+          QP_REGION: 'bench',
+          QP_REDIS_URL: redis.url,
+          QP_POLICIES_FILE: policiesFile,
+          QP_PORT: String(agentPort),
+          QP_LOG_LEVEL: 'warn',
+          QP_LOG_SAMPLE_RATE: '0',
+        },
+        pin,
+      ),
+      spawnServer([THIS_FILE, '--serve', 'rlf', '--port', String(rlfPort), '--redis', redis.url], {}, pin),
       spawnServer(
         [THIS_FILE, '--serve', 'fastify-rate-limit', '--port', String(frlPort), '--redis', redis.url],
         {},
+        pin,
       ),
     ];
     try {
@@ -166,6 +204,7 @@ export const httpSuite: BenchSuite = {
           peerValue: Math.round(peer),
           ratio: Number((ours / peer).toFixed(2)),
           details: {
+            pinned: pin,
             oursRuns: runs.ours.map(Math.round),
             rateLimiterFlexible: Math.round(rlf),
             fastifyRateLimit: Math.round(frl),
@@ -200,6 +239,7 @@ export const httpSuite: BenchSuite = {
       ];
       return out;
     } finally {
+      if (pin) pinPid(process.pid, '0-1');
       await Promise.all(servers.map(stopServer));
       rmSync(dir, { recursive: true, force: true });
     }
