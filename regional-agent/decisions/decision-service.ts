@@ -179,7 +179,7 @@ export class DecisionService {
       const first = wire.find((c) => (c.cost ?? 1) > policies.get(c.policy)!.maxCost)!;
       const policy = policies.get(first.policy)!;
       throw withProblems(
-        new AgentErrors.AGT_ERR_COST_ABOVE_MAX(first.cost, policy.name, policy.maxCost),
+        new AgentErrors.AGT_ERR_COST_ABOVE_MAX(first.cost ?? 1, policy.name, policy.maxCost),
         badCosts,
       );
     }

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ForwardAuthQuery } from '../../core/agent-wire.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { AgentErrors, withProblems } from '../errors.js';
@@ -22,12 +22,18 @@ export interface ForwardAuthOptions {
  * `204` allowed, `429` over quota, `503` when a fail-closed policy cannot decide, with the rate-limit headers on
  * all three. The subject comes from the trusted subject header; without it, from the client address, but only
  * when the request came through a trusted proxy (anyone else's address would be the proxy's own).
+ * `/v1/forward-auth/<anything>` serves Envoy, whose ext_authz appends the original path.
  */
 export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptions): void {
   const { service, legacyHeaders, subjectHeader, fromTrustedProxy, assertServing } = options;
-  app.get('/v1/forward-auth', async (request, reply) => {
+
+  const answer = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    raw: unknown,
+  ): Promise<FastifyReply> => {
     assertServing();
-    const query = ForwardAuthQuery.safeParse(request.query);
+    const query = ForwardAuthQuery.safeParse(raw);
     if (!query.success) {
       const problems = query.error.issues.map((i) => `${i.path.join('.') || 'query'}: ${i.message}`);
       throw withProblems(new AgentErrors.AGT_ERR_INVALID_QUERY(problems.join('; ')), problems);
@@ -61,5 +67,17 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
       reply,
       outcome.unavailable ? limiterUnavailableProblem(violated) : quotaExceededProblem(violated),
     );
+  };
+
+  app.get('/v1/forward-auth', (request, reply) => answer(request, reply, request.query));
+
+  // Envoy's HTTP ext_authz appends the original method, path and query to the configured prefix: the original
+  // query is not ours, so policy and cost come from headers (`X-Quota-Policy`, `X-Quota-Cost`) there.
+  app.all('/v1/forward-auth/*', (request, reply) => {
+    const policy = request.headers['x-quota-policy'];
+    const cost = request.headers['x-quota-cost'];
+    const raw: Record<string, unknown> = { policy };
+    if (cost !== undefined) raw['cost'] = cost;
+    return answer(request, reply, raw);
   });
 }

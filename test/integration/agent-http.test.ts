@@ -332,6 +332,24 @@ describe('GET /v1/forward-auth', () => {
     expect(problemOf(bad).code).toBe('AGT_ERR_INVALID_QUERY');
   });
 
+  it('serves Envoy ext_authz: any method on /v1/forward-auth/<original path>, policy and cost in headers', async () => {
+    const subject = uniquePrefix('envoy');
+    const ok = await agent.app.inject({
+      method: 'POST',
+      url: '/v1/forward-auth/api/reports?page=2&anything=goes',
+      headers: { 'x-quota-subject': subject, 'x-quota-policy': 'reports', 'x-quota-cost': '4' },
+    });
+    expect(ok.statusCode).toBe(204);
+    expect(ok.headers['ratelimit']).toMatch(/^"reports";r=96;/);
+    const noPolicy = await agent.app.inject({
+      method: 'GET',
+      url: '/v1/forward-auth/api/reports',
+      headers: { 'x-quota-subject': subject },
+    });
+    expect(noPolicy.statusCode).toBe(400);
+    expect(problemOf(noPolicy).code).toBe('AGT_ERR_INVALID_QUERY');
+  });
+
   it('uses the client address (IPv6 by /64) only behind a trusted proxy', async () => {
     const base = uniquePrefix('net')
       .replace(/[^0-9a-f]/g, '')
