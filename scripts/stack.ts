@@ -1,0 +1,118 @@
+/**
+ * `npm start`: the three-region stack on loopback, from the environment (docs/running.md). The only place that
+ * reads the environment, handles signals and decides the exit code:
+ *   0 stopped on a signal, 1 a process failed (at start or later), 2 bad configuration, a port taken, or no way
+ *   to run Redis and NATS.
+ * Ctrl-C, SIGTERM, SIGHUP, or the death of the process that started it stop every process it started, in
+ * order; a second Ctrl-C (more than two seconds after the first) kills them at once.
+ */
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { banner } from './stack/banner.js';
+import { loadStackConfig, StackConfigError } from './stack/config.js';
+import { Stack, StackStopped } from './stack/launcher.js';
+import { describeTaken, resolvePorts, takenPorts } from './stack/ports.js';
+import {
+  binaryServers,
+  chooseServers,
+  dockerServers,
+  NoServersError,
+  systemToolbox,
+} from './stack/servers.js';
+
+/** Signals closer together than this are one request (npm forwards the terminal's Ctrl-C a second time). */
+const REPEAT_MS = 2000;
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const fail = (text: string, code: number): never => {
+  process.stderr.write(`${text}\n`);
+  process.exit(code);
+};
+
+async function main(): Promise<void> {
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  let config;
+  try {
+    config = loadStackConfig(process.env);
+  } catch (error) {
+    if (error instanceof StackConfigError) fail(error.message, 2);
+    throw error;
+  }
+  const taken = await takenPorts(config);
+  if (taken.length > 0) fail(describeTaken(taken), 2);
+  const resolved = await resolvePorts(config);
+  const stackId = randomBytes(4).toString('hex');
+  let runner;
+  try {
+    runner = await chooseServers(resolved.servers, systemToolbox(process.env), {
+      binaries: () => binaryServers(root),
+      docker: () => dockerServers(root, stackId, resolved.images),
+    });
+  } catch (error) {
+    if (error instanceof NoServersError) fail(error.message, 2);
+    throw error;
+  }
+  const stack = new Stack(resolved, { runner, cwd: root, env: process.env, say, stackId });
+
+  let exiting = false;
+  const shutdown = (code: number, keepData = false) => {
+    if (exiting) return;
+    exiting = true;
+    stack.stop({ keepData }).then(
+      () => {
+        say(code === 0 ? 'stack stopped' : 'stack stopped after a failure');
+        if (keepData) say(`logs kept in ${stack.dataDir}/logs`);
+        process.exit(code);
+      },
+      (error: unknown) => fail(`stopping the stack failed: ${String(error)}`, 1),
+    );
+  };
+
+  let firstSignalAt = 0;
+  const onSignal = (signal: string) => {
+    const now = Date.now();
+    if (firstSignalAt === 0) {
+      firstSignalAt = now;
+      say(`${signal}: stopping the stack (agents, coordinator, then servers)`);
+      shutdown(0);
+    } else if (now - firstSignalAt > REPEAT_MS) {
+      say(`${signal} again: killing every process of the stack`);
+      stack.kill();
+    }
+  };
+  process.on('SIGINT', () => onSignal('SIGINT'));
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGHUP', () => onSignal('SIGHUP'));
+  // Whoever started the launcher (a shell, npm) went away without a signal reaching it: stop as on SIGTERM.
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) onSignal('parent exited');
+  }, 500).unref();
+
+  void stack.failure.then((f) => {
+    const how = f.status.signal !== null ? `signal ${f.status.signal}` : `code ${f.status.code}`;
+    process.stderr.write(
+      `${f.name} exited unexpectedly (${how}); its last lines (${f.logFile}):\n${f.tail}\n`,
+    );
+    shutdown(1, true);
+  });
+
+  try {
+    await stack.start();
+  } catch (error) {
+    if (error instanceof StackStopped) return;
+    process.stderr.write(
+      `the stack did not start: ${error instanceof Error ? error.message : String(error)}\n`,
+    );
+    shutdown(1, true);
+    return;
+  }
+  say(banner(stack, { admin: config.adminToken !== undefined, read: config.readToken !== undefined }));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `stack launcher failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
+});

@@ -1,0 +1,45 @@
+/**
+ * What the launcher prints once the stack is ready: every endpoint, the tokens, the demo policy, where the logs
+ * are, and two commands to try.
+ */
+import type { Stack } from './launcher.js';
+import { DEMO_POLICY } from './seed.js';
+
+export function banner(stack: Stack, tokenSources: { admin: boolean; read: boolean }): string {
+  const { config, tokens } = stack;
+  const state = stack.state();
+  const pad = (s: string) => s.padEnd(20);
+  const first = config.regions[0]!;
+  const lines = [
+    '',
+    'quotaplane stack is ready',
+    `  ${pad('coordinator admin')}${stack.coordinatorUrl}   (OpenAPI: ${stack.coordinatorUrl}/docs)`,
+    ...config.regions.map(
+      (r) => `  ${pad(`agent ${r.name}`)}${stack.agentUrl(r)}   (Redis: ${state.redis[r.name]})`,
+    ),
+    `  ${pad('nats')}${state.nats}   (JetStream, namespace "${config.namespace}")`,
+    `  ${pad('servers')}${state.servers}`,
+    `  ${pad('admin token')}${tokens.admin}${tokenSources.admin ? '   (from QP_ADMIN_TOKEN)' : '   (generated)'}`,
+    `  ${pad('read token')}${tokens.read}${tokenSources.read ? '   (from QP_READ_TOKEN)' : '   (generated)'}`,
+  ];
+  const seed = stack.seed;
+  if (seed !== undefined) {
+    const p = seed.policy;
+    lines.push(
+      `  ${pad('demo policy')}"${String(p['name'])}": capacity ${String(p['capacity'])}, refill ${String(p['refillPerSecond'])}/s, shared by ${config.regions.length} regions${seed.created ? '' : ' (kept as stored)'}`,
+    );
+  }
+  lines.push(`  ${pad('logs')}${stack.dataDir}/logs`);
+  lines.push(
+    '',
+    'Try:',
+    `  curl -s ${stack.agentUrl(first)}/v1/decisions -H 'content-type: application/json' \\`,
+    `    -d '{"policy":"${DEMO_POLICY.name}","subject":"tenant-1"}'`,
+    `  curl -s -X PATCH ${stack.coordinatorUrl}/v1/policies/${DEMO_POLICY.name}/budget \\`,
+    `    -H 'authorization: Bearer ${tokens.admin}' -H 'content-type: application/json' -d '{"capacity":180}'`,
+    `  curl -s ${stack.coordinatorUrl}/v1/allocations -H 'authorization: Bearer ${tokens.read}'`,
+    '',
+    'Ctrl-C (or SIGTERM) stops every process the stack started.',
+  );
+  return lines.join('\n');
+}

@@ -1,0 +1,282 @@
+/**
+ * The local stack's configuration: environment variables read once by `scripts/stack.ts`, validated by one zod
+ * schema that holds every default, with every problem listed at once. docs/running.md has the table.
+ */
+import { isIP } from 'node:net';
+import { z } from 'zod';
+import { MIN_TOKEN_LENGTH } from '../../coordinator/config.js';
+import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../../core/wire/kv.js';
+
+/** The stack's regions, in order: agent ports and Redis ports are named after them. */
+export const STACK_REGIONS = ['us', 'eu', 'ap'] as const;
+export type StackRegion = (typeof STACK_REGIONS)[number];
+
+/** Nodes of a region that runs on a Redis Cluster: masters on P, P+1, P+2 (cluster bus on each + 10000). */
+export const CLUSTER_MASTERS = 3;
+/** Redis puts a node's cluster bus on its port + 10000. */
+export const CLUSTER_BUS_OFFSET = 10_000;
+
+/** Where redis-server and nats-server come from. */
+export const ServerSource = z.enum(['auto', 'binaries', 'docker']);
+export type ServerSource = z.infer<typeof ServerSource>;
+
+const Port = z.coerce
+  .number({ error: 'ports are integers 0-65535 (0: any free port)' })
+  .int('ports are integers 0-65535 (0: any free port)')
+  .min(0, 'ports are integers 0-65535 (0: any free port)')
+  .max(65_535, 'ports are integers 0-65535 (0: any free port)');
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'use true or false' })
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const Token = z
+  .string()
+  .min(MIN_TOKEN_LENGTH, `tokens must be at least ${MIN_TOKEN_LENGTH} characters`)
+  .max(512, 'tokens must be at most 512 characters')
+  .regex(/^[\x21-\x7e]+$/, 'tokens are printable ASCII without spaces');
+
+const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
+const regionList = z
+  .string()
+  .transform((v) =>
+    v
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s.length > 0),
+  )
+  .pipe(z.array(z.enum(STACK_REGIONS, { error: `regions are ${STACK_REGIONS.join(', ')}` })));
+
+/** Environment variables the launcher reads (besides the `QP_COORDINATOR_*` / `QP_AGENT_*` pass-through). */
+export const StackEnv = z
+  .object({
+    QP_ADMIN_TOKEN: Token.optional(),
+    QP_READ_TOKEN: Token.optional(),
+    QP_STACK_HOST: z
+      .string()
+      .default('127.0.0.1')
+      .refine((v) => isIP(v) !== 0, 'QP_STACK_HOST is an IP address, e.g. 127.0.0.1'),
+    QP_STACK_COORDINATOR_PORT: Port.default(7100),
+    QP_STACK_US_PORT: Port.default(7101),
+    QP_STACK_EU_PORT: Port.default(7102),
+    QP_STACK_AP_PORT: Port.default(7103),
+    QP_STACK_NATS_PORT: Port.default(7110),
+    QP_STACK_US_REDIS_PORT: Port.default(7111),
+    QP_STACK_EU_REDIS_PORT: Port.default(7121),
+    QP_STACK_AP_REDIS_PORT: Port.default(7131),
+    QP_STACK_CLUSTER_REGIONS: regionList.default([]),
+    QP_STACK_SERVERS: ServerSource.default('auto'),
+    QP_STACK_DATA_DIR: z.string().min(1).optional(),
+    QP_STACK_KEEP_DATA: bool.default(false),
+    QP_STACK_STATE_FILE: z.string().min(1).optional(),
+    QP_STACK_SEED: bool.default(true),
+    QP_STACK_READY_TIMEOUT_MS: z.coerce.number().int().min(1000).max(600_000).default(90_000),
+    QP_STACK_LOG_LEVEL: LogLevel.default('info'),
+    QP_KV_NAMESPACE: KvNamespace.default(DEFAULT_KV_NAMESPACE),
+    REDIS_IMAGE: z.string().min(1).default('redis:7.2-alpine'),
+    NATS_IMAGE: z.string().min(1).default('nats:2.10-alpine'),
+  })
+  .superRefine((env, ctx) => {
+    if (env.QP_ADMIN_TOKEN !== undefined && env.QP_ADMIN_TOKEN === env.QP_READ_TOKEN) {
+      ctx.addIssue({ code: 'custom', path: ['QP_READ_TOKEN'], message: 'must differ from QP_ADMIN_TOKEN' });
+    }
+    if (new Set(env.QP_STACK_CLUSTER_REGIONS).size !== env.QP_STACK_CLUSTER_REGIONS.length) {
+      ctx.addIssue({ code: 'custom', path: ['QP_STACK_CLUSTER_REGIONS'], message: 'regions must be unique' });
+    }
+  });
+export type StackEnv = z.output<typeof StackEnv>;
+
+/** Where one region's buckets live. */
+export type RedisLayout =
+  | { readonly kind: 'single'; readonly port: number }
+  | { readonly kind: 'cluster'; readonly ports: readonly number[] };
+
+export interface RegionPlan {
+  readonly name: StackRegion;
+  readonly agentPort: number;
+  readonly redis: RedisLayout;
+}
+
+/**
+ * What the launcher will start. A port of 0 means "any free port": `resolvePorts` replaces it before anything
+ * starts; every other port is checked free first.
+ */
+export interface StackConfig {
+  readonly host: string;
+  readonly coordinatorPort: number;
+  readonly natsPort: number;
+  readonly regions: readonly RegionPlan[];
+  readonly servers: ServerSource;
+  /** Given tokens; missing ones are generated at start. */
+  readonly adminToken: string | undefined;
+  readonly readToken: string | undefined;
+  readonly namespace: string;
+  readonly dataDir: string | undefined;
+  readonly keepData: boolean;
+  readonly stateFile: string | undefined;
+  readonly seed: boolean;
+  readonly readyTimeoutMs: number;
+  readonly logLevel: z.infer<typeof LogLevel>;
+  readonly images: { readonly redis: string; readonly nats: string };
+  /** `QP_*` variables for the coordinator, from `QP_COORDINATOR_*`. */
+  readonly coordinatorEnv: Readonly<Record<string, string>>;
+  /** `QP_*` variables for every agent, from `QP_AGENT_*`. */
+  readonly agentEnv: Readonly<Record<string, string>>;
+}
+
+/** Variables the launcher sets on each service itself; a pass-through may not override them. */
+export const RESERVED_COORDINATOR_VARS = [
+  'QP_REGIONS',
+  'QP_ADMIN_TOKEN',
+  'QP_READ_TOKEN',
+  'QP_NATS_URL',
+  'QP_HOST',
+  'QP_PORT',
+  'QP_KV_NAMESPACE',
+] as const;
+export const RESERVED_AGENT_VARS = [
+  'QP_REGION',
+  'QP_REDIS_URL',
+  'QP_REDIS_CLUSTER_NODES',
+  'QP_NATS_URL',
+  'QP_HOST',
+  'QP_PORT',
+  'QP_KV_NAMESPACE',
+  'QP_INSTANCE',
+] as const;
+
+/** Thrown when the environment is invalid; lists every problem. */
+export class StackConfigError extends Error {
+  readonly code = 'STACK_CONFIG_INVALID';
+  readonly problems: readonly string[];
+  constructor(problems: readonly string[]) {
+    super(`invalid stack configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'StackConfigError';
+    this.problems = problems;
+  }
+}
+
+/** `QP_COORDINATOR_LEASE_MS=3000` → `{ QP_LEASE_MS: '3000' }`. */
+function passThrough(
+  env: Readonly<Record<string, string | undefined>>,
+  prefix: string,
+  reserved: readonly string[],
+  problems: string[],
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith(prefix) || value === undefined) continue;
+    const target = `QP_${name.slice(prefix.length)}`;
+    if (target === 'QP_') continue;
+    if (reserved.includes(target)) {
+      problems.push(`${name}: the launcher sets ${target} itself`);
+      continue;
+    }
+    out[target] = value;
+  }
+  return out;
+}
+
+function regionPort(env: StackEnv, region: StackRegion, what: 'PORT' | 'REDIS_PORT'): number {
+  const key = `QP_STACK_${region.toUpperCase()}_${what}` as keyof StackEnv;
+  return env[key] as number;
+}
+
+/** A port the plan asks for: what it is for, and the variable that moves it. */
+export interface PlannedPort {
+  readonly name: string;
+  readonly env: string;
+  readonly port: number;
+}
+
+/** Ports a plan asks for, in start order; 0 entries included (they are resolved before the start). */
+export function plannedPorts(config: StackConfig): PlannedPort[] {
+  const out: PlannedPort[] = [
+    { name: 'coordinator admin API', env: 'QP_STACK_COORDINATOR_PORT', port: config.coordinatorPort },
+    { name: 'nats', env: 'QP_STACK_NATS_PORT', port: config.natsPort },
+  ];
+  for (const region of config.regions) {
+    const upper = region.name.toUpperCase();
+    out.push({ name: `agent ${region.name}`, env: `QP_STACK_${upper}_PORT`, port: region.agentPort });
+    const env = `QP_STACK_${upper}_REDIS_PORT`;
+    if (region.redis.kind === 'single') {
+      out.push({ name: `redis ${region.name}`, env, port: region.redis.port });
+    } else {
+      region.redis.ports.forEach((port, i) => {
+        out.push({ name: `redis ${region.name} node ${i + 1}`, env, port });
+        if (port !== 0) {
+          out.push({
+            name: `redis ${region.name} node ${i + 1} cluster bus`,
+            env,
+            port: port + CLUSTER_BUS_OFFSET,
+          });
+        }
+      });
+    }
+  }
+  return out;
+}
+
+/** Build the plan from the environment. Throws StackConfigError listing every problem. */
+export function loadStackConfig(env: Readonly<Record<string, string | undefined>>): StackConfig {
+  const problems: string[] = [];
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = StackEnv.safeParse(present);
+  const coordinatorEnv = passThrough(env, 'QP_COORDINATOR_', RESERVED_COORDINATOR_VARS, problems);
+  const agentEnv = passThrough(env, 'QP_AGENT_', RESERVED_AGENT_VARS, problems);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      problems.push(`${issue.path.length > 0 ? String(issue.path[0]) : 'environment'}: ${issue.message}`);
+    }
+    throw new StackConfigError(problems);
+  }
+  const e = parsed.data;
+  const clustered = new Set<StackRegion>(e.QP_STACK_CLUSTER_REGIONS);
+  const regions: RegionPlan[] = STACK_REGIONS.map((name) => {
+    const base = regionPort(e, name, 'REDIS_PORT');
+    const redis: RedisLayout = clustered.has(name)
+      ? {
+          kind: 'cluster',
+          ports: Array.from({ length: CLUSTER_MASTERS }, (_, i) => (base === 0 ? 0 : base + i)),
+        }
+      : { kind: 'single', port: base };
+    return { name, agentPort: regionPort(e, name, 'PORT'), redis };
+  });
+  for (const region of regions) {
+    const top = region.redis.kind === 'cluster' ? Math.max(...region.redis.ports) : 0;
+    if (top !== 0 && top + CLUSTER_BUS_OFFSET > 65_535) {
+      problems.push(
+        `QP_STACK_${region.name.toUpperCase()}_REDIS_PORT: a cluster region needs ports P..P+2 and their bus ports P+10000..P+10002 ≤ 65535`,
+      );
+    }
+  }
+  const config: StackConfig = {
+    host: e.QP_STACK_HOST,
+    coordinatorPort: e.QP_STACK_COORDINATOR_PORT,
+    natsPort: e.QP_STACK_NATS_PORT,
+    regions,
+    servers: e.QP_STACK_SERVERS,
+    adminToken: e.QP_ADMIN_TOKEN,
+    readToken: e.QP_READ_TOKEN,
+    namespace: e.QP_KV_NAMESPACE,
+    dataDir: e.QP_STACK_DATA_DIR,
+    keepData: e.QP_STACK_KEEP_DATA,
+    stateFile: e.QP_STACK_STATE_FILE,
+    seed: e.QP_STACK_SEED,
+    readyTimeoutMs: e.QP_STACK_READY_TIMEOUT_MS,
+    logLevel: e.QP_STACK_LOG_LEVEL,
+    images: { redis: e.REDIS_IMAGE, nats: e.NATS_IMAGE },
+    coordinatorEnv,
+    agentEnv,
+  };
+  const seen = new Map<number, string>();
+  for (const { name, port } of plannedPorts(config)) {
+    if (port === 0) continue;
+    const other = seen.get(port);
+    if (other !== undefined) problems.push(`port ${port} is asked for twice: ${other} and ${name}`);
+    else seen.set(port, name);
+  }
+  if (problems.length > 0) throw new StackConfigError(problems);
+  return Object.freeze(config);
+}

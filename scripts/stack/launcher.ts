@@ -1,0 +1,336 @@
+/**
+ * The local stack: NATS and one Redis (or a 3-master Redis Cluster) per region, the coordinator, the demo
+ * policy through the admin API, then one agent per region, each waited for until its /readyz says so. `stop()`
+ * works at any moment, during the start too, and stops in dependency order: agents (they drain and say goodbye
+ * to the coordinator), the coordinator, then the servers. A process that exits when nobody asked it to is
+ * reported through `failure`.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { RegionPlan, StackConfig } from './config.js';
+import { ManagedProcess, type ExitStatus } from './managed-process.js';
+import { natsInfo, redisPing, until } from './probes.js';
+import { formCluster } from './redis-cluster.js';
+import { seedDemoPolicy, type SeedResult } from './seed.js';
+import type { ServerRunner } from './servers.js';
+import { agentEnv, baseEnv, coordinatorEnv, natsUrl, serviceCommand, type StackTokens } from './services.js';
+
+export interface StackDeps {
+  readonly runner: ServerRunner;
+  /** The repository root: services run from source there. */
+  readonly cwd: string;
+  /** The launcher's environment (children inherit it without its `QP_*` variables). */
+  readonly env: NodeJS.ProcessEnv;
+  /** Progress and echoed warnings, one line each. */
+  readonly say: (line: string) => void;
+  /** Names this stack's processes and containers; random by default. */
+  readonly stackId?: string;
+}
+
+/** A process that exited on its own. */
+export interface StackFailure {
+  readonly name: string;
+  readonly status: ExitStatus;
+  readonly tail: string;
+  readonly logFile: string;
+}
+
+/** What the state file holds (no tokens). */
+export interface StackState {
+  readonly stackId: string;
+  readonly pid: number;
+  readonly dataDir: string;
+  readonly servers: ServerRunner['kind'];
+  readonly coordinator: string;
+  readonly nats: string;
+  readonly agents: Record<string, string>;
+  readonly redis: Record<string, string>;
+  readonly processes: { name: string; pid: number | undefined }[];
+}
+
+/** Thrown out of `start()` when `stop()` was called meanwhile. */
+export class StackStopped extends Error {
+  constructor() {
+    super('the stack was stopped while starting');
+    this.name = 'StackStopped';
+  }
+}
+
+const STOP_TIMEOUT = { agent: 15_000, coordinator: 15_000, server: 5_000 };
+
+function levelName(level: unknown): string | undefined {
+  if (typeof level !== 'number' || level < 40) return undefined;
+  return level >= 60 ? 'FATAL' : level >= 50 ? 'ERROR' : 'WARN';
+}
+
+export class Stack {
+  readonly config: StackConfig;
+  readonly stackId: string;
+  readonly tokens: StackTokens;
+  readonly dataDir: string;
+  readonly #deps: StackDeps;
+  readonly #ownDir: boolean;
+  readonly #servers: ManagedProcess[] = [];
+  #coordinator: ManagedProcess | undefined;
+  readonly #agents: ManagedProcess[] = [];
+  #stopping: Promise<void> | undefined;
+  #seed: SeedResult | undefined;
+  #onFailure: ((failure: StackFailure) => void) | undefined;
+  #failure: Promise<StackFailure>;
+
+  /** `config` must have its ports resolved (no 0 left). Nothing starts until `start()`. */
+  constructor(config: StackConfig, deps: StackDeps) {
+    this.config = config;
+    this.#deps = deps;
+    this.stackId = deps.stackId ?? randomBytes(4).toString('hex');
+    this.tokens = {
+      admin: config.adminToken ?? randomBytes(24).toString('hex'),
+      read: config.readToken ?? randomBytes(24).toString('hex'),
+    };
+    this.#ownDir = config.dataDir === undefined;
+    this.dataDir = config.dataDir ?? mkdtempSync(join(tmpdir(), 'quotaplane-stack-'));
+    mkdirSync(join(this.dataDir, 'logs'), { recursive: true });
+    this.#failure = new Promise((resolve) => (this.#onFailure = resolve));
+  }
+
+  /** Resolves with the first process that exits without being asked to. */
+  get failure(): Promise<StackFailure> {
+    return this.#failure;
+  }
+
+  get seed(): SeedResult | undefined {
+    return this.#seed;
+  }
+
+  get coordinatorUrl(): string {
+    return `http://${this.config.host}:${this.config.coordinatorPort}`;
+  }
+
+  agentUrl(region: RegionPlan): string {
+    return `http://${this.config.host}:${region.agentPort}`;
+  }
+
+  /** Every process started so far. */
+  get processes(): ManagedProcess[] {
+    return [...this.#servers, ...(this.#coordinator ? [this.#coordinator] : []), ...this.#agents];
+  }
+
+  async start(): Promise<void> {
+    const { config } = this;
+    const { say, runner } = this.#deps;
+    const base = baseEnv(this.#deps.env, this.stackId);
+
+    say(`starting NATS and Redis (${runner.description})`);
+    const serverDir = (name: string) => {
+      const dir = join(this.dataDir, name);
+      mkdirSync(dir, { recursive: true });
+      return dir;
+    };
+    const spec = (name: string, port: number) => ({
+      name,
+      host: config.host,
+      port,
+      dir: serverDir(name.replace(/ /g, '-')),
+      logFile: this.#logFile(name),
+      env: base,
+    });
+    const nats = this.#track(runner.nats(spec('nats', config.natsPort)), this.#servers);
+    const waits: Promise<void>[] = [
+      this.#ready(
+        nats,
+        async () => (await natsInfo(config.host, config.natsPort))?.['jetstream'] === true,
+        30_000,
+      ),
+    ];
+    for (const region of config.regions) {
+      if (region.redis.kind === 'single') {
+        const port = region.redis.port;
+        const redis = this.#track(
+          runner.redis(spec(`redis ${region.name}`, port), { cluster: false }),
+          this.#servers,
+        );
+        waits.push(this.#ready(redis, () => redisPing(config.host, port), 30_000));
+      } else {
+        const ports = region.redis.ports;
+        const nodes = ports.map((port, i) =>
+          this.#track(
+            runner.redis(spec(`redis ${region.name} node ${i + 1}`, port), { cluster: true }),
+            this.#servers,
+          ),
+        );
+        waits.push(
+          (async () => {
+            await Promise.all(
+              nodes.map((n, i) => this.#ready(n, () => redisPing(config.host, ports[i]!), 30_000)),
+            );
+            this.#check();
+            await formCluster(ports.map((port) => ({ host: config.host, port })));
+          })(),
+        );
+      }
+    }
+    await Promise.all(waits);
+    this.#check();
+
+    say(`starting the coordinator on ${this.coordinatorUrl}`);
+    const coordinator = this.#service(
+      'coordinator',
+      'coordinator/main.ts',
+      coordinatorEnv(config, this.tokens, base),
+    );
+    this.#coordinator = coordinator;
+    await this.#ready(coordinator, () => this.#httpReady(this.coordinatorUrl), config.readyTimeoutMs);
+    this.#check();
+
+    if (config.seed) {
+      this.#seed = await seedDemoPolicy(this.coordinatorUrl, this.tokens.admin);
+      say(
+        `${this.#seed.created ? 'created' : 'kept the existing'} demo policy "${String(this.#seed.policy['name'])}"`,
+      );
+      this.#check();
+    }
+
+    say(`starting the agents (${config.regions.map((r) => `${r.name} ${this.agentUrl(r)}`).join(', ')})`);
+    const agents = config.regions.map((region) => {
+      const agent = this.#service(
+        `agent ${region.name}`,
+        'regional-agent/main.ts',
+        agentEnv(config, region, base),
+      );
+      this.#agents.push(agent);
+      return { region, agent };
+    });
+    await Promise.all(
+      agents.map(({ region, agent }) =>
+        this.#ready(agent, () => this.#httpReady(this.agentUrl(region)), config.readyTimeoutMs),
+      ),
+    );
+    this.#check();
+    if (config.stateFile !== undefined) {
+      writeFileSync(config.stateFile, JSON.stringify(this.state(), null, 2) + '\n', { mode: 0o600 });
+    }
+  }
+
+  /** Endpoints and process ids. */
+  state(): StackState {
+    const { config } = this;
+    return {
+      stackId: this.stackId,
+      pid: process.pid,
+      dataDir: this.dataDir,
+      servers: this.#deps.runner.kind,
+      coordinator: this.coordinatorUrl,
+      nats: natsUrl(config),
+      agents: Object.fromEntries(config.regions.map((r) => [r.name, this.agentUrl(r)])),
+      redis: Object.fromEntries(
+        config.regions.map((r) => [
+          r.name,
+          r.redis.kind === 'single'
+            ? `redis://${config.host}:${r.redis.port}`
+            : `cluster ${r.redis.ports.map((p) => `${config.host}:${p}`).join(',')}`,
+        ]),
+      ),
+      processes: this.processes.map((p) => ({ name: p.name, pid: p.pid })),
+    };
+  }
+
+  /**
+   * Stop every process in dependency order and remove the data directory (unless it was given or is to be
+   * kept, or `keepData` asks to keep it for a post-mortem). Safe to call more than once and during `start()`.
+   */
+  stop(options: { keepData?: boolean } = {}): Promise<void> {
+    return (this.#stopping ??= (async () => {
+      await Promise.all(this.#agents.map((p) => p.stop(STOP_TIMEOUT.agent)));
+      await this.#coordinator?.stop(STOP_TIMEOUT.coordinator);
+      await Promise.all(this.#servers.map((p) => p.stop(STOP_TIMEOUT.server)));
+      await this.#deps.runner.cleanup();
+      if (this.config.stateFile !== undefined) rmSync(this.config.stateFile, { force: true });
+      if (this.#ownDir && !this.config.keepData && options.keepData !== true) {
+        rmSync(this.dataDir, { recursive: true, force: true });
+      }
+    })());
+  }
+
+  /** SIGKILL everything at once (a second Ctrl-C). */
+  kill(): void {
+    for (const p of this.processes) p.kill();
+  }
+
+  #check(): void {
+    if (this.#stopping !== undefined) throw new StackStopped();
+  }
+
+  #logFile(name: string): string {
+    return join(this.dataDir, 'logs', `${name.replace(/ /g, '-')}.log`);
+  }
+
+  #track(child: ManagedProcess, into: ManagedProcess[]): ManagedProcess {
+    into.push(child);
+    void child.exited.then((status) => {
+      if (!child.stopping && this.#stopping === undefined) {
+        this.#onFailure?.({ name: child.name, status, tail: child.tail(), logFile: child.logFile });
+      }
+    });
+    return child;
+  }
+
+  #service(name: string, entry: 'coordinator/main.ts' | 'regional-agent/main.ts', env: NodeJS.ProcessEnv) {
+    const { command, args } = serviceCommand(entry);
+    const child = new ManagedProcess({
+      name,
+      command,
+      args,
+      env,
+      cwd: this.#deps.cwd,
+      logFile: this.#logFile(name),
+      onLine: (line) => this.#echo(name, line),
+    });
+    return this.#track(child, []);
+  }
+
+  /** Warnings and errors of a service reach the console; the rest stays in its log file. */
+  #echo(name: string, line: string): void {
+    if (!line.startsWith('{')) return;
+    try {
+      const entry = JSON.parse(line) as { level?: unknown; msg?: string; err?: { message?: unknown } };
+      const level = levelName(entry.level);
+      if (level === undefined) return;
+      const err = typeof entry.err?.message === 'string' ? `: ${entry.err.message}` : '';
+      this.#deps.say(`[${name}] ${level} ${String(entry.msg ?? '')}${err}`);
+    } catch {
+      // not a log line
+    }
+  }
+
+  async #httpReady(url: string): Promise<boolean> {
+    try {
+      const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(2000) });
+      await r.body?.cancel();
+      return r.status === 200;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Wait until `probe` says ready, failing at once if the process exits or the stack is stopped. */
+  async #ready(child: ManagedProcess, probe: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+    let exited: ExitStatus | undefined;
+    void child.exited.then((s) => (exited = s));
+    await until(
+      async () => {
+        this.#check();
+        if (exited !== undefined) {
+          const how = exited.signal !== null ? `signal ${exited.signal}` : `code ${exited.code}`;
+          throw new Error(
+            `${child.name} exited (${how}) before it was ready; its last lines (${child.logFile}):\n${child.tail()}`,
+          );
+        }
+        return probe();
+      },
+      timeoutMs,
+      `${child.name} was not ready in time; its log: ${child.logFile}`,
+    );
+  }
+}

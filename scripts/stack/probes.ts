@@ -1,0 +1,70 @@
+/**
+ * Is a server up yet: Redis answers PING and NATS sends its INFO line, checked over plain sockets so the same
+ * probes work for local binaries and for containers, with no client library and no redis-cli.
+ */
+import { connect } from 'node:net';
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** One PING over a fresh connection: true when the server answers PONG. */
+export function redisPing(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port });
+    let reply = '';
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (d: Buffer) => {
+      reply += d.toString('utf8');
+      if (reply.includes('\r\n')) done(reply.startsWith('+PONG'));
+    });
+    socket.once('error', () => done(false));
+  });
+}
+
+/** The first line a NATS server sends (`INFO {...}`), parsed; undefined when it does not answer. */
+export function natsInfo(
+  host: string,
+  port: number,
+  timeoutMs = 1000,
+): Promise<Record<string, unknown> | undefined> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port });
+    let text = '';
+    const done = (info: Record<string, unknown> | undefined) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(info);
+    };
+    const timer = setTimeout(() => done(undefined), timeoutMs);
+    socket.on('data', (d: Buffer) => {
+      text += d.toString('utf8');
+      const end = text.indexOf('\r\n');
+      if (end < 0) return;
+      const line = text.slice(0, end);
+      if (!line.startsWith('INFO ')) return done(undefined);
+      try {
+        done(JSON.parse(line.slice(5)) as Record<string, unknown>);
+      } catch {
+        done(undefined);
+      }
+    });
+    socket.once('error', () => done(undefined));
+  });
+}
+
+/** Poll `probe` every 50 ms until it is true; throws `what` after `timeoutMs`. */
+export async function until(probe: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await probe()) return;
+    if (Date.now() > deadline) throw new Error(`${what} (waited ${timeoutMs} ms)`);
+    await sleep(50);
+  }
+}
