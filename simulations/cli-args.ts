@@ -9,9 +9,9 @@ import type { Scenario } from './scenario.js';
 import { describeSettings, isSettingName, REGION_NAMES, type SettingName } from './settings.js';
 import type { SimulateOptions } from './simulate.js';
 import type { StrategyDefinition } from './strategy.js';
-import { findStrategy, PLANNED_STRATEGIES, strategies } from './strategies/registry.js';
+import { findStrategy, strategies } from './strategies/registry.js';
 
-export const DEFAULT_STRATEGIES = ['ideal', 'independent', 'static', 'strict'];
+export const DEFAULT_STRATEGIES = ['ideal', 'independent', 'static', 'strict', 'dynamic', 'naive-dynamic'];
 
 /** Settings that every run reads, whatever the scenario and strategies. */
 const ALWAYS_USED: readonly SettingName[] = [
@@ -71,9 +71,6 @@ export function usage(): string {
     '',
     'strategies:',
     ...list(strategies),
-    ...Object.entries(PLANNED_STRATEGIES).map(
-      ([name, why]) => `  ${name.padEnd(22)} (not yet available: ${why})`,
-    ),
     '',
     'settings (name, default, meaning; scenarios change some defaults, see docs/simulations.md):',
     ...describeSettings(),
@@ -149,9 +146,6 @@ export function parseCli(argv: readonly string[]): ParsedCli {
   ).map((name) => {
     const s = findStrategy(name);
     if (s !== undefined) return s;
-    const planned = PLANNED_STRATEGIES[name];
-    if (planned !== undefined)
-      throw new SimConfigError(`strategy ${name} is not available yet: it ${planned}`);
     throw new SimConfigError(`unknown strategy ${name}; known: ${strategies.map((x) => x.name).join(', ')}`);
   });
 

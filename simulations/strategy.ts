@@ -3,13 +3,11 @@
  * region's buckets are sized (through the region stores the engine hands it) and, optionally, a control loop
  * that exchanges messages over the simulated network (agents reporting to a coordinator, leases coming back).
  *
- * A `dynamic` strategy is this interface around core/: `start` builds one simulated coordinator (node
- * `ctx.coordinator`) running the core rebalancer and lease issuer, and one agent per region holding a core lease
- * state machine behind a ShareView (core/shares.ts); timers (`ctx.at`) drive report and rebalance rounds;
- * `ctx.network.send(…, 'control', …)` carries reports, leases and acks with the links' delay, jitter and loss;
- * `decide` sizes the region's bucket from its ShareView (share, floor) and calls `ctx.stores[region].decide`;
- * `shares` returns the shares in force; `onFault` stops the coordinator's timers on a crash and restarts it in
- * learning mode. See docs/simulations.md, "Writing a strategy".
+ * `dynamic` (strategies/dynamic.ts) is this interface around core/: one CoordinatorEngine on node
+ * `ctx.coordinator`, AgentLeases per region, heartbeats, usage, acknowledgements and allocation records carried by
+ * `ctx.network.send(…, 'control', …)`; `decide` sizes the region's bucket from the agent's ShareView. Strategies
+ * with moving shares report every change of the shares in force with `ctx.sharesInForce`, which is what
+ * `maxShareSum` checks. See docs/simulations.md, "Writing a strategy".
  */
 import type { PolicyMode, Policy } from '../core/policy.js';
 import type { Network } from './engine/network.js';
@@ -36,8 +34,11 @@ export interface SimRequest {
   readonly source: number;
 }
 
-/** Why a decision was not an ordinary one (DESIGN.md `reason`). */
-export type DegradedReason = 'home_unreachable' | 'emergency_bucket';
+/**
+ * Why a decision was not an ordinary one (DESIGN.md `reason`): the strict home did not answer, an emergency
+ * bucket decided, or a regional agent held no lease for the policy (it then fails closed, as the agent does).
+ */
+export type DegradedReason = 'home_unreachable' | 'emergency_bucket' | 'no_lease';
 
 /** A strategy's answer to one request. */
 export interface Outcome {
@@ -80,6 +81,13 @@ export interface StrategyContext {
   complete(request: SimRequest, outcome: Outcome): void;
   /** Add to a strategy-specific counter, reported in results.json `counters`. */
   count(counter: string, n?: number): void;
+  /**
+   * The shares in force now, by region, for one allocation unit (`unit`: the policy's vector, or a subject's
+   * override), as the agents enforce them. Call it at every change: `maxShareSum` and `shareSumAboveOneS` are
+   * computed from these reports, so a sum above 1 for a millisecond is seen. A unit no longer in force reports
+   * an empty array.
+   */
+  sharesInForce(unit: string, shares: readonly number[]): void;
 }
 
 /** One run's controller. Created fresh for every run. */
@@ -95,6 +103,8 @@ export interface Strategy {
   shares(): readonly number[] | undefined;
   /** Told after the engine applied a fault to the network or the stores. */
   onFault?(fault: Fault): void;
+  /** Called once after the last event, to add final counters. */
+  finish?(): void;
 }
 
 /** A named strategy the CLI can run. */
@@ -106,5 +116,10 @@ export interface StrategyDefinition {
   readonly mode: PolicyMode;
   /** Settings it reads, beyond the scenario's and the network's. */
   readonly uses: readonly SettingName[];
+  /**
+   * Check the settings before any run starts (cross-field rules the schema cannot see); throw a SimConfigError
+   * with every problem.
+   */
+  validate?(settings: Settings, regions: readonly string[], policy: Policy): void;
   create(): Strategy;
 }

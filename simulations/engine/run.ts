@@ -83,6 +83,8 @@ export function simPolicy(
     mode: strategy.mode,
     homeRegion,
     onStoreFailure: settings.onStoreFailure,
+    // The floor of moving shares is the policy's own setting; strategies that never move shares leave it unset.
+    ...(strategy.uses.includes('minShare') ? { minShare: settings.minShare } : {}),
   });
   return parsed;
 }
@@ -111,6 +113,7 @@ export function validateRun(spec: RunSpec): { regions: string[]; policy: Policy 
     regions.map((_, i) => i),
     settings,
   );
+  strategy.validate?.(settings, regions, policy);
   return { regions, policy };
 }
 
@@ -193,6 +196,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
     at: (time, fn) => queue.at(time, fn),
     complete: (request, outcome) => complete(request as Request, outcome),
     count: (counter, by = 1) => recorder.count(counter, by),
+    sharesInForce: (unit, shares) => recorder.sharesInForce(unit, shares, queue.now),
   };
   try {
     strategy.start(ctx);
@@ -262,7 +266,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
   const binUs = settings.binS * 1e6;
   const bins = recorder.series.admitted.length;
   const tick = (bin: number) => {
-    recorder.sampleShares(strategy.shares());
+    recorder.sampleShares(strategy.shares(), queue.now);
     spec.onProgress?.(Math.min(1, (bin * binUs) / endUs));
     if ((bin * settings.binS) % SWEEP_EVERY_S === 0) {
       for (const store of stores) store.sweep(queue.now);
@@ -276,6 +280,8 @@ export function runSimulation(spec: RunSpec): RunOutput {
   const stopUs = endUs + Math.round(settings.forwardTimeoutMs * 1000) + 1;
   while (queue.peekTime() <= stopUs) queue.pop()!.run();
   for (const store of stores) store.sweep(queue.now);
+  strategy.finish?.();
+  recorder.closeShares();
   if (unfinished > 0) recorder.count('unfinished', unfinished);
   spec.onProgress?.(1);
 
@@ -322,6 +328,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
     network: { control: counts.control, data: counts.data, lost: counts.lost, dropped: counts.dropped },
     peakKeys: Object.fromEntries(stores.map((s) => [s.name, s.peakKeys])),
     maxShareSum: recorder.maxShareSum,
+    shareSumAboveOneS: recorder.maxShareSum === null ? null : roundMetric(recorder.shareSumAboveOneUs / 1e6),
     durationS: seconds,
     settings: Object.fromEntries(
       Object.entries(settings).filter((e): e is [string, number | string] => e[1] !== undefined),

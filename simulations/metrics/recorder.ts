@@ -16,7 +16,15 @@ export interface RunSeries {
   focusIdeal: Float64Array;
   /** Shares per region sampled at the start of each bin; undefined without a regional split. */
   shares: number[][] | undefined;
+  /**
+   * Per bin, the largest sum of shares in force reported during it (any allocation unit), so a sum above 1 for a
+   * few milliseconds shows on the chart; undefined when the strategy reports none.
+   */
+  shareSumMax: Float64Array | undefined;
 }
+
+/** Shares summing above 1 by more than this are over the budget (floating-point sums of exact splits). */
+export const SHARE_SUM_TOLERANCE = 1e-9;
 
 const round = (x: number) => Math.round(x * 1e6) / 1e6;
 const ms = (us: number) => round(us / 1000);
@@ -32,6 +40,8 @@ export class Recorder {
   falseDenials = 0;
   falseAdmissions = 0;
   maxShareSum: number | null = null;
+  /** µs during which some unit's shares in force summed above 1. */
+  shareSumAboveOneUs = 0;
   readonly degraded = new Map<string, number>();
   readonly counters = new Map<string, number>();
   readonly log = new AdmissionLog();
@@ -39,9 +49,15 @@ export class Recorder {
   readonly #latencies = new Samples();
   readonly #forwarded = new Samples();
   readonly #binUs: number;
+  /** Current sum of the shares in force per allocation unit (reported by the strategy). */
+  readonly #unitSums = new Map<string, number>();
+  #unitsAboveOne = 0;
+  #aboveOneSince = 0;
+  readonly #endUs: number;
 
   constructor(durationS: number, binS: number, focusSubject: number) {
     const bins = Math.ceil(durationS / binS);
+    this.#endUs = durationS * 1e6;
     this.#binUs = binS * 1e6;
     this.series = {
       binS,
@@ -51,6 +67,7 @@ export class Recorder {
       focusAdmitted: new Float64Array(bins),
       focusIdeal: new Float64Array(bins),
       shares: undefined,
+      shareSumMax: undefined,
     };
   }
 
@@ -93,12 +110,50 @@ export class Recorder {
     this.#bump(this.counters, counter, n);
   }
 
-  sampleShares(shares: readonly number[] | undefined): void {
+  /** Shares per region at the start of a bin (the chart), at `nowUs`. */
+  sampleShares(shares: readonly number[] | undefined, nowUs: number): void {
     if (shares === undefined) return;
     (this.series.shares ??= []).push([...shares]);
     let sum = 0;
     for (const s of shares) sum += s;
     this.maxShareSum = Math.max(this.maxShareSum ?? 0, round(sum));
+    if (this.#unitSums.size > 0) {
+      let current = 0;
+      for (const v of this.#unitSums.values()) current = Math.max(current, v);
+      this.#binMax(nowUs, current);
+    }
+  }
+
+  /** The shares in force of one allocation unit changed at `nowUs` (an empty vector: the unit is gone). */
+  sharesInForce(unit: string, shares: readonly number[], nowUs: number): void {
+    let sum = 0;
+    for (const s of shares) sum += s;
+    const before = this.#unitSums.get(unit) ?? 0;
+    if (shares.length === 0) this.#unitSums.delete(unit);
+    else this.#unitSums.set(unit, sum);
+    this.maxShareSum = Math.max(this.maxShareSum ?? 0, round(sum));
+    this.#binMax(nowUs, sum);
+    const wasAbove = before > 1 + SHARE_SUM_TOLERANCE;
+    const isAbove = sum > 1 + SHARE_SUM_TOLERANCE;
+    if (wasAbove === isAbove) return;
+    // Time above the budget counts within the run only (not while in-flight work finishes past its end).
+    const at = Math.min(nowUs, this.#endUs);
+    if (isAbove && this.#unitsAboveOne++ === 0) this.#aboveOneSince = at;
+    if (!isAbove && --this.#unitsAboveOne === 0) this.shareSumAboveOneUs += at - this.#aboveOneSince;
+  }
+
+  /** Close the share accounting at the end of the run. */
+  closeShares(): void {
+    if (this.#unitsAboveOne > 0) this.shareSumAboveOneUs += this.#endUs - this.#aboveOneSince;
+    this.#unitsAboveOne = 0;
+  }
+
+  #binMax(nowUs: number, sum: number): void {
+    const bins = this.series.admitted.length;
+    const bin = Math.floor(nowUs / this.#binUs);
+    if (bin >= bins) return;
+    const max = (this.series.shareSumMax ??= new Float64Array(bins));
+    max[bin] = Math.max(max[bin]!, sum);
   }
 
   overAdmission(capacity: number, refillPerSecond: number) {

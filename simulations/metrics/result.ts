@@ -59,8 +59,14 @@ export const StrategyResult = z.strictObject({
   network: z.strictObject({ control: count, data: count, lost: count, dropped: count }),
   /** Most live bucket keys seen in each region's store. */
   peakKeys: z.record(z.string(), count),
-  /** Largest sum of the shares in force (1 = budget conserved); null without a regional split. */
+  /**
+   * Largest sum over regions of the shares in force at the agents (1 = budget conserved), over every change the
+   * strategy reported and every allocation unit (the policy's vector and per-subject overrides); null without a
+   * regional split.
+   */
   maxShareSum: z.number().nullable(),
+  /** Simulated seconds during which some unit's shares in force summed above 1; null without a regional split. */
+  shareSumAboveOneS: z.number().nullable(),
   durationS: z.number(),
   settings: z.record(z.string(), z.union([z.number(), z.string()])),
 });

@@ -102,7 +102,10 @@ export function admittedCharts(
   ];
 }
 
-/** For each strategy with a regional split, its share per region over time and their sum (≤ 1 conserves). */
+/**
+ * For each strategy with a regional split, the share per region in force at the start of each bin (the policy's
+ * own vector) and the sum (≤ 1 conserves the budget).
+ */
 export function shareCharts(runs: readonly ChartRun[]): ChartOptions[] {
   return runs.flatMap((r) => {
     const samples = r.series.shares;
@@ -116,11 +119,17 @@ export function shareCharts(runs: readonly ChartRun[]): ChartOptions[] {
       width: 1.5 + 2.5 * (n - 1 - k),
       points: samples.map((s, i) => [i * binS, s[k]!] as [number, number]),
     }));
+    // Strategies that report every change draw the largest sum in force within each bin, so a sum above 1 for
+    // a few milliseconds shows; the others their sampled sum.
+    const sums = r.series.shareSumMax;
     series.push({
-      label: 'sum of shares',
+      label: sums === undefined ? 'sum of shares' : 'sum of shares (largest in the bin)',
       color: '#000000',
       dashed: true,
-      points: samples.map((s, i) => [i * binS, s.reduce((a, b) => a + b, 0)] as [number, number]),
+      points:
+        sums === undefined
+          ? samples.map((s, i) => [i * binS, s.reduce((a, b) => a + b, 0)] as [number, number])
+          : Array.from(sums, (v, i) => [i * binS, v] as [number, number]),
     });
     return [
       {

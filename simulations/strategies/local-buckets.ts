@@ -27,6 +27,7 @@ export class FixedShareStrategy implements Strategy {
         );
     }
     this.#stores = ctx.stores;
+    ctx.sharesInForce('policy', this.#shares);
   }
 
   decide(request: SimRequest): Outcome {

@@ -40,6 +40,7 @@ class StrictStrategy implements Strategy {
     this.#emergencySizing = new BucketSizing(ctx.policy, ctx.settings.emergencyShare);
     this.#emergency = ctx.regions.map((name) => new RegionStore(`emergency-${name}`));
     this.#shares = ctx.regions.map((_, r) => (r === ctx.home ? 1 : 0));
+    ctx.sharesInForce('policy', this.#shares);
   }
 
   decide(request: SimRequest): Outcome | typeof PENDING {

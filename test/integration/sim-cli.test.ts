@@ -34,14 +34,23 @@ describe('npm run simulate', () => {
     for (const s of scenarios) expect(stdout).toContain(s.name);
     for (const s of ['ideal', 'independent', 'static', 'strict', 'dynamic', 'naive-dynamic'])
       expect(stdout).toContain(s);
+    expect(stdout).not.toContain('not yet available');
     expect(stdout).toContain('overcommit');
+    expect(stdout).toContain('leaseMs');
     expect(stdout).toContain('--sweep');
   });
 
   it.each([
     [['--scenario', 'nope'], /unknown scenario nope/],
     [['--scenario', 'uniform', '--strategies', 'static,bogus'], /unknown strategy bogus/],
-    [['--scenario', 'uniform', '--strategies', 'dynamic'], /dynamic is not available yet/],
+    [
+      ['--scenario', 'uniform', '--strategies', 'dynamic', '--set', 'graceMs=5000'],
+      /graceMs must be longer than leaseMs/,
+    ],
+    [
+      ['--scenario', 'uniform', '--strategies', 'naive-dynamic', '--set', 'minShare=0.5'],
+      /exceeds the budget/,
+    ],
     [['--scenario', 'uniform', '--regions', '9'], /--regions must be an integer in \[1, 8\]/],
     [['--scenario', 'uniform', '--seed', '-3'], /--seed/],
     [['--scenario', 'uniform', '--set', 'capacity=-1'], /capacity/],
@@ -75,7 +84,7 @@ describe('npm run simulate', () => {
     const { code, stdout, stderr } = await simulate(
       ...args,
       '--strategies',
-      'ideal,independent,static,strict',
+      'ideal,independent,static,strict,dynamic,naive-dynamic',
     );
     expect(code).toBe(0);
     expect(stdout).toMatch(/\| strategy +\| overAdmission/);
@@ -85,7 +94,19 @@ describe('npm run simulate', () => {
     for (const f of ['results.json', 'admitted.svg', 'shares.svg', 'report.html'])
       expect(existsSync(join(out, f)), f).toBe(true);
     const results = Results.parse(JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')));
-    expect(results.map((r) => r.strategy)).toEqual(['ideal', 'independent', 'static', 'strict']);
+    expect(results.map((r) => r.strategy)).toEqual([
+      'ideal',
+      'independent',
+      'static',
+      'strict',
+      'dynamic',
+      'naive-dynamic',
+    ]);
+    const dynamic = results.find((r) => r.strategy === 'dynamic')!;
+    expect(dynamic.overAdmission).toBeLessThanOrEqual(1);
+    expect(dynamic.maxShareSum).toBeLessThanOrEqual(1);
+    expect(dynamic.controlMessagesPerSecond).toBeGreaterThan(0);
+    expect(readFileSync(join(out, 'shares.svg'), 'utf8')).toContain('shares in force, dynamic');
     const independent = results.find((r) => r.strategy === 'independent')!;
     expect(independent.overAdmission).toBeGreaterThan(2.8);
     expect(results.find((r) => r.strategy === 'static')!.overAdmission).toBeLessThanOrEqual(1);

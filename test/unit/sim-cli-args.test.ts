@@ -12,9 +12,16 @@ const parsed = (...argv: string[]) => {
 };
 
 describe('CLI arguments', () => {
-  it('fills defaults: the four strategies, 3 regions, seed 1, an output folder per scenario', () => {
+  it('fills defaults: every strategy, 3 regions, seed 1, an output folder per scenario', () => {
     const p = parsed('--scenario', 'zipf');
-    expect(p.strategies.map((s) => s.name)).toEqual(['ideal', 'independent', 'static', 'strict']);
+    expect(p.strategies.map((s) => s.name)).toEqual([
+      'ideal',
+      'independent',
+      'static',
+      'strict',
+      'dynamic',
+      'naive-dynamic',
+    ]);
     expect([p.regionCount, p.seed, p.outDir, p.quiet]).toEqual([3, 1, '.sim-out/zipf', false]);
     expect(parsed('--scenario', 'all').scenarios).toHaveLength(11);
     expect(parseCli(['--help'])).toEqual({ help: true });

@@ -29,7 +29,8 @@ function runTo(seed: number, extra: Partial<SimulateOptions> = {}): Map<string, 
   const dir = mkdtempSync(join(tmpdir(), 'qp-sim-'));
   dirs.push(dir);
   const options: SimulateOptions = {
-    // Network randomness (strict, jitter, loss), client retries and a partition: every source of randomness.
+    // Network randomness (strict, the dynamic control planes, jitter, loss), client retries and a partition:
+    // every source of randomness.
     scenarios: [findScenario('ignore-retry-after')!, findScenario('region-partition')!],
     strategies,
     regionCount: 3,
@@ -58,15 +59,10 @@ describe('same seed, same bytes', () => {
     ]);
     for (const [name, bytes] of a) expect(bytes.equals(b.get(name)!), name).toBe(true);
     const results = Results.parse(JSON.parse(a.get('results.json')!.toString('utf8')));
+    const names = ['ideal', 'independent', 'static', 'strict', 'dynamic', 'naive-dynamic'];
     expect(results.map((r) => `${r.scenario}/${r.strategy}`)).toEqual([
-      'ignore-retry-after/ideal',
-      'ignore-retry-after/independent',
-      'ignore-retry-after/static',
-      'ignore-retry-after/strict',
-      'region-partition/ideal',
-      'region-partition/independent',
-      'region-partition/static',
-      'region-partition/strict',
+      ...names.map((n) => `ignore-retry-after/${n}`),
+      ...names.map((n) => `region-partition/${n}`),
     ]);
   });
 

@@ -70,13 +70,23 @@ describe('every scenario under every strategy', () => {
       expect(ideal.overAdmission).toBeLessThanOrEqual(1);
       // Without failures of their own stores, conserving strategies stay within the budget.
       if (scenario.name !== 'redis-failover') {
-        expect(byStrategy.get('static')!.overAdmission).toBeLessThanOrEqual(1);
-        expect(byStrategy.get('strict')!.overAdmission).toBeLessThanOrEqual(1);
+        for (const name of ['static', 'strict', 'dynamic'])
+          expect(byStrategy.get(name)!.overAdmission, name).toBeLessThanOrEqual(1);
       }
       expect(byStrategy.get('static')!.maxShareSum).toBeCloseTo(1, 9);
       expect(byStrategy.get('independent')!.maxShareSum).toBe(3);
+      expect(byStrategy.get('independent')!.shareSumAboveOneS).toBe(120);
       expect(byStrategy.get('strict')!.maxShareSum).toBe(1);
+      // The protocol's shares in force never sum above 1, whatever the scenario; the naive rebalancer's may.
+      expect(byStrategy.get('dynamic')!.maxShareSum).toBeLessThanOrEqual(1);
+      expect(byStrategy.get('dynamic')!.shareSumAboveOneS).toBe(0);
+      expect(byStrategy.get('naive-dynamic')!.maxShareSum).toBeGreaterThanOrEqual(1 - 1e-9);
+      for (const name of ['dynamic', 'naive-dynamic']) {
+        expect(byStrategy.get(name)!.controlMessagesPerSecond, name).toBeGreaterThan(0);
+        expect(byStrategy.get(name)!.latencyMs.max, name).toBe(0);
+      }
       expect(ideal.maxShareSum).toBeNull();
+      expect(ideal.shareSumAboveOneS).toBeNull();
       for (const name of ['ideal', 'independent', 'static']) {
         expect(byStrategy.get(name)!.latencyMs.max, name).toBe(0);
         expect(byStrategy.get(name)!.network.data, name).toBe(0);

@@ -1,0 +1,330 @@
+/**
+ * The conservation protocol of core/ inside a run: one CoordinatorEngine on the coordinator node, one AgentLease
+ * per agent (`agentsPerRegion` per region), and the JetStream KV they share, all talking over the simulated
+ * network as `control` messages, so delay, jitter, loss, partitions and coordinator crashes apply to every one
+ * of them and each counts in `controlMessagesPerSecond`.
+ *
+ * Messages, as the NATS shells exchange them (core/wire/protocol.ts):
+ * - every report interval each agent sends its usage and a heartbeat to the coordinator; the reply (a renewal or
+ *   a refusal) comes back over the same link;
+ * - the coordinator's record writes go to the KV (a local hop: NATS sits with the coordinator in the home
+ *   region), which confirms each with its revision (`written`) and delivers it to every agent's watch;
+ * - an agent acknowledges a record carrying a shrink of its region when no decision of an older one is in flight;
+ * - a watch that fell behind (a renewal whose minimum revision it has not applied, or the KV's idle heartbeat
+ *   naming a newer revision) asks the KV for what it missed, as an ordered consumer resets.
+ *
+ * At virtual time 0 the deployment has just become ready: the coordinator wrote the policy's allocation (the
+ * safe shares) and every agent read it and holds its first lease. The coordinator is in learning mode for its
+ * first lease, as after any start. A crash drops the engine (its memory); the restart builds a new one from the
+ * KV's records and agent registry, in learning mode.
+ */
+import { CoordinatorEngine, type EngineCounters } from '../../core/lease/coordinator-engine.js';
+import type { LeaseSettings } from '../../core/lease/settings.js';
+import type { Policy } from '../../core/policy.js';
+import type { RebalanceSettings } from '../../core/rebalance/settings.js';
+import type { AgentRegistration, AllocationRecord, RenewalReply } from '../../core/wire/protocol.js';
+import type { Fault } from '../scenario.js';
+import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
+import { SimAgent } from './agent-node.js';
+import { InForceTracker } from './in-force.js';
+import { SimKv } from './sim-kv.js';
+import { VirtualClock } from './virtual-clock.js';
+
+/** How often the KV tells a watcher its latest revision (a JetStream consumer's idle heartbeat), ms. */
+export const WATCH_HEARTBEAT_MS = 5000;
+
+export interface ControlPlaneOptions {
+  lease: LeaseSettings;
+  rebalance: RebalanceSettings;
+  agentsPerRegion: number;
+}
+
+/** A message of the protocol, as the simulator sees it in flight (for tests that check the wire). */
+export type ProtocolMessage =
+  | { kind: 'heartbeat' | 'usage' | 'ack' | 'renewal'; body: unknown }
+  | { kind: 'record'; body: AllocationRecord | null };
+
+export class DynamicControlPlane {
+  readonly records = new SimKv<AllocationRecord>();
+  readonly registry = new SimKv<AgentRegistration>();
+  readonly agents: SimAgent[] = [];
+  readonly #ctx: StrategyContext;
+  readonly #options: ControlPlaneOptions;
+  readonly #policy: Policy;
+  readonly #clock: VirtualClock;
+  readonly #tracker: InForceTracker;
+  readonly #byRegion: SimAgent[][];
+  readonly #turn: number[];
+  readonly #kvNode: number;
+  readonly #endUs: number;
+  #engine: CoordinatorEngine | undefined;
+  #incarnation = 0;
+  readonly #counters: EngineCounters = {
+    rounds: 0,
+    shrinks: 0,
+    grows: 0,
+    safetyShrinks: 0,
+    overridesCreated: 0,
+    overridesRemoved: 0,
+    renewalsRefused: 0,
+    messagesDropped: 0,
+  };
+  /** Sees every protocol message at the instant it is sent (tests). */
+  onMessage: ((message: ProtocolMessage) => void) | undefined;
+
+  constructor(ctx: StrategyContext, options: ControlPlaneOptions) {
+    this.#ctx = ctx;
+    this.#options = options;
+    this.#policy = ctx.policy;
+    this.#clock = new VirtualClock(() => ctx.now());
+    this.#kvNode = ctx.home;
+    this.#endUs = ctx.settings.durationS * 1e6;
+    this.#tracker = new InForceTracker(ctx.regions.length, (unit, shares) => ctx.sharesInForce(unit, shares));
+    this.#byRegion = ctx.regions.map(() => []);
+    this.#turn = ctx.regions.map(() => 0);
+  }
+
+  /** The coordinator engine of the current incarnation; undefined while it is down. */
+  get engine(): CoordinatorEngine | undefined {
+    return this.#engine;
+  }
+
+  /** Bring the deployment up at virtual time 0 (see the module comment). */
+  start(): void {
+    const ctx = this.#ctx;
+    this.#startEngine();
+    this.#flush(true);
+    ctx.regions.forEach((regionName, region) => {
+      for (let ordinal = 0; ordinal < this.#options.agentsPerRegion; ordinal++) {
+        const agent = new SimAgent({
+          ordinal,
+          region,
+          regionName,
+          policy: this.#policy,
+          clock: this.#clock,
+          skewMs: this.#options.lease.skewMs,
+          graceMs: this.#options.lease.graceMs,
+          reportIntervalMs: this.#options.lease.reportIntervalMs,
+        });
+        this.agents.push(agent);
+        this.#byRegion[region]!.push(agent);
+        const handle = this.#tracker.add(region);
+        agent.lease.onInForce((c) => this.#tracker.set(handle, c.subject, c.share, c.removed === true));
+        agent.lease.onAck((ackRevision) => this.#ack(agent, ackRevision));
+        for (const { key, value, revision } of this.records.live())
+          agent.lease.applyRecord(key, value, revision);
+        agent.lease.recordsLoaded();
+        // Its first lease, granted before the run begins.
+        const sentAt = this.#clock.now();
+        const reply = this.#engine!.heartbeat(agent.heartbeat());
+        this.#flush(true);
+        this.#renewal(agent, reply, sentAt);
+        ctx.at(this.#offset(agent.reportIntervalMs), () => this.#beat(agent));
+        ctx.at(this.#offset(WATCH_HEARTBEAT_MS), () => this.#watchHeartbeat(agent));
+      }
+    });
+  }
+
+  /** Decide on one of the region's agents, in turn. */
+  decide(request: SimRequest): Outcome {
+    const agents = this.#byRegion[request.region]!;
+    const turn = this.#turn[request.region]!;
+    this.#turn[request.region] = turn + 1;
+    return agents[turn % agents.length]!.decide(request, this.#ctx.stores[request.region]!);
+  }
+
+  /** The policy's default vector in force at the agents, by region. */
+  shares(): number[] {
+    return this.#tracker.policyShares();
+  }
+
+  onFault(fault: Fault): void {
+    if (fault.kind === 'coordinator-down') this.#crash();
+    else if (fault.kind === 'coordinator-up') {
+      this.#startEngine();
+      this.#flush(false);
+    }
+  }
+
+  /** Add the engines' counters and the control plane's to the run's counters. */
+  finish(): void {
+    if (this.#engine !== undefined) this.#addCounters(this.#engine.counters);
+    for (const name of Object.keys(this.#counters) as (keyof EngineCounters)[]) {
+      const value = this.#counters[name];
+      if (value > 0) this.#ctx.count(`coordinator:${name}`, value);
+    }
+  }
+
+  // ---- coordinator ------------------------------------------------------------------------------------------
+
+  #startEngine(): void {
+    const incarnation = ++this.#incarnation;
+    this.#ctx.count('coordinatorStarts');
+    this.#engine = new CoordinatorEngine({
+      coordinatorId: `coordinator-${incarnation}`,
+      regions: this.#ctx.regions,
+      clock: this.#clock,
+      rebalance: this.#options.rebalance,
+      lease: this.#options.lease,
+      records: this.records.live().map(({ value, revision }) => ({ record: value, revision })),
+      agents: this.registry.live().map(({ value }) => value),
+    });
+    this.#engine.upsertPolicy(this.#policy);
+    const round = () => {
+      if (this.#incarnation !== incarnation || this.#ctx.now() >= this.#endUs) return;
+      this.#engine!.tick();
+      this.#flush(false);
+      this.#ctx.at(this.#ctx.now() + this.#options.rebalance.roundMs * 1000, round);
+    };
+    this.#ctx.at(this.#ctx.now() + this.#options.rebalance.roundMs * 1000, round);
+  }
+
+  #crash(): void {
+    if (this.#engine !== undefined) this.#addCounters(this.#engine.counters);
+    this.#engine = undefined;
+    // Its timers and the replies to its writes belong to the dead incarnation.
+    this.#incarnation++;
+  }
+
+  #addCounters(counters: EngineCounters): void {
+    for (const name of Object.keys(counters) as (keyof EngineCounters)[])
+      this.#counters[name] += counters[name];
+  }
+
+  /**
+   * Persist what the engine asks to: each record goes to the KV, which answers with its revision and delivers it
+   * to every watch; registry changes go to the agents bucket. `now` applies them at once (the start-up, before
+   * the run), otherwise over the coordinator's local link to NATS.
+   */
+  #flush(now: boolean): void {
+    const engine = this.#engine;
+    if (engine === undefined) return;
+    const incarnation = this.#incarnation;
+    const net = this.#ctx.network;
+    const coordinator = this.#ctx.coordinator;
+    for (const write of engine.takeWrites()) {
+      this.#ctx.count('recordWrites');
+      const put = () => {
+        const revision = this.records.put(write.policy, write.record);
+        if (!now) for (const agent of this.agents) this.#deliver(agent, write.policy, write.record, revision);
+        const confirm = () => {
+          if (this.#incarnation !== incarnation) return;
+          engine.written(write.policy, write.seq, revision);
+          this.#flush(now);
+        };
+        if (now) confirm();
+        else net.send(this.#kvNode, coordinator, 'control', confirm);
+      };
+      if (now) put();
+      else net.send(coordinator, this.#kvNode, 'control', put);
+    }
+    for (const change of engine.takeRegistryWrites()) {
+      const apply = () => {
+        if ('put' in change) this.registry.put(change.put.agentId, change.put);
+        else this.registry.put(change.delete, null);
+      };
+      if (now) apply();
+      else net.send(coordinator, this.#kvNode, 'control', apply);
+    }
+  }
+
+  // ---- agents -----------------------------------------------------------------------------------------------
+
+  /** One report interval of an agent: usage, then a heartbeat whose reply renews its lease. */
+  #beat(agent: SimAgent): void {
+    const ctx = this.#ctx;
+    if (ctx.now() >= this.#endUs) return;
+    const sentAt = this.#clock.now();
+    const usage = agent.usage();
+    const heartbeat = agent.heartbeat();
+    this.onMessage?.({ kind: 'usage', body: usage });
+    ctx.network.send(agent.region, ctx.coordinator, 'control', () => {
+      this.#engine?.usage(usage);
+    });
+    this.onMessage?.({ kind: 'heartbeat', body: heartbeat });
+    ctx.network.send(agent.region, ctx.coordinator, 'control', () => {
+      const engine = this.#engine;
+      if (engine === undefined) return;
+      const reply = engine.heartbeat(heartbeat);
+      this.#flush(false);
+      this.onMessage?.({ kind: 'renewal', body: reply });
+      ctx.network.send(ctx.coordinator, agent.region, 'control', () => this.#renewal(agent, reply, sentAt));
+    });
+    ctx.at(ctx.now() + agent.reportIntervalMs * 1000, () => this.#beat(agent));
+  }
+
+  #renewal(agent: SimAgent, reply: RenewalReply, sentAt: number): void {
+    if ('refused' in reply) {
+      agent.lease.refused(reply.refused);
+      this.#ctx.count('renewalsRefused');
+      return;
+    }
+    agent.lease.renewed(reply, sentAt);
+    agent.reportIntervalMs = reply.reportIntervalMs;
+    agent.graceMs = reply.graceMs;
+    // A renewal waiting for a shrink this agent has not seen: its watch fell behind, catch up.
+    if (agent.lease.appliedRevision < reply.minRevision) this.#resync(agent);
+    this.#armExpiry(agent);
+  }
+
+  #ack(agent: SimAgent, ackRevision: number): void {
+    const ctx = this.#ctx;
+    const ack = { agentId: agent.id, region: agent.regionName, ackRevision };
+    this.onMessage?.({ kind: 'ack', body: ack });
+    ctx.network.send(agent.region, ctx.coordinator, 'control', () => {
+      const engine = this.#engine;
+      if (engine === undefined) return;
+      engine.ack(ack);
+      this.#flush(false);
+    });
+  }
+
+  /** A KV entry on its way to an agent's watch. */
+  #deliver(agent: SimAgent, policy: string, record: AllocationRecord | null, revision: number): void {
+    this.onMessage?.({ kind: 'record', body: record });
+    this.#ctx.network.send(this.#kvNode, agent.region, 'control', () => {
+      agent.lease.applyRecord(policy, record, revision);
+      this.#armExpiry(agent);
+    });
+  }
+
+  /** The watch asks the KV for every entry after the revision it applied (request, then one reply per entry). */
+  #resync(agent: SimAgent): void {
+    const ctx = this.#ctx;
+    ctx.count('watchResyncs');
+    const after = agent.lease.appliedRevision;
+    ctx.network.send(agent.region, this.#kvNode, 'control', () => {
+      for (const { key, value, revision } of this.records.since(after))
+        this.#deliver(agent, key, value, revision);
+    });
+  }
+
+  /** The KV's idle heartbeat to one watch: its latest revision, so a watch that missed the last entry notices. */
+  #watchHeartbeat(agent: SimAgent): void {
+    const ctx = this.#ctx;
+    if (ctx.now() >= this.#endUs) return;
+    const latest = this.records.revision;
+    ctx.network.send(this.#kvNode, agent.region, 'control', () => {
+      if (agent.lease.appliedRevision < latest) this.#resync(agent);
+    });
+    ctx.at(ctx.now() + WATCH_HEARTBEAT_MS * 1000, () => this.#watchHeartbeat(agent));
+  }
+
+  /**
+   * Look at the lease again the instant it expires and the instant its grace ends, so the shares in force are
+   * reported when they change, not at the next message.
+   */
+  #armExpiry(agent: SimAgent): void {
+    const until = agent.lease.leaseUntil;
+    if (until <= agent.armedUntil) return;
+    agent.armedUntil = until;
+    for (const at of [until, until + agent.graceMs]) {
+      this.#ctx.at(this.#clock.toVirtualUs(at) + 1, () => agent.lease.poll());
+    }
+  }
+
+  /** A first timer in (0, interval], drawn per agent, so agents do not report in lockstep. */
+  #offset(intervalMs: number): number {
+    return this.#ctx.now() + 1 + this.#ctx.random.int(Math.max(1, Math.round(intervalMs * 1000)));
+  }
+}

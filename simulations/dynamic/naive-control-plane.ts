@@ -1,0 +1,179 @@
+/**
+ * `naive-dynamic`: the same rebalancer as `dynamic` (core/rebalance: demand smoothed by DemandTracker, targets
+ * and damped steps by nextShares, the same floor and hysteresis) without the conservation protocol. Every round
+ * the coordinator sends each region the share it computed and each agent enforces what it last received (newer
+ * epochs only): grows and shrinks alike, no acknowledgements, no leases, no refill floors. The vector is
+ * resent every round, so a lost message is repaired one round later, and persisted, so a restarted coordinator
+ * resumes from it. What it lacks is exactly what the two-phase protocol adds: a grow can land before the shrink
+ * that pays for it, a region cut off keeps its share while the coordinator gives it away.
+ */
+import type { Policy } from '../../core/policy.js';
+import { DemandTracker } from '../../core/rebalance/demand.js';
+import type { RebalanceSettings } from '../../core/rebalance/settings.js';
+import { equalShares, nextShares, shareFloor } from '../../core/rebalance/target.js';
+import { BucketSizing } from '../engine/bucket-sizing.js';
+import type { Fault } from '../scenario.js';
+import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
+import { InForceTracker } from './in-force.js';
+import { UsageMeter } from './usage-meter.js';
+
+export interface NaiveOptions {
+  rebalance: RebalanceSettings;
+  reportIntervalMs: number;
+  agentsPerRegion: number;
+}
+
+interface NaiveAgent {
+  id: string;
+  region: number;
+  handle: number;
+  epoch: number;
+  sizing: BucketSizing;
+  meter: UsageMeter;
+  lastReportUs: number;
+}
+
+export class NaiveControlPlane {
+  readonly #ctx: StrategyContext;
+  readonly #options: NaiveOptions;
+  readonly #policy: Policy;
+  readonly #floor: number;
+  readonly #tracker: InForceTracker;
+  readonly #byRegion: NaiveAgent[][];
+  readonly #turn: number[];
+  readonly #endUs: number;
+  /** What survives a coordinator crash (its KV record). */
+  #persisted: { shares: number[]; epoch: number };
+  #coordinator:
+    { shares: number[]; epoch: number; moving: boolean; demand: DemandTracker<string> } | undefined;
+  #incarnation = 0;
+
+  constructor(ctx: StrategyContext, options: NaiveOptions) {
+    this.#ctx = ctx;
+    this.#options = options;
+    this.#policy = ctx.policy;
+    this.#floor = shareFloor(ctx.policy.capacity, ctx.policy.maxCost, ctx.policy.minShare, options.rebalance);
+    this.#tracker = new InForceTracker(ctx.regions.length, (unit, shares) => ctx.sharesInForce(unit, shares));
+    this.#byRegion = ctx.regions.map(() => []);
+    this.#turn = ctx.regions.map(() => 0);
+    this.#endUs = ctx.settings.durationS * 1e6;
+    this.#persisted = { shares: equalShares(ctx.regions.length), epoch: 0 };
+  }
+
+  /** At virtual time 0 every agent holds the equal split (the same start as `dynamic`). */
+  start(): void {
+    const ctx = this.#ctx;
+    const interval = this.#options.reportIntervalMs * 1000;
+    ctx.regions.forEach((name, region) => {
+      for (let k = 0; k < this.#options.agentsPerRegion; k++) {
+        const agent: NaiveAgent = {
+          id: `agent-${name}-${k + 1}`,
+          region,
+          handle: this.#tracker.add(region),
+          epoch: 0,
+          sizing: new BucketSizing(this.#policy, this.#persisted.shares[region]!),
+          meter: new UsageMeter(),
+          lastReportUs: 0,
+        };
+        this.#byRegion[region]!.push(agent);
+        this.#tracker.set(agent.handle, undefined, agent.sizing.share);
+        const report = () => {
+          if (ctx.now() >= this.#endUs) return;
+          this.#report(agent);
+          ctx.at(ctx.now() + interval, report);
+        };
+        ctx.at(1 + ctx.random.int(interval), report);
+      }
+    });
+    this.#startCoordinator();
+  }
+
+  decide(request: SimRequest): Outcome {
+    const agents = this.#byRegion[request.region]!;
+    const turn = this.#turn[request.region]!;
+    this.#turn[request.region] = turn + 1;
+    const agent = agents[turn % agents.length]!;
+    const check = agent.sizing.check(request.cost);
+    const result = this.#ctx.stores[request.region]!.decide(request.subject, check, request.at);
+    agent.meter.record(request.subject, request.cost, result.allowed, result.remaining, check.capacity);
+    return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
+  }
+
+  shares(): number[] {
+    return this.#tracker.policyShares();
+  }
+
+  onFault(fault: Fault): void {
+    if (fault.kind === 'coordinator-down') {
+      this.#coordinator = undefined;
+      this.#incarnation++;
+    } else if (fault.kind === 'coordinator-up') this.#startCoordinator();
+  }
+
+  #startCoordinator(): void {
+    const incarnation = ++this.#incarnation;
+    this.#coordinator = {
+      shares: [...this.#persisted.shares],
+      epoch: this.#persisted.epoch,
+      moving: false,
+      demand: new DemandTracker(this.#options.rebalance.demandHalfLifeMs),
+    };
+    const ctx = this.#ctx;
+    const roundUs = this.#options.rebalance.roundMs * 1000;
+    const round = () => {
+      if (this.#incarnation !== incarnation || ctx.now() >= this.#endUs) return;
+      this.#round();
+      ctx.at(ctx.now() + roundUs, round);
+    };
+    ctx.at(ctx.now() + roundUs, round);
+  }
+
+  /** Step toward demand and send every region its share, applied on receipt. */
+  #round(): void {
+    const c = this.#coordinator!;
+    const ctx = this.#ctx;
+    const nowMs = ctx.now() / 1000;
+    const demand = c.demand.sumByTag(nowMs, new Array<number>(ctx.regions.length).fill(0));
+    const next = nextShares(c.shares, demand, this.#floor, this.#options.rebalance, c.moving);
+    c.moving = next !== undefined;
+    if (next !== undefined) {
+      c.shares = next;
+      c.epoch++;
+      this.#persisted = { shares: [...next], epoch: c.epoch };
+      ctx.count('shareChanges');
+    }
+    const { shares, epoch } = c;
+    for (const agents of this.#byRegion) {
+      for (const agent of agents) {
+        const share = shares[agent.region]!;
+        ctx.network.send(ctx.coordinator, agent.region, 'control', () => {
+          if (epoch <= agent.epoch) return;
+          agent.epoch = epoch;
+          if (share === agent.sizing.share) return;
+          agent.sizing = new BucketSizing(this.#policy, share);
+          this.#tracker.set(agent.handle, undefined, share);
+        });
+      }
+    }
+  }
+
+  /** An agent's usage report: requested cost over the interval, as `dynamic` agents report it. */
+  #report(agent: NaiveAgent): void {
+    const ctx = this.#ctx;
+    const now = ctx.now();
+    const intervalMs = Math.max(1, Math.round((now - agent.lastReportUs) / 1000));
+    agent.lastReportUs = now;
+    const usage = agent.meter.take(this.#policy.name);
+    ctx.network.send(agent.region, ctx.coordinator, 'control', () => {
+      const c = this.#coordinator;
+      if (c === undefined) return;
+      c.demand.observe(
+        `${agent.region}/${agent.id}`,
+        usage.requested,
+        intervalMs,
+        ctx.now() / 1000,
+        agent.region,
+      );
+    });
+  }
+}

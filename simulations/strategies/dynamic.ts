@@ -1,0 +1,65 @@
+import { DynamicControlPlane } from '../dynamic/control-plane.js';
+import { leaseSettings, rebalanceSettings, validateProtocol } from '../dynamic/protocol-settings.js';
+import type { Fault } from '../scenario.js';
+import type { Outcome, SimRequest, Strategy, StrategyContext, StrategyDefinition } from '../strategy.js';
+
+/**
+ * This design: core's conservation protocol (CoordinatorEngine, AgentLease) moving shares toward demand, shrink
+ * first and grow only after acknowledgement or expiry, over the simulated network. See dynamic/control-plane.ts.
+ */
+export class DynamicStrategy implements Strategy {
+  #plane: DynamicControlPlane | undefined;
+
+  /** The control plane of the run (tests look inside). */
+  get plane(): DynamicControlPlane | undefined {
+    return this.#plane;
+  }
+
+  start(ctx: StrategyContext): void {
+    const s = ctx.settings;
+    this.#plane = new DynamicControlPlane(ctx, {
+      lease: leaseSettings(s),
+      rebalance: rebalanceSettings(s),
+      agentsPerRegion: s.agentsPerRegion,
+    });
+    this.#plane.start();
+  }
+
+  decide(request: SimRequest): Outcome {
+    return this.#plane!.decide(request);
+  }
+
+  shares(): readonly number[] {
+    return this.#plane!.shares();
+  }
+
+  onFault(fault: Fault): void {
+    this.#plane!.onFault(fault);
+  }
+
+  finish(): void {
+    this.#plane!.finish();
+  }
+}
+
+export const dynamic: StrategyDefinition = {
+  name: 'dynamic',
+  description:
+    "this design: core's lease protocol moves shares toward demand, shrink first, grow after acks or expiry",
+  mode: 'regional',
+  uses: [
+    'agentsPerRegion',
+    'roundMs',
+    'reportIntervalMs',
+    'leaseMs',
+    'graceMs',
+    'skewMs',
+    'minShare',
+    'hysteresis',
+    'damping',
+    'demandHalfLifeMs',
+    'maxOverrides',
+  ],
+  validate: validateProtocol,
+  create: () => new DynamicStrategy(),
+};
