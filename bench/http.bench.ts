@@ -13,7 +13,7 @@
  * Run as a script (`--serve rlf|fastify-rate-limit --port P --redis URL`) it is one of the peer servers.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,6 +36,7 @@ const POLICIES = {
 };
 
 interface Load {
+  total: number;
   p50: number;
   p99: number;
   rps: number;
@@ -43,12 +44,13 @@ interface Load {
   errors: number;
 }
 
-async function load(url: string, seconds: number, body: (i: number) => string): Promise<Load> {
+async function load(url: string, seconds: number, body: (i: number) => string, rate?: number): Promise<Load> {
   let i = 0;
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
     duration: seconds,
+    ...(rate === undefined ? {} : { overallRate: rate }),
     requests: [
       {
         method: 'POST',
@@ -59,11 +61,53 @@ async function load(url: string, seconds: number, body: (i: number) => string): 
     ],
   });
   return {
+    total: result.requests.total,
     rps: result.requests.average,
     p50: result.latency.p50,
     p99: result.latency.p99,
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts,
+  };
+}
+
+/** Fixed request rate of the CPU-cost runs: below what any contender saturates at on this machine. */
+const COST_RATE = 1500;
+
+/** CPU time (user + system) a process has used, in ms; undefined where /proc is not there. */
+function cpuMs(pid: number): number | undefined {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+  } catch {
+    return undefined;
+  }
+}
+const CLOCK_TICKS = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/**
+ * CPU cost of one decision: server and Redis CPU time over a run at a fixed rate, per request. Unlike
+ * throughput on a shared 2-core machine, it barely moves with whatever else the machine is doing.
+ */
+async function cpuPerDecision(
+  url: string,
+  seconds: number,
+  body: (i: number) => string,
+  serverPid: number,
+  redisProcess: number,
+): Promise<{ server: number; redis: number } | undefined> {
+  const before = [cpuMs(serverPid), cpuMs(redisProcess)];
+  const run = await load(url, seconds, body, COST_RATE);
+  const after = [cpuMs(serverPid), cpuMs(redisProcess)];
+  if (before.includes(undefined) || after.includes(undefined) || run.total === 0) return undefined;
+  return {
+    server: ((after[0]! - before[0]!) * 1000) / run.total,
+    redis: ((after[1]! - before[1]!) * 1000) / run.total,
   };
 }
 
@@ -191,6 +235,23 @@ export const httpSuite: BenchSuite = {
         progress,
       );
 
+      const costs: Record<string, { server: number; redis: number }[]> = { ours: [], rlf: [], frl: [] };
+      const rPid = redisPid(redis.host, redis.port);
+      for (let r = 0; r < rounds; r++) {
+        for (const [name, port, child] of [
+          ['ours', agentPort, servers[0]!],
+          ['rlf', rlfPort, servers[1]!],
+          ['frl', frlPort, servers[2]!],
+        ] as const) {
+          const cost = await cpuPerDecision(url(port), seconds, single, child.pid!, rPid);
+          if (cost === undefined) continue;
+          costs[name]!.push(cost);
+          progress(
+            `  cost round ${r + 1}/${rounds} ${name}: ${(cost.server + cost.redis).toFixed(1)} µs CPU per decision (server ${cost.server.toFixed(1)}, Redis ${cost.redis.toFixed(1)})`,
+          );
+        }
+      }
+
       const metrics = await (await fetch(`${url(agentPort)}/metrics`)).text();
       let degraded = 0;
       for (const m of metrics.matchAll(/^quotaplane_degraded_decisions_total\{[^}]*\} (\d+)/gm))
@@ -208,6 +269,11 @@ export const httpSuite: BenchSuite = {
       const layeredOurs = median(layeredRuns.ours);
       const layeredPeer = median(layeredRuns['rate-limiter-flexible']);
       const errors = (loads: Load[]) => loads.reduce((n, l) => n + l.errors, 0);
+      const costOf = (name: string) => ({
+        server: median(costs[name]!.map((c) => c.server)),
+        redis: median(costs[name]!.map((c) => c.redis)),
+      });
+      const total = (c: { server: number; redis: number }) => c.server + c.redis;
       const out: Comparison[] = [
         {
           bench: `http decisions/s (POST /v1/decisions, ${CONNECTIONS} connections, 10k subjects)`,
@@ -250,6 +316,17 @@ export const httpSuite: BenchSuite = {
           },
         },
       ];
+      if (costs['ours']!.length > 0) {
+        const cheaper = total(costOf('rlf')) <= total(costOf('frl')) ? 'rlf' : 'frl';
+        out.push({
+          bench: `http CPU µs per decision, server + Redis, at ${COST_RATE} req/s (ratio = peer / ours, > 1 means ours is cheaper)`,
+          ours: Number(total(costOf('ours')).toFixed(1)),
+          peer: cheaper === 'rlf' ? 'rate-limiter-flexible' : '@fastify/rate-limit',
+          peerValue: Number(total(costOf(cheaper)).toFixed(1)),
+          ratio: Number((total(costOf(cheaper)) / total(costOf('ours'))).toFixed(2)),
+          details: { ours: costOf('ours'), rlf: costOf('rlf'), frl: costOf('frl') },
+        });
+      }
       return out;
     } finally {
       if (pin) pinPid(process.pid, '0-1');
