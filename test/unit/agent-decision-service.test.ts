@@ -4,6 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
 import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
 import { ManualClock } from '../../core/clock.js';
+import { bucketKey } from '../../core/keys.js';
+import { normalizeSubject } from '../../core/subject.js';
 import { parsePolicy, type PolicyInput } from '../../core/policy.js';
 import { StaticShareView, type RegionalShare, type ShareView } from '../../core/shares.js';
 import { buildApp } from '../../regional-agent/app.js';
@@ -377,5 +379,41 @@ describe('observability', () => {
     expect(decisions[0]).toMatchObject({ reqId: 'req-123', policies: ['closed'], allowed: true });
     expect(decisions[0]!['subjects']).toEqual([expect.stringMatching(/^[A-Za-z0-9_-]{12}$/)]);
     expect(lines.join('\n')).not.toContain('customer-secret-id');
+  });
+});
+
+describe('subjects with an HMAC secret', () => {
+  it('accepts any printable subject and keys its bucket by the keyed hash, never the raw text', async () => {
+    const store = new ModelDecisionStore(clock);
+    const built = buildApp(
+      {
+        store,
+        policies: new StaticPolicySource(policies),
+        shares: new StaticShareView(),
+        log: pino({ level: 'silent' }),
+        clock,
+      },
+      AgentConfig.parse({
+        region: 'us',
+        redisUrl: 'redis://127.0.0.1:1',
+        policiesFile: 'unused',
+        hmacSecret: 'a-long-enough-secret',
+      }),
+    );
+    await built.ready;
+    const raw = 'Alice Example <alice@example.com>';
+    const res = await built.app.inject({
+      method: 'POST',
+      url: '/v1/decisions',
+      payload: { policy: 'closed', subject: raw },
+    });
+    expect(res.statusCode).toBe(200);
+    const hashed = normalizeSubject(raw, { hmacSecret: 'a-long-enough-secret' });
+    expect(hashed.ok && hashed.subject.startsWith('h.')).toBe(true);
+    const now = Math.round(clock.now() * 1000);
+    expect(
+      store.model.buckets.peek(bucketKey(1, (hashed as { subject: string }).subject, 'closed'), now)?.tokens,
+    ).toBe(9_000_000);
+    expect(res.body).not.toContain('alice');
   });
 });
