@@ -6,6 +6,7 @@ import { parsePolicy, type Policy } from '../../core/policy.js';
 import { SimConfigError } from '../errors.js';
 import { convergenceSeconds } from '../metrics/convergence.js';
 import { Recorder, roundMetric, sortedRecord, type RunSeries } from '../metrics/recorder.js';
+import { sharesSettledSeconds } from '../metrics/share-settling.js';
 import type { StrategyResult } from '../metrics/result.js';
 import type { Fault, Scenario, TrafficSource } from '../scenario.js';
 import { REGION_NAMES, type Settings } from '../settings.js';
@@ -306,6 +307,11 @@ export function runSimulation(spec: RunSpec): RunOutput {
       windowBins: Math.max(1, Math.round(settings.convergenceWindowS / settings.binS)),
       tolerance: settings.convergenceTolerance,
       slack: settings.maxCost,
+      fullBins: Math.floor(settings.durationS / settings.binS),
+      holdBins: Math.ceil(settings.convergenceHoldS / settings.binS),
+    }),
+    sharesSettledSeconds: sharesSettledSeconds(recorder.series.shares, plan.shiftsS, {
+      binS: settings.binS,
       fullBins: Math.floor(settings.durationS / settings.binS),
       holdBins: Math.ceil(settings.convergenceHoldS / settings.binS),
     }),

@@ -31,6 +31,11 @@ export const StrategyResult = z.strictObject({
   falseAdmissionRate: z.number(),
   /** Seconds after the (worst) demand shift until admissions track ideal; null when they never do. */
   convergenceSeconds: z.number().nullable(),
+  /**
+   * Seconds after the (worst) shift until the policy's shares in force stop moving (each region within 0.02 of
+   * where it ends the phase): the control loop's reaction time; null without shares or when still moving.
+   */
+  sharesSettledSeconds: z.number().nullable(),
   /** Control-plane messages (reports, leases, acks) per simulated second. */
   controlMessagesPerSecond: z.number(),
   /** Forwarded decisions and their replies (strict) per simulated second. */

@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { sharesSettledSeconds } from '../../simulations/metrics/share-settling.js';
 import { convergenceSeconds } from '../../simulations/metrics/convergence.js';
 import { AdmissionLog, fullestWindow, overAdmission } from '../../simulations/metrics/over-admission.js';
 import { percentile } from '../../simulations/metrics/percentiles.js';
@@ -108,5 +109,28 @@ describe('convergenceSeconds', () => {
     expect(convergenceSeconds(lateLuck, ideal, [30], options)).toBeNull();
     // From the window starting at bin 51 (one half bin in five: 90 against 100, within 10% + slack), 9 bins remain.
     expect(convergenceSeconds(lateLuck, ideal, [30], { ...options, holdBins: 9 })).toBe(21);
+  });
+});
+
+describe('sharesSettledSeconds', () => {
+  const o = { binS: 1, fullBins: 10, holdBins: 3 };
+  const still = (share: number, n: number) => Array.from({ length: n }, () => [share, 1 - share]);
+
+  it('is 0 for shares that never move, and null without shares', () => {
+    expect(sharesSettledSeconds(still(0.5, 10), [], o)).toBe(0);
+    expect(sharesSettledSeconds(undefined, [], o)).toBeNull();
+  });
+
+  it('counts from each shift to the first bin from which every region stays within 0.02 of where it ends', () => {
+    // Shift at 2 s; moves at bins 2-4, within 0.02 of the final 0.9 from bin 5 (0.89 is close enough).
+    const samples = [...still(0.5, 2), [0.7, 0.3], [0.8, 0.2], [0.85, 0.15], [0.89, 0.11], ...still(0.9, 4)];
+    expect(sharesSettledSeconds(samples, [2], o)).toBe(3);
+    // A second shift at 8 s with nothing moving after it: the worst phase (3 s) counts.
+    expect(sharesSettledSeconds(samples, [2, 8], o)).toBe(3);
+  });
+
+  it('is null when a phase is still moving in its last hold bins', () => {
+    const samples = [...still(0.5, 8), [0.6, 0.4], [0.7, 0.3]];
+    expect(sharesSettledSeconds(samples, [], o)).toBeNull();
   });
 });
