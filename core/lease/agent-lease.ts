@@ -359,10 +359,25 @@ export class AgentLease implements ShareView {
     while (h.points.length > 2 && h.points[1]!.at <= horizon) h.points.shift();
   }
 
+  /**
+   * The refill floor for buckets of one unit. Only a bucket last written before the latest *decrease* of the
+   * share can have an idle interval in which the share dipped below the rate stored with it: after that
+   * decrease the share only rose, and the script already refills at most at the stored rate. Such a bucket
+   * refills at most at the lowest share in force within the idle TTL. A decrease older than the idle TTL
+   * needs no floor: every bucket written before it has expired.
+   */
   #floor(key: string, share: number, windowMs: number, now: number): RegionalShare['floor'] {
     const h = this.#history.get(key);
     if (h === undefined || h.points.length < 2) return undefined;
     const horizon = now - windowMs - this.#skewMs;
+    let lastDecrease: number | undefined;
+    for (let i = h.points.length - 1; i > 0; i--) {
+      if (h.points[i]!.share < h.points[i - 1]!.share) {
+        lastDecrease = h.points[i]!.at;
+        break;
+      }
+    }
+    if (lastDecrease === undefined || lastDecrease <= horizon) return undefined;
     let lowest = share;
     for (let i = 0; i < h.points.length; i++) {
       const next = h.points[i + 1];
@@ -370,8 +385,7 @@ export class AgentLease implements ShareView {
       lowest = Math.min(lowest, h.points[i]!.share);
     }
     if (lowest >= share) return undefined;
-    const lastChange = h.points[h.points.length - 1]!.at;
-    return { sinceMs: lastChange + this.#skewMs, share: lowest };
+    return { sinceMs: lastDecrease + this.#skewMs, share: lowest };
   }
 
   #maybeAck(): void {

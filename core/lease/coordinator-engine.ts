@@ -22,7 +22,7 @@ import {
   RebalanceSettings,
   type RebalanceSettingsInput,
 } from '../rebalance/settings.js';
-import { nextShares, shareFloor } from '../rebalance/target.js';
+import { idealShares, nextShares, shareFloor, targetMoving } from '../rebalance/target.js';
 import type {
   Ack,
   AgentRegistration,
@@ -94,6 +94,8 @@ interface Unit {
   target: number[] | undefined;
   /** A rebalance is under way: it continues until within the settle band (hysteresis has two thresholds). */
   moving: boolean;
+  /** The target of the last round, to tell whether it is still moving. */
+  lastIdeal?: number[] | undefined;
   epoch: number;
 }
 
@@ -517,11 +519,23 @@ export class CoordinatorEngine {
       this.#restoreBudget(state, unit, lapsed);
     }
     if (learning || this.#inFlight(unit)) return;
-    const next =
-      subject === undefined
-        ? nextShares(unit.shares, this.#regionDemand(state, now), state.floor, this.settings, unit.moving)
-        : this.#overrideStep(state, subject, unit, now);
-    unit.moving = next !== undefined;
+    let next: number[] | undefined;
+    if (subject !== undefined && state.reverting.has(subject)) {
+      // Head back to the policy's shares; the override is dropped once it matches them.
+      const far = unit.shares.some((s, r) => Math.abs(s - state.base.shares[r]!) > EPSILON);
+      next = far ? [...state.base.shares] : undefined;
+      unit.moving = next !== undefined;
+    } else {
+      const entry = subject === undefined ? undefined : state.subjects.get(subject);
+      if (subject !== undefined && entry === undefined) return;
+      const demand = entry === undefined ? this.#regionDemand(state, now) : this.#subjectDemand(entry, now);
+      next = nextShares(unit.shares, demand, state.floor, this.settings, unit.moving);
+      // A rebalance under way keeps going while its target still moves (smoothed demand still decaying toward
+      // the new level), so it ends at the target's resting place, not at the first point within the band.
+      const ideal = idealShares(demand, state.floor);
+      unit.moving = next !== undefined || (unit.moving && targetMoving(ideal, unit.lastIdeal, this.settings));
+      unit.lastIdeal = ideal;
+    }
     if (next !== undefined) this.#step(state, unit, next, now, lapsed);
   }
 
@@ -908,17 +922,6 @@ export class CoordinatorEngine {
 
   #subjectDemand(entry: SubjectDemand, now: number): number[] {
     return entry.tracker.sumByTag(now, new Array<number>(this.regions.length).fill(0));
-  }
-
-  #overrideStep(state: PolicyState, subject: string, unit: Unit, now: number): number[] | undefined {
-    if (state.reverting.has(subject)) {
-      // Head back to the policy's shares; the override is dropped once it matches them.
-      const far = unit.shares.some((s, r) => Math.abs(s - state.base.shares[r]!) > EPSILON);
-      return far ? [...state.base.shares] : undefined;
-    }
-    const entry = state.subjects.get(subject);
-    if (entry === undefined) return undefined;
-    return nextShares(unit.shares, this.#subjectDemand(entry, now), state.floor, this.settings, unit.moving);
   }
 
   /** Create overrides for constrained subjects, start reverting quiet ones, drop those back at the default. */

@@ -17,8 +17,15 @@ export function shareFloor(
 }
 
 /**
- * Shares that follow demand: each region gets its floor, and the rest of the budget in proportion to its demand.
- * Returns undefined when there is no demand at all (nothing to follow) or the floors do not fit in the budget.
+ * A region whose demand is below this fraction of the total counts as having none: smoothed demand that stopped
+ * decays toward zero without reaching it, and without the cut the target would creep down for minutes.
+ */
+export const NEGLIGIBLE_DEMAND = 0.02;
+
+/**
+ * Shares that follow demand: each region gets its floor, and the rest of the budget in proportion to its demand
+ * (negligible demand counting as none). Returns undefined when there is no demand at all (nothing to follow) or
+ * the floors do not fit in the budget.
  */
 export function idealShares(demand: readonly number[], floor: number): ShareVector | undefined {
   const n = demand.length;
@@ -26,9 +33,14 @@ export function idealShares(demand: readonly number[], floor: number): ShareVect
   let total = 0;
   for (const d of demand) total += d;
   if (!(total > 0)) return undefined;
+  let counted = 0;
+  for (const d of demand) if (d >= total * NEGLIGIBLE_DEMAND) counted += d;
   const spare = 1 - floor * n;
   const out = new Array<number>(n);
-  for (let i = 0; i < n; i++) out[i] = floor + (spare * demand[i]!) / total;
+  for (let i = 0; i < n; i++) {
+    const d = demand[i]! >= total * NEGLIGIBLE_DEMAND ? demand[i]! : 0;
+    out[i] = floor + (spare * d) / counted;
+  }
   return out;
 }
 
@@ -84,6 +96,21 @@ function fitBudget(shares: number[], floor: number, sum: number): void {
     if (shares[i]! > shares[largest]!) largest = i;
   }
   if (total > 1) shares[largest] = shares[largest]! - (total - 1);
+}
+
+/**
+ * True while the target itself is still moving (by at least a quarter of the settle band per round), as it
+ * does while smoothed demand decays toward a new level after a shift.
+ */
+export function targetMoving(
+  ideal: readonly number[] | undefined,
+  previous: readonly number[] | undefined,
+  settings: RebalanceSettings,
+): boolean {
+  if (ideal === undefined || previous === undefined || ideal.length !== previous.length) return false;
+  let moved = 0;
+  for (let i = 0; i < ideal.length; i++) moved = Math.max(moved, Math.abs(ideal[i]! - previous[i]!));
+  return moved >= settings.settleBand / 4;
 }
 
 /** Equal split: the safe static share of each of `n` regions. */

@@ -69,6 +69,24 @@ describe('rebalancing', () => {
   });
 });
 
+describe('rebalancing to rest', () => {
+  it('a region whose demand stopped settles at its floor, not somewhere above it', () => {
+    const loop = new ProtocolLoop({ regions, agentsPerRegion: 1 });
+    loop.upsertPolicy(parsePolicy({ name: 'p', capacity: 100, refillPerSecond: 2 }));
+    loop.setDemand('us', 'p', 30);
+    loop.setDemand('eu', 'p', 0);
+    loop.setDemand('ap', 'p', 0);
+    loop.advance(60_000);
+    loop.setDemand('us', 'p', 0);
+    loop.setDemand('eu', 'p', 30);
+    loop.advance(120_000);
+    loop.checker.assertHeld();
+    const { settleBand, defaultMinShare } = loop.engine!.settings;
+    expect(loop.shares('p')['us']).toBeLessThanOrEqual(defaultMinShare + settleBand);
+    expect(loop.shares('p')['eu']).toBeGreaterThanOrEqual(1 - 3 * defaultMinShare - settleBand);
+  });
+});
+
 describe('conservation under failures', () => {
   it('grows a region only after every agent of the shrinking region finished its in-flight decisions', () => {
     const loop = settled({ us: 80, eu: 10, ap: 10 });

@@ -1,0 +1,96 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../core/clock.js';
+import { AgentLease } from '../../core/lease/agent-lease.js';
+import type { AllocationRecord, Renewal } from '../../core/wire/protocol.js';
+
+const renewal: Renewal = {
+  coordinatorId: 'c',
+  leaseMs: 600_000,
+  graceMs: 1_200_000,
+  minRevision: 0,
+  learning: false,
+  reportIntervalMs: 1000,
+};
+
+function setup() {
+  const clock = new ManualClock(1_750_000_000_000);
+  const lease = new AgentLease({ region: 'us', clock, skewMs: 1000 });
+  let revision = 0;
+  const apply = (us: number) => {
+    revision++;
+    const record: AllocationRecord = {
+      policy: 'p',
+      version: 1,
+      epoch: revision,
+      safe: { us: 0.5, eu: 0.5 },
+      idleTtlSeconds: 60,
+      default: { shares: { us, eu: 1 - us }, pending: {}, epoch: revision },
+      overrides: {},
+      updatedAt: clock.now(),
+    };
+    lease.applyRecord('p', record, revision);
+  };
+  return { clock, lease, apply };
+}
+
+describe('agent lease: refill floors', () => {
+  it('a share that only rose needs no floor: the script refills at most at the stored rate', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.2);
+    lease.recordsLoaded();
+    lease.renewed(renewal, clock.now());
+    clock.advance(10_000);
+    apply(0.3);
+    clock.advance(3000);
+    apply(0.4);
+    clock.advance(500);
+    expect(lease.shareFor('p', 't')).toEqual({ share: 0.4, epoch: 3 });
+  });
+
+  it('after a dip, buckets written before the dip refill at most at the lowest share in force since', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.5);
+    lease.recordsLoaded();
+    lease.renewed(renewal, clock.now());
+    clock.advance(10_000);
+    apply(0.1);
+    const dipAt = clock.now();
+    clock.advance(5000);
+    apply(0.6);
+    clock.advance(500);
+    expect(lease.shareFor('p', 't')).toEqual({
+      share: 0.6,
+      epoch: 3,
+      floor: { sinceMs: dipAt + 1000, share: 0.1 },
+    });
+  });
+
+  it('a dip older than the idle TTL needs no floor: every bucket written before it expired', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.5);
+    lease.recordsLoaded();
+    lease.renewed(renewal, clock.now());
+    apply(0.1);
+    clock.advance(1000);
+    apply(0.6);
+    expect(lease.shareFor('p', 't')!.floor).toBeDefined();
+    clock.advance(62_000);
+    expect(lease.shareFor('p', 't')!.floor).toBeUndefined();
+  });
+
+  it('a lapse dips the share to the safe share; a renewal after it floors older buckets at that', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.9);
+    lease.recordsLoaded();
+    lease.renewed({ ...renewal, leaseMs: 5000, graceMs: 20_000 }, clock.now());
+    clock.advance(6000);
+    expect(lease.shareFor('p', 't')!.share).toBe(0.5); // lapsed: min(0.9, safe 0.5)
+    const lapsedAt = clock.now() - 1000;
+    lease.renewed({ ...renewal, leaseMs: 5000, graceMs: 20_000 }, clock.now());
+    expect(lease.shareFor('p', 't')).toEqual({
+      share: 0.9,
+      epoch: 1,
+      floor: { sinceMs: lapsedAt + 1000, share: 0.5 },
+    });
+  });
+});
