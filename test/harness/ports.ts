@@ -33,3 +33,27 @@ export async function waitForPort(host: string, port: number, timeoutMs = 10_000
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+/** Redis refuses cluster mode above this port: its cluster bus listens on port + 10000. */
+export const MAX_CLUSTER_PORT = 65_535 - 10_000;
+
+/**
+ * A free port for a Redis Cluster node: at most MAX_CLUSTER_PORT, with its bus port (+10000) free too, and none
+ * of `avoid` (ports, and so bus ports, of the other nodes). The OS's ephemeral range here reaches 60999, so a
+ * plain free port would be too high about one time in five.
+ */
+export async function freeClusterPort(avoid: readonly number[] = []): Promise<number> {
+  const busFree = (port: number) =>
+    new Promise<boolean>((resolve) => {
+      const server = createServer();
+      server.unref();
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+    });
+  for (let attempt = 0; attempt < 1000; attempt++) {
+    const port = await freePort();
+    if (port > MAX_CLUSTER_PORT || avoid.includes(port) || avoid.includes(port + 10_000)) continue;
+    if (await busFree(port + 10_000)) return port;
+  }
+  throw new Error('no free port for a Redis Cluster node');
+}

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { NatsOptions, NatsServer, RedisCluster, RedisServer, ServerBackend } from './backend.js';
-import { freePort, waitForPort } from './ports.js';
+import { freeClusterPort, freePort, waitForPort } from './ports.js';
 
 const exec = promisify(execFile);
 const HOST = '127.0.0.1';
@@ -236,18 +236,21 @@ export const processBackend: ServerBackend = {
   },
 
   async startRedisCluster(masters = 3) {
-    const nodes = await Promise.all(
-      Array.from({ length: masters }, () =>
-        new ProcessRedis([
-          '--cluster-enabled',
-          'yes',
-          '--cluster-config-file',
-          'nodes.conf',
-          '--cluster-node-timeout',
-          '2000',
-        ]).init(),
-      ),
-    );
+    const nodes: ProcessRedis[] = [];
+    for (let i = 0; i < masters; i++) {
+      const node = new ProcessRedis([
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        'nodes.conf',
+        '--cluster-node-timeout',
+        '2000',
+      ]);
+      // Redis refuses cluster mode above port 55535 (its bus is port + 10000): a plain free port often is.
+      node.port = await freeClusterPort(nodes.map((n) => n.port));
+      nodes.push(node);
+    }
+    await Promise.all(nodes.map((n) => n.start()));
     await exec('redis-cli', [
       '--cluster',
       'create',

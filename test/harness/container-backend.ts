@@ -1,0 +1,247 @@
+/**
+ * Backend that runs Redis and NATS in containers with testcontainers, chosen by `QP_TEST_BACKEND=containers`.
+ * Host networking only (each server binds 127.0.0.1 on a free port, as the process backend does), so tests see
+ * the same addresses either way. Faults map onto the container: pause/resume freeze and thaw it (cgroup freezer,
+ * like SIGSTOP/SIGCONT), stop/kill end its process, and start runs the same container again on the same port
+ * with the same filesystem (JetStream data survives, as with the process backend's data directory).
+ *
+ * Images: `REDIS_IMAGE` (default redis:7.2-alpine) and `NATS_IMAGE` (default nats:2.10-alpine); machines without
+ * a registry build local ones with docker/build-local-images.sh. testcontainers is loaded only when this backend
+ * is used, with `TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1` and `TESTCONTAINERS_RYUK_DISABLED=true` unless set
+ * (the reaper container needs a bridge network, which these machines do not allow): every container carries
+ * the label `org.quotaplane.harness` so CI can remove any a crashed run left behind.
+ */
+import type Dockerode from 'dockerode';
+import type { NatsOptions, NatsServer, RedisCluster, RedisServer, ServerBackend } from './backend.js';
+import { freeClusterPort, freePort, waitForPort } from './ports.js';
+import { natsInfo, redisPing, until } from '../../scripts/stack/probes.js';
+import { formCluster } from '../../scripts/stack/redis-cluster.js';
+
+const HOST = '127.0.0.1';
+/** Label on every container this backend starts. */
+export const HARNESS_LABEL = 'org.quotaplane.harness';
+
+function images(): { redis: string; nats: string } {
+  return {
+    redis: process.env['REDIS_IMAGE'] ?? 'redis:7.2-alpine',
+    nats: process.env['NATS_IMAGE'] ?? 'nats:2.10-alpine',
+  };
+}
+
+abstract class ContainerServer {
+  readonly host = HOST;
+  port = 0;
+  #container: Dockerode.Container | undefined;
+  #running = false;
+
+  protected abstract image(): string;
+  protected abstract command(): string[];
+  protected abstract ready(): Promise<void>;
+
+  async start(): Promise<void> {
+    if (this.#running) throw new Error('already running');
+    if (this.#container === undefined) {
+      process.env['TESTCONTAINERS_HOST_OVERRIDE'] ??= HOST;
+      process.env['TESTCONTAINERS_RYUK_DISABLED'] ??= 'true';
+      const { GenericContainer, getContainerRuntimeClient } = await import('testcontainers');
+      const started = await new GenericContainer(this.image())
+        .withNetworkMode('host')
+        .withCommand(this.command())
+        .withLabels({ [HARNESS_LABEL]: String(process.pid) })
+        .withAutoRemove(false)
+        .start();
+      const client = await getContainerRuntimeClient();
+      this.#container = client.container.getById(started.getId());
+    } else {
+      await this.#container.start();
+    }
+    this.#running = true;
+    let settled = false;
+    try {
+      await Promise.race([this.ready(), this.#exitedEarly(() => settled)]);
+    } finally {
+      settled = true;
+    }
+  }
+
+  async pause(): Promise<void> {
+    await this.#container?.pause();
+  }
+
+  async resume(): Promise<void> {
+    await this.#container?.unpause();
+  }
+
+  async stop(): Promise<void> {
+    await this.#end(async (c) => {
+      await c.stop({ t: 5 });
+    });
+  }
+
+  async kill(): Promise<void> {
+    await this.#end(async (c) => {
+      await c.kill({ signal: 'SIGKILL' });
+    });
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    const container = this.#container;
+    this.#container = undefined;
+    this.#running = false;
+    await container?.remove({ force: true, v: true }).catch(() => undefined);
+  }
+
+  async #end(how: (c: Dockerode.Container) => Promise<void>): Promise<void> {
+    const container = this.#container;
+    if (container === undefined || !this.#running) return;
+    this.#running = false;
+    // A frozen container can be neither stopped nor killed: thaw it first, as the process backend sends SIGCONT.
+    const state = (await container.inspect()).State;
+    if (state.Paused) await container.unpause();
+    if (state.Running) await how(container).catch(() => undefined);
+    await container.wait();
+  }
+
+  /** Rejects with the container's last lines if it exits before `done()`; polls, so nothing is left waiting. */
+  async #exitedEarly(done: () => boolean): Promise<never> {
+    const container = this.#container!;
+    while (!done()) {
+      const state = (await container.inspect()).State;
+      if (!state.Running) {
+        const logs = await container.logs({ stdout: true, stderr: true, tail: 40 });
+        throw new Error(`${this.image()} exited early (code ${state.ExitCode}):\n${logs.toString('utf8')}`);
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    return new Promise<never>(() => undefined);
+  }
+}
+
+class ContainerRedis extends ContainerServer implements RedisServer {
+  readonly #extra: string[];
+
+  constructor(extra: string[] = []) {
+    super();
+    this.#extra = extra;
+  }
+
+  get url(): string {
+    return `redis://${this.host}:${this.port}`;
+  }
+
+  protected image(): string {
+    return images().redis;
+  }
+
+  protected command(): string[] {
+    return [
+      'redis-server',
+      '--port',
+      String(this.port),
+      '--bind',
+      HOST,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--protected-mode',
+      'no',
+      ...this.#extra,
+    ];
+  }
+
+  protected async ready(): Promise<void> {
+    await waitForPort(this.host, this.port, 20_000);
+    await until(() => redisPing(this.host, this.port), 10_000, `redis on ${this.port} never answered PING`);
+  }
+}
+
+class ContainerNats extends ContainerServer implements NatsServer {
+  readonly #jetstream: boolean;
+
+  constructor(options: NatsOptions = {}) {
+    super();
+    this.#jetstream = options.jetstream ?? true;
+  }
+
+  get url(): string {
+    return `nats://${this.host}:${this.port}`;
+  }
+
+  protected image(): string {
+    return images().nats;
+  }
+
+  protected command(): string[] {
+    const args = ['nats-server', '-a', HOST, '-p', String(this.port)];
+    if (this.#jetstream) args.push('-js', '-sd', '/data/js');
+    return args;
+  }
+
+  protected async ready(): Promise<void> {
+    await waitForPort(this.host, this.port, 20_000);
+    await until(
+      async () => (await natsInfo(this.host, this.port)) !== undefined,
+      10_000,
+      `nats on ${this.port} never sent INFO`,
+    );
+  }
+}
+
+class ContainerRedisCluster implements RedisCluster {
+  readonly nodes: ContainerRedis[];
+
+  constructor(nodes: ContainerRedis[]) {
+    this.nodes = nodes;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n.kill()));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n[Symbol.asyncDispose]()));
+  }
+}
+
+export const containerBackend: ServerBackend = {
+  name: 'containers',
+
+  async startRedis() {
+    const server = new ContainerRedis();
+    server.port = await freePort();
+    await server.start();
+    return server;
+  },
+
+  async startNats(options) {
+    const server = new ContainerNats(options);
+    server.port = await freePort();
+    await server.start();
+    return server;
+  },
+
+  async startRedisCluster(masters = 3) {
+    const nodes: ContainerRedis[] = [];
+    try {
+      for (let i = 0; i < masters; i++) {
+        const node = new ContainerRedis([
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          'nodes.conf',
+          '--cluster-node-timeout',
+          '2000',
+        ]);
+        node.port = await freeClusterPort(nodes.map((n) => n.port));
+        nodes.push(node);
+      }
+      await Promise.all(nodes.map((n) => n.start()));
+      await formCluster(nodes.map((n) => ({ host: n.host, port: n.port })));
+      return new ContainerRedisCluster(nodes);
+    } catch (error) {
+      await Promise.all(nodes.map((n) => n[Symbol.asyncDispose]()));
+      throw error;
+    }
+  },
+};
