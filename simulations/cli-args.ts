@@ -72,7 +72,8 @@ export function usage(): string {
     'strategies:',
     ...list(strategies),
     '',
-    'settings (name, default, meaning; scenarios change some defaults, see docs/simulations.md):',
+    'settings (name, default, meaning; scenarios change some defaults, see docs/simulations.md;',
+    '"dynamic strategies" are dynamic and naive-dynamic, "dynamic" alone the lease protocol):',
     ...describeSettings(),
     '',
   ].join('\n');

@@ -20,7 +20,10 @@ export const SettingsObject = z.strictObject({
   refillPerSecond: positive(MAX_REFILL_PER_SECOND).describe('policy refill R, tokens/s'),
   maxCost: whole(1, 1_000_000).describe('largest request cost, tokens (costs are 1..maxCost)'),
   onStoreFailure: FailureMode.describe('failure mode when the strict home cannot answer: closed | local'),
-  homeRegion: z.enum(REGION_NAMES).optional().describe('strict home region (default: the first region)'),
+  homeRegion: z
+    .enum(REGION_NAMES)
+    .optional()
+    .describe('strict home region, where the coordinator and NATS sit too (default: the first)'),
   load: positive(1_000).describe("demand relative to the policy's budget (scenario-specific meaning)"),
   subjects: whole(1, 100_000).describe('number of regular subjects (tenants)'),
   zipfExponent: positive(5).describe('skew of subject popularity in zipf'),

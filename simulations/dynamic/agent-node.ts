@@ -25,6 +25,11 @@ export interface SimAgentOptions {
   skewMs: number;
   graceMs: number;
   reportIntervalMs: number;
+  /**
+   * When its previous report went (ms of the clock, may be before the run): the deployment was running before
+   * virtual time 0, so the first report covers a whole interval like every other.
+   */
+  previousReportAt: number;
 }
 
 export class SimAgent {
@@ -62,7 +67,7 @@ export class SimAgent {
       graceMs: o.graceMs,
     });
     this.#sizing = new ShareSizing(o.policy, o.clock);
-    this.#lastReportAt = o.clock.now();
+    this.#lastReportAt = o.previousReportAt;
   }
 
   /** The next heartbeat (its lease state and acknowledgement watermark as of now). */

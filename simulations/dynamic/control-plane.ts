@@ -96,6 +96,8 @@ export class DynamicControlPlane {
     this.#flush(true);
     ctx.regions.forEach((regionName, region) => {
       for (let ordinal = 0; ordinal < this.#options.agentsPerRegion; ordinal++) {
+        const intervalMs = this.#options.lease.reportIntervalMs;
+        const firstBeat = this.#offset(intervalMs);
         const agent = new SimAgent({
           ordinal,
           region,
@@ -104,7 +106,8 @@ export class DynamicControlPlane {
           clock: this.#clock,
           skewMs: this.#options.lease.skewMs,
           graceMs: this.#options.lease.graceMs,
-          reportIntervalMs: this.#options.lease.reportIntervalMs,
+          reportIntervalMs: intervalMs,
+          previousReportAt: this.#clock.now() + (firstBeat - ctx.now()) / 1000 - intervalMs,
         });
         this.agents.push(agent);
         this.#byRegion[region]!.push(agent);
@@ -119,7 +122,7 @@ export class DynamicControlPlane {
         const reply = this.#engine!.heartbeat(agent.heartbeat());
         this.#flush(true);
         this.#renewal(agent, reply, sentAt);
-        ctx.at(this.#offset(agent.reportIntervalMs), () => this.#beat(agent));
+        ctx.at(firstBeat, () => this.#beat(agent));
         ctx.at(this.#offset(WATCH_HEARTBEAT_MS), () => this.#watchHeartbeat(agent));
       }
     });

@@ -66,6 +66,7 @@ export class NaiveControlPlane {
     const interval = this.#options.reportIntervalMs * 1000;
     ctx.regions.forEach((name, region) => {
       for (let k = 0; k < this.#options.agentsPerRegion; k++) {
+        const first = 1 + ctx.random.int(interval);
         const agent: NaiveAgent = {
           id: `agent-${name}-${k + 1}`,
           region,
@@ -73,7 +74,8 @@ export class NaiveControlPlane {
           epoch: 0,
           sizing: new BucketSizing(this.#policy, this.#persisted.shares[region]!),
           meter: new UsageMeter(),
-          lastReportUs: 0,
+          // Running before virtual time 0: the first report covers a whole interval, like the others.
+          lastReportUs: first - interval,
         };
         this.#byRegion[region]!.push(agent);
         this.#tracker.set(agent.handle, undefined, agent.sizing.share);
@@ -82,7 +84,7 @@ export class NaiveControlPlane {
           this.#report(agent);
           ctx.at(ctx.now() + interval, report);
         };
-        ctx.at(1 + ctx.random.int(interval), report);
+        ctx.at(first, report);
       }
     });
     this.#startCoordinator();
