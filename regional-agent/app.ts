@@ -13,7 +13,7 @@ import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
 import type { AgentConfig } from './config.js';
 import type { DecisionStore } from './decisions/decision-store.js';
-import { DecisionService } from './decisions/decision-service.js';
+import { DecisionService, type UsageSink } from './decisions/decision-service.js';
 import { EmergencyBuckets } from './decisions/emergency-buckets.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { AgentErrors } from './errors.js';
@@ -36,6 +36,10 @@ export interface AgentDeps {
   /** Strict mode's forwarder; without one, checks of strict policies homed elsewhere fail with `home_unreachable`. */
   forwarder?: Forwarder;
   metrics?: AgentMetrics;
+  /** Counts regional decisions for the coordinator's usage reports. */
+  usage?: UsageSink;
+  /** More reasons not to be ready (e.g. no lease yet from the coordinator); empty when there are none. */
+  notReady?: () => string[];
   /** Closes what the caller opened for the agent (Redis, NATS), last on shutdown. */
   onClose?: () => Promise<void>;
 }
@@ -107,6 +111,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       random: deps.random ?? Math.random,
       log,
       forwarder: deps.forwarder,
+      usage: deps.usage,
     },
     {
       region: config.region,
@@ -175,6 +180,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
         const reasons: string[] = [];
         if (draining) reasons.push('draining');
         if (!policiesLoaded) reasons.push('policies are not loaded');
+        if (deps.notReady !== undefined) reasons.push(...deps.notReady());
         return reasons;
       },
       facts: () => ({ policies: deps.policies.current().size, store: guard.state, region: config.region }),

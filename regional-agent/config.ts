@@ -78,7 +78,19 @@ export const AgentConfig = z
     requestIdHeader: HeaderName.default('x-request-id'),
     /** When set, subjects are HMAC-hashed before they reach keys and logs (any text up to 1024 chars then). */
     hmacSecret: z.string().min(16, 'hmacSecret must be at least 16 characters').optional(),
-    /** JSON file of policies: `{ "policies": { "<name>": { …policy body… } } }`. */
+    /**
+     * NATS servers of the coordinator (comma-separated). When set, policies come from the coordinator's KV bucket,
+     * shares from its leases, and strict policies homed elsewhere are forwarded to their home region.
+     */
+    natsUrl: list.pipe(z.array(z.url({ protocol: /^(nats|tls|wss?)$/ })).min(1)).optional(),
+    /** JetStream namespace of the coordinator (its `QP_KV_NAMESPACE`). */
+    kvNamespace: z
+      .string()
+      .regex(/^[a-z][a-z0-9-]{0,31}$/, 'namespaces are 1-32 chars of a-z 0-9 - starting with a-z')
+      .default('qp'),
+    /** Stable, unique name of this agent process for the coordinator; default `<hostname>:<port>`. */
+    instance: z.string().min(1).max(128).optional(),
+    /** JSON file of policies: `{ "policies": { "<name>": { …policy body… } } }` (without a coordinator). */
     policiesFile: z.string().min(1).optional(),
     /** Reload the policies file when it changes (it is always reloaded on SIGHUP). */
     policiesWatch: bool.default(false),
@@ -125,10 +137,16 @@ function crossFieldProblems(c: Record<string, unknown>): { path: string[]; messa
   if ((c['redisUrl'] === undefined) === (c['redisClusterNodes'] === undefined)) {
     out.push({ path: ['redisUrl'], message: 'set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES' });
   }
-  if (c['policiesFile'] === undefined) {
+  if (c['policiesFile'] === undefined && c['natsUrl'] === undefined) {
     out.push({
       path: ['policiesFile'],
-      message: 'QP_POLICIES_FILE is required until the coordinator feeds policies',
+      message: 'set QP_NATS_URL (policies and shares from the coordinator) or QP_POLICIES_FILE (standalone)',
+    });
+  }
+  if (c['policiesFile'] !== undefined && c['natsUrl'] !== undefined) {
+    out.push({
+      path: ['policiesFile'],
+      message: 'QP_POLICIES_FILE and QP_NATS_URL exclude each other: policies come from the coordinator',
     });
   }
   return out;

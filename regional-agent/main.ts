@@ -1,17 +1,16 @@
 /**
- * The agent process: the only place that reads the environment, opens Redis and listens.
- *   QP_REGION=us QP_REDIS_URL=redis://127.0.0.1:6379 QP_POLICIES_FILE=policies.json npx tsx regional-agent/main.ts
+ * The agent process: the only place that reads the environment, opens Redis and NATS, and listens.
+ *   with the coordinator: QP_REGION=us QP_REDIS_URL=redis://127.0.0.1:6379 QP_NATS_URL=nats://127.0.0.1:4222 \
+ *     npx tsx regional-agent/main.ts
+ *   standalone: QP_REGION=us QP_REDIS_URL=redis://127.0.0.1:6379 QP_POLICIES_FILE=policies.json \
+ *     npx tsx regional-agent/main.ts
  * SIGTERM/SIGINT: not ready at once, then (after QP_DRAIN_DELAY_MS) stop accepting, finish in-flight decisions,
- * close Redis. SIGHUP: reload the policies file.
+ * say goodbye to the coordinator, close Redis and NATS. SIGHUP: reload the policies file (standalone).
  */
 import { readFileSync } from 'node:fs';
 import { pino } from 'pino';
-import { StaticShareView } from '../core/shares.js';
-import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
-import { FilePolicySource } from './policies/file-policy-source.js';
-import { connectRedis, whenReady } from './redis/connect.js';
-import { RedisDecisionStore } from './redis/decision-store.js';
+import { startAgent } from './start.js';
 
 async function main(): Promise<void> {
   let config;
@@ -25,27 +24,14 @@ async function main(): Promise<void> {
     throw error;
   }
   const log = pino({ level: config.logLevel, base: { service: 'regional-agent', region: config.region } });
-  const redis = connectRedis(config);
-  redis.on('error', (error: Error) => log.debug({ err: error }, 'redis connection error'));
-  const policies = new FilePolicySource(config.policiesFile!, {
-    watch: config.policiesWatch,
-    onReloadError: (error) => log.error({ err: error }, 'policies reload failed; the last good set stays'),
-  });
-  const agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis),
-      policies,
-      shares: new StaticShareView({ ...config.staticShares }, config.defaultShare),
-      log,
-      onClose: async () => {
-        await redis.quit().catch(() => redis.disconnect());
-      },
-    },
-    config,
-  );
+  const { agent, file } = await startAgent(config, log);
 
   process.on('SIGHUP', () => {
-    policies.reload().then(
+    if (file === undefined) {
+      log.info('SIGHUP ignored: policies come from the coordinator');
+      return;
+    }
+    file.reload().then(
       () => log.info('policies reloaded on SIGHUP'),
       (error: unknown) => {
         agent.metrics.policyReloads.labels('failed').inc();
@@ -80,12 +66,6 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
-
-  await agent.ready;
-  if (!(await whenReady(redis, 5000)))
-    log.warn('Redis is not reachable yet; failure modes apply until it is');
-  const address = await agent.app.listen({ host: config.host, port: config.port });
-  log.info({ address, policies: policies.current().size }, 'regional agent listening');
 }
 
 main().catch((error: unknown) => {

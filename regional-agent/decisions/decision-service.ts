@@ -29,6 +29,7 @@ import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';
 import type { EmergencyBuckets } from './emergency-buckets.js';
+import type { ForwardedDecision, ForwardedReply } from '../../core/wire/strict.js';
 import type { Forwarder } from './forwarder.js';
 
 export interface DecisionServiceConfig {
@@ -54,6 +55,13 @@ export interface DecisionServiceDeps {
   random: () => number;
   log: Logger;
   forwarder?: Forwarder | undefined;
+  /** Counts regional decisions for the usage reports the coordinator rebalances on. */
+  usage?: UsageSink | undefined;
+}
+
+/** Where decided checks are counted for usage reports (regional-agent/reporting/usage-recorder.ts). */
+export interface UsageSink {
+  record(policy: string, subject: string, cost: number, allowed: boolean, remainingFraction: number): void;
 }
 
 /** One check, validated and routed. */
@@ -251,10 +259,10 @@ export class DecisionService {
     return this.decide(this.prepare(this.parse(body)), requestId);
   }
 
-  /** Decide a prepared request within the deadline. */
-  async decide(request: PreparedRequest, requestId: string): Promise<DecisionOutcome> {
+  /** Decide a prepared request within the deadline (or `deadlineMs`, when shorter). */
+  async decide(request: PreparedRequest, requestId: string, deadlineMs?: number): Promise<DecisionOutcome> {
     const started = this.#deps.clock.now();
-    const deadlineAt = started + this.#config.deadlineMs;
+    const deadlineAt = started + Math.min(this.#config.deadlineMs, deadlineMs ?? Infinity);
     const { checks } = request;
     // Entered before any share is used, left when the decision is over: the lease holder acknowledges a new
     // epoch only after every decision begun under the old one finished.
@@ -266,6 +274,46 @@ export class DecisionService {
       return outcome;
     } finally {
       for (const done of leave) done();
+    }
+  }
+
+  /**
+   * Decide checks another region forwarded here, to its home (strict mode): same buckets and idempotency records
+   * as a local call, within what is left of the caller's deadline. Subjects arrive normalized. Answers an error
+   * code instead of results when the request is not for this home, names an unknown policy, or conflicts.
+   */
+  async decideForwarded(request: ForwardedDecision, requestId: string): Promise<ForwardedReply> {
+    const policies = this.#deps.policies.current();
+    const checks: Prepared[] = [];
+    for (const c of request.checks) {
+      const policy = policies.get(c.policy);
+      if (policy === undefined) return { error: 'unknown_policy', message: `unknown policy ${c.policy}` };
+      if (policy.mode !== 'strict' || policy.homeRegion !== this.#config.region) {
+        return {
+          error: 'not_home',
+          message: `${c.policy} is not a strict policy homed in ${this.#config.region}`,
+        };
+      }
+      if (c.cost > policy.maxCost) {
+        return {
+          error: 'invalid_request',
+          message: `cost ${c.cost} is above maxCost ${policy.maxCost} of ${policy.name}`,
+        };
+      }
+      checks.push(this.#route(policy, c.subject, c.cost));
+    }
+    try {
+      const outcome = await this.decide(
+        { checks, idempotencyKey: request.idempotencyKey, dryRun: request.dryRun },
+        requestId,
+        request.budgetMs,
+      );
+      return outcome.replayed ? { results: outcome.results, replayed: true } : { results: outcome.results };
+    } catch (error) {
+      if (error instanceof AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT) {
+        return { error: 'idempotency_conflict', message: error.message };
+      }
+      throw error;
     }
   }
 
@@ -537,7 +585,9 @@ export class DecisionService {
       });
       run.allowed = allowed;
       return run;
-    } catch {
+    } catch (error) {
+      // The home region decided that this idempotency key answers another request: the caller's error.
+      if (error instanceof AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT) throw error;
       for (const i of group.indexes) checks[i]!.cause = 'home_unreachable';
       return this.#failGroup(group, checks, dryRun, results, fits, run);
     }
@@ -701,12 +751,17 @@ export class DecisionService {
   }
 
   #record(request: PreparedRequest, outcome: DecisionOutcome, requestId: string, started: number): void {
-    const { metrics, log } = this.#deps;
+    const { metrics, log, usage } = this.#deps;
     const region = this.#config.region;
     for (let i = 0; i < outcome.results.length; i++) {
       const r = outcome.results[i]!;
       const p = request.checks[i]!;
       if (!request.dryRun) metrics.countDecision(p.policy.name, outcome.allowed, p.policy.mode);
+      // Demand the coordinator follows: regional policies decided by this region's store (not failure modes).
+      if (usage !== undefined && !request.dryRun && p.policy.mode === 'regional' && p.route === 'store') {
+        const left = outcome.violated[i] || r.limit <= 0 ? 0 : r.remaining / r.limit;
+        usage.record(p.policy.name, p.subject, p.cost, outcome.allowed, left);
+      }
       if (r.reason !== undefined)
         metrics.degraded.labels(p.policy.name, region, r.reason, r.cause ?? '').inc();
     }

@@ -1,0 +1,52 @@
+/**
+ * Strict mode on the wire: an agent outside a strict policy's home region forwards the check to the agents of
+ * the home region (NATS request/reply to their queue group), which decide on their Redis and answer with the
+ * results. Shared by the forwarder and the responder; every message is schema-checked on arrival.
+ */
+import { z } from 'zod';
+import { CheckResult } from '../agent-wire.js';
+import { PolicyName, RegionName } from '../policy.js';
+import { KvNamespace } from './kv.js';
+
+/** Subject the home region's agents answer on, and their queue group (one of them answers each request). */
+export function strictSubject(namespace: string, home: string): { subject: string; queue: string } {
+  const ns = KvNamespace.parse(namespace);
+  return { subject: `${ns}.v1.strict.${home}`, queue: `${ns}-strict-${home}` };
+}
+
+export const ForwardedCheck = z.strictObject({
+  policy: PolicyName,
+  /** Already normalized (or hashed) by the forwarding agent. */
+  subject: z.string().min(1).max(128),
+  cost: z.number().positive().max(1e9),
+});
+export type ForwardedCheck = z.infer<typeof ForwardedCheck>;
+
+/** A decision forwarded to the home region. */
+export const ForwardedDecision = z.strictObject({
+  fromRegion: RegionName,
+  checks: z.array(ForwardedCheck).min(1).max(16),
+  /** The caller's idempotency key: the home records and replays the decision as it would for a local call. */
+  idempotencyKey: z.string().min(1).max(256).optional(),
+  dryRun: z.boolean(),
+  /** What is left of the caller's deadline when the request leaves, ms: the home gives up past it. */
+  budgetMs: z.number().int().positive().max(60_000),
+});
+export type ForwardedDecision = z.infer<typeof ForwardedDecision>;
+
+/** Error codes a home region may answer with instead of results. */
+export const ForwardErrorCode = z.enum([
+  'invalid_request',
+  'not_home',
+  'unknown_policy',
+  'idempotency_conflict',
+  'deadline',
+  'failed',
+]);
+export type ForwardErrorCode = z.infer<typeof ForwardErrorCode>;
+
+export const ForwardedReply = z.union([
+  z.strictObject({ results: z.array(CheckResult).min(1).max(16), replayed: z.boolean().optional() }),
+  z.strictObject({ error: ForwardErrorCode, message: z.string().max(300) }),
+]);
+export type ForwardedReply = z.infer<typeof ForwardedReply>;

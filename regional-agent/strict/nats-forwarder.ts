@@ -1,0 +1,113 @@
+/**
+ * Strict mode's forwarder over NATS: a check of a policy homed in another region goes, by request/reply, to
+ * the queue group of that region's agents, which decide on their Redis. No answer within the budget (timeout,
+ * no responders, an error answer) throws, and the policy's failure mode applies (`home_unreachable`).
+ */
+import type { NatsConnection } from '@nats-io/nats-core';
+import { Counter, Histogram, type Registry } from 'prom-client';
+import type { CheckResult } from '../../core/agent-wire.js';
+import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
+import { ForwardedReply, strictSubject, type ForwardedDecision } from '../../core/wire/strict.js';
+import type { ForwardRequest, Forwarder } from '../decisions/forwarder.js';
+import { AgentErrors } from '../errors.js';
+
+/** The home region did not answer usefully; carries why, for logs and metrics. */
+export class HomeUnreachableError extends Error {
+  readonly code = 'AGT_HOME_UNREACHABLE';
+  readonly outcome: ForwardOutcome;
+  constructor(outcome: ForwardOutcome, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'HomeUnreachableError';
+    this.outcome = outcome;
+  }
+}
+
+export type ForwardOutcome =
+  'ok' | 'timeout' | 'no_responders' | 'error_reply' | 'bad_reply' | 'disconnected';
+
+export interface NatsForwarderOptions {
+  nc: NatsConnection;
+  /** This agent's region (sent along, for the home's logs). */
+  region: string;
+  namespace?: string;
+  registry?: Registry;
+}
+
+export class NatsForwarder implements Forwarder {
+  readonly #options: NatsForwarderOptions;
+  readonly #namespace: string;
+  readonly #decisions: Counter<'home' | 'outcome'> | undefined;
+  readonly #seconds: Histogram<'home'> | undefined;
+
+  constructor(options: NatsForwarderOptions) {
+    this.#options = options;
+    this.#namespace = options.namespace ?? DEFAULT_KV_NAMESPACE;
+    if (options.registry !== undefined) {
+      const registers = [options.registry];
+      this.#decisions = new Counter({
+        name: 'quotaplane_forwarded_decisions_total',
+        help: 'Strict-mode decisions forwarded to a home region, by home and outcome.',
+        labelNames: ['home', 'outcome'],
+        registers,
+      });
+      this.#seconds = new Histogram({
+        name: 'quotaplane_forwarded_decision_seconds',
+        help: 'Round trip of forwarded strict-mode decisions that got an answer.',
+        labelNames: ['home'],
+        buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
+        registers,
+      });
+    }
+  }
+
+  async decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<CheckResult[]> {
+    const { nc, region } = this.#options;
+    const budget = Math.max(1, Math.floor(budgetMs));
+    if (nc.isClosed() || nc.isDraining()) this.#fail(homeRegion, 'disconnected', 'not connected to NATS');
+    const body: ForwardedDecision = {
+      fromRegion: region,
+      checks: request.checks.map((c) => ({ policy: c.policy, subject: c.subject, cost: c.cost })),
+      dryRun: request.dryRun,
+      budgetMs: budget,
+      ...(request.idempotencyKey === undefined ? {} : { idempotencyKey: request.idempotencyKey }),
+    };
+    const started = performance.now();
+    let raw: unknown;
+    try {
+      const msg = await nc.request(strictSubject(this.#namespace, homeRegion).subject, JSON.stringify(body), {
+        timeout: budget,
+      });
+      raw = msg.json();
+    } catch (error) {
+      const text = error instanceof Error ? `${error.name} ${error.message}` : String(error);
+      const outcome: ForwardOutcome = /no responders|503/i.test(text) ? 'no_responders' : 'timeout';
+      this.#fail(homeRegion, outcome, `home region ${homeRegion}: ${outcome.replace('_', ' ')}`, error);
+    }
+    const parsed = ForwardedReply.safeParse(raw);
+    if (!parsed.success)
+      this.#fail(homeRegion, 'bad_reply', `home region ${homeRegion} answered something malformed`);
+    const reply = parsed.data;
+    if ('error' in reply) {
+      if (reply.error === 'idempotency_conflict') {
+        this.#decisions?.inc({ home: homeRegion, outcome: 'error_reply' });
+        throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
+      }
+      this.#fail(homeRegion, 'error_reply', `home region ${homeRegion}: ${reply.error}: ${reply.message}`);
+    }
+    if (reply.results.length !== request.checks.length) {
+      this.#fail(
+        homeRegion,
+        'bad_reply',
+        `home region ${homeRegion} answered ${reply.results.length} results for ${request.checks.length} checks`,
+      );
+    }
+    this.#decisions?.inc({ home: homeRegion, outcome: 'ok' });
+    this.#seconds?.observe({ home: homeRegion }, (performance.now() - started) / 1000);
+    return reply.results;
+  }
+
+  #fail(home: string, outcome: ForwardOutcome, message: string, cause?: unknown): never {
+    this.#decisions?.inc({ home, outcome });
+    throw new HomeUnreachableError(outcome, message, cause === undefined ? undefined : { cause });
+  }
+}

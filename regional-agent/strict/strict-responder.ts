@@ -1,0 +1,104 @@
+/**
+ * The home side of strict mode: this agent joins its region's queue group and decides the checks other regions
+ * forward, on its own Redis, as it decides local ones (same buckets, same idempotency records). Every request is
+ * schema-checked; a bad one gets an error answer and changes nothing.
+ */
+import type { NatsConnection, Subscription } from '@nats-io/nats-core';
+import { Counter, type Registry } from 'prom-client';
+import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
+import {
+  ForwardedDecision,
+  strictSubject,
+  type ForwardErrorCode,
+  type ForwardedReply,
+} from '../../core/wire/strict.js';
+
+/** Decides a forwarded request at home: results, or an error code with a message. */
+export type ForwardedDecider = (request: ForwardedDecision) => Promise<ForwardedReply>;
+
+export interface StrictResponderOptions {
+  nc: NatsConnection;
+  region: string;
+  namespace?: string;
+  decide: ForwardedDecider;
+  registry?: Registry;
+  log?: { warn(obj: object, msg?: string): void };
+}
+
+export class StrictResponder {
+  readonly #options: StrictResponderOptions;
+  readonly #answered: Counter<'from' | 'outcome'> | undefined;
+  #subscription: Subscription | undefined;
+  #inFlight = new Set<Promise<void>>();
+
+  constructor(options: StrictResponderOptions) {
+    this.#options = options;
+    if (options.registry !== undefined) {
+      this.#answered = new Counter({
+        name: 'quotaplane_strict_requests_total',
+        help: 'Strict-mode decisions this home agent answered for other regions, by origin and outcome.',
+        labelNames: ['from', 'outcome'],
+        registers: [options.registry],
+      });
+    }
+  }
+
+  start(): void {
+    const { subject, queue } = strictSubject(
+      this.#options.namespace ?? DEFAULT_KV_NAMESPACE,
+      this.#options.region,
+    );
+    this.#subscription = this.#options.nc.subscribe(subject, {
+      queue,
+      callback: (error, msg) => {
+        if (error !== null) return;
+        const work = this.#handle(msg.data, (reply) => {
+          if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(reply));
+        });
+        this.#inFlight.add(work);
+        void work.finally(() => this.#inFlight.delete(work));
+      },
+    });
+  }
+
+  /** Leave the queue group (other home agents take over) and finish the requests already taken. */
+  async stop(): Promise<void> {
+    this.#subscription?.unsubscribe();
+    this.#subscription = undefined;
+    await Promise.allSettled([...this.#inFlight]);
+  }
+
+  async #handle(data: Uint8Array, respond: (reply: ForwardedReply) => void): Promise<void> {
+    let value: unknown;
+    try {
+      value = JSON.parse(new TextDecoder().decode(data));
+    } catch {
+      value = undefined;
+    }
+    const parsed = ForwardedDecision.safeParse(value);
+    if (!parsed.success) {
+      this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
+      respond(
+        error(
+          'invalid_request',
+          parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '),
+        ),
+      );
+      return;
+    }
+    const request = parsed.data;
+    try {
+      const reply = await this.#options.decide(request);
+      this.#answered?.inc({ from: request.fromRegion, outcome: 'error' in reply ? reply.error : 'ok' });
+      respond(reply);
+    } catch (err) {
+      this.#answered?.inc({ from: request.fromRegion, outcome: 'failed' });
+      this.#options.log?.warn({ err }, 'strict responder: deciding a forwarded request failed');
+      respond(error('failed', 'the home region could not decide'));
+    }
+  }
+}
+
+function error(code: ForwardErrorCode, message: string): ForwardedReply {
+  return { error: code, message: message.slice(0, 300) };
+}
