@@ -45,7 +45,11 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       metrics,
       ...(coordination === undefined
         ? {}
-        : { forwarder: coordination.forwarder, usage: coordination.usage, notReady: coordination.notReady }),
+        : {
+            forwarder: coordination.forwarder,
+            usage: coordination.usage,
+            notReady: () => coordination.notReady(),
+          }),
       onClose: async () => {
         await coordination?.close();
         await redis.quit().catch(() => redis.disconnect());
