@@ -577,8 +577,9 @@ export class DecisionService {
         deadlineAt - this.#deps.clock.now(),
       );
       let allowed = true;
+      run.replayed = remote.replayed === true;
       group.indexes.forEach((i, j) => {
-        const r = remote[j]!;
+        const r = remote.results[j]!;
         results[i] = r;
         fits[i] = r.retryAfterMs === 0;
         if (!r.allowed) allowed = false;

@@ -7,6 +7,11 @@ export interface ForwardCheck {
   cost: number;
 }
 
+export interface ForwardResult {
+  results: CheckResult[];
+  replayed?: boolean | undefined;
+}
+
 export interface ForwardRequest {
   checks: ForwardCheck[];
   idempotencyKey?: string | undefined;
@@ -20,8 +25,9 @@ export interface ForwardRequest {
  */
 export interface Forwarder {
   /**
-   * Decide all-or-nothing at `homeRegion` within `budgetMs`; results in the order of `request.checks`.
-   * Throws when the home region gives no answer in time (the policies' failure mode applies).
+   * Decide all-or-nothing at `homeRegion` within `budgetMs`; results in the order of `request.checks`, and
+   * whether the home answered from an idempotency record (a retry). Throws when the home region gives no answer
+   * in time (the policies' failure mode applies), or AGT_ERR_IDEMPOTENCY_CONFLICT.
    */
-  decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<CheckResult[]>;
+  decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<ForwardResult>;
 }

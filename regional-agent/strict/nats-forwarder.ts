@@ -5,10 +5,9 @@
  */
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Histogram, type Registry } from 'prom-client';
-import type { CheckResult } from '../../core/agent-wire.js';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import { ForwardedReply, strictSubject, type ForwardedDecision } from '../../core/wire/strict.js';
-import type { ForwardRequest, Forwarder } from '../decisions/forwarder.js';
+import type { ForwardRequest, ForwardResult, Forwarder } from '../decisions/forwarder.js';
 import { AgentErrors } from '../errors.js';
 
 /** The home region did not answer usefully; carries why, for logs and metrics. */
@@ -60,7 +59,7 @@ export class NatsForwarder implements Forwarder {
     }
   }
 
-  async decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<CheckResult[]> {
+  async decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<ForwardResult> {
     const { nc, region } = this.#options;
     const budget = Math.max(1, Math.floor(budgetMs));
     if (nc.isClosed() || nc.isDraining()) this.#fail(homeRegion, 'disconnected', 'not connected to NATS');
@@ -103,7 +102,7 @@ export class NatsForwarder implements Forwarder {
     }
     this.#decisions?.inc({ home: homeRegion, outcome: 'ok' });
     this.#seconds?.observe({ home: homeRegion }, (performance.now() - started) / 1000);
-    return reply.results;
+    return { results: reply.results, replayed: reply.replayed === true };
   }
 
   #fail(home: string, outcome: ForwardOutcome, message: string, cause?: unknown): never {

@@ -193,8 +193,8 @@ describe('strict mode: the Forwarder port', () => {
     const forwarder: Forwarder = {
       decide(home, request) {
         seen.push([home, request]);
-        return Promise.resolve(
-          request.checks.map((c): CheckResult => ({
+        return Promise.resolve({
+          results: request.checks.map((c): CheckResult => ({
             policy: c.policy,
             allowed: admit,
             remaining: admit ? 4 : 0,
@@ -203,7 +203,7 @@ describe('strict mode: the Forwarder port', () => {
             retryAfterMs: admit ? 0 : 2500,
             mode: 'strict',
           })),
-        );
+        });
       },
     };
     const { decision } = agent({ forwarder });
@@ -239,7 +239,7 @@ describe('strict mode: the Forwarder port', () => {
   });
 
   it('refuses checks homed in two different regions in one request', async () => {
-    const forwarder: Forwarder = { decide: () => Promise.resolve([]) };
+    const forwarder: Forwarder = { decide: () => Promise.resolve({ results: [] }) };
     const { decide } = agent({ forwarder });
     const r = await decide({
       checks: [

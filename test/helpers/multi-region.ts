@@ -1,0 +1,142 @@
+/**
+ * Whole agents (startAgent, HTTP included) in three regions with a coordinator, on real NATS and one Redis per
+ * region, in one test process: the deployment `npm start` runs, minus the process boundaries. Lease timing is
+ * compressed so failures play out in seconds.
+ */
+import { pino } from 'pino';
+import { protocolEngine } from '../../coordinator/protocol/protocol-engine.js';
+import { startCoordinator, type RunningCoordinator } from '../../coordinator/server.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import { startAgent, type RunningAgent } from '../../regional-agent/start.js';
+import type { NatsServer, RedisServer } from '../harness/backend.js';
+import { backend } from '../harness/fixtures.js';
+import { ADMIN_TOKEN, testConfig } from './coordinator-fixture.js';
+import { FAST_LEASE, FAST_REBALANCE } from './protocol-stack.js';
+
+export interface RegionAgent {
+  region: string;
+  running: RunningAgent;
+  url: string;
+}
+
+export interface MultiRegionOptions {
+  regions?: string[];
+  agentsPerRegion?: number;
+  /** Agent config overrides (deadline, …). */
+  agent?: Partial<Record<string, unknown>>;
+}
+
+export class MultiRegion implements AsyncDisposable {
+  readonly regions: string[];
+  readonly agents: RegionAgent[] = [];
+  nats!: NatsServer;
+  readonly redis = new Map<string, RedisServer>();
+  coordinator!: RunningCoordinator;
+  readonly namespace = `m${Math.random().toString(36).slice(2, 10)}`;
+  readonly #options: MultiRegionOptions;
+  #instance = 0;
+
+  constructor(options: MultiRegionOptions = {}) {
+    this.#options = options;
+    this.regions = options.regions ?? ['us', 'eu', 'ap'];
+  }
+
+  async start(): Promise<this> {
+    const b = backend();
+    this.nats = await b.startNats({ jetstream: true });
+    for (const region of this.regions) this.redis.set(region, await b.startRedis());
+    this.coordinator = await startCoordinator(
+      testConfig({ natsUrl: this.nats.url, regions: this.regions, namespace: this.namespace }),
+      { engine: protocolEngine({ lease: FAST_LEASE, rebalance: FAST_REBALANCE }) },
+    );
+    for (const region of this.regions) {
+      for (let i = 0; i < (this.#options.agentsPerRegion ?? 2); i++) await this.startAgent(region);
+    }
+    return this;
+  }
+
+  async startAgent(region: string): Promise<RegionAgent> {
+    const redis = this.redis.get(region)!;
+    const config = AgentConfig.parse({
+      region,
+      redisUrl: redis.url,
+      natsUrl: [this.nats.url],
+      kvNamespace: this.namespace,
+      instance: `${region}-${++this.#instance}`,
+      port: 0,
+      logLevel: 'silent',
+      ...this.#options.agent,
+    });
+    const running = await startAgent(config, pino({ level: 'silent' }));
+    const agent = { region, running, url: running.url };
+    this.agents.push(agent);
+    return agent;
+  }
+
+  async stopAgent(agent: RegionAgent): Promise<void> {
+    this.agents.splice(this.agents.indexOf(agent), 1);
+    await agent.running.agent.close();
+  }
+
+  inRegion(region: string): RegionAgent[] {
+    return this.agents.filter((a) => a.region === region);
+  }
+
+  async admin(method: string, path: string, body?: unknown): Promise<Response> {
+    return fetch(`${this.coordinator.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  }
+
+  async putPolicy(name: string, body: Record<string, unknown>): Promise<void> {
+    const res = await this.admin('PUT', `/v1/policies/${name}`, body);
+    if (res.status >= 300) throw new Error(`PUT ${name}: ${res.status} ${await res.text()}`);
+  }
+
+  /** Wait until every agent is ready and knows `policies`. */
+  async ready(policies: string[], timeoutMs = 15_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (const a of this.agents) {
+      for (;;) {
+        const res = await fetch(`${a.url}/readyz`).catch(() => undefined);
+        const known = policies.every(
+          (p) => a.running.agent.service !== undefined && a.running.coordination?.policies.current().has(p),
+        );
+        if (res?.status === 200 && known) break;
+        if (Date.now() > deadline)
+          throw new Error(`agent ${a.region} ${a.url} not ready (status ${res?.status})`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    for (const a of [...this.agents]) await a.running.agent.close().catch(() => undefined);
+    await this.coordinator?.stop().catch(() => undefined);
+    for (const r of this.redis.values()) await r[Symbol.asyncDispose]();
+    await this.nats?.[Symbol.asyncDispose]();
+  }
+}
+
+/** POST /v1/decisions and parse the answer. */
+export async function decide(
+  url: string,
+  body: unknown,
+): Promise<{
+  status: number;
+  body: {
+    allowed?: boolean;
+    results?: { reason?: string; allowed: boolean }[];
+    replayed?: boolean;
+    code?: string;
+  };
+}> {
+  const res = await fetch(`${url}/v1/decisions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as never };
+}
