@@ -82,7 +82,7 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
       policy: 'refunds',
       subject: 'acct-2',
       dryRun: true,
-    } as never);
+    });
     expect(probe.body.results![0]!.allowed).toBe(true);
     const conflict = await decide(eu.url, { ...body, checks: [{ policy: 'refunds', subject: 'acct-2' }] });
     expect(conflict.status).toBe(409);
