@@ -10,7 +10,13 @@
 import type { Policy } from '../../core/policy.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
-import { equalShares, nextShares, shareFloor } from '../../core/rebalance/target.js';
+import {
+  equalShares,
+  idealShares,
+  nextShares,
+  shareFloor,
+  targetMoving,
+} from '../../core/rebalance/target.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import type { Fault } from '../scenario.js';
 import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
@@ -21,6 +27,17 @@ export interface NaiveOptions {
   rebalance: RebalanceSettings;
   reportIntervalMs: number;
   agentsPerRegion: number;
+}
+
+/** The coordinator's memory (lost in a crash but for `#persisted`). */
+interface NaiveCoordinator {
+  shares: number[];
+  epoch: number;
+  /** A rebalance is under way (the rebalancer's two thresholds). */
+  moving: boolean;
+  /** The target of the last round, to tell whether it is still moving. */
+  lastIdeal: number[] | undefined;
+  demand: DemandTracker<string>;
 }
 
 interface NaiveAgent {
@@ -44,8 +61,7 @@ export class NaiveControlPlane {
   readonly #endUs: number;
   /** What survives a coordinator crash (its KV record). */
   #persisted: { shares: number[]; epoch: number };
-  #coordinator:
-    { shares: number[]; epoch: number; moving: boolean; demand: DemandTracker<string> } | undefined;
+  #coordinator: NaiveCoordinator | undefined;
   #incarnation = 0;
 
   constructor(ctx: StrategyContext, options: NaiveOptions) {
@@ -118,6 +134,7 @@ export class NaiveControlPlane {
       shares: [...this.#persisted.shares],
       epoch: this.#persisted.epoch,
       moving: false,
+      lastIdeal: undefined,
       demand: new DemandTracker(this.#options.rebalance.demandHalfLifeMs),
     };
     const ctx = this.#ctx;
@@ -137,7 +154,10 @@ export class NaiveControlPlane {
     const nowMs = ctx.now() / 1000;
     const demand = c.demand.sumByTag(nowMs, new Array<number>(ctx.regions.length).fill(0));
     const next = nextShares(c.shares, demand, this.#floor, this.#options.rebalance, c.moving);
-    c.moving = next !== undefined;
+    // The engine's rule (coordinator-engine.ts, a round): a rebalance keeps going while its target still moves.
+    const ideal = idealShares(demand, this.#floor);
+    c.moving = next !== undefined || (c.moving && targetMoving(ideal, c.lastIdeal, this.#options.rebalance));
+    c.lastIdeal = ideal;
     if (next !== undefined) {
       c.shares = next;
       c.epoch++;
