@@ -122,6 +122,7 @@ export class Stack {
     const { say, runner } = this.#deps;
     const base = baseEnv(this.#deps.env, this.stackId);
 
+    say(`stack ${this.stackId}: logs in ${this.dataDir}/logs`);
     say(`starting NATS and Redis (${runner.description})`);
     const serverDir = (name: string) => {
       const dir = join(this.dataDir, name);

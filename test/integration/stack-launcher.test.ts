@@ -1,0 +1,389 @@
+/**
+ * `npm start` as a user runs it: `scripts/stack.ts` as a child process on alternative ports (every port moved by
+ * its variable), real redis-server and nats-server from PATH, the real coordinator and agents. Decisions go
+ * through each region's agent, a budget PATCH through the admin API reaches every agent, and SIGTERM leaves no
+ * process and no port behind. Failures: a process dying, a signal during the start, a taken port, no servers,
+ * a bad environment.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Cluster, Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import { freePort } from '../harness/ports.js';
+import type { StackState } from '../../scripts/stack/launcher.js';
+import { isPortFree } from '../../scripts/stack/ports.js';
+import { STACK_ID_VAR } from '../../scripts/stack/services.js';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const ADMIN_TOKEN = 'stack-admin-token-0123456789';
+
+interface Run {
+  readonly pid: number;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  output(): string;
+  signal(signal: NodeJS.Signals): void;
+}
+
+const runs: Run[] = [];
+const dirs: string[] = [];
+
+function launch(env: Record<string, string>): Run {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/stack.ts'], {
+    cwd: ROOT,
+    env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '/root', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  const run: Run = { pid: child.pid!, exited, output: () => out, signal: (s) => child.kill(s) };
+  runs.push(run);
+  return run;
+}
+
+// A test that failed half-way must not leave a stack running for the next one.
+afterEach(async () => {
+  for (const run of runs.splice(0)) {
+    run.signal('SIGTERM');
+    await run.exited;
+  }
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function scratch(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'qp-stack-test-'));
+  dirs.push(dir);
+  return dir;
+}
+
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function eventually(probe: () => Promise<boolean> | boolean, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Every port the launcher may use, moved off the defaults; the eu region on a cluster picked by the launcher. */
+async function stackEnv(dir: string): Promise<Record<string, string>> {
+  const names = [
+    'QP_STACK_COORDINATOR_PORT',
+    'QP_STACK_US_PORT',
+    'QP_STACK_EU_PORT',
+    'QP_STACK_AP_PORT',
+    'QP_STACK_NATS_PORT',
+    'QP_STACK_US_REDIS_PORT',
+    'QP_STACK_AP_REDIS_PORT',
+  ];
+  const env: Record<string, string> = {
+    QP_STACK_EU_REDIS_PORT: '0',
+    QP_STACK_CLUSTER_REGIONS: 'eu',
+    QP_STACK_SERVERS: 'binaries',
+    QP_STACK_STATE_FILE: join(dir, 'state.json'),
+    QP_ADMIN_TOKEN: ADMIN_TOKEN,
+  };
+  const ports = new Set<number>();
+  for (const name of names) {
+    let port = await freePort();
+    while (ports.has(port)) port = await freePort();
+    ports.add(port);
+    env[name] = String(port);
+  }
+  return env;
+}
+
+/** Resolves with the state file once the stack is ready; rejects if the launcher exits first. */
+async function ready(run: Run, stateFile: string): Promise<StackState> {
+  let exit: { code: number | null } | undefined;
+  void run.exited.then((e) => (exit = e));
+  await eventually(
+    () => {
+      if (exit !== undefined) throw new Error(`the launcher exited (${exit.code}):\n${run.output()}`);
+      return existsSync(stateFile);
+    },
+    150_000,
+    'the stack becomes ready',
+  );
+  return JSON.parse(readFileSync(stateFile, 'utf8')) as StackState;
+}
+
+function portsOf(state: StackState): number[] {
+  const port = (url: string) => Number(new URL(url.replace(/^cluster /, 'redis://').split(',')[0]!).port);
+  const out = [port(state.coordinator), port(state.nats), ...Object.values(state.agents).map(port)];
+  for (const target of Object.values(state.redis)) {
+    if (target.startsWith('cluster ')) {
+      for (const node of target.slice('cluster '.length).split(',')) {
+        const p = Number(node.split(':')[1]);
+        out.push(p, p + 10_000);
+      }
+    } else out.push(port(target));
+  }
+  return out;
+}
+
+/**
+ * Running processes that carry the stack's id in their environment. Redis rewrites its own environment for its
+ * process title, so Redis servers are found by their ports (and by the pids in the state file) instead.
+ */
+function carryingId(stackId: string): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const environ = readFileSync(`/proc/${entry}/environ`, 'latin1');
+      if (environ.split('\0').includes(`${STACK_ID_VAR}=${stackId}`))
+        found.push(`pid ${entry} (by its environment)`);
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return found;
+}
+
+/** Processes still running that the launcher started: by the id in their environment, and by the pids it listed. */
+function leftovers(state: StackState): string[] {
+  const found = carryingId(state.stackId);
+  for (const p of state.processes) {
+    if (p.pid === undefined) continue;
+    try {
+      process.kill(p.pid, 0);
+      found.push(`${p.name} pid ${p.pid}`);
+    } catch {
+      // ESRCH: gone
+    }
+  }
+  return found;
+}
+
+async function takenOf(ports: readonly number[]): Promise<number[]> {
+  const free = await Promise.all(ports.map((p) => isPortFree('127.0.0.1', p)));
+  return ports.filter((_, i) => !free[i]);
+}
+
+interface Decision {
+  allowed: boolean;
+  results: { limit: number; remaining: number; mode: string }[];
+}
+
+async function decide(agent: string, subject: string, dryRun = false): Promise<Decision> {
+  const r = await fetch(`${agent}/v1/decisions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ policy: 'demo', subject, dryRun }),
+  });
+  expect(r.status).toBe(200);
+  return (await r.json()) as Decision;
+}
+
+describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
+  it('runs three regions, seeds the demo policy, serves decisions and budget changes, and stops clean on SIGTERM', async () => {
+    const dir = scratch();
+    const env = await stackEnv(dir);
+    const run = launch(env);
+    const state = await ready(run, env['QP_STACK_STATE_FILE']!);
+
+    expect(state.servers).toBe('binaries');
+    expect(state.coordinator).toBe(`http://127.0.0.1:${env['QP_STACK_COORDINATOR_PORT']}`);
+    expect(state.agents).toEqual({
+      us: `http://127.0.0.1:${env['QP_STACK_US_PORT']}`,
+      eu: `http://127.0.0.1:${env['QP_STACK_EU_PORT']}`,
+      ap: `http://127.0.0.1:${env['QP_STACK_AP_PORT']}`,
+    });
+    expect(state.redis['us']).toBe(`redis://127.0.0.1:${env['QP_STACK_US_REDIS_PORT']}`);
+    expect(state.redis['eu']).toMatch(/^cluster 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+$/);
+    expect(state.processes.map((p) => p.name)).toEqual([
+      'nats',
+      'redis us',
+      'redis eu node 1',
+      'redis eu node 2',
+      'redis eu node 3',
+      'redis ap',
+      'coordinator',
+      'agent us',
+      'agent eu',
+      'agent ap',
+    ]);
+
+    // The banner prints the endpoints, the given admin token and a generated read token.
+    const out = run.output();
+    expect(out).toContain('quotaplane stack is ready');
+    expect(out).toContain(`${ADMIN_TOKEN}   (from QP_ADMIN_TOKEN)`);
+    const readToken = /read token\s+(\S+)\s+\(generated\)/.exec(out)?.[1];
+    expect(readToken).toMatch(/^[0-9a-f]{48}$/);
+    expect(out).toContain('"demo": capacity 90, refill 1.5/s, shared by 3 regions');
+
+    // Each region admits with its third of the demo budget (90 / 3), from its own Redis.
+    const subject = (region: string) => `stack-${region}-${state.stackId}`;
+    for (const [region, agent] of Object.entries(state.agents)) {
+      const d = await decide(agent, subject(region));
+      expect(d.allowed).toBe(true);
+      expect(d.results[0]).toMatchObject({ limit: 30, remaining: 29, mode: 'regional' });
+    }
+    const us = new Redis(state.redis['us']!);
+    const eu = new Cluster(
+      state.redis['eu']!.slice('cluster '.length)
+        .split(',')
+        .map((n) => ({ host: '127.0.0.1', port: Number(n.split(':')[1]) })),
+    );
+    try {
+      expect(await us.exists(`rl:v1:{${subject('us')}}:demo`)).toBe(1);
+      expect(await us.exists(`rl:v1:{${subject('eu')}}:demo`)).toBe(0);
+      expect(await eu.exists(`rl:v1:{${subject('eu')}}:demo`)).toBe(1);
+    } finally {
+      us.disconnect();
+      eu.disconnect();
+    }
+
+    const allocations = await fetch(`${state.coordinator}/v1/allocations`, {
+      headers: { authorization: `Bearer ${readToken}` },
+    });
+    expect(allocations.status).toBe(200);
+    const shares = (
+      (await allocations.json()) as { policies: { policy: string; shares: Record<string, number> }[] }
+    ).policies.find((p) => p.policy === 'demo')!.shares;
+    expect(Object.keys(shares).sort()).toEqual(['ap', 'eu', 'us']);
+    expect(Object.values(shares).reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(1 + 1e-9);
+
+    // A budget change through the admin API reaches every region: twice the capacity, twice each limit. The
+    // agents are asked with dry runs, which report no demand, so the shares stay where they are meanwhile.
+    const patch = await fetch(`${state.coordinator}/v1/policies/demo/budget`, {
+      method: 'PATCH',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ capacity: 180 }),
+    });
+    expect(patch.status).toBe(200);
+    expect(((await patch.json()) as { capacity: number }).capacity).toBe(180);
+    for (const agent of Object.values(state.agents)) {
+      await eventually(
+        async () => (await decide(agent, `stack-after-${state.stackId}`, true)).results[0]!.limit === 60,
+        20_000,
+        `${agent} enforces the new budget`,
+      );
+    }
+
+    run.signal('SIGTERM');
+    const exit = await within(run.exited, 90_000, 'the launcher exits after SIGTERM');
+    expect(exit.code).toBe(0);
+    expect(run.output()).toContain('SIGTERM: stopping the stack');
+    expect(run.output()).toContain('stack stopped');
+    expect(leftovers(state)).toEqual([]);
+    expect(await takenOf(portsOf(state))).toEqual([]);
+    expect(existsSync(state.dataDir)).toBe(false);
+    expect(existsSync(env['QP_STACK_STATE_FILE']!)).toBe(false);
+  });
+
+  it('stops everything and exits 1 when one of its processes dies, keeping the logs', async () => {
+    const dir = scratch();
+    const env = await stackEnv(dir);
+    const run = launch(env);
+    const state = await ready(run, env['QP_STACK_STATE_FILE']!);
+    dirs.push(state.dataDir);
+    const ap = state.processes.find((p) => p.name === 'agent ap')!;
+    process.kill(ap.pid!, 'SIGKILL');
+
+    const exit = await within(run.exited, 90_000, 'the launcher exits after a process died');
+    expect(exit.code).toBe(1);
+    expect(run.output()).toContain('agent ap exited unexpectedly (signal SIGKILL)');
+    expect(run.output()).toContain(`logs kept in ${state.dataDir}/logs`);
+    expect(existsSync(join(state.dataDir, 'logs', 'agent-ap.log'))).toBe(true);
+    expect(leftovers(state)).toEqual([]);
+    expect(await takenOf(portsOf(state))).toEqual([]);
+  });
+
+  it('stops what it started when SIGTERM comes during the start', async () => {
+    const dir = scratch();
+    // Every port fixed (no cluster picked by the launcher), so every server can be checked gone by its port.
+    const env = {
+      ...(await stackEnv(dir)),
+      QP_STACK_CLUSTER_REGIONS: '',
+      QP_STACK_EU_REDIS_PORT: String(await freePort()),
+    };
+    const run = launch(env);
+    await eventually(
+      () => run.output().includes('starting the coordinator'),
+      60_000,
+      'the coordinator starts',
+    );
+    const stackId = /^stack ([0-9a-f]+): logs in (\S+)\/logs$/m.exec(run.output());
+    expect(stackId).not.toBeNull();
+    expect(carryingId(stackId![1]!).length).toBeGreaterThanOrEqual(2);
+    run.signal('SIGTERM');
+    const exit = await within(run.exited, 60_000, 'the launcher exits');
+    expect(exit.code).toBe(0);
+    expect(run.output()).not.toContain('quotaplane stack is ready');
+    const fixed = Object.entries(env)
+      .filter(([k]) => k.endsWith('_PORT'))
+      .map(([, v]) => Number(v));
+    expect(fixed).toHaveLength(8);
+    expect(await takenOf(fixed)).toEqual([]);
+    expect(carryingId(stackId![1]!)).toEqual([]);
+    expect(existsSync(stackId![2]!)).toBe(false);
+  });
+
+  it('names a taken port and the variable that moves it, and starts nothing', async () => {
+    const dir = scratch();
+    const env = await stackEnv(dir);
+    const blocker: Server = createServer();
+    const port = Number(env['QP_STACK_US_PORT']);
+    await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve));
+    try {
+      const run = launch(env);
+      const exit = await within(run.exited, 60_000, 'the launcher exits');
+      expect(exit.code).toBe(2);
+      expect(run.output()).toContain(
+        `port ${port} (agent us) is already in use; set QP_STACK_US_PORT to another port`,
+      );
+      expect(run.output()).not.toContain('starting');
+      const others = ['QP_STACK_NATS_PORT', 'QP_STACK_COORDINATOR_PORT', 'QP_STACK_AP_REDIS_PORT'].map((k) =>
+        Number(env[k]),
+      );
+      expect(await takenOf(others)).toEqual([]);
+    } finally {
+      await new Promise((resolve) => blocker.close(resolve));
+    }
+  });
+
+  it('says what to install when neither the servers nor Docker are there', async () => {
+    const dir = scratch();
+    const env = await stackEnv(dir);
+    const run = launch({ ...env, QP_STACK_SERVERS: 'auto', PATH: dir });
+    const exit = await within(run.exited, 60_000, 'the launcher exits');
+    expect(exit.code).toBe(2);
+    const out = run.output();
+    expect(out).toContain('redis-server is not on PATH');
+    expect(out).toContain('nats-server is not on PATH');
+    expect(out).toContain('docker is not on PATH');
+    expect(out).toContain('apt-get install -y redis-server nats-server');
+    expect(out).not.toContain('starting');
+  });
+
+  it('lists every problem of a bad environment and exits 2', async () => {
+    const run = launch({ QP_STACK_US_PORT: 'x', QP_ADMIN_TOKEN: 'short', QP_AGENT_REGION: 'eu' });
+    const exit = await within(run.exited, 60_000, 'the launcher exits');
+    expect(exit.code).toBe(2);
+    const out = run.output();
+    expect(out).toContain('invalid stack configuration');
+    expect(out).toContain('QP_STACK_US_PORT: ports are integers 0-65535');
+    expect(out).toContain('QP_ADMIN_TOKEN: tokens must be at least 16 characters');
+    expect(out).toContain('QP_AGENT_REGION: the launcher sets QP_REGION itself');
+    expect(out).not.toContain('short');
+  });
+});
