@@ -3,6 +3,7 @@ import type { BenchSuite } from './lib.js';
 import { simSuite } from './sim.bench.js';
 import { rebalanceSuite } from './rebalance.bench.js';
 import { storeSuite } from './store.bench.js';
+import { strictSuite } from './strict.bench.js';
 
 /** Every benchmark suite, in the order `npm run bench` runs them. */
-export const suites: BenchSuite[] = [storeSuite, simSuite, rebalanceSuite, httpSuite];
+export const suites: BenchSuite[] = [storeSuite, httpSuite, simSuite, rebalanceSuite, strictSuite];
