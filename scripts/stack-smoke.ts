@@ -63,23 +63,23 @@ async function main(): Promise<void> {
   const capacity = Number(seed.policy['capacity']);
   say(`ok  demo policy ${seed.created ? 'created' : 'present'}: capacity ${capacity}`);
 
+  // Dry runs report no demand, so the shares stay put while the test looks and while the change propagates;
+  // real decisions come last.
+  const probe = async (url: string) => (await decide(url, `smoke-probe-${run}`, true))?.results[0]?.limit;
   const before = new Map<string, number>();
   for (const { region, url } of agents) {
     await until(() => readyz(url), timeoutMs, `agent ${region} ${url} never became ready`);
-    let decision: Decision | undefined;
+    let limit: number | undefined;
     await until(
-      async () => (decision = await decide(url, `smoke-${region}-${run}`, false)) !== undefined,
+      async () => (limit = await probe(url)) !== undefined,
       timeoutMs,
       `agent ${region} never decided on the demo policy`,
     );
-    const result = decision!.results[0]!;
-    if (!decision!.allowed)
-      throw new Error(`agent ${region} denied a first request: ${JSON.stringify(decision)}`);
-    if (!(result.limit > 0 && result.limit <= capacity)) {
-      throw new Error(`agent ${region} enforces limit ${result.limit}, outside (0, ${capacity}]`);
+    if (!(limit! > 0 && limit! <= capacity)) {
+      throw new Error(`agent ${region} enforces limit ${limit}, outside (0, ${capacity}]`);
     }
-    before.set(region, result.limit);
-    say(`ok  agent ${region} at ${url}: allowed, limit ${result.limit}, remaining ${result.remaining}`);
+    before.set(region, limit!);
+    say(`ok  agent ${region} at ${url}: ready, enforces limit ${limit} of ${capacity}`);
   }
   const sum = [...before.values()].reduce((a, b) => a + b, 0);
   if (sum > capacity + 1e-6) throw new Error(`regions enforce ${sum} together, above the budget ${capacity}`);
@@ -93,20 +93,27 @@ async function main(): Promise<void> {
   });
   if (patch.status !== 200) throw new Error(`budget PATCH answered ${patch.status}: ${await patch.text()}`);
   say(`ok  budget PATCH: capacity ${capacity} -> ${capacity * 2}`);
-
-  // Dry runs report no demand, so the shares stay put while the new budget propagates.
   for (const { region, url } of agents) {
     const want = 2 * before.get(region)!;
-    let seen = 0;
+    let seen: number | undefined;
     await until(
       async () => {
-        seen = (await decide(url, `smoke-after-${run}`, true))?.results[0]?.limit ?? 0;
-        return Math.abs(seen - want) <= 1;
+        seen = await probe(url);
+        return seen !== undefined && Math.abs(seen - want) <= 1;
       },
       30_000,
       `agent ${region} never enforced the new budget (limit ${seen}, expected ${want})`,
     );
     say(`ok  agent ${region} enforces limit ${seen} after the change`);
+  }
+
+  for (const { region, url } of agents) {
+    const decision = await decide(url, `smoke-${region}-${run}`, false);
+    const result = decision?.results[0];
+    if (decision?.allowed !== true || result === undefined) {
+      throw new Error(`agent ${region} did not admit a first request: ${JSON.stringify(decision)}`);
+    }
+    say(`ok  agent ${region}: a decision, allowed, remaining ${result.remaining} of ${result.limit}`);
   }
   say('smoke test passed');
 }

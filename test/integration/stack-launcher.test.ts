@@ -30,8 +30,18 @@ interface Run {
 const runs: Run[] = [];
 const dirs: string[] = [];
 
+/**
+ * The launcher runs niced (its children inherit it): four services compiling and starting at once would
+ * otherwise take the machine's two cores from tests with tight deadlines running beside this file.
+ */
+const NICE = existsSync('/usr/bin/nice') ? ['/usr/bin/nice', '-n', '10'] : [];
+
 function launch(env: Record<string, string>): Run {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/stack.ts'], {
+  const [command, ...args] = [...NICE, process.execPath, '--import', 'tsx', 'scripts/stack.ts'] as [
+    string,
+    ...string[],
+  ];
+  const child = spawn(command, args, {
     cwd: ROOT,
     env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '/root', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -230,13 +240,52 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     expect(readToken).toMatch(/^[0-9a-f]{48}$/);
     expect(out).toContain('"demo": capacity 90, refill 1.5/s, shared by 3 regions');
 
-    // Each region admits with its third of the demo budget (90 / 3), from its own Redis.
+    // Before any traffic the budget is split evenly: each region enforces a third of 90. Dry runs report no
+    // demand, so the shares stay where they are while the test looks.
+    const probe = (agent: string) => decide(agent, `stack-probe-${state.stackId}`, true);
+    for (const agent of Object.values(state.agents)) {
+      expect((await probe(agent)).results[0]).toMatchObject({ limit: 30, remaining: 29, mode: 'regional' });
+    }
+    const allocations = await fetch(`${state.coordinator}/v1/allocations`, {
+      headers: { authorization: `Bearer ${readToken}` },
+    });
+    expect(allocations.status).toBe(200);
+    const shares = (
+      (await allocations.json()) as { policies: { policy: string; shares: Record<string, number> }[] }
+    ).policies.find((p) => p.policy === 'demo')!.shares;
+    expect(Object.keys(shares).sort()).toEqual(['ap', 'eu', 'us']);
+    for (const share of Object.values(shares)) expect(share).toBeCloseTo(1 / 3, 9);
+
+    // A budget change through the admin API reaches every region: twice the capacity, twice each limit.
+    const patch = await fetch(`${state.coordinator}/v1/policies/demo/budget`, {
+      method: 'PATCH',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ capacity: 180 }),
+    });
+    expect(patch.status).toBe(200);
+    expect(((await patch.json()) as { capacity: number }).capacity).toBe(180);
+    for (const agent of Object.values(state.agents)) {
+      await eventually(
+        async () => (await probe(agent)).results[0]!.limit === 60,
+        30_000,
+        `${agent} enforces the new budget`,
+      );
+    }
+
+    // A decision through each region's agent, charged to that region's own Redis (eu's is the cluster). Shares
+    // may start to follow this demand, so only what holds whatever they do is asserted.
     const subject = (region: string) => `stack-${region}-${state.stackId}`;
+    let sum = 0;
     for (const [region, agent] of Object.entries(state.agents)) {
       const d = await decide(agent, subject(region));
+      const r = d.results[0]!;
       expect(d.allowed).toBe(true);
-      expect(d.results[0]).toMatchObject({ limit: 30, remaining: 29, mode: 'regional' });
+      expect(r.mode).toBe('regional');
+      expect(r.limit).toBeGreaterThan(0);
+      expect(r.remaining).toBeCloseTo(r.limit - 1, 6);
+      sum += r.limit;
     }
+    expect(sum).toBeLessThanOrEqual(180 + 1e-6);
     const us = new Redis(state.redis['us']!);
     const eu = new Cluster(
       state.redis['eu']!.slice('cluster '.length)
@@ -247,36 +296,10 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       expect(await us.exists(`rl:v1:{${subject('us')}}:demo`)).toBe(1);
       expect(await us.exists(`rl:v1:{${subject('eu')}}:demo`)).toBe(0);
       expect(await eu.exists(`rl:v1:{${subject('eu')}}:demo`)).toBe(1);
+      expect(await eu.exists(`rl:v1:{${subject('us')}}:demo`)).toBe(0);
     } finally {
       us.disconnect();
       eu.disconnect();
-    }
-
-    const allocations = await fetch(`${state.coordinator}/v1/allocations`, {
-      headers: { authorization: `Bearer ${readToken}` },
-    });
-    expect(allocations.status).toBe(200);
-    const shares = (
-      (await allocations.json()) as { policies: { policy: string; shares: Record<string, number> }[] }
-    ).policies.find((p) => p.policy === 'demo')!.shares;
-    expect(Object.keys(shares).sort()).toEqual(['ap', 'eu', 'us']);
-    expect(Object.values(shares).reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(1 + 1e-9);
-
-    // A budget change through the admin API reaches every region: twice the capacity, twice each limit. The
-    // agents are asked with dry runs, which report no demand, so the shares stay where they are meanwhile.
-    const patch = await fetch(`${state.coordinator}/v1/policies/demo/budget`, {
-      method: 'PATCH',
-      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ capacity: 180 }),
-    });
-    expect(patch.status).toBe(200);
-    expect(((await patch.json()) as { capacity: number }).capacity).toBe(180);
-    for (const agent of Object.values(state.agents)) {
-      await eventually(
-        async () => (await decide(agent, `stack-after-${state.stackId}`, true)).results[0]!.limit === 60,
-        20_000,
-        `${agent} enforces the new budget`,
-      );
     }
 
     run.signal('SIGTERM');
