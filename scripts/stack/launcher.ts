@@ -127,6 +127,9 @@ export class Stack {
     const serverDir = (name: string) => {
       const dir = join(this.dataDir, name);
       mkdirSync(dir, { recursive: true });
+      // Redis keeps no data here (no snapshots), so a cluster is formed afresh every time; a kept directory's
+      // cluster file would name the nodes' earlier ports.
+      rmSync(join(dir, 'nodes.conf'), { force: true });
       return dir;
     };
     const spec = (name: string, port: number) => ({
