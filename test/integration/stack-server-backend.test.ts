@@ -4,6 +4,7 @@
  * start brings it back on the same port (JetStream data kept), and a cluster serves every slot.
  */
 import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
@@ -27,8 +28,17 @@ async function runsAsSelected(port: number, before: readonly string[]): Promise<
     const after = await harnessContainers();
     expect(after.filter((id) => !before.includes(id)).length).toBeGreaterThanOrEqual(1);
   } else {
-    const { stdout } = await exec('ss', ['-ltnH', `sport = :${port}`]);
-    expect(stdout).toContain(`127.0.0.1:${port}`);
+    // A local redis-server titles itself "redis-server 127.0.0.1:<port>".
+    const titles = readdirSync('/proc')
+      .filter((e) => /^\d+$/.test(e))
+      .map((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+        } catch {
+          return '';
+        }
+      });
+    expect(titles.some((t) => t.startsWith(`redis-server 127.0.0.1:${port}`))).toBe(true);
   }
 }
 
