@@ -34,13 +34,11 @@ const dirs: string[] = [];
  * The launcher runs niced (its children inherit it): four services compiling and starting at once would
  * otherwise take the machine's two cores from tests with tight deadlines running beside this file.
  */
-const NICE = existsSync('/usr/bin/nice') ? ['/usr/bin/nice', '-n', '10'] : [];
+const NICE = existsSync('/usr/bin/nice');
 
 function launch(env: Record<string, string>): Run {
-  const [command, ...args] = [...NICE, process.execPath, '--import', 'tsx', 'scripts/stack.ts'] as [
-    string,
-    ...string[],
-  ];
+  const command = NICE ? '/usr/bin/nice' : process.execPath;
+  const args = [...(NICE ? ['-n', '10', process.execPath] : []), '--import', 'tsx', 'scripts/stack.ts'];
   const child = spawn(command, args, {
     cwd: ROOT,
     env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '/root', ...env },
