@@ -51,8 +51,9 @@ export async function connectCoordination(
   const namespace = config.kvNamespace;
   const registry = metrics.registry;
   const policies = new KvPolicySource(nc, { namespace, registry, log });
-  const usage = new UsageRecorder(systemClock.now());
-  const holder = new LeaseHolder({
+  // The records say which subjects to report every interval (override candidates): the lease knows them.
+  const usage = new UsageRecorder(systemClock.now(), { watched: (policy) => holder.lease.watched(policy) });
+  const holder: LeaseHolder = new LeaseHolder({
     nc,
     region: config.region,
     instance: config.instance ?? `${hostname()}:${config.port}`,

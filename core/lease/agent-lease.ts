@@ -51,6 +51,7 @@ interface History {
 }
 
 const SEP = '\u0000';
+const EMPTY: ReadonlySet<string> = new Set();
 
 export class AgentLease implements ShareView {
   readonly region: string;
@@ -85,6 +86,7 @@ export class AgentLease implements ShareView {
   #onInForce: ((change: InForceChange) => void) | undefined;
   readonly #lastInForce = new Map<string, number>();
   #mode: LeaseMode = 'none';
+  readonly #watchCache = new WeakMap<AllocationRecord, ReadonlySet<string>>();
 
   constructor(options: AgentLeaseOptions) {
     this.region = options.region;
@@ -230,6 +232,18 @@ export class AgentLease implements ShareView {
   poll(): void {
     this.#observeMode(this.#clock.now());
     if (this.#onInForce !== undefined) this.#emitAll();
+  }
+
+  /** Subjects the record of `policy` asks this agent to report every interval (empty when none). */
+  watched(policy: string): ReadonlySet<string> {
+    const entry = this.#records.get(policy);
+    if (entry === undefined || entry.record.watch === undefined) return EMPTY;
+    let set = this.#watchCache.get(entry.record);
+    if (set === undefined) {
+      set = new Set(entry.record.watch);
+      this.#watchCache.set(entry.record, set);
+    }
+    return set;
   }
 
   /** Policies with a record. */

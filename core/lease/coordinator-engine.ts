@@ -22,7 +22,8 @@ import {
   RebalanceSettings,
   type RebalanceSettingsInput,
 } from '../rebalance/settings.js';
-import { idealShares, nextShares, shareFloor, targetMoving } from '../rebalance/target.js';
+import { idealShares, idealSharesWithin, shareFloor, stepToward, targetMoving } from '../rebalance/target.js';
+import { MAX_WATCHED_PER_POLICY } from '../wire/protocol.js';
 import type {
   Ack,
   AgentRegistration,
@@ -37,6 +38,8 @@ import { defaultLeaseSettings, LeaseSettings, type LeaseSettingsInput } from './
 
 /** Shares closer than this are equal. */
 const EPSILON = 1e-9;
+/** A subject's demand is smoothed over this many times a policy's half-life. */
+const SUBJECT_SMOOTHING = 3;
 /** Subjects tracked per policy for overrides, per override slot. */
 const SUBJECTS_PER_OVERRIDE_SLOT = 4;
 
@@ -118,7 +121,17 @@ interface PolicyState {
   unwrittenShrinks: { seq: number; regions: number[] }[];
   demand: DemandTracker<string>;
   subjects: Map<string, SubjectDemand>;
+  /** Subjects agents are asked to report every interval (written in the record). */
+  watch: string[];
+  /** When each watched subject joined the list: it needs a full report round before it can get an override. */
+  watchedSince: Map<string, number>;
   updatedAt: number;
+}
+
+function maxGap(a: readonly number[], b: readonly number[]): number {
+  let gap = 0;
+  for (let i = 0; i < a.length; i++) gap = Math.max(gap, Math.abs(a[i]! - b[i]!));
+  return gap;
 }
 
 /** Allocation of one policy, as the admin API shows it. */
@@ -405,8 +418,15 @@ export class CoordinatorEngine {
       const state = this.#policies.get(u.policy);
       if (state === undefined) continue;
       state.demand.observe(key, u.requested, message.intervalMs, now, region);
-      for (const c of u.constrained)
+      for (const c of u.constrained) {
         this.#observeSubject(state, key, region, c.subject, c.requested, c.denied, message.intervalMs, now);
+      }
+      // Watched subjects come with their demand here even when they were not constrained (zero included).
+      const constrained = new Set(u.constrained.map((c) => c.subject));
+      for (const w of u.watched ?? []) {
+        if (constrained.has(w.subject) || !state.watchedSince.has(w.subject)) continue;
+        this.#observeSubject(state, key, region, w.subject, w.requested, w.denied, message.intervalMs, now);
+      }
     }
   }
 
@@ -528,11 +548,13 @@ export class CoordinatorEngine {
     } else {
       const entry = subject === undefined ? undefined : state.subjects.get(subject);
       if (subject !== undefined && entry === undefined) return;
-      const demand = entry === undefined ? this.#regionDemand(state, now) : this.#subjectDemand(entry, now);
-      next = nextShares(unit.shares, demand, state.floor, this.settings, unit.moving);
+      const ideal =
+        entry === undefined
+          ? idealShares(this.#regionDemand(state, now), state.floor)
+          : this.#subjectIdeal(state, entry, now);
+      next = stepToward(unit.shares, ideal, state.floor, this.settings, unit.moving);
       // A rebalance under way keeps going while its target still moves (smoothed demand still decaying toward
       // the new level), so it ends at the target's resting place, not at the first point within the band.
-      const ideal = idealShares(demand, state.floor);
       unit.moving = next !== undefined || (unit.moving && targetMoving(ideal, unit.lastIdeal, this.settings));
       unit.lastIdeal = ideal;
     }
@@ -633,6 +655,8 @@ export class CoordinatorEngine {
       unwrittenShrinks: [],
       demand: new DemandTracker(this.settings.demandHalfLifeMs),
       subjects: new Map(),
+      watch: [],
+      watchedSince: new Map(),
       updatedAt: this.#clock.now(),
     };
   }
@@ -910,7 +934,12 @@ export class CoordinatorEngine {
         if (oldest === undefined) return;
         state.subjects.delete(oldest);
       }
-      entry = { tracker: new DemandTracker(this.settings.demandHalfLifeMs), lastDeniedAt: 0, deniedRate: 0 };
+      // One subject's demand is sparse and noisy: smooth it over three times as long as a policy's.
+      entry = {
+        tracker: new DemandTracker(SUBJECT_SMOOTHING * this.settings.demandHalfLifeMs),
+        lastDeniedAt: 0,
+        deniedRate: 0,
+      };
       state.subjects.set(subject, entry);
     }
     entry.tracker.observe(key, requested, intervalMs, now, region);
@@ -920,15 +949,37 @@ export class CoordinatorEngine {
     }
   }
 
-  #subjectDemand(entry: SubjectDemand, now: number): number[] {
-    return entry.tracker.sumByTag(now, new Array<number>(this.regions.length).fill(0));
+  /**
+   * Where a subject's shares should go. Its demand is known in the regions that reported it recently — as one of
+   * their most constrained subjects, or because the record watches it and every agent reports it then, zero
+   * included. A region without a recent report of it keeps the policy's share rather than look like it has no
+   * demand (a report of constrained subjects is bounded: absence from it means nothing).
+   */
+  #subjectIdeal(state: PolicyState, entry: SubjectDemand, now: number): number[] | undefined {
+    return idealSharesWithin(
+      entry.tracker.sumByTag(now, new Array<number>(this.regions.length).fill(0)),
+      this.#knownIn(entry, now),
+      state.base.shares,
+      state.floor,
+    );
+  }
+
+  #knownIn(entry: SubjectDemand, now: number): boolean[] {
+    const seen = entry.tracker.lastSeenByTag(new Array<number>(this.regions.length).fill(-Infinity));
+    const recent = 2 * SUBJECT_SMOOTHING * this.settings.demandHalfLifeMs + 2 * this.lease.reportIntervalMs;
+    return seen.map((at) => now - at <= recent);
   }
 
   /** Create overrides for constrained subjects, start reverting quiet ones, drop those back at the default. */
   #manageOverrides(state: PolicyState, now: number): void {
     for (const [subject, unit] of state.overrides) {
       const entry = state.subjects.get(subject);
-      const quiet = entry === undefined || now - entry.lastDeniedAt > this.lease.overrideTtlMs;
+      // Revert when the subject stopped being constrained, or its demand is shaped like the policy's again.
+      const ideal = entry === undefined ? undefined : this.#subjectIdeal(state, entry, now);
+      const quiet =
+        entry === undefined ||
+        now - entry.lastDeniedAt > this.lease.overrideTtlMs ||
+        (ideal !== undefined && maxGap(ideal, state.base.shares) < this.settings.hysteresis);
       if (quiet) state.reverting.add(subject);
       else state.reverting.delete(subject);
       if (
@@ -943,16 +994,27 @@ export class CoordinatorEngine {
         this.#touch(state);
       }
     }
-    const room = this.lease.maxOverridesPerPolicy - state.overrides.size;
-    if (room <= 0) return;
     const candidates = [...state.subjects]
       .filter(([s, d]) => !state.overrides.has(s) && now - d.lastDeniedAt <= this.lease.overrideTtlMs)
-      .sort((a, b) => b[1].deniedRate - a[1].deniedRate);
+      .sort((a, b) => b[1].deniedRate - a[1].deniedRate || (a[0] < b[0] ? -1 : 1));
+    this.#updateWatch(state, candidates, now);
+    const room = this.lease.maxOverridesPerPolicy - state.overrides.size;
+    if (room <= 0) return;
+    // A candidate gets an override only once every region has reported its demand (the watch list asks them to),
+    // so the override follows where the subject's demand really is.
+    const settled = 2 * this.settings.demandHalfLifeMs + 2 * this.lease.reportIntervalMs;
     let created = 0;
     for (const [subject, entry] of candidates) {
       if (created >= room) break;
+      const since = state.watchedSince.get(subject);
+      if (since === undefined || now - since < settled) continue;
+      if (!this.#knownIn(entry, now).every(Boolean)) continue;
       // Only worth an override when the subject's demand is shaped unlike the policy's shares.
-      const next = nextShares(state.base.shares, this.#subjectDemand(entry, now), state.floor, this.settings);
+      // Only worth an override when the subject's demand is shaped clearly unlike the policy's shares: twice
+      // the hysteresis, so the noise of one subject's few requests does not create and swing overrides.
+      const ideal = this.#subjectIdeal(state, entry, now);
+      if (ideal === undefined || maxGap(ideal, state.base.shares) < 2 * this.settings.hysteresis) continue;
+      const next = stepToward(state.base.shares, ideal, state.floor, this.settings);
       if (next === undefined) continue;
       // Start from the policy's state exactly (pending shrinks included): creating it moves nothing.
       const base = state.base;
@@ -972,6 +1034,26 @@ export class CoordinatorEngine {
       this.counters.overridesCreated++;
       this.#touch(state);
     }
+  }
+
+  /**
+   * Watch the overrides and the most denied candidates (up to MAX_WATCHED_PER_POLICY): every agent reports their
+   * demand each interval. The list changes only when its membership does.
+   */
+  #updateWatch(state: PolicyState, candidates: [string, SubjectDemand][], now: number): void {
+    if (this.lease.maxOverridesPerPolicy === 0) return;
+    const want = [...state.overrides.keys()];
+    for (const [subject] of candidates) {
+      if (want.length >= MAX_WATCHED_PER_POLICY) break;
+      want.push(subject);
+    }
+    want.sort();
+    if (want.length === state.watch.length && want.every((s, i) => s === state.watch[i])) return;
+    const next = new Map<string, number>();
+    for (const s of want) next.set(s, state.watchedSince.get(s) ?? now);
+    state.watch = want;
+    state.watchedSince = next;
+    this.#touch(state);
   }
 
   #forget(agentId: string): void {
@@ -1010,6 +1092,7 @@ export class CoordinatorEngine {
       idleTtlSeconds: state.policy.idleTtlSeconds,
       default: this.#unitRecord(state.base),
       overrides: Object.fromEntries([...state.overrides].map(([s, u]) => [s, this.#unitRecord(u)])),
+      ...(state.watch.length > 0 ? { watch: [...state.watch] } : {}),
       updatedAt: state.updatedAt,
     };
   }

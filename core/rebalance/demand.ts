@@ -41,6 +41,13 @@ export class DemandTracker<K> {
     return out;
   }
 
+  /** Latest observation time per tag (-Infinity for tags never seen). */
+  lastSeenByTag(out: number[]): number[] {
+    for (const entry of this.#rates.values())
+      out[entry.tag] = Math.max(out[entry.tag] ?? -Infinity, entry.at);
+    return out;
+  }
+
   #decayed(entry: { rate: number; at: number }, now: number): number {
     const silence = now - entry.at;
     // Reports arrive every round; silence beyond two half-lives means the key went quiet.

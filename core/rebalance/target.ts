@@ -58,7 +58,50 @@ export function nextShares(
   settings: RebalanceSettings,
   moving = false,
 ): ShareVector | undefined {
-  const ideal = idealShares(demand, floor);
+  return stepToward(current, idealShares(demand, floor), floor, settings, moving);
+}
+
+/**
+ * Ideal shares when demand is known for some regions only (a subject named in some regions' bounded reports of
+ * constrained subjects, not in others): the regions without data keep `base` (the policy's shares), and the
+ * regions with data share the rest, each its floor plus a part in proportion to its demand. Undefined when no
+ * region has data or the floors do not fit in what is left.
+ */
+export function idealSharesWithin(
+  demand: readonly number[],
+  known: readonly boolean[],
+  base: readonly number[],
+  floor: number,
+): ShareVector | undefined {
+  const n = demand.length;
+  let left = 1;
+  let counted = 0;
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    if (known[i]) {
+      counted++;
+      total += demand[i]!;
+    } else {
+      left -= base[i]!;
+    }
+  }
+  if (counted === 0 || !(total > 0) || floor * counted > left) return undefined;
+  const spare = left - floor * counted;
+  const out = new Array<number>(n);
+  for (let i = 0; i < n; i++) {
+    out[i] = known[i] ? floor + (spare * demand[i]!) / total : base[i]!;
+  }
+  return out;
+}
+
+/** One damped step from `current` toward `ideal` (see nextShares), or undefined when none is due. */
+export function stepToward(
+  current: readonly number[],
+  ideal: readonly number[] | undefined,
+  floor: number,
+  settings: RebalanceSettings,
+  moving = false,
+): ShareVector | undefined {
   if (ideal === undefined) return undefined;
   let far = 0;
   for (let i = 0; i < current.length; i++) far = Math.max(far, Math.abs(ideal[i]! - current[i]!));

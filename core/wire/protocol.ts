@@ -32,6 +32,8 @@ export type ProtocolSubjects = ReturnType<typeof protocolSubjects>;
 
 /** Largest number of constrained subjects an agent reports per policy per interval. */
 export const MAX_CONSTRAINED_PER_POLICY = 8;
+/** Largest number of subjects a policy's record asks every agent to report (override candidates). */
+export const MAX_WATCHED_PER_POLICY = 32;
 /** Largest number of policies in one usage message; an agent sends more messages when it needs to. */
 export const MAX_POLICIES_PER_USAGE = 512;
 /** Largest number of usage messages per interval per agent (bounds a report to 32k policies). */
@@ -107,6 +109,16 @@ export const PolicyUsage = z.strictObject({
   admitted: Cost,
   denied: Cost,
   constrained: z.array(ConstrainedSubject).max(MAX_CONSTRAINED_PER_POLICY),
+  /**
+   * True when more subjects were constrained than the report carries: a subject missing from `constrained` may
+   * still have been constrained. False or absent: the list is complete.
+   */
+  truncated: z.boolean().optional(),
+  /**
+   * Every subject the policy's record watches, with what it asked here this interval (zero included), so the
+   * coordinator knows a candidate's demand in every region, not only where it was constrained.
+   */
+  watched: z.array(ConstrainedSubject).max(MAX_WATCHED_PER_POLICY).optional(),
 });
 export type PolicyUsage = z.infer<typeof PolicyUsage>;
 
@@ -162,6 +174,8 @@ export const AllocationRecord = z.strictObject({
   default: UnitRecord,
   /** Per-subject overrides (capped), by normalized subject. */
   overrides: z.record(ReportedSubject, UnitRecord),
+  /** Subjects every agent reports for this policy each interval (override candidates and overrides). */
+  watch: z.array(ReportedSubject).max(MAX_WATCHED_PER_POLICY).optional(),
   updatedAt: z.number(),
 });
 export type AllocationRecord = z.infer<typeof AllocationRecord>;

@@ -26,6 +26,10 @@ interface PolicyCounts {
   admitted: number;
   denied: number;
   subjects: Map<string, SubjectCounts>;
+  /** A subject took the place of another in the summary: more were constrained than it holds. */
+  evicted: boolean;
+  /** Watched subjects' counts (bounded by the record's watch list). */
+  watched: Map<string, SubjectCounts>;
 }
 
 /** One interval's usage, ready to send in chunks. */
@@ -36,15 +40,26 @@ export interface UsageSnapshot {
   dropped: number;
 }
 
+export interface UsageRecorderOptions {
+  /** Most policies counted per interval. */
+  maxPolicies?: number;
+  /** The subjects each policy's record asks to report every interval (AgentLease.watched). */
+  watched?: (policy: string) => ReadonlySet<string>;
+}
+
+const NONE: ReadonlySet<string> = new Set();
+
 export class UsageRecorder {
   readonly #maxPolicies: number;
+  readonly #watched: (policy: string) => ReadonlySet<string>;
   #policies = new Map<string, PolicyCounts>();
   #dropped = 0;
   #since: number;
 
-  constructor(now: number, maxPolicies = MAX_POLICIES_PER_USAGE * MAX_USAGE_CHUNKS) {
+  constructor(now: number, options: UsageRecorderOptions = {}) {
     this.#since = now;
-    this.#maxPolicies = maxPolicies;
+    this.#maxPolicies = options.maxPolicies ?? MAX_POLICIES_PER_USAGE * MAX_USAGE_CHUNKS;
+    this.#watched = options.watched ?? (() => NONE);
   }
 
   /**
@@ -58,14 +73,29 @@ export class UsageRecorder {
         this.#dropped++;
         return;
       }
-      counts = { requested: 0, admitted: 0, denied: 0, subjects: new Map() };
+      counts = {
+        requested: 0,
+        admitted: 0,
+        denied: 0,
+        subjects: new Map(),
+        evicted: false,
+        watched: new Map(),
+      };
       this.#policies.set(policy, counts);
     }
     counts.requested += cost;
     if (allowed) counts.admitted += cost;
     else counts.denied += cost;
+    if (this.#watched(policy).has(subject)) {
+      const w = counts.watched.get(subject);
+      if (w === undefined) counts.watched.set(subject, { requested: cost, denied: allowed ? 0 : cost });
+      else {
+        w.requested += cost;
+        if (!allowed) w.denied += cost;
+      }
+    }
     if (!allowed || remainingFraction < NEAR_CAPACITY_FRACTION) {
-      this.#constrained(counts.subjects, subject, cost, allowed ? 0 : cost);
+      if (this.#constrained(counts.subjects, subject, cost, allowed ? 0 : cost)) counts.evicted = true;
     }
   }
 
@@ -78,7 +108,22 @@ export class UsageRecorder {
         .sort((a, b) => b[1].denied - a[1].denied || b[1].requested - a[1].requested)
         .slice(0, MAX_CONSTRAINED_PER_POLICY)
         .map(([subject, s]) => ({ subject, requested: s.requested, denied: s.denied }));
-      policies.push({ policy, requested: c.requested, admitted: c.admitted, denied: c.denied, constrained });
+      const truncated = c.evicted || c.subjects.size > MAX_CONSTRAINED_PER_POLICY;
+      // Every watched subject, zero included: the coordinator needs its demand here, constrained or not.
+      const watchedSubjects = this.#watched(policy);
+      const watched = [...watchedSubjects].map((subject) => {
+        const w = c.watched.get(subject);
+        return { subject, requested: w?.requested ?? 0, denied: w?.denied ?? 0 };
+      });
+      policies.push({
+        policy,
+        requested: c.requested,
+        admitted: c.admitted,
+        denied: c.denied,
+        constrained,
+        ...(truncated ? { truncated } : {}),
+        ...(watched.length > 0 ? { watched } : {}),
+      });
     }
     const chunks: PolicyUsage[][] = [];
     for (let at = 0; at < policies.length; at += MAX_POLICIES_PER_USAGE) {
@@ -96,16 +141,17 @@ export class UsageRecorder {
    * Space-Saving: a new subject, when the summary is full, takes the place of the smallest one and inherits its
    * counts (an overestimate bounded by that minimum), so heavy hitters are never missed.
    */
-  #constrained(subjects: Map<string, SubjectCounts>, subject: string, cost: number, denied: number): void {
+  /** Count a constrained subject; true when it had to evict another. */
+  #constrained(subjects: Map<string, SubjectCounts>, subject: string, cost: number, denied: number): boolean {
     const known = subjects.get(subject);
     if (known !== undefined) {
       known.requested += cost;
       known.denied += denied;
-      return;
+      return false;
     }
     if (subjects.size < TRACKED_SUBJECTS) {
       subjects.set(subject, { requested: cost, denied });
-      return;
+      return false;
     }
     let smallest: string | undefined;
     let least: SubjectCounts | undefined;
@@ -121,5 +167,6 @@ export class UsageRecorder {
     }
     subjects.delete(smallest!);
     subjects.set(subject, { requested: least!.requested + cost, denied: least!.denied + denied });
+    return true;
   }
 }

@@ -95,7 +95,7 @@ export class SimAgent {
       intervalMs,
       chunk: 0,
       chunks: 1,
-      policies: [this.#meter.take(this.#policy.name)],
+      policies: [this.#meter.take(this.#policy.name, this.lease.watched(this.#policy.name))],
       dropped: 0,
     };
   }

@@ -322,7 +322,8 @@ export class DynamicControlPlane {
     if (until <= agent.armedUntil) return;
     agent.armedUntil = until;
     for (const at of [until, until + agent.graceMs]) {
-      this.#ctx.at(this.#clock.toVirtualUs(at) + 1, () => agent.lease.poll());
+      // A renewal that arrived late can end a lease already over: look at once then.
+      this.#ctx.at(Math.max(this.#ctx.now(), this.#clock.toVirtualUs(at) + 1), () => agent.lease.poll());
     }
   }
 

@@ -45,10 +45,17 @@ export class UsageMeter {
     } else if (remaining < NEAR_CAPACITY_FRACTION * capacity) entry.constrained = true;
   }
 
+  #watched(name: string): { subject: string; requested: number; denied: number } {
+    for (const [subject, u] of this.#subjects) {
+      if (subjectName(subject) === name) return { subject: name, requested: u.requested, denied: u.denied };
+    }
+    return { subject: name, requested: 0, denied: 0 };
+  }
+
   /** The interval's usage of `policy`, and start a new interval. */
-  take(policy: string): PolicyUsage {
-    const constrained = [...this.#subjects]
-      .filter(([, u]) => u.constrained)
+  take(policy: string, watch: ReadonlySet<string> = new Set()): PolicyUsage {
+    const all = [...this.#subjects].filter(([, u]) => u.constrained);
+    const constrained = all
       .sort(([a, u], [b, v]) => v.denied - u.denied || v.requested - u.requested || a - b)
       .slice(0, MAX_CONSTRAINED_PER_POLICY)
       .map(([subject, u]) => ({ subject: subjectName(subject), requested: u.requested, denied: u.denied }));
@@ -58,6 +65,10 @@ export class UsageMeter {
       admitted: this.#admitted,
       denied: this.#denied,
       constrained,
+      // As the agent's recorder does: say when the list is cut, so absence from it means nothing.
+      ...(all.length > MAX_CONSTRAINED_PER_POLICY ? { truncated: true } : {}),
+      // …and report every watched subject with its demand here, zero included.
+      ...(watch.size > 0 ? { watched: [...watch].map((name) => this.#watched(name)) } : {}),
     };
     this.#requested = 0;
     this.#admitted = 0;

@@ -26,6 +26,10 @@ export interface LoopAgent {
   demand: Map<string, number>;
   /** Constrained subjects it reports, per policy: requested and denied cost per second. */
   constrained: Map<string, { subject: string; requested: number; denied: number }[]>;
+  /** Policies whose constrained list it reports as cut to the bound (more subjects were constrained). */
+  truncated: Set<string>;
+  /** `policy\0subject` pairs its constrained list leaves out (cut by the bound), though they have demand here. */
+  omitted: Set<string>;
   /** Cut off from the coordinator and the KV (messages to and from it are lost). */
   partitioned: boolean;
   /** Its KV watch is stuck: records queue up undelivered while heartbeats still flow. */
@@ -180,6 +184,8 @@ export class ProtocolLoop {
       lease,
       demand: new Map(),
       constrained: new Map(),
+      truncated: new Set(),
+      omitted: new Set(),
       partitioned: false,
       stalled: false,
       stalledRecords: [],
@@ -248,6 +254,22 @@ export class ProtocolLoop {
     }
   }
 
+  /** Every agent of `region` leaves `subject` out of its constrained list of `policy` (or puts it back). */
+  setOmitted(region: string, policy: string, subject: string, omitted: boolean): void {
+    for (const a of this.agents.filter((x) => x.region === region && x.alive)) {
+      if (omitted) a.omitted.add(`${policy}\u0000${subject}`);
+      else a.omitted.delete(`${policy}\u0000${subject}`);
+    }
+  }
+
+  /** Every agent of `region` reports its constrained list of `policy` as cut to the bound, or complete. */
+  setTruncated(region: string, policy: string, truncated: boolean): void {
+    for (const a of this.agents.filter((x) => x.region === region && x.alive)) {
+      if (truncated) a.truncated.add(policy);
+      else a.truncated.delete(policy);
+    }
+  }
+
   setDemand(region: string, policy: string, perSecond: number): void {
     const agents = this.agents.filter((a) => a.region === region && a.alive);
     for (const a of agents) a.demand.set(policy, perSecond / agents.length);
@@ -268,12 +290,24 @@ export class ProtocolLoop {
     const policies: PolicyUsage[] = [...agent.demand].map(([policy, rate]) => {
       const requested = rate * (intervalMs / 1000) * (1 + this.#noise());
       const seconds = intervalMs / 1000;
-      const constrained = (agent.constrained.get(policy) ?? []).map((c) => ({
-        subject: c.subject,
-        requested: c.requested * seconds,
-        denied: c.denied * seconds,
-      }));
-      return { policy, requested, admitted: requested, denied: 0, constrained };
+      const subjects = agent.constrained.get(policy) ?? [];
+      const constrained = subjects
+        .filter((c) => c.denied > 0 && !agent.omitted.has(`${policy}\u0000${c.subject}`))
+        .map((c) => ({ subject: c.subject, requested: c.requested * seconds, denied: c.denied * seconds }));
+      // Watched subjects are reported with their demand here, zero included, as the agent's recorder does.
+      const watched = [...agent.lease.watched(policy)].map((subject) => {
+        const c = subjects.find((x) => x.subject === subject);
+        return { subject, requested: (c?.requested ?? 0) * seconds, denied: (c?.denied ?? 0) * seconds };
+      });
+      return {
+        policy,
+        requested,
+        admitted: requested,
+        denied: 0,
+        constrained,
+        ...(agent.truncated.has(policy) ? { truncated: true } : {}),
+        ...(watched.length > 0 ? { watched } : {}),
+      };
     });
     this.#toCoordinator(agent, (engine) => {
       engine.usage({

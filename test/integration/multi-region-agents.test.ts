@@ -27,7 +27,9 @@ describe('agents with a coordinator (3 regions × 1 agent)', () => {
     const res = await decide(stack.inRegion('eu')[0]!.url, { policy: 'writes', subject: 'tenant-a' });
     expect(res.body.allowed).toBe(true);
     // 60 × 1/3 = 20 tokens in eu; the first decision leaves 19.
-    expect((res.body as { results: { limit: number; remaining: number }[] }).results[0]).toMatchObject({
+    expect(
+      (res.body as unknown as { results: { limit: number; remaining: number }[] }).results[0],
+    ).toMatchObject({
       limit: 20,
       remaining: 19,
     });
@@ -52,7 +54,7 @@ describe('agents with a coordinator (3 regions × 1 agent)', () => {
     expect(shares['eu']! + shares['ap']! + shares['us']!).toBeLessThanOrEqual(1 + 1e-9);
     // The us agent now enforces its larger share.
     const res = await decide(us.url, { policy: 'writes', subject: 'fresh-tenant' });
-    expect((res.body as { results: { limit: number }[] }).results[0]!.limit).toBeGreaterThan(48);
+    expect((res.body as unknown as { results: { limit: number }[] }).results[0]!.limit).toBeGreaterThan(48);
   }, 30_000);
 
   it('an agent is not ready until it holds a lease and knows its policies, and says why', async () => {

@@ -219,6 +219,28 @@ describe('per-subject overrides', () => {
     loop.checker.assertHeld();
   });
 
+  it('a subject named in one bounded report at a time gets no override: absence from a cut list means nothing', () => {
+    const loop = settled({ us: 10, eu: 10, ap: 10 });
+    // tenant-x asks alike everywhere, but each region's bounded list names it only every third interval.
+    for (const r of regions) {
+      loop.setTruncated(r, 'writes', true);
+      loop.setConstrained(r, 'writes', 'tenant-x', { requested: 3, denied: 1 });
+    }
+    let farthest = 0;
+    for (let t = 0; t < 60; t++) {
+      regions.forEach((r, i) => loop.setOmitted(r, 'writes', 'tenant-x', i !== t % 3));
+      loop.advance(1000);
+      const override = loop.kv.get('writes')!.record.overrides['tenant-x'];
+      const policy = loop.shares('writes');
+      if (override !== undefined) {
+        for (const r of regions) farthest = Math.max(farthest, Math.abs(override.shares[r]! - policy[r]!));
+      }
+    }
+    loop.checker.assertHeld();
+    // Its demand is shaped like the policy's: it needs no shares of its own.
+    expect(farthest).toBeLessThanOrEqual(loop.engine!.settings.hysteresis);
+  });
+
   it('caps overrides per policy', () => {
     const loop = settled({ us: 40, eu: 40, ap: 20 }, { lease: { maxOverridesPerPolicy: 2 } });
     for (const s of ['a', 'b', 'c', 'd'])

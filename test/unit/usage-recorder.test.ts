@@ -42,13 +42,34 @@ describe('usage recorder', () => {
     expect(policy!.constrained[0]!.subject).toBe('hot');
     expect(policy!.constrained[0]!.denied).toBeGreaterThanOrEqual(500);
     expect(PolicyUsage.safeParse(policy).success).toBe(true);
+    expect(policy!.truncated).toBe(true);
+  });
+
+  it('says a constrained list is complete when it is', () => {
+    const u = new UsageRecorder(0);
+    for (let i = 0; i < MAX_CONSTRAINED_PER_POLICY; i++) u.record('writes', `s${i}`, 1, false, 0);
+    const [policy] = u.take(1000).chunks[0]!;
+    expect(policy!.constrained).toHaveLength(MAX_CONSTRAINED_PER_POLICY);
+    expect(policy!.truncated).toBeUndefined();
   });
 
   it('splits many policies into bounded chunks and counts what it cannot carry', () => {
-    const u = new UsageRecorder(0, MAX_POLICIES_PER_USAGE + 10);
+    const u = new UsageRecorder(0, { maxPolicies: MAX_POLICIES_PER_USAGE + 10 });
     for (let i = 0; i < MAX_POLICIES_PER_USAGE + 20; i++) u.record(`p${i}`, 's', 1, true, 1);
     const snap = u.take(1000);
     expect(snap.chunks.map((c) => c.length)).toEqual([MAX_POLICIES_PER_USAGE, 10]);
     expect(snap.dropped).toBe(10);
+  });
+
+  it('reports every watched subject of a policy, with its demand here, zero included', () => {
+    const u = new UsageRecorder(0, { watched: (p) => new Set(p === 'writes' ? ['hot', 'quiet'] : []) });
+    u.record('writes', 'hot', 2, true, 0.5);
+    u.record('writes', 'hot', 1, false, 0);
+    u.record('writes', 'other', 1, true, 0.9);
+    const [policy] = u.take(1000).chunks[0]!;
+    expect(policy!.watched).toEqual([
+      { subject: 'hot', requested: 3, denied: 1 },
+      { subject: 'quiet', requested: 0, denied: 0 },
+    ]);
   });
 });
