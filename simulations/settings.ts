@@ -28,6 +28,9 @@ export const SettingsObject = z.strictObject({
   subjects: whole(1, 100_000).describe('number of regular subjects (tenants)'),
   zipfExponent: positive(5).describe('skew of subject popularity in zipf'),
   shiftAtS: nonNegative(86_400).describe('when demand shifts (step-shift, coordinator-crash), s'),
+  warmupS: nonNegative(86_400).describe(
+    'utilisation and false-denial rates count requests arriving after this, s (over-admission always counts all)',
+  ),
   faultAtS: nonNegative(86_400).describe('when the injected failure starts, s'),
   faultForS: positive(86_400).describe('how long a crash or partition lasts, s'),
   failoverLagS: nonNegative(86_400).describe('redis-failover: seconds of writes the promoted replica lost'),
@@ -103,6 +106,7 @@ export const DEFAULT_SETTINGS: Settings = {
   subjects: 10,
   zipfExponent: 1.1,
   shiftAtS: 150,
+  warmupS: 0,
   faultAtS: 120,
   faultForS: 60,
   failoverLagS: 5,

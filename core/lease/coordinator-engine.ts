@@ -120,6 +120,11 @@ interface PolicyState {
   /** Regions whose share shrank, by change seq, until the write carrying them is confirmed. */
   unwrittenShrinks: { seq: number; regions: number[] }[];
   demand: DemandTracker<string>;
+  /**
+   * The policy's demand smoothed like a subject's (slower): a subject's shape is compared with this, so a shift
+   * of the whole policy, which subjects' slower estimates follow late, does not look like subjects of their own.
+   */
+  slowDemand: DemandTracker<string>;
   subjects: Map<string, SubjectDemand>;
   /** Subjects agents are asked to report every interval (written in the record). */
   watch: string[];
@@ -418,6 +423,7 @@ export class CoordinatorEngine {
       const state = this.#policies.get(u.policy);
       if (state === undefined) continue;
       state.demand.observe(key, u.requested, message.intervalMs, now, region);
+      state.slowDemand.observe(key, u.requested, message.intervalMs, now, region);
       for (const c of u.constrained) {
         this.#observeSubject(state, key, region, c.subject, c.requested, c.denied, message.intervalMs, now);
       }
@@ -511,7 +517,10 @@ export class CoordinatorEngine {
       }
       if (!learning && (state.subjects.size > 0 || state.overrides.size > 0))
         this.#manageOverrides(state, now);
-      if (this.counters.rounds % 10 === 0) state.demand.prune(now, 60_000);
+      if (this.counters.rounds % 10 === 0) {
+        state.demand.prune(now, 60_000);
+        state.slowDemand.prune(now, 60_000);
+      }
       if (state.subjects.size === 0) continue;
       for (const [subject, d] of state.subjects) {
         if (
@@ -654,6 +663,7 @@ export class CoordinatorEngine {
       seq: 0,
       unwrittenShrinks: [],
       demand: new DemandTracker(this.settings.demandHalfLifeMs),
+      slowDemand: new DemandTracker(SUBJECT_SMOOTHING * this.settings.demandHalfLifeMs),
       subjects: new Map(),
       watch: [],
       watchedSince: new Map(),
@@ -964,6 +974,15 @@ export class CoordinatorEngine {
     );
   }
 
+  /** How far a subject's ideal shares are from the policy's, both from demand smoothed alike. */
+  #shapeGap(state: PolicyState, subjectIdeal: readonly number[], now: number): number {
+    const policy = idealShares(
+      state.slowDemand.sumByTag(now, new Array<number>(this.regions.length).fill(0)),
+      state.floor,
+    );
+    return maxGap(subjectIdeal, policy ?? state.base.shares);
+  }
+
   #knownIn(entry: SubjectDemand, now: number): boolean[] {
     const seen = entry.tracker.lastSeenByTag(new Array<number>(this.regions.length).fill(-Infinity));
     const recent = 2 * SUBJECT_SMOOTHING * this.settings.demandHalfLifeMs + 2 * this.lease.reportIntervalMs;
@@ -979,7 +998,7 @@ export class CoordinatorEngine {
       const quiet =
         entry === undefined ||
         now - entry.lastDeniedAt > this.lease.overrideTtlMs ||
-        (ideal !== undefined && maxGap(ideal, state.base.shares) < this.settings.hysteresis);
+        (ideal !== undefined && this.#shapeGap(state, ideal, now) < this.settings.hysteresis);
       if (quiet) state.reverting.add(subject);
       else state.reverting.delete(subject);
       if (
@@ -1013,7 +1032,7 @@ export class CoordinatorEngine {
       // Only worth an override when the subject's demand is shaped clearly unlike the policy's shares: twice
       // the hysteresis, so the noise of one subject's few requests does not create and swing overrides.
       const ideal = this.#subjectIdeal(state, entry, now);
-      if (ideal === undefined || maxGap(ideal, state.base.shares) < 2 * this.settings.hysteresis) continue;
+      if (ideal === undefined || this.#shapeGap(state, ideal, now) < 2 * this.settings.hysteresis) continue;
       const next = stepToward(state.base.shares, ideal, state.floor, this.settings);
       if (next === undefined) continue;
       // Start from the policy's state exactly (pending shrinks included): creating it moves nothing.

@@ -109,6 +109,11 @@ export function validateRun(spec: RunSpec): { regions: string[]; policy: Policy 
         `${scenario.name}: ${key} (${settings[key]}) must be before the end of the run (durationS ${settings.durationS})`,
       );
   }
+  if (settings.warmupS >= settings.durationS) {
+    throw new SimConfigError(
+      `warmupS (${settings.warmupS}) must be before the end of the run (durationS ${settings.durationS}): nothing would be measured`,
+    );
+  }
   buildLinks(
     regions,
     regions.map((_, i) => i),
@@ -139,7 +144,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
   const stores = regions.map((name) => new RegionStore(name));
   const oracle = new RegionStore('ideal');
   const oracleSizing = new BucketSizing(policy, 1);
-  const recorder = new Recorder(settings.durationS, settings.binS, plan.focusSubject);
+  const recorder = new Recorder(settings.durationS, settings.binS, plan.focusSubject, settings.warmupS);
   const strategy = definition.create();
   const sources: readonly TrafficSource[] = plan.sources;
   let nextId = 0;
@@ -295,13 +300,23 @@ export function runSimulation(spec: RunSpec): RunOutput {
     regions,
     ...(spec.sweep === undefined ? {} : { sweep: spec.sweep }),
     ...recorder.overAdmission(settings.capacity, settings.refillPerSecond),
+    // Utilisation and the false rates count requests that arrived after the warm-up (settings.warmupS).
     utilisation:
+      recorder.measured.idealAdmittedCost === 0
+        ? null
+        : roundMetric(recorder.measured.admittedCost / recorder.measured.idealAdmittedCost),
+    utilisationWholeRun:
       recorder.idealAdmittedCost === 0
         ? null
         : roundMetric(recorder.admittedCost / recorder.idealAdmittedCost),
-    falseDenialRate: recorder.requests === 0 ? 0 : roundMetric(recorder.falseDenials / recorder.requests),
+    falseDenialRate:
+      recorder.measured.requests === 0
+        ? 0
+        : roundMetric(recorder.measured.falseDenials / recorder.measured.requests),
     falseAdmissionRate:
-      recorder.requests === 0 ? 0 : roundMetric(recorder.falseAdmissions / recorder.requests),
+      recorder.measured.requests === 0
+        ? 0
+        : roundMetric(recorder.measured.falseAdmissions / recorder.measured.requests),
     convergenceSeconds: convergenceSeconds(recorder.series.admitted, recorder.series.ideal, plan.shiftsS, {
       binS: settings.binS,
       windowBins: Math.max(1, Math.round(settings.convergenceWindowS / settings.binS)),

@@ -39,6 +39,14 @@ export class Recorder {
   idealAdmittedCost = 0;
   falseDenials = 0;
   falseAdmissions = 0;
+  /** The same counts for requests that arrived after the warm-up (what utilisation and false rates use). */
+  readonly measured = {
+    requests: 0,
+    admittedCost: 0,
+    idealAdmittedCost: 0,
+    falseDenials: 0,
+    falseAdmissions: 0,
+  };
   maxShareSum: number | null = null;
   /** µs during which some unit's shares in force summed above 1. */
   shareSumAboveOneUs = 0;
@@ -54,8 +62,10 @@ export class Recorder {
   #unitsAboveOne = 0;
   #aboveOneSince = 0;
   readonly #endUs: number;
+  readonly #warmupUs: number;
 
-  constructor(durationS: number, binS: number, focusSubject: number) {
+  constructor(durationS: number, binS: number, focusSubject: number, warmupS = 0) {
+    this.#warmupUs = warmupS * 1e6;
     const bins = Math.ceil(durationS / binS);
     this.#endUs = durationS * 1e6;
     this.#binUs = binS * 1e6;
@@ -74,10 +84,13 @@ export class Recorder {
   /** A request reached its agent; the ideal oracle's decision on it is `idealAllowed`. */
   offered(request: SimRequest, idealAllowed: boolean): void {
     this.requests++;
+    const measured = request.at >= this.#warmupUs;
+    if (measured) this.measured.requests++;
     if (request.attempt > 0) this.retries++;
     if (!idealAllowed) return;
     this.idealAdmitted++;
     this.idealAdmittedCost += request.cost;
+    if (measured) this.measured.idealAdmittedCost += request.cost;
     const bin = Math.floor(request.at / this.#binUs);
     if (bin < this.series.ideal.length) {
       this.series.ideal[bin]! += request.cost;
@@ -90,14 +103,18 @@ export class Recorder {
     this.#latencies.push(latency);
     if (outcome.forwarded === true) this.#forwarded.push(latency);
     if (outcome.reason !== undefined) this.#bump(this.degraded, outcome.reason);
+    const measured = request.at >= this.#warmupUs;
     if (!outcome.allowed) {
       this.denied++;
       if (idealAllowed) this.falseDenials++;
+      if (idealAllowed && measured) this.measured.falseDenials++;
       return;
     }
     this.admitted++;
     if (!idealAllowed) this.falseAdmissions++;
+    if (!idealAllowed && measured) this.measured.falseAdmissions++;
     this.admittedCost += request.cost;
+    if (measured) this.measured.admittedCost += request.cost;
     this.log.add(request.subject, outcome.decidedAt, request.cost * 1e6);
     const bin = Math.floor(outcome.decidedAt / this.#binUs);
     if (bin < this.series.admitted.length) {

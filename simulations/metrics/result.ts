@@ -20,8 +20,13 @@ export const StrategyResult = z.strictObject({
   worstWindow: z
     .strictObject({ subject: z.number(), windowS: z.number(), startS: z.number(), admitted: z.number() })
     .nullable(),
-  /** Admitted cost / cost the ideal oracle admitted on the same arrivals; null when ideal admitted nothing. */
+  /**
+   * Admitted cost / cost the ideal oracle admitted on the same arrivals, counting requests that arrived after
+   * the warm-up (`warmupS`); null when ideal admitted nothing.
+   */
   utilisation: z.number().nullable(),
+  /** The same over the whole run, warm-up included. */
+  utilisationWholeRun: z.number().nullable(),
   /** Requests denied that ideal admitted, over all requests. */
   falseDenialRate: z.number(),
   /**

@@ -141,8 +141,9 @@ export const followTheSun: Scenario = {
 export const stepShift: Scenario = {
   name: 'step-shift',
   description:
-    'all demand (load × R per subject) comes from the first region, then from the second at shiftAtS',
-  defaults: { load: 1.5 },
+    'all demand (load × R per subject) comes from the first region, then from the second at shiftAtS; ' +
+    'utilisation counts from warmupS (120 s): by then the ideal oracle has spent its initial burst',
+  defaults: { load: 1.5, warmupS: 120 },
   uses: ['load', 'subjects', 'shiftAtS'],
   plan: (regions, s) => plan(stepTraffic(regions, s), { shiftsS: [s.shiftAtS] }),
 };

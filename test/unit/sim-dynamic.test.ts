@@ -2,7 +2,7 @@
  * The dynamic strategies in the simulator: `dynamic` runs core's conservation protocol (CoordinatorEngine,
  * AgentLease) over the simulated network; `naive-dynamic` the same rebalancer without the two-phase protocol.
  * The checks of issue 5 (minute-burst, step-shift, coordinator crash, region partition), what naive-dynamic
- * costs, the wire, the message count and the settings. Known shortfalls are in sim-dynamic-known-issues.test.ts.
+ * costs, the wire, the message count and the settings.
  */
 import { describe, expect, it } from 'vitest';
 import { AllocationRecord, Ack, Heartbeat, RenewalReply, Usage } from '../../core/wire/protocol.js';
@@ -76,6 +76,10 @@ describe('dynamic: the checks of issue 5', () => {
     const { result: r, series } = run('step-shift', 'dynamic');
     const staticRun = result('step-shift', 'static');
     expect(r.utilisation!).toBeGreaterThan(staticRun.utilisation! + 0.3);
+    // Issue 5's check: at least 0.9 of ideal (counted from warmupS = 120 s, once ideal's initial burst is spent:
+    // a split can never hold that burst in one region; over the whole run it is lower, and said so).
+    expect(r.utilisation!).toBeGreaterThanOrEqual(0.9);
+    expect(r.utilisationWholeRun!).toBeLessThan(r.utilisation!);
     // Before the shift (all demand in us) and 30 s after it (all in eu), at the floor elsewhere.
     const before = series.shares![140]!;
     const after = series.shares![180]!;
@@ -183,7 +187,7 @@ describe('the protocol on the wire', () => {
     const r = run(
       'step-shift',
       watched((m) => kinds.set(m.kind, (kinds.get(m.kind) ?? 0) + 1)),
-      { durationS: 30, shiftAtS: 29 },
+      { durationS: 30, shiftAtS: 29, warmupS: 0 },
       2,
     ).result;
     const writes = r.counters['recordWrites']! - 1; // the first is written before the run

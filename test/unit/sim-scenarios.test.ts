@@ -52,7 +52,12 @@ describe('every scenario under every strategy', () => {
     it(scenario.name, () => {
       const byStrategy = new Map<string, StrategyResult>();
       for (const strategy of strategies) {
-        const r = result(scenario.name, strategy.name, { durationS: 120, faultAtS: 30, shiftAtS: 60 });
+        const r = result(scenario.name, strategy.name, {
+          durationS: 120,
+          faultAtS: 30,
+          shiftAtS: 60,
+          warmupS: 0,
+        });
         StrategyResultSchema.parse(r);
         byStrategy.set(strategy.name, r);
         expect(r.admitted + r.denied + (r.counters['unfinished'] ?? 0), strategy.name).toBe(r.requests);
