@@ -345,7 +345,12 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     );
     const stackId = /^stack ([0-9a-f]+): logs in (\S+)\/logs$/m.exec(run.output());
     expect(stackId).not.toBeNull();
-    expect(carryingId(stackId![1]!).length).toBeGreaterThanOrEqual(2);
+    // NATS and the coordinator carry the id (the line is printed just before the coordinator is spawned).
+    await eventually(
+      () => carryingId(stackId![1]!).length >= 2,
+      10_000,
+      'the stack id is found in processes',
+    );
     run.signal('SIGTERM');
     const exit = await within(run.exited, 60_000, 'the launcher exits');
     expect(exit.code).toBe(0);
