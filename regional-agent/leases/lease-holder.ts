@@ -8,9 +8,8 @@
  * happens; a missing reply just means no renewal, and the lease lapses safely on its own.
  */
 import { randomBytes } from 'node:crypto';
-import { jetstream } from '@nats-io/jetstream';
-import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
-import type { NatsConnection, QueuedIterator } from '@nats-io/nats-core';
+import type { KvWatchEntry } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Clock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
@@ -21,6 +20,7 @@ import {
   RenewalReply,
   type ProtocolSubjects,
 } from '../../core/wire/protocol.js';
+import { KvWatchLoop, type KvWatchSession } from '../nats/kv-watch-loop.js';
 import type { UsageRecorder } from '../reporting/usage-recorder.js';
 
 export interface LeaseHolderOptions {
@@ -64,12 +64,10 @@ export class LeaseHolder {
   #interval: number;
   #seq = 0;
   #timer: NodeJS.Timeout | undefined;
-  #watch: QueuedIterator<KvWatchEntry> | undefined;
   #closed = false;
-  #wake: (() => void) | undefined;
-  #loop: Promise<void> | undefined;
-  readonly #status: AsyncIterable<{ type: string }> & { stop?: () => void };
+  #loop: KvWatchLoop | undefined;
   #loaded = false;
+  #firstLoad: (() => void) | undefined;
 
   constructor(options: LeaseHolderOptions) {
     this.#options = options;
@@ -85,15 +83,24 @@ export class LeaseHolder {
     });
     this.lease.onAck((ackRevision) => this.#publish(this.#subjects.ack(options.region), { ackRevision }));
     this.#metrics = options.registry === undefined ? undefined : holderMetrics(options.registry);
-    this.#status = options.nc.status();
   }
 
   /** Start watching records and sending heartbeats. Resolves once the first full load of records is done. */
   async start(): Promise<void> {
-    void this.#followStatus();
     let loaded!: () => void;
     const first = new Promise<void>((resolve) => (loaded = resolve));
-    this.#loop = this.#run(loaded);
+    this.#firstLoad = loaded;
+    const timeoutMs = this.#options.timeoutMs ?? 2000;
+    this.#loop = new KvWatchLoop({
+      nc: this.#options.nc,
+      bucket: this.#bucket,
+      timeoutMs,
+      retryMs: 250,
+      maxRetryMs: 5000,
+      session: () => this.#session(),
+      onFailure: (error) =>
+        this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying'),
+    });
     this.#beat();
     await first;
   }
@@ -108,14 +115,12 @@ export class LeaseHolder {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#timer);
-    this.#watch?.stop();
-    this.#wake?.();
-    this.#status.stop?.();
     if (!this.#options.nc.isClosed()) {
       this.#publish(this.#subjects.bye(this.#options.region), {});
       await this.#options.nc.flush().catch(() => undefined);
     }
-    await this.#loop;
+    await this.#loop?.close();
+    this.#firstLoad?.();
   }
 
   // ---- heartbeats and usage -------------------------------------------------------------------------------
@@ -194,60 +199,24 @@ export class LeaseHolder {
 
   // ---- allocation records -----------------------------------------------------------------------------------
 
-  async #run(loaded: () => void): Promise<void> {
-    let delay = 250;
-    while (!this.#closed) {
-      try {
-        const js = jetstream(this.#options.nc, { timeout: this.#options.timeoutMs ?? 2000 });
-        const kv = await new Kvm(js).open(this.#bucket, {
-          bindOnly: true,
-          timeout: this.#options.timeoutMs ?? 2000,
-        });
-        if (await this.#watchOnce(kv, loaded)) delay = 250;
-      } catch (error) {
-        if (this.#closed) break;
-        this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying');
-      }
-      if (this.#closed) break;
-      await this.#sleep(delay);
-      delay = Math.min(delay * 2, 5000);
-    }
-    loaded();
-  }
-
-  /** Load every record, apply it, delete what disappeared, then follow updates until the watch ends. */
-  async #watchOnce(kv: KV, loaded: () => void): Promise<boolean> {
-    const status = await kv.status();
-    const watch = await kv.watch();
-    this.#watch = watch;
-    if (this.#closed) {
-      watch.stop();
-      return false;
-    }
+  /** One load of the records: apply each, delete what disappeared meanwhile, then follow updates. */
+  #session(): KvWatchSession {
     this.#metrics?.reloads.inc();
     const seen = new Set<string>();
-    let done = false;
-    const finish = () => {
-      done = true;
-      // Records that were deleted while this agent was not watching.
-      for (const policy of this.lease.policies()) {
-        if (!seen.has(policy))
-          this.lease.applyRecord(
-            policy,
-            null,
-            Math.max(this.lease.appliedRevision, status.streamInfo.state.last_seq),
-          );
-      }
-      this.lease.recordsLoaded();
-      this.#loaded = true;
-      loaded();
+    return {
+      loaded: (lastRevision) => {
+        // Records deleted while this agent was not watching.
+        for (const policy of this.lease.policies()) {
+          if (!seen.has(policy)) {
+            this.lease.applyRecord(policy, null, Math.max(this.lease.appliedRevision, lastRevision));
+          }
+        }
+        this.lease.recordsLoaded();
+        this.#loaded = true;
+        this.#firstLoad?.();
+      },
+      entry: (entry) => this.#apply(entry, seen),
     };
-    if (status.values === 0) finish();
-    for await (const entry of watch) {
-      this.#apply(entry, seen);
-      if (!done && entry.delta === 0) finish();
-    }
-    return done;
   }
 
   #apply(entry: KvWatchEntry, seen: Set<string>): void {
@@ -275,30 +244,6 @@ export class LeaseHolder {
       this.lease.applyRecord(policy, parsed.data, entry.revision);
     }
     this.#metrics?.appliedRevision.set(this.lease.appliedRevision);
-  }
-
-  async #followStatus(): Promise<void> {
-    for await (const s of this.#status) {
-      if (this.#closed) return;
-      if (s.type === 'reconnect') {
-        this.#watch?.stop();
-        this.#wake?.();
-      }
-    }
-  }
-
-  #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.#wake = undefined;
-        resolve();
-      }, ms);
-      this.#wake = () => {
-        clearTimeout(timer);
-        this.#wake = undefined;
-        resolve();
-      };
-    });
   }
 }
 

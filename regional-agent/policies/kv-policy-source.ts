@@ -7,13 +7,13 @@
  * the new set replaces the old one whole, so changes (deletes included) made while the agent was cut off are
  * never missed. The connection should be made with `maxReconnectAttempts: -1` so the client keeps trying.
  */
-import { jetstream } from '@nats-io/jetstream';
-import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
-import type { NatsConnection, QueuedIterator } from '@nats-io/nats-core';
+import type { KvWatchEntry } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import { DEFAULT_KV_NAMESPACE, kvNames, policyNameFromKey } from '../../core/wire/kv.js';
+import { KvWatchLoop, type KvWatchSession } from '../nats/kv-watch-loop.js';
 
 /** Why an entry was skipped. */
 export type BadEntryReason = 'bad_key' | 'bad_json' | 'invalid_policy' | 'name_mismatch';
@@ -65,16 +65,13 @@ export class KvPolicySource implements PolicySource {
   readonly #metrics: SourceMetrics | undefined;
   readonly #listeners = new Set<(policies: ReadonlyMap<string, Policy>) => void>();
   #policies: ReadonlyMap<string, Policy> = new Map();
-  #watch: QueuedIterator<KvWatchEntry> | undefined;
   #closed = false;
-  #wake: (() => void) | undefined;
   readonly #ready: Promise<void>;
   #resolveReady!: () => void;
   #rejectReady!: (error: Error) => void;
   #isReady = false;
   #stats = { loads: 0, badEntries: 0, failures: 0, revision: 0 };
-  readonly #loop: Promise<void>;
-  readonly #status: AsyncIterable<{ type: string }> & { stop?: () => void };
+  readonly #loop: KvWatchLoop;
 
   constructor(nc: NatsConnection, options: KvPolicySourceOptions = {}) {
     this.#nc = nc;
@@ -101,10 +98,22 @@ export class KvPolicySource implements PolicySource {
       );
       void this.#ready.finally(() => clearTimeout(timer)).catch(() => undefined);
     }
-    // The client's status stream is a QueuedIterator (stop() ends it), typed as a plain AsyncIterable.
-    this.#status = nc.status();
-    void this.#followStatus();
-    this.#loop = this.#run();
+    this.#loop = new KvWatchLoop({
+      nc,
+      bucket: this.#bucket,
+      timeoutMs: this.#timeoutMs,
+      retryMs: this.#retryMs,
+      maxRetryMs: this.#maxRetryMs,
+      session: () => this.#session(),
+      onFailure: (error) => {
+        this.#stats.failures++;
+        this.#metrics?.failures.inc();
+        this.#log?.warn(
+          { err: error, bucket: this.#bucket },
+          'policy source: load or watch failed; retrying',
+        );
+      },
+    });
   }
 
   current(): ReadonlyMap<string, Policy> {
@@ -128,70 +137,31 @@ export class KvPolicySource implements PolicySource {
     if (this.#closed) return;
     this.#closed = true;
     this.#rejectReady(new Error('policy source closed before it was ready'));
-    this.#watch?.stop();
-    this.#wake?.();
-    this.#status.stop?.();
-    await this.#loop;
-  }
-
-  async #run(): Promise<void> {
-    let delay = this.#retryMs;
-    while (!this.#closed) {
-      try {
-        const js = jetstream(this.#nc, { timeout: this.#timeoutMs });
-        const kv = await new Kvm(js).open(this.#bucket, { bindOnly: true, timeout: this.#timeoutMs });
-        const loaded = await this.#watchOnce(kv);
-        if (loaded) delay = this.#retryMs;
-      } catch (error) {
-        if (this.#closed) break;
-        this.#stats.failures++;
-        this.#metrics?.failures.inc();
-        this.#log?.warn(
-          { err: error, bucket: this.#bucket },
-          'policy source: load or watch failed; retrying',
-        );
-      }
-      if (this.#closed) break;
-      await this.#sleep(delay);
-      delay = Math.min(delay * 2, this.#maxRetryMs);
-    }
+    await this.#loop.close();
   }
 
   /**
-   * Load every current entry into a fresh set, swap it in, then apply updates until the watch ends. Resolves
-   * true if the load completed (so the next failure retries from the shortest delay).
+   * One load of the bucket: every current entry into a fresh set, swapped in whole once loaded (so deletes made
+   * while the agent was cut off are never missed), then updates applied one by one.
    */
-  async #watchOnce(kv: KV): Promise<boolean> {
-    const status = await kv.status();
-    const watch = await kv.watch();
-    this.#watch = watch;
-    if (this.#closed) {
-      watch.stop();
-      return false;
-    }
-    let loading = new Map<string, Policy>();
-    let loaded = false;
-    const finishLoad = (): void => {
-      loaded = true;
-      this.#stats.loads++;
-      this.#metrics?.loads.inc();
-      this.#swap(loading);
-    };
-    // An empty bucket sends nothing: the load is complete at once.
-    if (status.values === 0) finishLoad();
-    for await (const entry of watch) {
-      if (loaded) {
+  #session(): KvWatchSession {
+    let loading: Map<string, Policy> | undefined = new Map<string, Policy>();
+    return {
+      loaded: () => {
+        this.#stats.loads++;
+        this.#metrics?.loads.inc();
+        this.#swap(loading ?? new Map<string, Policy>());
+        loading = undefined;
+      },
+      entry: (entry, initial) => {
+        if (initial && loading !== undefined) {
+          this.#apply(loading, entry);
+          return;
+        }
         const next = new Map(this.#policies);
         if (this.#apply(next, entry)) this.#swap(next);
-      } else {
-        this.#apply(loading, entry);
-        if (entry.delta === 0) {
-          finishLoad();
-          loading = new Map();
-        }
-      }
-    }
-    return loaded;
+      },
+    };
   }
 
   /** Apply one entry to `into`; true if it changed anything. */
@@ -245,31 +215,6 @@ export class KvPolicySource implements PolicySource {
         this.#log?.warn({ err: error }, 'policy source: a change listener threw');
       }
     }
-  }
-
-  /** Rebuild the watch after every reconnect: the server may have lost the watch's consumer. */
-  async #followStatus(): Promise<void> {
-    for await (const s of this.#status) {
-      if (this.#closed) return;
-      if (s.type === 'reconnect') {
-        this.#watch?.stop();
-        this.#wake?.();
-      }
-    }
-  }
-
-  #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.#wake = undefined;
-        resolve();
-      }, ms);
-      this.#wake = () => {
-        clearTimeout(timer);
-        this.#wake = undefined;
-        resolve();
-      };
-    });
   }
 }
 
