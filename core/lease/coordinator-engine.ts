@@ -22,7 +22,13 @@ import {
   RebalanceSettings,
   type RebalanceSettingsInput,
 } from '../rebalance/settings.js';
-import { idealShares, idealSharesWithin, shareFloor, stepToward, targetMoving } from '../rebalance/target.js';
+import {
+  idealShares,
+  idealSharesWithin,
+  rebalanceRound,
+  shareFloor,
+  stepToward,
+} from '../rebalance/target.js';
 import { MAX_WATCHED_PER_POLICY } from '../wire/protocol.js';
 import type {
   Ack,
@@ -561,11 +567,7 @@ export class CoordinatorEngine {
         entry === undefined
           ? idealShares(this.#regionDemand(state, now), state.floor)
           : this.#subjectIdeal(state, entry, now);
-      next = stepToward(unit.shares, ideal, state.floor, this.settings, unit.moving);
-      // A rebalance under way keeps going while its target still moves (smoothed demand still decaying toward
-      // the new level), so it ends at the target's resting place, not at the first point within the band.
-      unit.moving = next !== undefined || (unit.moving && targetMoving(ideal, unit.lastIdeal, this.settings));
-      unit.lastIdeal = ideal;
+      next = rebalanceRound(unit, ideal, state.floor, this.settings);
     }
     if (next !== undefined) this.#step(state, unit, next, now, lapsed);
   }

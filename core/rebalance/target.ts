@@ -156,6 +156,33 @@ export function targetMoving(
   return moved >= settings.settleBand / 4;
 }
 
+/** What one allocation unit carries from round to round for the rebalancer. */
+export interface RebalanceState {
+  shares: readonly number[];
+  /** A rebalance is under way (hysteresis has two thresholds). */
+  moving: boolean;
+  /** The target of the last round, to tell whether it is still moving. */
+  lastIdeal?: number[] | undefined;
+}
+
+/**
+ * One round of the rebalancer for one unit: the next shares toward `ideal`, or undefined when no step is due.
+ * Updates `state.moving` and `state.lastIdeal`: a rebalance under way keeps going while its target still moves
+ * (smoothed demand still decaying toward a new level), so it ends where the target comes to rest, not at the
+ * first point within the settle band.
+ */
+export function rebalanceRound(
+  state: RebalanceState,
+  ideal: ShareVector | undefined,
+  floor: number,
+  settings: RebalanceSettings,
+): ShareVector | undefined {
+  const next = stepToward(state.shares, ideal, floor, settings, state.moving);
+  state.moving = next !== undefined || (state.moving && targetMoving(ideal, state.lastIdeal, settings));
+  state.lastIdeal = ideal;
+  return next;
+}
+
 /** Equal split: the safe static share of each of `n` regions. */
 export function equalShares(n: number): ShareVector {
   return Array.from({ length: n }, () => 1 / n);

@@ -10,13 +10,7 @@
 import type { Policy } from '../../core/policy.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
-import {
-  equalShares,
-  idealShares,
-  nextShares,
-  shareFloor,
-  targetMoving,
-} from '../../core/rebalance/target.js';
+import { equalShares, idealShares, rebalanceRound, shareFloor } from '../../core/rebalance/target.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import type { Fault } from '../scenario.js';
 import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
@@ -153,11 +147,8 @@ export class NaiveControlPlane {
     const ctx = this.#ctx;
     const nowMs = ctx.now() / 1000;
     const demand = c.demand.sumByTag(nowMs, new Array<number>(ctx.regions.length).fill(0));
-    const next = nextShares(c.shares, demand, this.#floor, this.#options.rebalance, c.moving);
-    // The engine's rule (coordinator-engine.ts, a round): a rebalance keeps going while its target still moves.
-    const ideal = idealShares(demand, this.#floor);
-    c.moving = next !== undefined || (c.moving && targetMoving(ideal, c.lastIdeal, this.#options.rebalance));
-    c.lastIdeal = ideal;
+    // The engine's round (core/rebalance rebalanceRound), without the protocol around it.
+    const next = rebalanceRound(c, idealShares(demand, this.#floor), this.#floor, this.#options.rebalance);
     if (next !== undefined) {
       c.shares = next;
       c.epoch++;
