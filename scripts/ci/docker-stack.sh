@@ -20,6 +20,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/qp-ci-docker-XXXXXX")
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || missing+=(docker-compose)
+# The local NATS image carries the host's wget for its healthcheck.
+command -v wget >/dev/null 2>&1 || missing+=(wget)
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
