@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: the stack in containers. Installs docker.io and docker-compose if missing, starts dockerd the way that
+# CI: the stack in containers. Installs docker.io and docker-compose (and wget) if missing, starts dockerd the way that
 # works on these machines (no iptables, no bridge, vfs storage) if no daemon answers, builds the local images
 # from the host's binaries, then:
 #   1. docker-compose.multiregion.yml up, the smoke check (a decision per region, a budget PATCH seen by every
