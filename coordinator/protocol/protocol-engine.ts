@@ -56,6 +56,8 @@ interface ProtocolMetrics {
   shares: Gauge<'policy' | 'region'>;
   learning: Gauge;
   engine: Gauge<'counter'>;
+  reportLag: Gauge<'region'>;
+  agents: Gauge<'region' | 'state'>;
 }
 
 /** The EngineFactory that runs the conservation protocol. */
@@ -265,6 +267,12 @@ class ProtocolEngine implements CoordinatorEngine {
       for (const [region, share] of Object.entries(a.shares))
         this.#metrics.shares.set({ policy: a.policy, region }, share);
     }
+    for (const r of this.#engine.regionViews()) {
+      if (r.lagMs !== null) this.#metrics.reportLag.set({ region: r.region }, r.lagMs / 1000);
+      const lapsed = r.agents.filter((a) => a.lapsed).length;
+      this.#metrics.agents.set({ region: r.region, state: 'live' }, r.agents.length - lapsed);
+      this.#metrics.agents.set({ region: r.region, state: 'lapsed' }, lapsed);
+    }
     this.#scheduleFlush();
   }
 
@@ -411,6 +419,18 @@ function protocolMetrics(registry: Registry): ProtocolMetrics {
     learning: new Gauge({
       name: 'quotaplane_coordinator_learning',
       help: '1 while the coordinator is in learning mode after a start (it grows no share).',
+      registers,
+    }),
+    reportLag: new Gauge({
+      name: 'quotaplane_region_report_lag_seconds',
+      help: 'Age of the last heartbeat or usage report from each region.',
+      labelNames: ['region'],
+      registers,
+    }),
+    agents: new Gauge({
+      name: 'quotaplane_region_agents',
+      help: 'Agents the coordinator knows per region: live, or lapsed (counted at their safe share).',
+      labelNames: ['region', 'state'],
       registers,
     }),
     engine: new Gauge({

@@ -51,6 +51,7 @@ interface HolderMetrics {
   badRecords: Counter;
   mode: Gauge<'mode'>;
   appliedRevision: Gauge;
+  share: Gauge<'policy'>;
 }
 
 export class LeaseHolder {
@@ -185,8 +186,17 @@ export class LeaseHolder {
       // No coordinator answered in time: no renewal; the lease lapses on its own if this goes on.
       this.#metrics?.heartbeats.inc({ outcome: 'no_reply' });
     } finally {
-      this.#metrics?.mode.reset();
-      this.#metrics?.mode.set({ mode: this.lease.mode() }, 1);
+      const metrics = this.#metrics;
+      if (metrics !== undefined) {
+        metrics.mode.reset();
+        metrics.mode.set({ mode: this.lease.mode() }, 1);
+        // The policy's default share in force here (overridden subjects have their own).
+        metrics.share.reset();
+        for (const policy of this.lease.policies()) {
+          const share = this.lease.shareFor(policy, '');
+          if (share !== undefined) metrics.share.set({ policy }, share.share);
+        }
+      }
     }
   }
 
@@ -280,6 +290,12 @@ function holderMetrics(registry: Registry): HolderMetrics {
     appliedRevision: new Gauge({
       name: 'quotaplane_agent_allocation_revision',
       help: 'Highest allocation record revision applied.',
+      registers,
+    }),
+    share: new Gauge({
+      name: 'quotaplane_agent_share_in_force',
+      help: "Share of each regional policy's budget this agent enforces now (after lease state), by policy.",
+      labelNames: ['policy'],
       registers,
     }),
   };

@@ -117,6 +117,30 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
     stack.checker.assertHeld();
   }, 30_000);
 
+  it('control traffic: one heartbeat and one usage message per agent per report interval, and the metrics show it', async () => {
+    const count = async () => {
+      const text = await (await stack.admin('GET', '/metrics')).text();
+      const value = (kind: string) =>
+        Number(
+          new RegExp(`quotaplane_protocol_messages_total\\{kind="${kind}"\\} (\\d+)`).exec(text)?.[1] ?? NaN,
+        );
+      return { heartbeat: value('heartbeat'), usage: value('usage'), text };
+    };
+    const before = await count();
+    const started = Date.now();
+    await sleep(3000);
+    const after = await count();
+    const seconds = (Date.now() - started) / 1000;
+    const agents = stack.agents.length;
+    // Heartbeats every 200 ms here (1 s by default): 5 per agent per second, give or take timer jitter.
+    const perAgent = (after.heartbeat - before.heartbeat) / seconds / agents;
+    expect(perAgent).toBeGreaterThan(3.5);
+    expect(perAgent).toBeLessThan(5.5);
+    expect((after.usage - before.usage) / seconds / agents).toBeCloseTo(perAgent, 0);
+    expect(after.text).toMatch(/quotaplane_region_report_lag_seconds\{region="eu"\}/);
+    expect(after.text).toMatch(/quotaplane_region_agents\{region="us",state="live"\} 2/);
+  }, 15_000);
+
   it('admitted totals across regions stay within C + R·W for every window', () => {
     expect(stack.admissions.length).toBeGreaterThan(100);
     // 30 + 60·W, with 50 ms of timing jitter on each window.
