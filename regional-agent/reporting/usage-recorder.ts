@@ -11,6 +11,8 @@ import {
   type PolicyUsage,
 } from '../../core/wire/protocol.js';
 
+/** Largest usage message body, bytes (well under NATS's default 1 MiB max payload). */
+export const MAX_USAGE_BYTES = 256 * 1024;
 /** A decision left less than this fraction of the bucket: its subject counts as close to capacity. */
 export const NEAR_CAPACITY_FRACTION = 0.1;
 /** Subjects the Space-Saving summary tracks per policy (it reports the top MAX_CONSTRAINED_PER_POLICY). */
@@ -125,12 +127,26 @@ export class UsageRecorder {
         ...(watched.length > 0 ? { watched } : {}),
       });
     }
-    const chunks: PolicyUsage[][] = [];
-    for (let at = 0; at < policies.length; at += MAX_POLICIES_PER_USAGE) {
-      chunks.push(policies.slice(at, at + MAX_POLICIES_PER_USAGE));
+    // Chunks bounded by count and by size (NATS refuses messages above its max payload, 1 MiB by default);
+    // what does not fit in MAX_USAGE_CHUNKS is dropped and counted.
+    const chunks: PolicyUsage[][] = [[]];
+    let bytes = 0;
+    let dropped = this.#dropped;
+    for (const p of policies) {
+      const size = JSON.stringify(p).length + 1;
+      let chunk = chunks[chunks.length - 1]!;
+      if (chunk.length > 0 && (chunk.length >= MAX_POLICIES_PER_USAGE || bytes + size > MAX_USAGE_BYTES)) {
+        if (chunks.length >= MAX_USAGE_CHUNKS) {
+          dropped++;
+          continue;
+        }
+        chunks.push((chunk = []));
+        bytes = 0;
+      }
+      chunk.push(p);
+      bytes += size;
     }
-    if (chunks.length === 0) chunks.push([]);
-    const snapshot = { intervalMs, chunks, dropped: this.#dropped };
+    const snapshot = { intervalMs, chunks, dropped };
     this.#policies = new Map();
     this.#dropped = 0;
     this.#since = now;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_CONSTRAINED_PER_POLICY, MAX_POLICIES_PER_USAGE, PolicyUsage } from '../../core/wire/protocol.js';
-import { UsageRecorder } from '../../regional-agent/reporting/usage-recorder.js';
+import { MAX_USAGE_BYTES, UsageRecorder } from '../../regional-agent/reporting/usage-recorder.js';
 
 describe('usage recorder', () => {
   it('counts requested, admitted and denied cost per policy, then starts a new interval', () => {
@@ -71,5 +71,31 @@ describe('usage recorder', () => {
       { subject: 'hot', requested: 3, denied: 1 },
       { subject: 'quiet', requested: 0, denied: 0 },
     ]);
+  });
+
+  it('keeps every usage message under its byte bound, whatever the subjects', () => {
+    const watched = new Set(Array.from({ length: 32 }, (_, i) => `h.${'w'.repeat(40)}${i}`));
+    const u = new UsageRecorder(0, { watched: () => watched });
+    for (let p = 0; p < 600; p++) {
+      const policy = `policy-${p}`.padEnd(64, 'x');
+      for (let s = 0; s < 40; s++) u.record(policy, `h.${'s'.repeat(40)}${s}`, 1, false, 0);
+    }
+    const snap = u.take(1000);
+    expect(snap.chunks.length).toBeGreaterThan(2);
+    for (const chunk of snap.chunks) {
+      expect(
+        JSON.stringify({
+          agentId: 'agent-12345678',
+          region: 'us',
+          seq: 1,
+          intervalMs: 1000,
+          chunk: 0,
+          chunks: 64,
+          policies: chunk,
+          dropped: 0,
+        }).length,
+      ).toBeLessThan(MAX_USAGE_BYTES + 1024);
+    }
+    expect(snap.chunks.flat()).toHaveLength(600);
   });
 });
