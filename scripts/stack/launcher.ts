@@ -6,7 +6,7 @@
  * reported through `failure`.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RegionPlan, StackConfig } from './config.js';
@@ -213,7 +213,10 @@ export class Stack {
     );
     this.#check();
     if (config.stateFile !== undefined) {
-      writeFileSync(config.stateFile, JSON.stringify(this.state(), null, 2) + '\n', { mode: 0o600 });
+      // Written aside and renamed, so a reader polling for the file never sees half of it.
+      const partial = `${config.stateFile}.${process.pid}.tmp`;
+      writeFileSync(partial, JSON.stringify(this.state(), null, 2) + '\n', { mode: 0o600 });
+      renameSync(partial, config.stateFile);
     }
   }
 
