@@ -25,15 +25,19 @@ export const rebalanceSuite: BenchSuite = {
     const persist = () => {
       for (const w of engine.takeWrites()) engine.written(w.policy, w.seq, ++revision);
     };
+    let seq = 0;
     const beat = () => {
+      // Each agent holds the renewal of its previous heartbeat.
+      seq++;
       for (const a of agents) {
         engine.heartbeat({
           ...a,
           instance: a.agentId,
-          seq: 0,
+          seq,
           appliedRevision: revision,
           ackRevision: revision,
           mode: 'valid',
+          renewedSeq: seq - 1,
         });
       }
     };

@@ -69,7 +69,8 @@ export class AgentLease implements ShareView {
   #leaseUntil = 0;
   #renewed = false;
   /** A renewal waiting for the agent to catch up to its minimum revision. */
-  #heldRenewal: { reply: Renewal; sentAt: number } | undefined;
+  #heldRenewal: { reply: Renewal; sentAt: number; seq: number } | undefined;
+  #renewedSeq = -1;
   #lastRefusal: string | undefined;
 
   /** Decisions in flight by the revision they started under (insertion order = increasing revision). */
@@ -130,15 +131,33 @@ export class AgentLease implements ShareView {
 
   // ---- lease ----------------------------------------------------------------------------------------------
 
-  /** A renewal for a heartbeat sent at `sentAt` (this clock). */
-  renewed(reply: Renewal, sentAt: number): void {
+  /**
+   * A renewal for heartbeat `seq`, sent at `sentAt` (this clock). A reply later than one report interval after
+   * its heartbeat is ignored: the coordinator relies on that bound to know how long an agent's accepted lease
+   * lasts at least (it cannot trust a heartbeat's own word, which may have waited in a buffer).
+   * Returns false for such a stale reply.
+   */
+  renewed(reply: Renewal, sentAt: number, seq = -1): boolean {
+    if (this.#clock.now() - sentAt > reply.reportIntervalMs) {
+      this.staleRenewals++;
+      return false;
+    }
     this.#lastRefusal = undefined;
     this.#graceMs = reply.graceMs;
     if (this.#applied < reply.minRevision) {
-      this.#heldRenewal = { reply, sentAt };
-      return;
+      this.#heldRenewal = { reply, sentAt, seq };
+      return true;
     }
-    this.#accept(reply, sentAt);
+    this.#accept(reply, sentAt, seq);
+    return true;
+  }
+
+  /** Renewals ignored because they came back later than a report interval after their heartbeat. */
+  staleRenewals = 0;
+
+  /** Sequence number of the heartbeat whose renewal the lease in force comes from (-1 before any). */
+  get renewedSeq(): number {
+    return this.#renewedSeq;
   }
 
   /** The coordinator refused to renew; the lease runs out on its own. */
@@ -253,8 +272,11 @@ export class AgentLease implements ShareView {
 
   // ---- internals ------------------------------------------------------------------------------------------
 
-  #accept(reply: Renewal, sentAt: number): void {
-    this.#leaseUntil = Math.max(this.#leaseUntil, sentAt + reply.leaseMs);
+  #accept(reply: Renewal, sentAt: number, seq: number): void {
+    if (sentAt + reply.leaseMs > this.#leaseUntil) {
+      this.#leaseUntil = sentAt + reply.leaseMs;
+      this.#renewedSeq = seq;
+    }
     this.#renewed = true;
     this.#heldRenewal = undefined;
     this.#observeMode(this.#clock.now());
@@ -263,7 +285,8 @@ export class AgentLease implements ShareView {
 
   #releaseHeldRenewal(): void {
     const held = this.#heldRenewal;
-    if (held !== undefined && this.#applied >= held.reply.minRevision) this.#accept(held.reply, held.sentAt);
+    if (held !== undefined && this.#applied >= held.reply.minRevision)
+      this.#accept(held.reply, held.sentAt, held.seq);
   }
 
   #inForce(issued: number, safe: number, mode: LeaseMode): number {

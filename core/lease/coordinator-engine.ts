@@ -85,8 +85,15 @@ interface Agent {
   lastHeartbeatAt: number | undefined;
   appliedRevision: number;
   ackRevision: number;
-  /** Lease state the agent reported in its last heartbeat; undefined when not heard from by this incarnation. */
+  /** Lease state the agent reported in its last heartbeat (informational); undefined before any. */
   mode: Heartbeat['mode'] | undefined;
+  /** When this incarnation granted renewals, by heartbeat seq (the last few). */
+  grants: Map<number, number>;
+  /**
+   * Coordinator time until which the agent surely holds a valid lease: the grant of the renewal it reports
+   * holding, plus the lease, minus the longest a reply may take to count (a report interval) and the skew.
+   */
+  surelyValidUntil: number;
 }
 
 interface Unit {
@@ -266,6 +273,8 @@ export class CoordinatorEngine {
         appliedRevision: 0,
         ackRevision: 0,
         mode: undefined,
+        grants: new Map(),
+        surelyValidUntil: -Infinity,
       });
     }
     for (const { record, revision } of options.records ?? []) this.#restore(record, revision);
@@ -355,6 +364,8 @@ export class CoordinatorEngine {
         appliedRevision: 0,
         ackRevision: 0,
         mode: undefined,
+        grants: new Map(),
+        surelyValidUntil: -Infinity,
       };
       this.#agents.set(agent.id, agent);
       this.#registryWrites.push({
@@ -364,9 +375,18 @@ export class CoordinatorEngine {
     agent.lastHeartbeatAt = now;
     agent.appliedRevision = Math.max(agent.appliedRevision, hb.appliedRevision);
     agent.ackRevision = Math.max(agent.ackRevision, hb.ackRevision);
-    // An agent whose lease lapsed counts at its safe share until it reports a valid lease again (it may have
-    // been renewed since it sent this, but then its next heartbeat says so).
-    agent.mode = this.#agentLapsed(agent, now) && hb.mode === 'valid' ? 'lapsed' : hb.mode;
+    // The heartbeat's own mode is not evidence: it may have waited in a buffer through an outage while the lease
+    // it describes ran out. What counts is which renewal the agent says it holds; a renewal this incarnation
+    // granted at time g is held until at least g + lease - report interval - skew (agents ignore replies later
+    // than one report interval), and before or after that the agent counts at its safe share.
+    agent.mode = hb.mode;
+    const granted = agent.grants.get(hb.renewedSeq);
+    if (granted !== undefined) {
+      agent.surelyValidUntil = Math.max(
+        agent.surelyValidUntil,
+        granted + this.lease.leaseMs - this.lease.reportIntervalMs - this.lease.skewMs,
+      );
+    }
     this.#lastReportAt[region] = now;
     this.#settle(region, now);
     if (this.#possiblyLapsed(agent, now) && this.#unwrittenShrinkIn(region)) {
@@ -381,6 +401,8 @@ export class CoordinatorEngine {
       };
     }
     agent.leaseUntil = now + this.lease.leaseMs;
+    agent.grants.set(hb.seq, now);
+    if (agent.grants.size > 16) agent.grants.delete(agent.grants.keys().next().value!);
     return {
       coordinatorId: this.coordinatorId,
       leaseMs: this.lease.leaseMs,
@@ -730,11 +752,12 @@ export class CoordinatorEngine {
   }
 
   /**
-   * The agent may be deciding at its safe share: its lease lapsed, or it has not reported a valid lease to this
-   * incarnation since (a restart, a return from a partition, a new agent serving before its first renewal).
+   * The agent may be deciding at its safe share: no renewal it reported holding is surely still in force (its
+   * lease lapsed, it has not reported one of this incarnation's renewals since a restart or a partition, or it
+   * is new and serving before its first renewal).
    */
   #possiblyLapsed(agent: Agent, now: number): boolean {
-    return agent.mode !== 'valid' || this.#agentLapsed(agent, now);
+    return now > agent.surelyValidUntil;
   }
 
   /** Some agent of the region may be holding its safe share. */

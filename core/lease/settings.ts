@@ -23,8 +23,12 @@ export const LeaseSettings = z
     overrideTtlMs: z.number().int().min(1000).max(3_600_000).default(30_000),
   })
   .refine((s) => s.graceMs > s.leaseMs, { message: 'graceMs must be longer than leaseMs', path: ['graceMs'] })
-  .refine((s) => s.reportIntervalMs * 2 <= s.leaseMs, {
-    message: 'leaseMs must cover at least two report intervals',
+  // The coordinator learns which renewal an agent holds from the agent's next heartbeat, a report interval
+  // later, and counts that renewal as held for leaseMs - reportIntervalMs - skewMs from its grant. To hear of the
+  // next renewal before that runs out, leases must outlast three report intervals plus the skew margin; shorter
+  // ones would make every agent look possibly lapsed and pin all regions at their safe shares.
+  .refine((s) => 3 * s.reportIntervalMs + s.skewMs <= s.leaseMs, {
+    message: 'leaseMs must be at least 3 × reportIntervalMs + skewMs',
     path: ['leaseMs'],
   });
 export type LeaseSettings = z.output<typeof LeaseSettings>;

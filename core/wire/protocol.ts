@@ -66,6 +66,12 @@ export const Heartbeat = z.strictObject({
    * reports `valid`.
    */
   mode: z.enum(['none', 'valid', 'lapsed', 'settled']),
+  /**
+   * `seq` of the heartbeat whose renewal the agent's lease in force comes from (-1: none). The coordinator knows
+   * when it granted that renewal, and agents ignore replies later than one report interval, so the lease lasts at
+   * least until that grant + leaseMs - reportIntervalMs: until then the agent is surely not at its safe share.
+   */
+  renewedSeq: z.number().int().min(-1),
 });
 export type Heartbeat = z.infer<typeof Heartbeat>;
 

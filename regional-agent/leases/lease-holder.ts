@@ -148,6 +148,7 @@ export class LeaseHolder {
       appliedRevision: this.lease.appliedRevision,
       ackRevision: this.lease.ackRevision,
       mode: this.lease.mode(),
+      renewedSeq: this.lease.renewedSeq,
     };
     if (this.#options.usage !== undefined) {
       const usage = this.#options.usage.take(sentAt);
@@ -180,8 +181,8 @@ export class LeaseHolder {
         return;
       }
       this.#interval = reply.reportIntervalMs;
-      this.lease.renewed(reply, sentAt);
-      this.#metrics?.heartbeats.inc({ outcome: 'renewed' });
+      const fresh = this.lease.renewed(reply, sentAt, seq);
+      this.#metrics?.heartbeats.inc({ outcome: fresh ? 'renewed' : 'stale_reply' });
     } catch {
       // No coordinator answered in time: no renewal; the lease lapses on its own if this goes on.
       this.#metrics?.heartbeats.inc({ outcome: 'no_reply' });
@@ -262,7 +263,7 @@ function holderMetrics(registry: Registry): HolderMetrics {
   return {
     heartbeats: new Counter({
       name: 'quotaplane_agent_heartbeats_total',
-      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply).',
+      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply, stale_reply: later than one report interval, ignored).',
       labelNames: ['outcome'],
       registers,
     }),

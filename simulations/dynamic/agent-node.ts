@@ -80,6 +80,7 @@ export class SimAgent {
       appliedRevision: this.lease.appliedRevision,
       ackRevision: this.lease.ackRevision,
       mode: this.lease.mode(),
+      renewedSeq: this.lease.renewedSeq,
     };
   }
 

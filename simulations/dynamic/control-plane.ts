@@ -119,9 +119,10 @@ export class DynamicControlPlane {
         agent.lease.recordsLoaded();
         // Its first lease, granted before the run begins.
         const sentAt = this.#clock.now();
-        const reply = this.#engine!.heartbeat(agent.heartbeat());
+        const first = agent.heartbeat();
+        const reply = this.#engine!.heartbeat(first);
         this.#flush(true);
-        this.#renewal(agent, reply, sentAt);
+        this.#renewal(agent, reply, sentAt, first.seq);
         ctx.at(firstBeat, () => this.#beat(agent));
         ctx.at(this.#offset(WATCH_HEARTBEAT_MS), () => this.#watchHeartbeat(agent));
       }
@@ -251,18 +252,20 @@ export class DynamicControlPlane {
       const reply = engine.heartbeat(heartbeat);
       this.#flush(false);
       this.onMessage?.({ kind: 'renewal', body: reply });
-      ctx.network.send(ctx.coordinator, agent.region, 'control', () => this.#renewal(agent, reply, sentAt));
+      ctx.network.send(ctx.coordinator, agent.region, 'control', () =>
+        this.#renewal(agent, reply, sentAt, heartbeat.seq),
+      );
     });
     ctx.at(ctx.now() + agent.reportIntervalMs * 1000, () => this.#beat(agent));
   }
 
-  #renewal(agent: SimAgent, reply: RenewalReply, sentAt: number): void {
+  #renewal(agent: SimAgent, reply: RenewalReply, sentAt: number, seq: number): void {
     if ('refused' in reply) {
       agent.lease.refused(reply.refused);
       this.#ctx.count('renewalsRefused');
       return;
     }
-    agent.lease.renewed(reply, sentAt);
+    agent.lease.renewed(reply, sentAt, seq);
     agent.reportIntervalMs = reply.reportIntervalMs;
     agent.graceMs = reply.graceMs;
     // A renewal waiting for a shrink this agent has not seen: its watch fell behind, catch up.

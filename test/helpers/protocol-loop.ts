@@ -32,6 +32,11 @@ export interface LoopAgent {
   omitted: Set<string>;
   /** Cut off from the coordinator and the KV (messages to and from it are lost). */
   partitioned: boolean;
+  /**
+   * Its connection is down but its client buffers what it sends (as a NATS client does while reconnecting):
+   * messages to the coordinator wait here, nothing reaches the agent. `release` drains them, oldest first.
+   */
+  held: (() => void)[] | undefined;
   /** Its KV watch is stuck: records queue up undelivered while heartbeats still flow. */
   stalled: boolean;
   stalledRecords: (() => void)[];
@@ -187,6 +192,7 @@ export class ProtocolLoop {
       truncated: new Set(),
       omitted: new Set(),
       partitioned: false,
+      held: undefined,
       stalled: false,
       stalledRecords: [],
       alive: true,
@@ -227,6 +233,34 @@ export class ProtocolLoop {
       if (revision > agent.lease.appliedRevision)
         this.#deliver(agent, () => agent.lease.applyRecord(policy, record, revision));
     }
+  }
+
+  /** Cut an agent off while its client buffers what it sends (see `LoopAgent.held`). */
+  hold(agent: LoopAgent): void {
+    agent.partitioned = true;
+    agent.held = [];
+  }
+
+  /**
+   * The connection is back: the agent catches up on the KV and its buffered messages reach the coordinator one
+   * every `spacingMs`, oldest first, with rounds running in between (a slow drain). Use a spacing below the
+   * report interval, or the backlog never drains.
+   */
+  release(agent: LoopAgent, spacingMs: number): void {
+    this.heal(agent);
+    // What the agent sends meanwhile queues behind the backlog, as it would in the client's buffer.
+    const drain = () => {
+      const held = agent.held;
+      if (held === undefined) return;
+      const next = held.shift();
+      if (next === undefined) {
+        agent.held = undefined;
+        return;
+      }
+      next();
+      this.at(spacingMs, drain);
+    };
+    drain();
   }
 
   /** Unstick an agent's KV watch: the queued records arrive. */
@@ -286,6 +320,7 @@ export class ProtocolLoop {
       appliedRevision: agent.lease.appliedRevision,
       ackRevision: agent.lease.ackRevision,
       mode: agent.lease.mode(),
+      renewedSeq: agent.lease.renewedSeq,
     };
     const policies: PolicyUsage[] = [...agent.demand].map(([policy, rate]) => {
       const requested = rate * (intervalMs / 1000) * (1 + this.#noise());
@@ -324,19 +359,23 @@ export class ProtocolLoop {
       this.#flush();
       this.#deliver(agent, () => {
         if ('refused' in reply) agent.lease.refused(reply.refused);
-        else agent.lease.renewed(reply, sentAt);
+        else agent.lease.renewed(reply, sentAt, hb.seq);
       });
     });
   }
 
   #toCoordinator(agent: LoopAgent, run: (engine: CoordinatorEngine) => void, evenIfDead = false): void {
-    if (agent.partitioned || (!agent.alive && !evenIfDead)) return;
-    this.messages++;
-    this.at(this.#options.delayMs, () => {
-      if (this.engine === undefined) return;
-      run(this.engine);
-      this.#flush();
-    });
+    if (!agent.alive && !evenIfDead) return;
+    const send = () => {
+      this.messages++;
+      this.at(this.#options.delayMs, () => {
+        if (this.engine === undefined) return;
+        run(this.engine);
+        this.#flush();
+      });
+    };
+    if (agent.held !== undefined) agent.held.push(send);
+    else if (!agent.partitioned) send();
   }
 
   #deliver(agent: LoopAgent, run: () => void): void {

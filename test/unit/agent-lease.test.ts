@@ -94,3 +94,30 @@ describe('agent lease: refill floors', () => {
     });
   });
 });
+
+describe('agent lease: stale renewals', () => {
+  it('ignores a reply later than one report interval after its heartbeat, and reports which renewal it holds', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.9);
+    lease.recordsLoaded();
+    const short = { ...renewal, leaseMs: 5000, graceMs: 20_000 };
+    expect(lease.renewed(short, clock.now(), 7)).toBe(true);
+    expect(lease.renewedSeq).toBe(7);
+    clock.advance(6000);
+    expect(lease.mode()).toBe('lapsed');
+    // A reply to a heartbeat sent 1001 ms ago: the coordinator may think this renewal ran out already.
+    const sentAt = clock.now();
+    clock.advance(1001);
+    expect(lease.renewed(short, sentAt, 8)).toBe(false);
+    expect(lease.staleRenewals).toBe(1);
+    expect(lease.renewedSeq).toBe(7);
+    expect(lease.mode()).toBe('lapsed');
+    expect(lease.shareFor('p', 't')!.share).toBe(0.5);
+    // Exactly one interval is still in time.
+    const again = clock.now();
+    clock.advance(1000);
+    expect(lease.renewed(short, again, 9)).toBe(true);
+    expect(lease.renewedSeq).toBe(9);
+    expect(lease.mode()).toBe('valid');
+  });
+});

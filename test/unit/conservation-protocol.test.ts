@@ -169,6 +169,37 @@ describe('conservation under failures', () => {
     expect(lonely.lease.mode()).toBe('settled');
   });
 
+  it('holds when heartbeats buffered through an outage arrive late, still saying the lease was valid', () => {
+    // us has no demand and sits at its floor, so nothing shrinks it while one of its agents is away: no overdue
+    // acknowledgement gets that agent refused, and only the heartbeats' own word could fool the coordinator.
+    const loop = settled({ us: 0, eu: 90, ap: 10 });
+    const cut = loop.agents.find((a) => a.region === 'us')!;
+    expect(loop.shares('writes')['us']).toBeCloseTo(0.02, 9);
+    // The agent loses its connection while its client buffers what it sends; its peer keeps reporting.
+    loop.hold(cut);
+    loop.advance(30_000);
+    // It lapsed and settled at its safe share, far above what us is issued; the coordinator counts it so.
+    expect(cut.lease.mode()).toBe('settled');
+    expect(loop.engine!.claims('writes')!['us']).toBeCloseTo(1 / 3, 9);
+    loop.checker.assertHeld();
+    // The buffered heartbeats drain at twice the rate they were sent, oldest first; the first six were sent while
+    // its lease was valid and say so. Trusting them would count us at its 0.02 while the agent holds 1/3, and give
+    // eu the difference (the engine before renewedSeq did exactly that: two violations here).
+    loop.release(cut, 500);
+    for (let i = 0; i < 40; i++) {
+      loop.advance(500);
+      loop.checker.assertHeld();
+    }
+    // The late replies to those heartbeats are stale: the agent ignores them rather than extend its lease.
+    expect(cut.lease.staleRenewals).toBeGreaterThan(20);
+    expect(cut.lease.mode()).toBe('settled');
+    // Once the backlog is gone a fresh renewal counts, and the coordinator hears of it before growing anyone.
+    loop.advance(30_000);
+    loop.checker.assertHeld();
+    expect(cut.lease.mode()).toBe('valid');
+    expect(loop.engine!.claims('writes')!['us']).toBeLessThan(0.1);
+  });
+
   it('holds through a coordinator crash and restart (learning mode, persisted leases and agents)', () => {
     const loop = settled({ us: 80, eu: 10, ap: 10 });
     loop.killCoordinator();
@@ -263,6 +294,7 @@ describe('messages the coordinator must not trust', () => {
       appliedRevision: 0,
       ackRevision: 0,
       mode: 'none' as const,
+      renewedSeq: -1,
     };
     expect(engine.heartbeat(hb)).toEqual({ refused: 'unknown region mars' });
     const usAgent = loop.agents.find((a) => a.region === 'us')!;

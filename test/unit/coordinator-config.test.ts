@@ -134,18 +134,19 @@ describe('coordinator protocol configuration', () => {
   it('reads lease timing and safe shares', () => {
     const c = loadConfig({
       ...base,
-      QP_LEASE_MS: '3000',
+      QP_LEASE_MS: '4000',
       QP_GRACE_MS: '9000',
       QP_SKEW_MS: '500',
       QP_ROUND_MS: '500',
       QP_SAFE_SHARES: 'us=0.5, eu=0.25, ap=0.25',
     });
-    expect(c.protocol.lease).toMatchObject({ leaseMs: 3000, graceMs: 9000, skewMs: 500 });
+    expect(c.protocol.lease).toMatchObject({ leaseMs: 4000, graceMs: 9000, skewMs: 500 });
     expect(c.protocol.safeShares).toEqual({ us: 0.5, eu: 0.25, ap: 0.25 });
   });
 
   it.each([
     [{ QP_GRACE_MS: '8000' }, /QP_GRACE_MS must exceed QP_LEASE_MS \+ 2 × QP_SKEW_MS \+ QP_ROUND_MS/],
+    [{ QP_LEASE_MS: '3999', QP_GRACE_MS: '9000' }, /leaseMs must be at least 3 × reportIntervalMs \+ skewMs/],
     [{ QP_SAFE_SHARES: 'us=0.5,eu=0.5,ap=0.5' }, /safe shares sum to 1.5, above 1/],
     [{ QP_SAFE_SHARES: 'us=0.5,eu=0.5' }, /missing regions: ap/],
     [{ QP_SAFE_SHARES: 'us=0.3,eu=0.3,ap=0.3,mars=0.1' }, /unknown regions: mars/],

@@ -211,7 +211,9 @@ describe('settings', () => {
     expect(() => plan('--set', 'graceMs=8000')).toThrow(
       /graceMs \(8000\) must exceed leaseMs \+ 2 × skewMs \+ roundMs \(9000\)/,
     );
-    expect(() => plan('--set', 'reportIntervalMs=4000')).toThrow(/at least two report intervals/);
+    expect(() => plan('--set', 'reportIntervalMs=4000')).toThrow(
+      /leaseMs must be at least 3 × reportIntervalMs \+ skewMs/,
+    );
     expect(() => plan('--set', 'minShare=0.4')).toThrow(/× 3 regions exceeds the budget/);
     expect(() => plan('--set', 'capacity=20')).toThrow(/minShare × capacity must be ≥ maxCost/);
     expect(() => plan('--set', 'damping=0')).toThrow(/damping/);
@@ -228,16 +230,16 @@ describe('settings', () => {
       '--strategies',
       'dynamic',
       '--sweep',
-      'leaseMs=3000,20000',
+      'leaseMs=5000,20000',
       '--set',
       'graceMs=60000',
     ]);
     if (p.help) throw new Error('help');
     expect(p.warnings).toEqual([]);
     const specs = planRuns(p);
-    expect(specs.map((s) => s.settings.leaseMs)).toEqual([3000, 20_000]);
+    expect(specs.map((s) => s.settings.leaseMs)).toEqual([5000, 20_000]);
     const [short, long] = specs.map((s) => runSimulation(s));
-    // 10 s into the crash (at 130 s) a 3 s lease has lapsed to the safe share; a 20 s lease still holds eu's.
+    // 10 s into the crash (at 130 s) a 5 s lease has lapsed to the safe share; a 20 s lease still holds eu's.
     expect(short!.series.shares![130]![1]).toBeCloseTo(1 / 3, 9);
     expect(long!.series.shares![130]![1]).toBeGreaterThan(0.8);
     conserved(short!.result);
