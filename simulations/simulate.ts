@@ -9,7 +9,7 @@ import { runSimulation, validateRun, type RunSpec } from './engine/run.js';
 import { SimConfigError } from './errors.js';
 import type { RunSeries } from './metrics/recorder.js';
 import type { StrategyResult } from './metrics/result.js';
-import { admittedCharts, shareCharts, tradeoffChart } from './report/charts.js';
+import { runChartFiles, tradeoffChart } from './report/charts.js';
 import { htmlReport } from './report/html.js';
 import { resultsTable } from './report/table.js';
 import { svgDocument } from './report/svg.js';
@@ -127,16 +127,9 @@ export function writeScenario(dir: string, outcome: ScenarioOutcome): string[] {
     put('tradeoff.svg', tradeoff);
     svgs.push(tradeoff);
   } else {
-    const runs = results.map((result, i) => ({ result, series: series[i]! }));
-    const setting = (name: string) => Number(results[0]?.settings[name] ?? 0);
-    const admitted = svgDocument(admittedCharts(runs, setting('capacity'), setting('refillPerSecond')));
-    put('admitted.svg', admitted);
-    svgs.push(admitted);
-    const shareParts = shareCharts(runs);
-    if (shareParts.length > 0) {
-      const shares = svgDocument(shareParts);
-      put('shares.svg', shares);
-      svgs.push(shares);
+    for (const { name, svg } of runChartFiles(results.map((result, i) => ({ result, series: series[i]! })))) {
+      put(name, svg);
+      svgs.push(svg);
     }
   }
   put(

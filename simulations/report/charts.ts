@@ -4,7 +4,7 @@
  */
 import type { RunSeries } from '../metrics/recorder.js';
 import type { StrategyResult } from '../metrics/result.js';
-import type { ChartOptions, Series } from './svg.js';
+import { svgDocument, type ChartOptions, type Series } from './svg.js';
 
 const STRATEGY_COLORS: Record<string, string> = {
   ideal: '#222222',
@@ -179,4 +179,21 @@ export function tradeoffChart(results: readonly StrategyResult[]): ChartOptions[
       yInclude: [0, 1],
     },
   ];
+}
+
+/**
+ * The chart files of one scenario's runs: `admitted.svg` always, `shares.svg` when a run has shares. The policy's
+ * capacity and refill come from the first run's settings.
+ */
+export function runChartFiles(runs: readonly ChartRun[]): { name: string; svg: string }[] {
+  const setting = (name: string) => Number(runs[0]?.result.settings[name] ?? 0);
+  const files = [
+    {
+      name: 'admitted.svg',
+      svg: svgDocument(admittedCharts(runs, setting('capacity'), setting('refillPerSecond'))),
+    },
+  ];
+  const shareParts = shareCharts(runs);
+  if (shareParts.length > 0) files.push({ name: 'shares.svg', svg: svgDocument(shareParts) });
+  return files;
 }
