@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
@@ -23,39 +23,56 @@ const policies = [
   parsePolicy({ name: 'local', capacity: 100, refillPerSecond: 1, onStoreFailure: 'local' }),
 ];
 
-let server: RedisServer;
-let redis: Redis;
-let agent: AgentApp;
+/** What the tests break: one Redis, or every master of a Redis Cluster at once. */
+interface Target {
+  readonly redis: Redis | Cluster;
+  readonly config: { redisUrl: string } | { redisClusterNodes: string[] };
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  kill(): Promise<void>;
+  start(): Promise<void>;
+  dispose(): Promise<void>;
+}
 
-beforeAll(async () => {
-  server = await backend().startRedis();
-  redis = connectRedis({ redisUrl: server.url }) as Redis;
+async function startTarget(kind: 'redis' | 'cluster'): Promise<Target> {
+  const servers: RedisServer[] = [];
+  let dispose: () => Promise<void>;
+  let config: Target['config'];
+  if (kind === 'redis') {
+    const server = await backend().startRedis();
+    servers.push(server);
+    config = { redisUrl: server.url };
+    dispose = async () => {
+      await server[Symbol.asyncDispose]();
+    };
+  } else {
+    const cluster = await backend().startRedisCluster(3);
+    servers.push(...cluster.nodes);
+    config = { redisClusterNodes: cluster.nodes.map((n) => `${n.host}:${n.port}`) };
+    dispose = async () => {
+      await cluster[Symbol.asyncDispose]();
+    };
+  }
+  const redis = connectRedis(config);
   redis.on('error', () => undefined);
-  await whenReady(redis, 5000);
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
+  await whenReady(redis, 10_000);
+  const all = (f: (s: RedisServer) => Promise<void>) => Promise.all(servers.map(f)).then(() => undefined);
+  return {
+    redis,
+    config,
+    pause: () => all((s) => s.pause()),
+    resume: () => all((s) => s.resume()),
+    kill: () => all((s) => s.kill()),
+    start: () => all((s) => s.start()),
+    dispose: async () => {
+      redis.disconnect();
+      await dispose();
     },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: server.url,
-      policiesFile: 'unused',
-      decisionDeadlineMs: DEADLINE_MS,
-      breakerResetMs: 300,
-      breakerVolumeThreshold: 5,
-      emergencyFraction: 0.1,
-    }),
-  );
-  await agent.ready;
-});
-afterAll(async () => {
-  await agent.close();
-  redis.disconnect();
-  await server[Symbol.asyncDispose]();
-});
+  };
+}
+
+let target: Target;
+let agent: AgentApp;
 
 async function timed(
   policy: string,
@@ -86,83 +103,123 @@ async function recovered(withinMs: number): Promise<number> {
   throw new Error(`decisions did not recover within ${withinMs} ms`);
 }
 
-describe('failure behaviour against a real Redis that is paused and killed', () => {
-  it('decides normally while Redis answers', async () => {
-    for (const p of ['closed', 'open', 'local']) {
-      const d = await timed(p, uniquePrefix('ok'));
-      expect(d.allowed).toBe(true);
-      expect(d.result.reason).toBeUndefined();
-      expect(d.result.remaining).toBe(99);
-    }
-  });
+// The same faults on one Redis and on a 3-master Redis Cluster (every master paused or killed at once).
+describe.each(['redis', 'cluster'] as const)(
+  'failure behaviour against a real %s that is paused and killed',
+  (kind) => {
+    beforeAll(async () => {
+      target = await startTarget(kind);
+      agent = buildApp(
+        {
+          store: new RedisDecisionStore(target.redis),
+          policies: new StaticPolicySource(policies),
+          shares: new StaticShareView(),
+          log: pino({ level: 'silent' }),
+        },
+        AgentConfig.parse({
+          region: 'us',
+          ...target.config,
+          policiesFile: 'unused',
+          decisionDeadlineMs: DEADLINE_MS,
+          breakerResetMs: 300,
+          breakerVolumeThreshold: 5,
+          emergencyFraction: 0.1,
+        }),
+      );
+      await agent.ready;
+    });
+    afterAll(async () => {
+      await agent.close();
+      await target.dispose();
+    });
 
-  it('SIGSTOP: every decision keeps its deadline and fails as its policy says; it recovers after SIGCONT', async () => {
-    await server.pause();
-    try {
-      const subject = uniquePrefix('frozen');
+    it('decides normally while Redis answers', async () => {
+      for (const p of ['closed', 'open', 'local']) {
+        const d = await timed(p, uniquePrefix('ok'));
+        expect(d.allowed).toBe(true);
+        expect(d.result.reason).toBeUndefined();
+        expect(d.result.remaining).toBe(99);
+      }
+    });
+
+    it('SIGSTOP: every decision keeps its deadline and fails as its policy says; it recovers after SIGCONT', async () => {
+      await target.pause();
+      try {
+        const subject = uniquePrefix('frozen');
+        const times: number[] = [];
+        for (let i = 0; i < 8; i++) {
+          const closed = await timed('closed', subject);
+          const open = await timed('open', subject);
+          times.push(closed.ms, open.ms);
+          expect(closed.allowed).toBe(false);
+          expect(closed.result).toMatchObject({
+            reason: 'store_unavailable',
+            retryAfterMs: 300,
+            remaining: 0,
+          });
+          expect(open.allowed).toBe(true);
+          expect(open.result).toMatchObject({ reason: 'fail_open', cause: 'store_unavailable' });
+        }
+        // The emergency bucket holds 10% of 100 tokens, refilling at 0.1/s: ten pass, the eleventh waits.
+        const local: boolean[] = [];
+        for (let i = 0; i < 11; i++) {
+          const d = await timed('local', subject);
+          times.push(d.ms);
+          expect(d.result).toMatchObject({
+            reason: 'emergency_bucket',
+            cause: 'store_unavailable',
+            limit: 10,
+          });
+          local.push(d.allowed);
+        }
+        expect(local).toEqual([...Array<boolean>(10).fill(true), false]);
+        expect(Math.max(...times)).toBeLessThan(LATE_MS);
+        // The breaker opened: later calls were refused without touching Redis.
+        expect(agent.guard.state).not.toBe('closed');
+        expect(
+          await metric(
+            /quotaplane_store_latency_seconds_count\{operation="decide",outcome="circuit_open"\} (\d+)/,
+          ),
+        ).toBeGreaterThan(0);
+        expect(
+          await metric(
+            /quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/,
+          ),
+        ).toBeGreaterThan(0);
+        expect(
+          await metric(
+            /quotaplane_degraded_decisions_total\{policy="open",region="us",reason="fail_open",cause="store_unavailable"\} (\d+)/,
+          ),
+        ).toBe(8);
+        expect(
+          await metric(
+            /quotaplane_degraded_decisions_total\{policy="closed",region="us",reason="store_unavailable",cause=""\} (\d+)/,
+          ),
+        ).toBe(8);
+      } finally {
+        await target.resume();
+      }
+      expect(await recovered(10_000)).toBeLessThan(10_000);
+      expect(agent.guard.state).toBe('closed');
+    });
+
+    it('SIGKILL: decisions fail fast as their policy says; they recover by themselves once Redis restarts', async () => {
+      await target.kill();
+      const subject = uniquePrefix('dead');
       const times: number[] = [];
-      for (let i = 0; i < 8; i++) {
+      for (let i = 0; i < 6; i++) {
         const closed = await timed('closed', subject);
         const open = await timed('open', subject);
         times.push(closed.ms, open.ms);
-        expect(closed.allowed).toBe(false);
-        expect(closed.result).toMatchObject({ reason: 'store_unavailable', retryAfterMs: 300, remaining: 0 });
-        expect(open.allowed).toBe(true);
-        expect(open.result).toMatchObject({ reason: 'fail_open', cause: 'store_unavailable' });
+        expect(closed).toMatchObject({ allowed: false, result: { reason: 'store_unavailable' } });
+        expect(open).toMatchObject({ allowed: true, result: { reason: 'fail_open' } });
       }
-      // The emergency bucket holds 10% of 100 tokens, refilling at 0.1/s: ten pass, the eleventh waits.
-      const local: boolean[] = [];
-      for (let i = 0; i < 11; i++) {
-        const d = await timed('local', subject);
-        times.push(d.ms);
-        expect(d.result).toMatchObject({ reason: 'emergency_bucket', cause: 'store_unavailable', limit: 10 });
-        local.push(d.allowed);
-      }
-      expect(local).toEqual([...Array<boolean>(10).fill(true), false]);
       expect(Math.max(...times)).toBeLessThan(LATE_MS);
-      // The breaker opened: later calls were refused without touching Redis.
-      expect(agent.guard.state).not.toBe('closed');
-      expect(
-        await metric(
-          /quotaplane_store_latency_seconds_count\{operation="decide",outcome="circuit_open"\} (\d+)/,
-        ),
-      ).toBeGreaterThan(0);
-      expect(
-        await metric(/quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/),
-      ).toBeGreaterThan(0);
-      expect(
-        await metric(
-          /quotaplane_degraded_decisions_total\{policy="open",region="us",reason="fail_open",cause="store_unavailable"\} (\d+)/,
-        ),
-      ).toBe(8);
-      expect(
-        await metric(
-          /quotaplane_degraded_decisions_total\{policy="closed",region="us",reason="store_unavailable",cause=""\} (\d+)/,
-        ),
-      ).toBe(8);
-    } finally {
-      await server.resume();
-    }
-    expect(await recovered(10_000)).toBeLessThan(10_000);
-    expect(agent.guard.state).toBe('closed');
-  });
-
-  it('SIGKILL: decisions fail fast as their policy says; they recover by themselves once Redis restarts', async () => {
-    await server.kill();
-    const subject = uniquePrefix('dead');
-    const times: number[] = [];
-    for (let i = 0; i < 6; i++) {
-      const closed = await timed('closed', subject);
-      const open = await timed('open', subject);
-      times.push(closed.ms, open.ms);
-      expect(closed).toMatchObject({ allowed: false, result: { reason: 'store_unavailable' } });
-      expect(open).toMatchObject({ allowed: true, result: { reason: 'fail_open' } });
-    }
-    expect(Math.max(...times)).toBeLessThan(LATE_MS);
-    await server.start();
-    expect(await recovered(15_000)).toBeLessThan(15_000);
-    const fresh = await timed('local', uniquePrefix('back'));
-    expect(fresh).toMatchObject({ allowed: true, result: { remaining: 99 } });
-    expect(fresh.result.reason).toBeUndefined();
-  });
-});
+      await target.start();
+      expect(await recovered(15_000)).toBeLessThan(15_000);
+      const fresh = await timed('local', uniquePrefix('back'));
+      expect(fresh).toMatchObject({ allowed: true, result: { remaining: 99 } });
+      expect(fresh.result.reason).toBeUndefined();
+    });
+  },
+);

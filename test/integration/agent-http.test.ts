@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, Problem } from '../../core/agent-wire.js';
@@ -8,7 +8,7 @@ import { StaticShareView } from '../../core/shares.js';
 import { buildApp, type AgentApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
+import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { uniquePrefix } from '../harness/fixtures.js';
 import { inject } from 'vitest';
@@ -22,30 +22,17 @@ const policies = [
 const config = (over: Record<string, unknown> = {}) =>
   AgentConfig.parse({ region: 'us', redisUrl: 'redis://127.0.0.1:1', policiesFile: 'unused', ...over });
 
-let redis: Redis;
+let redis: Redis | Cluster;
 let agent: AgentApp;
 let legacy: AgentApp;
 
-beforeAll(async () => {
+/** Connect to the suite's single Redis, or to its 3-master Redis Cluster, the way the agent does. */
+function connect(backend: 'redis' | 'cluster'): Redis | Cluster {
+  if (backend === 'cluster')
+    return connectRedis({ redisClusterNodes: inject('redisCluster').map((n) => `${n.host}:${n.port}`) });
   const { host, port } = inject('redis');
-  redis = new Redis({ host, port, ...decisionRedisOptions });
-  redis.on('error', () => undefined);
-  await whenReady(redis, 5000);
-  const deps = () => ({
-    store: new RedisDecisionStore(redis),
-    policies: new StaticPolicySource(policies),
-    shares: new StaticShareView({ halved: 0.5 }),
-    log: pino({ level: 'silent' }),
-  });
-  agent = buildApp(deps(), config({ trustedProxies: ['127.0.0.1'], decisionDeadlineMs: 500 }));
-  legacy = buildApp(deps(), config({ legacyHeaders: true, decisionDeadlineMs: 500 }));
-  await Promise.all([agent.ready, legacy.ready]);
-});
-afterAll(async () => {
-  await agent.app.close();
-  await legacy.app.close();
-  redis.disconnect();
-});
+  return connectRedis({ redisUrl: `redis://${host}:${port}` });
+}
 
 async function decide(body: unknown, app = agent) {
   const res = await app.app.inject({ method: 'POST', url: '/v1/decisions', payload: body as object });
@@ -57,356 +44,388 @@ function problemOf(res: { statusCode: number; headers: Record<string, unknown>; 
   return Problem.parse(JSON.parse(res.body));
 }
 
-describe('POST /v1/decisions', () => {
-  it('answers a single check with exact numbers and the draft-10 headers', async () => {
-    const subject = uniquePrefix('tenant');
-    const first = await decide({ policy: 'writes', subject });
-    expect(first.statusCode).toBe(200);
-    const body = DecisionResponse.parse(first.json());
-    expect(body.allowed).toBe(true);
-    expect(body.results).toEqual([
-      {
-        policy: 'writes',
-        allowed: true,
-        remaining: 2,
-        limit: 3,
-        resetMs: 1_000_000,
-        retryAfterMs: 0,
-        mode: 'regional',
-      },
-    ]);
-    expect(body.headers).toEqual({
-      'RateLimit-Policy': '"writes";q=3;w=3000',
-      RateLimit: '"writes";r=2;t=1000',
+// Every test runs on one Redis and again on a Redis Cluster (issue 7: any region may use a cluster).
+describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) => {
+  beforeAll(async () => {
+    redis = connect(backend);
+    redis.on('error', () => undefined);
+    await whenReady(redis, 10_000);
+    const deps = () => ({
+      store: new RedisDecisionStore(redis),
+      policies: new StaticPolicySource(policies),
+      shares: new StaticShareView({ halved: 0.5 }),
+      log: pino({ level: 'silent' }),
     });
-    expect(first.headers['x-request-id']).toBeTruthy();
+    agent = buildApp(deps(), config({ trustedProxies: ['127.0.0.1'], decisionDeadlineMs: 500 }));
+    legacy = buildApp(deps(), config({ legacyHeaders: true, decisionDeadlineMs: 500 }));
+    await Promise.all([agent.ready, legacy.ready]);
+  });
+  afterAll(async () => {
+    await agent.app.close();
+    await legacy.app.close();
+    redis.disconnect();
   });
 
-  it('denies once the bucket is empty: Retry-After in whole seconds, never before t', async () => {
-    const subject = uniquePrefix('tenant');
-    for (let i = 0; i < 3; i++)
-      expect(DecisionResponse.parse((await decide({ policy: 'writes', subject })).json()).allowed).toBe(true);
-    const denied = DecisionResponse.parse((await decide({ policy: 'writes', subject })).json());
-    expect(denied.allowed).toBe(false);
-    expect(denied.retryAfterMs).toBeGreaterThan(999_000);
-    expect(denied.retryAfterMs).toBeLessThanOrEqual(1_000_000);
-    const retryAfter = Number(denied.headers['Retry-After']);
-    expect(retryAfter).toBe(Math.ceil(denied.retryAfterMs! / 1000));
-    const t = Number(/;t=(\d+)/.exec(denied.headers['RateLimit']!)![1]);
-    expect(retryAfter).toBeGreaterThanOrEqual(t);
-    expect(denied.headers['RateLimit']).toMatch(/^"writes";r=0;t=\d+$/);
+  describe('POST /v1/decisions', () => {
+    it('answers a single check with exact numbers and the draft-10 headers', async () => {
+      const subject = uniquePrefix('tenant');
+      const first = await decide({ policy: 'writes', subject });
+      expect(first.statusCode).toBe(200);
+      const body = DecisionResponse.parse(first.json());
+      expect(body.allowed).toBe(true);
+      expect(body.results).toEqual([
+        {
+          policy: 'writes',
+          allowed: true,
+          remaining: 2,
+          limit: 3,
+          resetMs: 1_000_000,
+          retryAfterMs: 0,
+          mode: 'regional',
+        },
+      ]);
+      expect(body.headers).toEqual({
+        'RateLimit-Policy': '"writes";q=3;w=3000',
+        RateLimit: '"writes";r=2;t=1000',
+      });
+      expect(first.headers['x-request-id']).toBeTruthy();
+    });
+
+    it('denies once the bucket is empty: Retry-After in whole seconds, never before t', async () => {
+      const subject = uniquePrefix('tenant');
+      for (let i = 0; i < 3; i++)
+        expect(DecisionResponse.parse((await decide({ policy: 'writes', subject })).json()).allowed).toBe(
+          true,
+        );
+      const denied = DecisionResponse.parse((await decide({ policy: 'writes', subject })).json());
+      expect(denied.allowed).toBe(false);
+      expect(denied.retryAfterMs).toBeGreaterThan(999_000);
+      expect(denied.retryAfterMs).toBeLessThanOrEqual(1_000_000);
+      const retryAfter = Number(denied.headers['Retry-After']);
+      expect(retryAfter).toBe(Math.ceil(denied.retryAfterMs! / 1000));
+      const t = Number(/;t=(\d+)/.exec(denied.headers['RateLimit']!)![1]);
+      expect(retryAfter).toBeGreaterThanOrEqual(t);
+      expect(denied.headers['RateLimit']).toMatch(/^"writes";r=0;t=\d+$/);
+    });
+
+    it('decides layered checks all-or-nothing and sizes buckets by the static share', async () => {
+      const subject = uniquePrefix('tenant');
+      const ok = DecisionResponse.parse(
+        (
+          await decide({
+            checks: [
+              { policy: 'reports', subject, cost: 10 },
+              { policy: 'halved', subject, cost: 5 },
+            ],
+          })
+        ).json(),
+      );
+      expect(ok.allowed).toBe(true);
+      expect(ok.results.map((r) => [r.remaining, r.limit])).toEqual([
+        [90, 100],
+        [0, 5],
+      ]);
+      const denied = DecisionResponse.parse(
+        (
+          await decide({
+            checks: [
+              { policy: 'reports', subject, cost: 10 },
+              { policy: 'halved', subject, cost: 1 },
+            ],
+          })
+        ).json(),
+      );
+      expect(denied.allowed).toBe(false);
+      expect(denied.results.map((r) => r.allowed)).toEqual([false, false]);
+      // Nothing was charged: reports still holds 90 (plus what refilled meanwhile, under one token).
+      expect(denied.results[0]!.remaining).toBeGreaterThanOrEqual(90);
+      expect(denied.results[0]!.remaining).toBeLessThan(91);
+      expect(denied.results[0]!.retryAfterMs).toBe(0);
+      expect(denied.results[1]!.retryAfterMs).toBeGreaterThan(0);
+      expect(denied.headers['RateLimit']).toMatch(/^"halved";r=0;t=2$/);
+    });
+
+    it('a dry run charges nothing', async () => {
+      const subject = uniquePrefix('tenant');
+      for (let i = 0; i < 3; i++) {
+        const dry = DecisionResponse.parse(
+          (await decide({ policy: 'writes', subject, dryRun: true })).json(),
+        );
+        expect(dry.results[0]!.remaining).toBe(2);
+      }
+      expect(await redis.exists(bucketKey(1, subject, 'writes'))).toBe(0);
+    });
+
+    it('a retry with the same idempotency key replays the first decision and charges nothing', async () => {
+      const subject = uniquePrefix('tenant');
+      const body = { policy: 'writes', subject, idempotencyKey: 'order-42' };
+      const first = DecisionResponse.parse((await decide(body)).json());
+      const again = DecisionResponse.parse((await decide(body)).json());
+      expect(again.replayed).toBe(true);
+      expect(again.results).toEqual(first.results);
+      expect(Number(await redis.hget(bucketKey(1, subject, 'writes'), 'tk'))).toBe(2_000_000);
+      const conflict = await decide({ ...body, policy: 'reports' });
+      expect(conflict.statusCode).toBe(409);
+      expect(problemOf(conflict).code).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
+      expect(Number(await redis.hget(bucketKey(1, subject, 'writes'), 'tk'))).toBe(2_000_000);
+    });
+
+    it('sends legacy X-RateLimit-* headers only when configured', async () => {
+      const subject = uniquePrefix('tenant');
+      const plain = DecisionResponse.parse((await decide({ policy: 'writes', subject })).json());
+      expect(Object.keys(plain.headers).some((h) => h.startsWith('X-'))).toBe(false);
+      const withLegacy = DecisionResponse.parse((await decide({ policy: 'writes', subject }, legacy)).json());
+      expect(withLegacy.headers).toMatchObject({
+        'X-RateLimit-Limit': '3',
+        'X-RateLimit-Remaining': '1',
+        'X-RateLimit-Reset': '2000',
+      });
+    });
   });
 
-  it('decides layered checks all-or-nothing and sizes buckets by the static share', async () => {
-    const subject = uniquePrefix('tenant');
-    const ok = DecisionResponse.parse(
-      (
-        await decide({
-          checks: [
-            { policy: 'reports', subject, cost: 10 },
-            { policy: 'halved', subject, cost: 5 },
-          ],
-        })
-      ).json(),
-    );
-    expect(ok.allowed).toBe(true);
-    expect(ok.results.map((r) => [r.remaining, r.limit])).toEqual([
-      [90, 100],
-      [0, 5],
-    ]);
-    const denied = DecisionResponse.parse(
-      (
-        await decide({
-          checks: [
-            { policy: 'reports', subject, cost: 10 },
-            { policy: 'halved', subject, cost: 1 },
-          ],
-        })
-      ).json(),
-    );
-    expect(denied.allowed).toBe(false);
-    expect(denied.results.map((r) => r.allowed)).toEqual([false, false]);
-    // Nothing was charged: reports still holds 90 (plus what refilled meanwhile, under one token).
-    expect(denied.results[0]!.remaining).toBeGreaterThanOrEqual(90);
-    expect(denied.results[0]!.remaining).toBeLessThan(91);
-    expect(denied.results[0]!.retryAfterMs).toBe(0);
-    expect(denied.results[1]!.retryAfterMs).toBeGreaterThan(0);
-    expect(denied.headers['RateLimit']).toMatch(/^"halved";r=0;t=2$/);
-  });
-
-  it('a dry run charges nothing', async () => {
-    const subject = uniquePrefix('tenant');
-    for (let i = 0; i < 3; i++) {
-      const dry = DecisionResponse.parse((await decide({ policy: 'writes', subject, dryRun: true })).json());
-      expect(dry.results[0]!.remaining).toBe(2);
+  describe('bad input: a stable code, a problem document, and nothing charged', () => {
+    const subject = uniquePrefix('bad');
+    const key = bucketKey(1, subject, 'writes');
+    const cases: [
+      string,
+      () => Promise<{ statusCode: number; headers: Record<string, unknown>; body: string }>,
+      number,
+      string,
+    ][] = [
+      ['unknown policy', () => decide({ policy: 'nope', subject }), 404, 'AGT_ERR_UNKNOWN_POLICY'],
+      [
+        'bad subject',
+        () => decide({ policy: 'writes', subject: 'has space' }),
+        400,
+        'AGT_ERR_INVALID_SUBJECT',
+      ],
+      [
+        'subject with a brace',
+        () => decide({ policy: 'writes', subject: `{${subject}}` }),
+        400,
+        'AGT_ERR_INVALID_SUBJECT',
+      ],
+      ['zero cost', () => decide({ policy: 'writes', subject, cost: 0 }), 400, 'AGT_ERR_INVALID_COST'],
+      ['negative cost', () => decide({ policy: 'writes', subject, cost: -1 }), 400, 'AGT_ERR_INVALID_COST'],
+      [
+        'cost above maxCost',
+        () => decide({ policy: 'reports', subject, cost: 11 }),
+        400,
+        'AGT_ERR_COST_ABOVE_MAX',
+      ],
+      [
+        'too many checks',
+        () =>
+          decide({
+            checks: Array.from({ length: 17 }, (_, i) => ({ policy: 'writes', subject: `${subject}-${i}` })),
+          }),
+        400,
+        'AGT_ERR_TOO_MANY_CHECKS',
+      ],
+      [
+        'the same check twice',
+        () =>
+          decide({
+            checks: [
+              { policy: 'writes', subject },
+              { policy: 'writes', subject },
+            ],
+          }),
+        400,
+        'AGT_ERR_DUPLICATE_CHECK',
+      ],
+      [
+        'an unknown field',
+        () => decide({ policy: 'writes', subject, extra: 1 }),
+        400,
+        'AGT_ERR_INVALID_REQUEST',
+      ],
+      ['no subject', () => decide({ policy: 'writes' }), 400, 'AGT_ERR_INVALID_REQUEST'],
+      [
+        'malformed JSON',
+        () =>
+          agent.app.inject({
+            method: 'POST',
+            url: '/v1/decisions',
+            headers: { 'content-type': 'application/json' },
+            payload: `{"policy":"writes","subject":"${subject}",`,
+          }),
+        400,
+        'AGT_ERR_MALFORMED_JSON',
+      ],
+      [
+        'an oversized body',
+        () =>
+          agent.app.inject({
+            method: 'POST',
+            url: '/v1/decisions',
+            headers: { 'content-type': 'application/json' },
+            payload: JSON.stringify({ policy: 'writes', subject, pad: 'x'.repeat(20_000) }),
+          }),
+        413,
+        'AGT_ERR_BODY_TOO_LARGE',
+      ],
+      [
+        'a body that is not JSON',
+        () =>
+          agent.app.inject({
+            method: 'POST',
+            url: '/v1/decisions',
+            headers: { 'content-type': 'text/plain' },
+            payload: 'policy=writes',
+          }),
+        415,
+        'AGT_ERR_UNSUPPORTED_MEDIA_TYPE',
+      ],
+      [
+        'an unknown route',
+        () => agent.app.inject({ method: 'GET', url: '/v1/nothing' }),
+        404,
+        'AGT_ERR_NOT_FOUND',
+      ],
+    ];
+    for (const [name, send, status, code] of cases) {
+      it(`${name} → ${status} ${code}`, async () => {
+        const res = await send();
+        expect(res.statusCode).toBe(status);
+        const problem = problemOf(res);
+        expect(problem).toMatchObject({ status, code, type: 'about:blank' });
+        expect(problem.detail).toBeTruthy();
+        expect(res.body).not.toContain('rl:v');
+        expect(await redis.exists(key)).toBe(0);
+      });
     }
-    expect(await redis.exists(bucketKey(1, subject, 'writes'))).toBe(0);
-  });
 
-  it('a retry with the same idempotency key replays the first decision and charges nothing', async () => {
-    const subject = uniquePrefix('tenant');
-    const body = { policy: 'writes', subject, idempotencyKey: 'order-42' };
-    const first = DecisionResponse.parse((await decide(body)).json());
-    const again = DecisionResponse.parse((await decide(body)).json());
-    expect(again.replayed).toBe(true);
-    expect(again.results).toEqual(first.results);
-    expect(Number(await redis.hget(bucketKey(1, subject, 'writes'), 'tk'))).toBe(2_000_000);
-    const conflict = await decide({ ...body, policy: 'reports' });
-    expect(conflict.statusCode).toBe(409);
-    expect(problemOf(conflict).code).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
-    expect(Number(await redis.hget(bucketKey(1, subject, 'writes'), 'tk'))).toBe(2_000_000);
-  });
-
-  it('sends legacy X-RateLimit-* headers only when configured', async () => {
-    const subject = uniquePrefix('tenant');
-    const plain = DecisionResponse.parse((await decide({ policy: 'writes', subject })).json());
-    expect(Object.keys(plain.headers).some((h) => h.startsWith('X-'))).toBe(false);
-    const withLegacy = DecisionResponse.parse((await decide({ policy: 'writes', subject }, legacy)).json());
-    expect(withLegacy.headers).toMatchObject({
-      'X-RateLimit-Limit': '3',
-      'X-RateLimit-Remaining': '1',
-      'X-RateLimit-Reset': '2000',
+    it('counts every refused request by code, never by subject', async () => {
+      const metrics = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
+      expect(metrics).toMatch(/quotaplane_request_errors_total\{code="AGT_ERR_UNKNOWN_POLICY"\} [1-9]/);
+      expect(metrics).not.toContain(subject);
     });
   });
-});
 
-describe('bad input: a stable code, a problem document, and nothing charged', () => {
-  const subject = uniquePrefix('bad');
-  const key = bucketKey(1, subject, 'writes');
-  const cases: [
-    string,
-    () => Promise<{ statusCode: number; headers: Record<string, unknown>; body: string }>,
-    number,
-    string,
-  ][] = [
-    ['unknown policy', () => decide({ policy: 'nope', subject }), 404, 'AGT_ERR_UNKNOWN_POLICY'],
-    ['bad subject', () => decide({ policy: 'writes', subject: 'has space' }), 400, 'AGT_ERR_INVALID_SUBJECT'],
-    [
-      'subject with a brace',
-      () => decide({ policy: 'writes', subject: `{${subject}}` }),
-      400,
-      'AGT_ERR_INVALID_SUBJECT',
-    ],
-    ['zero cost', () => decide({ policy: 'writes', subject, cost: 0 }), 400, 'AGT_ERR_INVALID_COST'],
-    ['negative cost', () => decide({ policy: 'writes', subject, cost: -1 }), 400, 'AGT_ERR_INVALID_COST'],
-    [
-      'cost above maxCost',
-      () => decide({ policy: 'reports', subject, cost: 11 }),
-      400,
-      'AGT_ERR_COST_ABOVE_MAX',
-    ],
-    [
-      'too many checks',
-      () =>
-        decide({
-          checks: Array.from({ length: 17 }, (_, i) => ({ policy: 'writes', subject: `${subject}-${i}` })),
-        }),
-      400,
-      'AGT_ERR_TOO_MANY_CHECKS',
-    ],
-    [
-      'the same check twice',
-      () =>
-        decide({
-          checks: [
-            { policy: 'writes', subject },
-            { policy: 'writes', subject },
-          ],
-        }),
-      400,
-      'AGT_ERR_DUPLICATE_CHECK',
-    ],
-    [
-      'an unknown field',
-      () => decide({ policy: 'writes', subject, extra: 1 }),
-      400,
-      'AGT_ERR_INVALID_REQUEST',
-    ],
-    ['no subject', () => decide({ policy: 'writes' }), 400, 'AGT_ERR_INVALID_REQUEST'],
-    [
-      'malformed JSON',
-      () =>
-        agent.app.inject({
-          method: 'POST',
-          url: '/v1/decisions',
-          headers: { 'content-type': 'application/json' },
-          payload: `{"policy":"writes","subject":"${subject}",`,
-        }),
-      400,
-      'AGT_ERR_MALFORMED_JSON',
-    ],
-    [
-      'an oversized body',
-      () =>
-        agent.app.inject({
-          method: 'POST',
-          url: '/v1/decisions',
-          headers: { 'content-type': 'application/json' },
-          payload: JSON.stringify({ policy: 'writes', subject, pad: 'x'.repeat(20_000) }),
-        }),
-      413,
-      'AGT_ERR_BODY_TOO_LARGE',
-    ],
-    [
-      'a body that is not JSON',
-      () =>
-        agent.app.inject({
-          method: 'POST',
-          url: '/v1/decisions',
-          headers: { 'content-type': 'text/plain' },
-          payload: 'policy=writes',
-        }),
-      415,
-      'AGT_ERR_UNSUPPORTED_MEDIA_TYPE',
-    ],
-    [
-      'an unknown route',
-      () => agent.app.inject({ method: 'GET', url: '/v1/nothing' }),
-      404,
-      'AGT_ERR_NOT_FOUND',
-    ],
-  ];
-  for (const [name, send, status, code] of cases) {
-    it(`${name} → ${status} ${code}`, async () => {
-      const res = await send();
-      expect(res.statusCode).toBe(status);
-      const problem = problemOf(res);
-      expect(problem).toMatchObject({ status, code, type: 'about:blank' });
-      expect(problem.detail).toBeTruthy();
-      expect(res.body).not.toContain('rl:v');
-      expect(await redis.exists(key)).toBe(0);
-    });
-  }
-
-  it('counts every refused request by code, never by subject', async () => {
-    const metrics = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
-    expect(metrics).toMatch(/quotaplane_request_errors_total\{code="AGT_ERR_UNKNOWN_POLICY"\} [1-9]/);
-    expect(metrics).not.toContain(subject);
-  });
-});
-
-describe('GET /v1/forward-auth', () => {
-  it('204 while allowed, 429 problem once over quota, headers on both', async () => {
-    const subject = uniquePrefix('fa');
-    for (let i = 0; i < 3; i++) {
-      const ok = await agent.app.inject({
+  describe('GET /v1/forward-auth', () => {
+    it('204 while allowed, 429 problem once over quota, headers on both', async () => {
+      const subject = uniquePrefix('fa');
+      for (let i = 0; i < 3; i++) {
+        const ok = await agent.app.inject({
+          method: 'GET',
+          url: '/v1/forward-auth?policy=writes',
+          headers: { 'x-quota-subject': subject },
+        });
+        expect(ok.statusCode).toBe(204);
+        expect(ok.headers['ratelimit']).toBe(`"writes";r=${2 - i};t=${1000 * (i + 1)}`);
+        expect(ok.headers['ratelimit-policy']).toBe('"writes";q=3;w=3000');
+      }
+      const over = await agent.app.inject({
         method: 'GET',
         url: '/v1/forward-auth?policy=writes',
         headers: { 'x-quota-subject': subject },
       });
+      expect(over.statusCode).toBe(429);
+      expect(Number(over.headers['retry-after'])).toBeGreaterThanOrEqual(1000);
+      const problem = problemOf(over);
+      expect(problem).toMatchObject({
+        type: 'https://iana.org/assignments/http-problem-types#quota-exceeded',
+        code: 'RATE_LIMITED',
+        status: 429,
+        'violated-policies': ['writes'],
+      });
+    });
+
+    it('takes the cost from the query and refuses a bad query', async () => {
+      const subject = uniquePrefix('fa');
+      const ok = await agent.app.inject({
+        method: 'GET',
+        url: '/v1/forward-auth?policy=reports&cost=7',
+        headers: { 'x-quota-subject': subject },
+      });
       expect(ok.statusCode).toBe(204);
-      expect(ok.headers['ratelimit']).toBe(`"writes";r=${2 - i};t=${1000 * (i + 1)}`);
-      expect(ok.headers['ratelimit-policy']).toBe('"writes";q=3;w=3000');
-    }
-    const over = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth?policy=writes',
-      headers: { 'x-quota-subject': subject },
+      expect(ok.headers['ratelimit']).toMatch(/^"reports";r=93;/);
+      const bad = await agent.app.inject({
+        method: 'GET',
+        url: '/v1/forward-auth?policy=reports&cost=abc',
+        headers: { 'x-quota-subject': subject },
+      });
+      expect(bad.statusCode).toBe(400);
+      expect(problemOf(bad).code).toBe('AGT_ERR_INVALID_QUERY');
     });
-    expect(over.statusCode).toBe(429);
-    expect(Number(over.headers['retry-after'])).toBeGreaterThanOrEqual(1000);
-    const problem = problemOf(over);
-    expect(problem).toMatchObject({
-      type: 'https://iana.org/assignments/http-problem-types#quota-exceeded',
-      code: 'RATE_LIMITED',
-      status: 429,
-      'violated-policies': ['writes'],
+
+    it('serves Envoy ext_authz: any method on /v1/forward-auth/<original path>, policy and cost in headers', async () => {
+      const subject = uniquePrefix('envoy');
+      const ok = await agent.app.inject({
+        method: 'POST',
+        url: '/v1/forward-auth/api/reports?page=2&anything=goes',
+        headers: { 'x-quota-subject': subject, 'x-quota-policy': 'reports', 'x-quota-cost': '4' },
+      });
+      expect(ok.statusCode).toBe(204);
+      expect(ok.headers['ratelimit']).toMatch(/^"reports";r=96;/);
+      const noPolicy = await agent.app.inject({
+        method: 'GET',
+        url: '/v1/forward-auth/api/reports',
+        headers: { 'x-quota-subject': subject },
+      });
+      expect(noPolicy.statusCode).toBe(400);
+      expect(problemOf(noPolicy).code).toBe('AGT_ERR_INVALID_QUERY');
+    });
+
+    it('uses the client address (IPv6 by /64) only behind a trusted proxy', async () => {
+      const base = uniquePrefix('net')
+        .replace(/[^0-9a-f]/g, '')
+        .slice(0, 4)
+        .padEnd(4, 'a');
+      const a = await agent.app.inject({
+        method: 'GET',
+        url: '/v1/forward-auth?policy=writes',
+        remoteAddress: '127.0.0.1',
+        headers: { 'x-forwarded-for': `2001:db8:${base}:7::1` },
+      });
+      expect(a.statusCode).toBe(204);
+      // Another address of the same /64 shares the bucket.
+      const b = await agent.app.inject({
+        method: 'GET',
+        url: '/v1/forward-auth?policy=writes',
+        remoteAddress: '127.0.0.1',
+        headers: { 'x-forwarded-for': `2001:db8:${base}:7:ffff::2` },
+      });
+      expect(b.headers['ratelimit']).toMatch(/^"writes";r=1;/);
+      expect(await redis.exists(bucketKey(1, `ip:2001:db8:${base}:7::/64`, 'writes'))).toBe(1);
+      const untrusted = await agent.app.inject({
+        method: 'GET',
+        url: '/v1/forward-auth?policy=writes',
+        remoteAddress: '10.1.2.3',
+        headers: { 'x-forwarded-for': '2001:db8::1' },
+      });
+      expect(untrusted.statusCode).toBe(400);
+      expect(problemOf(untrusted).code).toBe('AGT_ERR_MISSING_SUBJECT');
     });
   });
 
-  it('takes the cost from the query and refuses a bad query', async () => {
-    const subject = uniquePrefix('fa');
-    const ok = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth?policy=reports&cost=7',
-      headers: { 'x-quota-subject': subject },
+  describe('health, readiness, metrics', () => {
+    it('answers /healthz and /readyz, and /readyz turns 503 while draining', async () => {
+      expect((await agent.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+      const ready = await legacy.app.inject({ method: 'GET', url: '/readyz' });
+      expect(ready.statusCode).toBe(200);
+      expect(ready.json()).toMatchObject({ status: 'ready', policies: 3, store: 'closed' });
+      legacy.drain();
+      const draining = await legacy.app.inject({ method: 'GET', url: '/readyz' });
+      expect(draining.statusCode).toBe(503);
+      expect(problemOf(draining)).toMatchObject({ code: 'AGT_ERR_NOT_READY', errors: ['draining'] });
     });
-    expect(ok.statusCode).toBe(204);
-    expect(ok.headers['ratelimit']).toMatch(/^"reports";r=93;/);
-    const bad = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth?policy=reports&cost=abc',
-      headers: { 'x-quota-subject': subject },
-    });
-    expect(bad.statusCode).toBe(400);
-    expect(problemOf(bad).code).toBe('AGT_ERR_INVALID_QUERY');
-  });
 
-  it('serves Envoy ext_authz: any method on /v1/forward-auth/<original path>, policy and cost in headers', async () => {
-    const subject = uniquePrefix('envoy');
-    const ok = await agent.app.inject({
-      method: 'POST',
-      url: '/v1/forward-auth/api/reports?page=2&anything=goes',
-      headers: { 'x-quota-subject': subject, 'x-quota-policy': 'reports', 'x-quota-cost': '4' },
+    it('exports decisions by policy, region, decision and mode, store latency and process metrics', async () => {
+      const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
+      expect(text).toMatch(
+        /quotaplane_decisions_total\{policy="writes",region="us",decision="allowed",mode="regional"\} \d+/,
+      );
+      expect(text).toMatch(
+        /quotaplane_decisions_total\{policy="writes",region="us",decision="denied",mode="regional"\} \d+/,
+      );
+      expect(text).toMatch(
+        /quotaplane_store_latency_seconds_bucket\{le="[^"]+",operation="decide",outcome="ok"\}/,
+      );
+      expect(text).toMatch(/quotaplane_retry_after_seconds_count\{policy="writes",region="us"\} [1-9]/);
+      expect(text).toContain('process_cpu_user_seconds_total');
+      expect(text).not.toMatch(/tenant-|fa-|bad-/);
     });
-    expect(ok.statusCode).toBe(204);
-    expect(ok.headers['ratelimit']).toMatch(/^"reports";r=96;/);
-    const noPolicy = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth/api/reports',
-      headers: { 'x-quota-subject': subject },
-    });
-    expect(noPolicy.statusCode).toBe(400);
-    expect(problemOf(noPolicy).code).toBe('AGT_ERR_INVALID_QUERY');
-  });
-
-  it('uses the client address (IPv6 by /64) only behind a trusted proxy', async () => {
-    const base = uniquePrefix('net')
-      .replace(/[^0-9a-f]/g, '')
-      .slice(0, 4)
-      .padEnd(4, 'a');
-    const a = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth?policy=writes',
-      remoteAddress: '127.0.0.1',
-      headers: { 'x-forwarded-for': `2001:db8:${base}:7::1` },
-    });
-    expect(a.statusCode).toBe(204);
-    // Another address of the same /64 shares the bucket.
-    const b = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth?policy=writes',
-      remoteAddress: '127.0.0.1',
-      headers: { 'x-forwarded-for': `2001:db8:${base}:7:ffff::2` },
-    });
-    expect(b.headers['ratelimit']).toMatch(/^"writes";r=1;/);
-    expect(await redis.exists(bucketKey(1, `ip:2001:db8:${base}:7::/64`, 'writes'))).toBe(1);
-    const untrusted = await agent.app.inject({
-      method: 'GET',
-      url: '/v1/forward-auth?policy=writes',
-      remoteAddress: '10.1.2.3',
-      headers: { 'x-forwarded-for': '2001:db8::1' },
-    });
-    expect(untrusted.statusCode).toBe(400);
-    expect(problemOf(untrusted).code).toBe('AGT_ERR_MISSING_SUBJECT');
-  });
-});
-
-describe('health, readiness, metrics', () => {
-  it('answers /healthz and /readyz, and /readyz turns 503 while draining', async () => {
-    expect((await agent.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
-    const ready = await legacy.app.inject({ method: 'GET', url: '/readyz' });
-    expect(ready.statusCode).toBe(200);
-    expect(ready.json()).toMatchObject({ status: 'ready', policies: 3, store: 'closed' });
-    legacy.drain();
-    const draining = await legacy.app.inject({ method: 'GET', url: '/readyz' });
-    expect(draining.statusCode).toBe(503);
-    expect(problemOf(draining)).toMatchObject({ code: 'AGT_ERR_NOT_READY', errors: ['draining'] });
-  });
-
-  it('exports decisions by policy, region, decision and mode, store latency and process metrics', async () => {
-    const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
-    expect(text).toMatch(
-      /quotaplane_decisions_total\{policy="writes",region="us",decision="allowed",mode="regional"\} \d+/,
-    );
-    expect(text).toMatch(
-      /quotaplane_decisions_total\{policy="writes",region="us",decision="denied",mode="regional"\} \d+/,
-    );
-    expect(text).toMatch(
-      /quotaplane_store_latency_seconds_bucket\{le="[^"]+",operation="decide",outcome="ok"\}/,
-    );
-    expect(text).toMatch(/quotaplane_retry_after_seconds_count\{policy="writes",region="us"\} [1-9]/);
-    expect(text).toContain('process_cpu_user_seconds_total');
-    expect(text).not.toMatch(/tenant-|fa-|bad-/);
   });
 });
