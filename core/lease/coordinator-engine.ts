@@ -191,13 +191,9 @@ export interface EngineCounters {
   messagesDropped: number;
 }
 
-export class CoordinatorEngine {
-  readonly coordinatorId: string;
-  readonly regions: readonly string[];
-  readonly settings: RebalanceSettings;
-  readonly lease: LeaseSettings;
-  readonly safe: readonly number[];
-  readonly counters: EngineCounters = {
+/** Every counter at zero. */
+export function zeroCounters(): EngineCounters {
+  return {
     rounds: 0,
     shrinks: 0,
     grows: 0,
@@ -207,6 +203,15 @@ export class CoordinatorEngine {
     renewalsRefused: 0,
     messagesDropped: 0,
   };
+}
+
+export class CoordinatorEngine {
+  readonly coordinatorId: string;
+  readonly regions: readonly string[];
+  readonly settings: RebalanceSettings;
+  readonly lease: LeaseSettings;
+  readonly safe: readonly number[];
+  readonly counters: EngineCounters = zeroCounters();
 
   readonly #clock: Clock;
   readonly #regionIndex: Map<string, number>;

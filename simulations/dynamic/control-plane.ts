@@ -18,7 +18,7 @@
  * first lease, as after any start. A crash drops the engine (its memory); the restart builds a new one from the
  * KV's records and agent registry, in learning mode.
  */
-import { CoordinatorEngine, type EngineCounters } from '../../core/lease/coordinator-engine.js';
+import { CoordinatorEngine, zeroCounters, type EngineCounters } from '../../core/lease/coordinator-engine.js';
 import type { LeaseSettings } from '../../core/lease/settings.js';
 import type { Policy } from '../../core/policy.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
@@ -59,16 +59,7 @@ export class DynamicControlPlane {
   readonly #endUs: number;
   #engine: CoordinatorEngine | undefined;
   #incarnation = 0;
-  readonly #counters: EngineCounters = {
-    rounds: 0,
-    shrinks: 0,
-    grows: 0,
-    safetyShrinks: 0,
-    overridesCreated: 0,
-    overridesRemoved: 0,
-    renewalsRefused: 0,
-    messagesDropped: 0,
-  };
+  readonly #counters: EngineCounters = zeroCounters();
   /** Sees every protocol message at the instant it is sent (tests). */
   onMessage: ((message: ProtocolMessage) => void) | undefined;
 
