@@ -4,6 +4,7 @@
  */
 import { parseArgs } from 'node:util';
 import { SimConfigError } from './errors.js';
+import { DEFAULT_COMPRESSION, MAX_COMPRESSION, REPLAY_MODES } from './replay/replay-plan.js';
 import { findScenario, scenarios } from './scenarios/catalogue.js';
 import type { Scenario } from './scenario.js';
 import { describeSettings, isSettingName, REGION_NAMES, type SettingName } from './settings.js';
@@ -39,6 +40,8 @@ export interface CliOptions extends SimulateOptions {
   quiet: boolean;
   /** Notes for stderr (a swept setting no selected strategy reads, …). */
   warnings: string[];
+  /** `--real-stack` / `--attach`: replay on the stack beside the prediction (simulations/replay/). */
+  realStack?: { compression: number; attach: string | undefined } | undefined;
 }
 
 export type ParsedCli = { help: true } | ({ help: false } & CliOptions);
@@ -49,6 +52,7 @@ export function usage(): string {
   return [
     'usage: npm run simulate -- --scenario NAME[,NAME…|all] [--strategies a,b,…] [--regions N] [--seed S]',
     '                           [--out DIR] [--duration S] [--set NAME=VALUE]… [--sweep NAME=v1,v2,…] [--quiet]',
+    '       npm run simulate -- --scenario NAME --real-stack [--compress K] [--attach STATE_FILE] [--strategies …] …',
     '',
     'Runs each scenario under each strategy on the same arrivals, compares every decision with the ideal oracle,',
     'prints a table and writes DIR/results.json, DIR/admitted.svg, DIR/shares.svg (DIR/tradeoff.svg for a sweep)',
@@ -64,6 +68,12 @@ export function usage(): string {
     '  --set NAME=VALUE       change a setting (repeatable)',
     '  --sweep NAME=a,b,c     run once per value and chart overshoot against false denials',
     '  --quiet                no progress on stderr',
+    '  --real-stack           also replay the arrivals, time-compressed, against a real three-region stack',
+    '                         (npm start on free loopback ports) and print its metrics beside the prediction;',
+    `                         strategies ${Object.keys(REPLAY_MODES).join(', ')} (default dynamic); see docs/simulations.md`,
+    `  --compress K           real stack: K scenario seconds per wall second, integer 1-${MAX_COMPRESSION} (default ${DEFAULT_COMPRESSION})`,
+    '  --attach FILE          real stack: use the running stack whose launcher wrote FILE (QP_STACK_STATE_FILE);',
+    '                         its admin token in QP_ADMIN_TOKEN; implies --real-stack',
     '  --help                 this text',
     '',
     'scenarios:',
@@ -119,6 +129,9 @@ export function parseCli(argv: readonly string[]): ParsedCli {
         set: { type: 'string', multiple: true },
         sweep: { type: 'string' },
         quiet: { type: 'boolean' },
+        'real-stack': { type: 'boolean' },
+        compress: { type: 'string' },
+        attach: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -141,9 +154,26 @@ export function parseCli(argv: readonly string[]): ParsedCli {
           return s;
         });
 
+  const real = values['real-stack'] === true || values.attach !== undefined;
+  if (!real && values.compress !== undefined)
+    throw new SimConfigError('--compress applies to --real-stack only');
+  if (values.attach !== undefined && values.attach.trim() === '')
+    throw new SimConfigError('--attach needs the path of a stack state file');
+  const realStack = real
+    ? {
+        compression: integer(
+          '--compress',
+          values.compress ?? String(DEFAULT_COMPRESSION),
+          1,
+          MAX_COMPRESSION,
+        ),
+        attach: values.attach,
+      }
+    : undefined;
+
   const chosenStrategies: StrategyDefinition[] = splitList(
     '--strategies',
-    values.strategies ?? DEFAULT_STRATEGIES.join(','),
+    values.strategies ?? (real ? 'dynamic' : DEFAULT_STRATEGIES.join(',')),
   ).map((name) => {
     const s = findStrategy(name);
     if (s !== undefined) return s;
@@ -184,7 +214,7 @@ export function parseCli(argv: readonly string[]): ParsedCli {
 
   const outDir =
     values.out ??
-    `.sim-out/${values.scenario === 'all' ? 'all' : chosenScenarios.map((s) => s.name).join('+')}`;
+    `.sim-out/${values.scenario === 'all' ? 'all' : chosenScenarios.map((s) => s.name).join('+')}${real ? '-real-stack' : ''}`;
   if (outDir.trim() === '') throw new SimConfigError('--out must not be empty');
   return {
     help: false,
@@ -197,5 +227,6 @@ export function parseCli(argv: readonly string[]): ParsedCli {
     outDir,
     quiet: values.quiet === true,
     warnings,
+    realStack,
   };
 }

@@ -1,18 +1,88 @@
 /**
- * `npm run simulate -- …`: the only file of simulations/ that reads argv, writes to the terminal and exits.
- * Exit codes: 0 done, 2 bad flags or settings (message on stderr), 1 anything unexpected.
+ * `npm run simulate -- …`: the only file of simulations/ that reads argv and the environment, writes to the
+ * terminal, handles signals and exits.
+ * Exit codes: 0 done, 2 bad flags or settings (message on stderr), 1 anything unexpected or, with --real-stack,
+ * a stack that did not start or failed; 130 a replay stopped by Ctrl-C (everything it started is stopped).
  */
-import { parseCli, usage } from './cli-args.js';
+import { fileURLToPath } from 'node:url';
+import { parseCli, usage, type CliOptions } from './cli-args.js';
 import { SimConfigError } from './errors.js';
+import { ReplayError, ReplayInterrupted } from './replay/replay-errors.js';
+import { replayProgress } from './replay/replay-progress.js';
+import { runReplay } from './replay/replay-run.js';
 import { progressSink } from './report/progress.js';
 import { resultsTable } from './report/table.js';
 import { planRuns, simulate, writeOutputs } from './simulate.js';
 
-function main(): number {
+/** Signals closer together than this are one request (npm forwards the terminal's Ctrl-C a second time). */
+const REPEAT_MS = 2000;
+
+/** `--real-stack`: the replay, with Ctrl-C stopping it cleanly (a second one, later, exits at once). */
+async function replay(options: CliOptions, realStack: NonNullable<CliOptions['realStack']>): Promise<number> {
+  const abort = new AbortController();
+  let firstAt = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    const now = Date.now();
+    if (firstAt === 0) {
+      firstAt = now;
+      process.stderr.write(
+        `\n${signal}: stopping the replay and everything it started (again to quit at once)\n`,
+      );
+      abort.abort(signal);
+    } else if (now - firstAt > REPEAT_MS) process.exit(130);
+  };
+  for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(s, onSignal);
+  const progress = replayProgress(process.stderr, options.quiet);
+  try {
+    const outcome = await runReplay(
+      {
+        ...options,
+        compression: realStack.compression,
+        attach: realStack.attach,
+        root: fileURLToPath(new URL('..', import.meta.url)),
+        env: process.env,
+      },
+      {
+        say: (line) => {
+          progress.end();
+          process.stderr.write(`${line}\n`);
+        },
+        progress: (p) => progress.update(p),
+        signal: abort.signal,
+      },
+    );
+    progress.end();
+    const o = outcome.plan;
+    process.stdout.write(
+      `\n${o.scenario.name} (seed ${o.seed}, ${o.regions.length} regions, real stack at ${o.compression}×)\n${outcome.table}\n`,
+    );
+    process.stderr.write(`wrote ${outcome.written.join(', ')}\n`);
+    return 0;
+  } catch (error) {
+    progress.end();
+    if (error instanceof SimConfigError) {
+      process.stderr.write(`simulate: ${error.message}\n`);
+      return 2;
+    }
+    if (error instanceof ReplayInterrupted) {
+      process.stderr.write(`simulate: ${error.message}; the stack is stopped\n`);
+      return 130;
+    }
+    if (error instanceof ReplayError) {
+      process.stderr.write(`simulate: ${error.message}\n`);
+      return 1;
+    }
+    throw error;
+  } finally {
+    for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(s, onSignal);
+  }
+}
+
+function main(): number | Promise<number> {
   let parsed;
   try {
     parsed = parseCli(process.argv.slice(2));
-    if (!parsed.help) planRuns(parsed);
+    if (!parsed.help && parsed.realStack === undefined) planRuns(parsed);
   } catch (error) {
     if (error instanceof SimConfigError) {
       process.stderr.write(
@@ -27,6 +97,7 @@ function main(): number {
     return 0;
   }
   for (const w of parsed.warnings) process.stderr.write(`${w}\n`);
+  if (parsed.realStack !== undefined) return replay(parsed, parsed.realStack);
   const progress = progressSink(process.stderr, parsed.quiet);
   const started = performance.now();
   let outcomes;
@@ -53,4 +124,6 @@ function main(): number {
   return 0;
 }
 
-process.exitCode = main();
+void Promise.resolve(main()).then((code) => {
+  process.exitCode = code;
+});
