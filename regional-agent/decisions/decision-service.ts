@@ -560,6 +560,10 @@ export class DecisionService {
   ): Promise<GroupRun> {
     const checks = request.checks;
     try {
+      // Earlier groups may have used the whole deadline: then nothing is sent (a request the caller gives up
+      // on before it starts would only charge the home bucket for an answer nobody reads).
+      const budgetMs = deadlineAt - this.#deps.clock.now();
+      if (budgetMs <= 0) throw new Error('deadline passed before forwarding');
       const remote = await withDeadline(
         this.#deps.forwarder!.decide(
           group.homeRegion!,
@@ -572,9 +576,9 @@ export class DecisionService {
             idempotencyKey: request.idempotencyKey,
             dryRun,
           },
-          deadlineAt - this.#deps.clock.now(),
+          budgetMs,
         ),
-        deadlineAt - this.#deps.clock.now(),
+        budgetMs,
       );
       let allowed = true;
       run.replayed = remote.replayed === true;
@@ -788,8 +792,15 @@ export class DecisionService {
   }
 }
 
+/**
+ * `promise`, or a rejection once `ms` pass first. The promise is always observed: a late rejection of a call the
+ * deadline gave up on must not surface as an unhandled rejection, which ends the process.
+ */
 function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  if (ms <= 0) return Promise.reject(new Error('deadline passed'));
+  if (ms <= 0) {
+    promise.catch(() => undefined);
+    return Promise.reject(new Error('deadline passed'));
+  }
   return new Promise<T>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no answer within ${Math.round(ms)} ms`)), ms);
     promise.then(

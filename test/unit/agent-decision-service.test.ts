@@ -238,6 +238,34 @@ describe('strict mode: the Forwarder port', () => {
     });
   });
 
+  it('forwards nothing once earlier checks used the whole deadline, so no late failure can go unobserved', async () => {
+    // The local check takes 50 ms of the 40 ms deadline; the strict check homed elsewhere must not be sent.
+    const slow = new FlakyStore();
+    const inner = slow.decide.bind(slow);
+    slow.decide = (request) => {
+      clock.advance(50);
+      return inner(request);
+    };
+    let calls = 0;
+    const forwarder: Forwarder = {
+      decide: () => {
+        calls++;
+        return new Promise((_, reject) => setTimeout(() => reject(new Error('home region us: timeout')), 5));
+      },
+    };
+    const { decision } = agent({ store: slow, forwarder });
+    const d = await decision({
+      checks: [
+        { policy: 'closed', subject: 'late' },
+        { policy: 'away', subject: 'late' },
+      ],
+    });
+    expect(calls).toBe(0);
+    expect(d.allowed).toBe(false);
+    expect(d.results[1]).toMatchObject({ reason: 'home_unreachable' });
+    // The forwarder's own promise is never created, so nothing rejects later unobserved (that ended the process).
+  });
+
   it('refuses checks homed in two different regions in one request', async () => {
     const forwarder: Forwarder = { decide: () => Promise.resolve({ results: [] }) };
     const { decide } = agent({ forwarder });
