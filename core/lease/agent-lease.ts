@@ -75,6 +75,8 @@ export class AgentLease implements ShareView {
 
   /** Decisions in flight by the revision they started under (insertion order = increasing revision). */
   readonly #inFlight = new Map<number, number>();
+  /** Of those, how many started with a valid lease and how many settled (the rest started lapsed). */
+  readonly #inFlightModes = new Map<number, { valid: number; settled: number }>();
   /** Highest revision with a pending shrink of this region: acknowledge it as soon as possible. */
   #wantAck = 0;
   #ackSent = 0;
@@ -209,17 +211,25 @@ export class AgentLease implements ShareView {
 
   enter(_policy: string): () => void {
     const revision = this.#applied;
+    const mode = this.mode();
+    let modes = this.#inFlightModes.get(revision);
+    if (modes === undefined) this.#inFlightModes.set(revision, (modes = { valid: 0, settled: 0 }));
+    if (mode === 'valid') modes.valid++;
+    else if (mode === 'settled') modes.settled++;
     this.#inFlight.set(revision, (this.#inFlight.get(revision) ?? 0) + 1);
     let done = false;
     return () => {
       if (done) return;
       done = true;
+      if (mode === 'valid') modes.valid--;
+      else if (mode === 'settled') modes.settled--;
       const left = (this.#inFlight.get(revision) ?? 1) - 1;
       if (left > 0) {
         this.#inFlight.set(revision, left);
         return;
       }
       this.#inFlight.delete(revision);
+      this.#inFlightModes.delete(revision);
       this.#maybeAck();
       if (this.#onInForce !== undefined) this.#emitAll();
     };
@@ -425,6 +435,23 @@ export class AgentLease implements ShareView {
     return { sinceMs: lastDecrease + this.#skewMs, share: lowest };
   }
 
+  /**
+   * Largest share a decision still in flight may be using from `entry`, the unit's issued share from its revision
+   * until `until`: the issued share for one that started with a valid lease, min(issued, safe) for one that
+   * started lapsed, the safe share for one that started settled; 0 if none is in flight.
+   */
+  #olderBound(entry: { revision: number; share: number }, until: number, safe: number): number {
+    let bound = 0;
+    for (const [revision, n] of this.#inFlight) {
+      if (revision < entry.revision || revision >= until) continue;
+      const modes = this.#inFlightModes.get(revision)!;
+      if (modes.valid > 0) bound = Math.max(bound, entry.share);
+      if (modes.settled > 0) bound = Math.max(bound, safe);
+      if (n > modes.valid + modes.settled) bound = Math.max(bound, Math.min(entry.share, safe));
+    }
+    return bound;
+  }
+
   #maybeAck(): void {
     if (this.#onAck === undefined) return;
     const ack = this.ackRevision;
@@ -461,11 +488,14 @@ export class AgentLease implements ShareView {
         const key = subject === '' ? policy : policy + SEP + subject;
         const unit = subject === '' ? record.default : (record.overrides[subject] ?? record.default);
         let share = this.#inForce(unit.shares[this.region] ?? 0, safe, mode);
-        // In-flight decisions of older records count at the issued share they started under (an upper bound);
-        // the last entry is the current record, already counted above.
+        // In-flight decisions of older records count at what they may be deciding with: the issued share they
+        // started under if they started with a valid lease, at most the safe share otherwise. The last entry is
+        // the current record, already counted above.
         const since = this.#issuedSince.get(key) ?? [];
-        for (let i = 0; i < since.length - 1; i++)
-          if (mode !== 'none') share = Math.max(share, since[i]!.share);
+        if (mode !== 'none') {
+          for (let i = 0; i < since.length - 1; i++)
+            share = Math.max(share, this.#olderBound(since[i]!, since[i + 1]!.revision, safe));
+        }
         current.set(key, share);
       }
     }

@@ -121,3 +121,34 @@ describe('agent lease: stale renewals', () => {
     expect(lease.mode()).toBe('valid');
   });
 });
+
+describe('agent lease: in-force shares of in-flight decisions', () => {
+  it('a decision that started with a valid lease counts at its issued share until it ends; one that started lapsed at min(issued, safe)', () => {
+    const { clock, lease, apply } = setup();
+    const seen: number[] = [];
+    lease.onInForce((c) => {
+      if (c.subject === undefined) seen.push(c.share);
+    });
+    apply(0.9);
+    lease.recordsLoaded();
+    lease.renewed({ ...renewal, leaseMs: 5000, graceMs: 20_000 }, clock.now());
+    // Valid: a decision starts at 0.9, then a shrink to 0.4 arrives while it is in flight.
+    const validDecision = lease.enter('p');
+    apply(0.4);
+    expect(seen.at(-1)).toBe(0.9);
+    validDecision();
+    expect(seen.at(-1)).toBe(0.4);
+    // Lapsed: decisions run at min(0.4, safe 0.5) = 0.4; a grow to 0.8 arrives, then the lease lapses and a
+    // decision starts under the 0.8 record at min(0.8, 0.5) = 0.5; a shrink to 0.3 arrives while it is in flight.
+    apply(0.8);
+    clock.advance(6000);
+    lease.poll();
+    expect(seen.at(-1)).toBe(0.5);
+    const lapsedDecision = lease.enter('p');
+    apply(0.3);
+    // It may be deciding with 0.5, not with the 0.8 it would have had with a valid lease.
+    expect(seen.at(-1)).toBe(0.5);
+    lapsedDecision();
+    expect(seen.at(-1)).toBe(0.3);
+  });
+});
