@@ -9,20 +9,19 @@
  * Redis of its own.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import type { StackState } from '../../scripts/stack/launcher.js';
-import { isPortFree } from '../../scripts/stack/ports.js';
-import { STACK_ID_VAR } from '../../scripts/stack/services.js';
 import { parseCli } from '../../simulations/cli-args.js';
 import { KeyCounter } from '../../simulations/replay/key-counter.js';
 import { planReplay } from '../../simulations/replay/replay-plan.js';
 import { predictedRow, ReplayResults, type ReplayResult } from '../../simulations/replay/replay-result.js';
 import { backend } from '../harness/fixtures.js';
 import { freePort } from '../harness/ports.js';
+import { leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const dirs: string[] = [];
@@ -126,57 +125,13 @@ async function eventually(probe: () => boolean, ms: number, what: string): Promi
   }
 }
 
-/** Every port of the stack, from its state file (one Redis per region: the replay asks for no cluster). */
-function portsOf(state: StackState): number[] {
-  const port = (url: string) => Number(new URL(url).port);
-  return [
-    port(state.coordinator),
-    port(state.nats),
-    ...Object.values(state.agents).map(port),
-    ...Object.values(state.redis).map(port),
-  ];
-}
-
-/**
- * Processes of the stack still running: those whose environment carries its id (the coordinator, the agents,
- * nats-server; Redis rewrites its environment for its title, so it is found by pid and port instead), the pids
- * the launcher listed, and the launcher itself.
- */
-function leftovers(state: StackState): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const environ = readFileSync(`/proc/${entry}/environ`, 'latin1');
-      if (environ.split('\0').includes(`${STACK_ID_VAR}=${state.stackId}`)) found.push(`pid ${entry}`);
-    } catch {
-      // gone meanwhile, or not ours to read
-    }
-  }
-  for (const p of [...state.processes, { name: 'launcher', pid: state.pid }]) {
-    if (p.pid === undefined) continue;
-    try {
-      process.kill(p.pid, 0);
-      found.push(`${p.name} pid ${p.pid}`);
-    } catch {
-      // ESRCH: gone
-    }
-  }
-  return found;
-}
-
-async function takenOf(ports: readonly number[]): Promise<number[]> {
-  const free = await Promise.all(ports.map((p) => isPortFree('127.0.0.1', p)));
-  return ports.filter((_, i) => !free[i]);
-}
-
 /**
  * The stack is gone: no process, no port, no state file; its log says it stopped. Its data directory is gone too,
  * unless the test asked the launcher to keep it (`QP_STACK_KEEP_DATA`, for the services' logs): then it holds
  * them, and is removed with the test's own folder.
  */
 async function expectStackGone(state: StackState, out: string, dataKept = false): Promise<void> {
-  expect(leftovers(state)).toEqual([]);
+  expect(leftovers(state, { launcher: true })).toEqual([]);
   expect(await takenOf(portsOf(state))).toEqual([]);
   if (dataKept) expect(existsSync(join(state.dataDir, 'logs', 'agent-us.log'))).toBe(true);
   else expect(existsSync(state.dataDir)).toBe(false);

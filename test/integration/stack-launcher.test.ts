@@ -6,7 +6,7 @@
  * a bad environment.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,8 +14,7 @@ import { Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../harness/ports.js';
 import type { StackState } from '../../scripts/stack/launcher.js';
-import { isPortFree } from '../../scripts/stack/ports.js';
-import { STACK_ID_VAR } from '../../scripts/stack/services.js';
+import { carryingId, leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const ADMIN_TOKEN = 'stack-admin-token-0123456789';
@@ -131,59 +130,6 @@ async function ready(run: Run, stateFile: string): Promise<StackState> {
     'the stack becomes ready',
   );
   return JSON.parse(readFileSync(stateFile, 'utf8')) as StackState;
-}
-
-function portsOf(state: StackState): number[] {
-  const port = (url: string) => Number(new URL(url.replace(/^cluster /, 'redis://').split(',')[0]!).port);
-  const out = [port(state.coordinator), port(state.nats), ...Object.values(state.agents).map(port)];
-  for (const target of Object.values(state.redis)) {
-    if (target.startsWith('cluster ')) {
-      for (const node of target.slice('cluster '.length).split(',')) {
-        const p = Number(node.split(':')[1]);
-        out.push(p, p + 10_000);
-      }
-    } else out.push(port(target));
-  }
-  return out;
-}
-
-/**
- * Running processes that carry the stack's id in their environment. Redis rewrites its own environment for its
- * process title, so Redis servers are found by their ports (and by the pids in the state file) instead.
- */
-function carryingId(stackId: string): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const environ = readFileSync(`/proc/${entry}/environ`, 'latin1');
-      if (environ.split('\0').includes(`${STACK_ID_VAR}=${stackId}`))
-        found.push(`pid ${entry} (by its environment)`);
-    } catch {
-      // gone meanwhile, or not ours to read
-    }
-  }
-  return found;
-}
-
-/** Processes still running that the launcher started: by the id in their environment, and by the pids it listed. */
-function leftovers(state: StackState): string[] {
-  const found = carryingId(state.stackId);
-  for (const p of state.processes) {
-    if (p.pid === undefined) continue;
-    try {
-      process.kill(p.pid, 0);
-      found.push(`${p.name} pid ${p.pid}`);
-    } catch {
-      // ESRCH: gone
-    }
-  }
-  return found;
-}
-
-async function takenOf(ports: readonly number[]): Promise<number[]> {
-  const free = await Promise.all(ports.map((p) => isPortFree('127.0.0.1', p)));
-  return ports.filter((_, i) => !free[i]);
 }
 
 interface Decision {

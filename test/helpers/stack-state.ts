@@ -1,0 +1,65 @@
+/**
+ * What a stack launcher (scripts/stack.ts) leaves behind, read from its state file: the ports it holds and the
+ * processes it started. Tests check both are gone after it stops.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import type { StackState } from '../../scripts/stack/launcher.js';
+import { isPortFree } from '../../scripts/stack/ports.js';
+import { STACK_ID_VAR } from '../../scripts/stack/services.js';
+
+/** Every port of the stack: coordinator, NATS, agents, each Redis (a cluster's nodes and their bus ports). */
+export function portsOf(state: StackState): number[] {
+  const port = (url: string) => Number(new URL(url.replace(/^cluster /, 'redis://').split(',')[0]!).port);
+  const out = [port(state.coordinator), port(state.nats), ...Object.values(state.agents).map(port)];
+  for (const target of Object.values(state.redis)) {
+    if (target.startsWith('cluster ')) {
+      for (const node of target.slice('cluster '.length).split(',')) {
+        const p = Number(node.split(':')[1]);
+        out.push(p, p + 10_000);
+      }
+    } else out.push(port(target));
+  }
+  return out;
+}
+
+/**
+ * Processes whose environment carries the stack's id (the coordinator, the agents, nats-server; Redis rewrites
+ * its environment for its title, so it is found by pid and port instead).
+ */
+export function carryingId(stackId: string): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const environ = readFileSync(`/proc/${entry}/environ`, 'latin1');
+      if (environ.split('\0').includes(`${STACK_ID_VAR}=${stackId}`))
+        found.push(`pid ${entry} (by its environment)`);
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return found;
+}
+
+/** Processes of the stack still running: by its id, by the pids the launcher listed, and (`launcher`) itself. */
+export function leftovers(state: StackState, options: { launcher?: boolean } = {}): string[] {
+  const found = carryingId(state.stackId);
+  const listed =
+    options.launcher === true ? [...state.processes, { name: 'launcher', pid: state.pid }] : state.processes;
+  for (const p of listed) {
+    if (p.pid === undefined) continue;
+    try {
+      process.kill(p.pid, 0);
+      found.push(`${p.name} pid ${p.pid}`);
+    } catch {
+      // ESRCH: gone
+    }
+  }
+  return found;
+}
+
+/** The ports of `ports` that something still listens on. */
+export async function takenOf(ports: readonly number[]): Promise<number[]> {
+  const free = await Promise.all(ports.map((p) => isPortFree('127.0.0.1', p)));
+  return ports.filter((_, i) => !free[i]);
+}
