@@ -283,19 +283,6 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-/** `promise`, or an error naming `what` once `timeoutMs` pass: a step that hangs fails with its own name. */
-export async function within<T>(what: string, promise: Promise<T>, timeoutMs: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took longer than ${timeoutMs} ms`)), timeoutMs);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /** Poll `check` until it is true or `timeoutMs` passes; returns the time it took, or throws. */
 export async function waitFor(
   what: string,

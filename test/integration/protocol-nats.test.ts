@@ -5,7 +5,8 @@
  * Timings are compressed: rounds of 200 ms, heartbeats every 200 ms, leases of 1.5 s, grace of 4 s.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ProtocolStack, sleep, waitFor, within, worstWindowRatio } from '../helpers/protocol-stack.js';
+import { ProtocolStack, sleep, waitFor, worstWindowRatio } from '../helpers/protocol-stack.js';
+import { within } from '../helpers/within.js';
 
 const near = (shares: Record<string, number>, want: Record<string, number>, tolerance = 0.06) =>
   Object.entries(want).every(([r, s]) => Math.abs((shares[r] ?? 0) - s) <= tolerance);
@@ -78,9 +79,9 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
   it('stays within the budget through an agent restart (graceful and not)', async () => {
     const [a, b] = stack.agents.filter((x) => x.region === 'eu');
     // Each step bounded on its own: once, on the containers backend, this test hung past its 30 s somewhere here.
-    await within('a graceful stop of an eu agent', stack.stopAgent(a!, true), 8000);
-    await within('an abrupt stop of an eu agent', stack.stopAgent(b!, false), 8000);
-    await within('a new eu agent loading its records', stack.startAgent('eu'), 8000);
+    await within(stack.stopAgent(a!, true), 8000, 'a graceful stop of an eu agent');
+    await within(stack.stopAgent(b!, false), 8000, 'an abrupt stop of an eu agent');
+    await within(stack.startAgent('eu'), 8000, 'a new eu agent loading its records');
     stack.setDemand('eu', 80);
     await waitFor(
       'the new eu agent to be ready',

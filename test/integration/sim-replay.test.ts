@@ -22,6 +22,7 @@ import { predictedRow, ReplayResults, type ReplayResult } from '../../simulation
 import { backend } from '../harness/fixtures.js';
 import { freePort } from '../harness/ports.js';
 import { leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
+import { within } from '../helpers/within.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const dirs: string[] = [];
@@ -103,18 +104,6 @@ function simulate(args: readonly string[], out?: string, env = cleanEnv()): CliR
   const run: CliRun = { child, exited, stdout: () => stdout, stderr: () => stderr, state: () => state };
   running.push(run);
   return run;
-}
-
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 async function eventually(probe: () => boolean, ms: number, what: string): Promise<void> {

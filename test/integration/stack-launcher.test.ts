@@ -15,6 +15,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../harness/ports.js';
 import type { StackState } from '../../scripts/stack/launcher.js';
 import { carryingId, leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
+import { within } from '../helpers/within.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const ADMIN_TOKEN = 'stack-admin-token-0123456789';
@@ -67,18 +68,6 @@ function scratch(): string {
   const dir = mkdtempSync(join(tmpdir(), 'qp-stack-test-'));
   dirs.push(dir);
   return dir;
-}
-
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 async function eventually(probe: () => Promise<boolean> | boolean, ms: number, what: string): Promise<void> {
