@@ -2,7 +2,6 @@
  * Runs a set of scenarios × swept values × strategies and writes what the CLI promises: results.json, SVG charts
  * and a self-contained HTML report. Every run is planned (settings validated) before the first one starts.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ZodError } from 'zod';
 import { runSimulation, validateRun, type RunSpec } from './engine/run.js';
@@ -10,6 +9,7 @@ import { SimConfigError } from './errors.js';
 import type { RunSeries } from './metrics/recorder.js';
 import type { StrategyResult } from './metrics/result.js';
 import { runChartFiles, tradeoffChart } from './report/charts.js';
+import { outputFiles } from './report/files.js';
 import { htmlReport } from './report/html.js';
 import { resultsTable } from './report/table.js';
 import { svgDocument } from './report/svg.js';
@@ -111,13 +111,7 @@ export function resultsJson(results: readonly StrategyResult[]): string {
 
 /** Write one scenario's files into `dir`; returns the paths written. */
 export function writeScenario(dir: string, outcome: ScenarioOutcome): string[] {
-  mkdirSync(dir, { recursive: true });
-  const written: string[] = [];
-  const put = (name: string, text: string) => {
-    const path = join(dir, name);
-    writeFileSync(path, text);
-    written.push(path);
-  };
+  const { put, written } = outputFiles(dir);
   const { results, series } = outcome;
   put('results.json', resultsJson(results));
   const svgs: string[] = [];
@@ -142,9 +136,8 @@ export function writeScenario(dir: string, outcome: ScenarioOutcome): string[] {
 /** Write every scenario: into `dir` itself for one, into `dir/<scenario>/` plus a combined results.json for several. */
 export function writeOutputs(dir: string, outcomes: readonly ScenarioOutcome[]): string[] {
   if (outcomes.length === 1) return writeScenario(dir, outcomes[0]!);
-  const written = outcomes.flatMap((o) => writeScenario(join(dir, o.scenario.name), o));
-  mkdirSync(dir, { recursive: true });
-  const combined = join(dir, 'results.json');
-  writeFileSync(combined, resultsJson(outcomes.flatMap((o) => o.results)));
-  return [...written, combined];
+  const perScenario = outcomes.flatMap((o) => writeScenario(join(dir, o.scenario.name), o));
+  const { put, written } = outputFiles(dir);
+  put('results.json', resultsJson(outcomes.flatMap((o) => o.results)));
+  return [...perScenario, ...written];
 }

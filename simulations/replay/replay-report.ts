@@ -3,9 +3,8 @@
  * source (`dynamic (simulated)`, `dynamic (real stack)`), results.json keeping the plain strategy name and a
  * `source` field.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { runChartFiles } from '../report/charts.js';
+import { outputFiles } from '../report/files.js';
 import { htmlReport } from '../report/html.js';
 import { resultsTable } from '../report/table.js';
 import type { ReplayResult, ReplayRow } from './replay-result.js';
@@ -49,13 +48,7 @@ export function replayTable(rows: readonly ReplayRow[]): string {
 
 /** Write results.json, admitted.svg, shares.svg and report.html into `dir`; returns the paths. */
 export function writeReplay(dir: string, title: string, rows: readonly ReplayRow[], table: string): string[] {
-  mkdirSync(dir, { recursive: true });
-  const written: string[] = [];
-  const put = (name: string, text: string) => {
-    const path = join(dir, name);
-    writeFileSync(path, text);
-    written.push(path);
-  };
+  const { put, written } = outputFiles(dir);
   put(
     'results.json',
     JSON.stringify(
