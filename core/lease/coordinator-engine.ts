@@ -85,8 +85,6 @@ interface Agent {
   lastHeartbeatAt: number | undefined;
   appliedRevision: number;
   ackRevision: number;
-  /** Lease state the agent reported in its last heartbeat (informational); undefined before any. */
-  mode: Heartbeat['mode'] | undefined;
   /** When this incarnation granted renewals, by heartbeat seq (the last few). */
   grants: Map<number, number>;
   /**
@@ -144,6 +142,28 @@ interface PolicyState {
   /** When each watched subject joined the list: it needs a full report round before it can get an override. */
   watchedSince: Map<string, number>;
   updatedAt: number;
+}
+
+/** An agent not heard from yet by this incarnation: possibly lapsed until it reports a renewal granted here. */
+function newAgent(
+  id: string,
+  instance: string,
+  region: number,
+  registeredAt: number,
+  leaseUntil: number,
+): Agent {
+  return {
+    id,
+    instance,
+    region,
+    registeredAt,
+    leaseUntil,
+    lastHeartbeatAt: undefined,
+    appliedRevision: 0,
+    ackRevision: 0,
+    grants: new Map(),
+    surelyValidUntil: -Infinity,
+  };
 }
 
 function maxGap(a: readonly number[], b: readonly number[]): number {
@@ -268,19 +288,10 @@ export class CoordinatorEngine {
     for (const reg of options.agents ?? []) {
       const region = this.#regionIndex.get(reg.region);
       if (region === undefined) continue;
-      this.#agents.set(reg.agentId, {
-        id: reg.agentId,
-        instance: reg.instance,
-        region,
-        registeredAt: reg.registeredAt,
-        leaseUntil: now + this.lease.leaseMs,
-        lastHeartbeatAt: undefined,
-        appliedRevision: 0,
-        ackRevision: 0,
-        mode: undefined,
-        grants: new Map(),
-        surelyValidUntil: -Infinity,
-      });
+      this.#agents.set(
+        reg.agentId,
+        newAgent(reg.agentId, reg.instance, region, reg.registeredAt, now + this.lease.leaseMs),
+      );
     }
     for (const { record, revision } of options.records ?? []) this.#restore(record, revision);
     // Agents of the earlier incarnation may be holding their safe shares: make the claims fit before anyone is
@@ -359,19 +370,7 @@ export class CoordinatorEngine {
       for (const other of this.#agents.values()) {
         if (other.instance === hb.instance && other.region === region) this.#forget(other.id);
       }
-      agent = {
-        id: hb.agentId,
-        instance: hb.instance,
-        region,
-        registeredAt: now,
-        leaseUntil: 0,
-        lastHeartbeatAt: undefined,
-        appliedRevision: 0,
-        ackRevision: 0,
-        mode: undefined,
-        grants: new Map(),
-        surelyValidUntil: -Infinity,
-      };
+      agent = newAgent(hb.agentId, hb.instance, region, now, 0);
       this.#agents.set(agent.id, agent);
       this.#registryWrites.push({
         put: { agentId: agent.id, instance: agent.instance, region: hb.region, registeredAt: now },
@@ -380,11 +379,10 @@ export class CoordinatorEngine {
     agent.lastHeartbeatAt = now;
     agent.appliedRevision = Math.max(agent.appliedRevision, hb.appliedRevision);
     agent.ackRevision = Math.max(agent.ackRevision, hb.ackRevision);
-    // The heartbeat's own mode is not evidence: it may have waited in a buffer through an outage while the lease
-    // it describes ran out. What counts is which renewal the agent says it holds; a renewal this incarnation
+    // The heartbeat's own lease mode is not evidence: it may have waited in a buffer through an outage while the
+    // lease it describes ran out. What counts is which renewal the agent says it holds; a renewal this incarnation
     // granted at time g is held until at least g + lease - report interval - skew (agents ignore replies later
     // than one report interval), and before or after that the agent counts at its safe share.
-    agent.mode = hb.mode;
     const granted = agent.grants.get(hb.renewedSeq);
     if (granted !== undefined) {
       agent.surelyValidUntil = Math.max(
