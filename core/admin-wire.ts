@@ -4,14 +4,17 @@
  * Instants are ISO 8601 strings (UTC); durations carry their unit in the field name.
  */
 import { z } from 'zod';
+import { roundDerivedRate } from './admin-numbers.js';
 import {
   FailureMode,
   MAX_CAPACITY,
   MAX_REFILL_PER_SECOND,
+  PolicyKind,
   PolicyMode,
   PolicyName,
   PolicySpec,
   RegionName,
+  type Policy,
 } from './policy.js';
 
 /**
@@ -33,8 +36,23 @@ export type PolicyBody = z.output<typeof PolicyBody>;
 export const PolicyView = z
   .strictObject({
     name: PolicyName,
-    capacity: z.number().describe('burst in tokens'),
-    refillPerSecond: z.number().describe('tokens added per second'),
+    kind: PolicyKind,
+    capacity: z
+      .number()
+      .describe('burst in tokens (sliding_log: events in any rolling window; concurrency: slots in flight)'),
+    refillPerSecond: z
+      .number()
+      .describe(
+        'tokens added per second (sliding_log: capacity / windowSeconds; concurrency: capacity / leaseSeconds; derived)',
+      ),
+    windowSeconds: z.number().int().optional().describe('rolling window of a sliding_log policy'),
+    shards: z.number().int().optional().describe('sub-buckets of a hot token-bucket key'),
+    timeZone: z.string().optional().describe('IANA time zone whose calendar days a daily policy counts'),
+    leaseSeconds: z
+      .number()
+      .int()
+      .optional()
+      .describe('lease TTL of a concurrency policy: an unreleased slot comes back after it'),
     maxCost: z.number().describe('largest cost one request may ask for'),
     mode: PolicyMode,
     homeRegion: RegionName.optional(),
@@ -45,9 +63,26 @@ export const PolicyView = z
       .describe('TTL of an idle bucket; at least the time to refill from empty'),
     version: z.number().int(),
     minShare: z.number().optional(),
+    classes: z
+      .record(
+        z.string(),
+        z.strictObject({ capacity: z.number(), refillPerSecond: z.number(), maxCost: z.number() }),
+      )
+      .optional()
+      .describe('subject classes and their limits (refill and maxCost filled)'),
+    subjects: z.record(z.string(), z.string()).optional().describe('named subjects and their class'),
   })
   .register(adminSchemas, { id: 'Policy' });
 export type PolicyView = z.infer<typeof PolicyView>;
+
+/**
+ * A stored policy as admin answers show it: as stored, but a sliding log's derived `refillPerSecond` rounded
+ * (roundDerivedRate); a policy body may send that rounded value back.
+ */
+export function policyView(policy: Policy): PolicyView {
+  if (policy.kind !== 'sliding_log') return policy;
+  return { ...policy, refillPerSecond: roundDerivedRate(policy.refillPerSecond) };
+}
 
 /** `GET /v1/policies`: every policy, sorted by name. */
 export const PolicyList = z.object({ policies: z.array(PolicyView) });
@@ -113,6 +148,49 @@ export const OverrideSummary = z.object({
 });
 export type OverrideSummary = z.infer<typeof OverrideSummary>;
 
+const Share = z.number().min(0).max(1).describe('fraction of the global budget, rounded to 4 decimals');
+const Rate = z.number().nonnegative().describe('tokens per second, rounded to 3 decimals');
+
+/**
+ * Why the shares of a policy moved.
+ * - `created`: the policy's first allocation (an equal split, floors respected).
+ * - `demand`: the rebalancer stepped toward the smoothed demand of the regions.
+ * - `lapsed_region`: agents of some region lapsed or went silent; the budget was restored around them.
+ */
+export const MoveReason = z.enum(['created', 'demand', 'lapsed_region']);
+export type MoveReason = z.infer<typeof MoveReason>;
+
+/** One change of a policy's default share vector, as written to the allocation record. */
+export const ShareMove = z.object({
+  at: Instant,
+  policy: PolicyName,
+  epoch: z.number().int().nonnegative(),
+  revision: z.number().int().positive().describe('KV revision of the allocation record that carried it'),
+  from: z.record(RegionName, Share).nullable().describe('null for the first allocation'),
+  to: z.record(RegionName, Share),
+  reason: MoveReason,
+  demand: z.record(RegionName, Rate).describe('smoothed demand per region when it moved'),
+});
+export type ShareMove = z.infer<typeof ShareMove>;
+
+/** What one region holds of one policy, and what it does with it. */
+export const RegionAllocation = z.object({
+  share: Share.describe('share issued, in force once acknowledged'),
+  pending: Share.nullable().describe('share held before a shrink not every agent acknowledged; null if none'),
+  capacity: Rate.describe('burst this region enforces per subject: capacity × share, tokens (3 decimals)'),
+  refillPerSecond: Rate.describe('refill this region enforces per subject: refill × share'),
+  demandPerSecond: Rate.describe('smoothed requested cost the rebalancer steers by'),
+  admittedPerSecond: Rate.describe('smoothed admitted cost, from usage reports'),
+  refusedPerSecond: Rate.describe('smoothed refused cost, from usage reports'),
+  lease: z.object({
+    expiresAt: Instant.nullable(),
+    acked: z.boolean(),
+    holders: z.array(z.string()).describe('instances of the live agents holding the lease'),
+    renewedAt: Instant.nullable().describe('latest heartbeat of a holder (the lease age is now − renewedAt)'),
+  }),
+});
+export type RegionAllocation = z.infer<typeof RegionAllocation>;
+
 /** The allocation of one policy across regions. */
 export const AllocationSummary = z.object({
   policy: PolicyName,
@@ -121,12 +199,34 @@ export const AllocationSummary = z.object({
   shares: z.record(RegionName, z.number().min(0).max(1)),
   leases: z.record(RegionName, LeaseSummary),
   overrides: z.array(OverrideSummary),
+  budget: z.object({ capacity: z.number(), refillPerSecond: z.number() }).optional(),
+  /** Per region, the share and what it gives; present when the protocol engine runs. */
+  regions: z.record(RegionName, RegionAllocation).optional(),
+  /** The latest moves of the default share vector, newest first (at most 10). */
+  moves: z.array(ShareMove).optional(),
 });
 export type AllocationSummary = z.infer<typeof AllocationSummary>;
 
 /** `GET /v1/allocations`. */
 export const AllocationsResponse = z.object({ policies: z.array(AllocationSummary) });
 export type AllocationsResponse = z.infer<typeof AllocationsResponse>;
+
+/** One sample of a policy's allocation, taken every rebalance round. */
+export const AllocationSample = z.object({
+  at: Instant,
+  shares: z.record(RegionName, Share),
+  demand: z.record(RegionName, Rate),
+  admitted: z.record(RegionName, Rate),
+  refused: z.record(RegionName, Rate),
+});
+export type AllocationSample = z.infer<typeof AllocationSample>;
+
+/** Query of `GET /v1/allocations/history`. */
+export const HistoryQuery = z.strictObject({ policy: PolicyName });
+
+/** `GET /v1/allocations/history?policy=`: the samples the coordinator keeps, oldest first. */
+export const AllocationHistory = z.object({ policy: PolicyName, samples: z.array(AllocationSample) });
+export type AllocationHistory = z.infer<typeof AllocationHistory>;
 
 /** What the coordinator knows of one configured region. */
 export const RegionSummary = z.object({
@@ -138,6 +238,13 @@ export const RegionSummary = z.object({
     .nonnegative()
     .nullable()
     .describe('age of the last report at the time of the request; null if none yet'),
+  shedPerSecond: z
+    .number()
+    .nonnegative()
+    .optional()
+    .describe(
+      "decision requests the region's agents shed per second (admission control), over their last heartbeats",
+    ),
   agentDetails: z
     .array(
       z.object({
@@ -148,6 +255,10 @@ export const RegionSummary = z.object({
         appliedRevision: z.number().int().nonnegative(),
         ackRevision: z.number().int().nonnegative(),
         lapsed: z.boolean().describe('counted at its safe share: lease lapsed or not yet confirmed valid'),
+        shedPerSecond: z
+          .number()
+          .nonnegative()
+          .describe('decision requests shed per second over its last heartbeat'),
       }),
     )
     .optional(),
@@ -160,25 +271,65 @@ export type RegionsResponse = z.infer<typeof RegionsResponse>;
 
 /** The kinds of change the audit trail and the change events know. */
 export const PolicyChangeKind = z.enum(['create', 'replace', 'budget', 'delete']);
+/**
+ * What an audit record describes: a policy change, a move of the shares (`move`), a KV entry the coordinator
+ * did not write, found and undone (`restore`), or admin requests refused for their credentials (`refused`).
+ */
+export const AuditAction = z.enum([...PolicyChangeKind.options, 'move', 'restore', 'refused']);
 export type PolicyChangeKind = z.infer<typeof PolicyChangeKind>;
 
 /** Who made a change: the role and name of the token used, never the token itself. */
 export const AuditActor = z.object({
-  role: z.enum(['read', 'write']),
+  role: z
+    .enum(['read', 'write', 'system', 'none'])
+    .describe(
+      'system: the coordinator itself (name: rebalancer, kv-guard); none: no valid token (name: missing, invalid)',
+    ),
   name: z.string().max(64),
 });
 export type AuditActor = z.infer<typeof AuditActor>;
+
+/** Why an admin request was refused for its credentials. */
+export const RefusalReason = z.enum(['missing', 'invalid', 'forbidden']);
+export type RefusalReason = z.infer<typeof RefusalReason>;
 
 /** One audit record as stored in the audit stream. */
 export const AuditRecord = z.object({
   at: Instant,
   actor: AuditActor,
-  action: PolicyChangeKind,
-  policy: PolicyName,
-  revision: z.number().int().positive().describe('KV revision (ETag) the change produced'),
+  action: AuditAction,
+  /** The policy concerned; absent only for `refused` records of requests that named none. */
+  policy: PolicyName.optional(),
+  /** Absent only for `refused` records. */
+  revision: z
+    .number()
+    .int()
+    .positive()
+    .optional()
+    .describe(
+      'KV revision the change produced: the policy ETag, for a move the allocation record, for a restore the foreign entry',
+    ),
   before: PolicyView.nullable(),
   after: PolicyView.nullable(),
   requestId: z.string().max(128),
+  /** Address the request came from (admin requests; absent for the coordinator's own records). */
+  source: z.string().max(64).optional(),
+  /** For `move`: the shares before and after, and why. */
+  move: ShareMove.pick({ epoch: true, from: true, to: true, reason: true, demand: true }).optional(),
+  /** For `restore`: the bucket of the foreign entry (whose revision is `revision`) and what it did. */
+  restored: z.object({ bucket: z.string().max(64), operation: z.enum(['put', 'delete']) }).optional(),
+  /**
+   * For `refused`: why, the first request's method and route, and how many requests of that source were refused
+   * for that reason within the window (`at` is the window's first).
+   */
+  refused: z
+    .object({
+      reason: RefusalReason,
+      method: z.string().max(16),
+      route: z.string().max(128),
+      attempts: z.number().int().positive(),
+    })
+    .optional(),
 });
 export type AuditRecord = z.infer<typeof AuditRecord>;
 

@@ -4,6 +4,11 @@
  * Shared by the Redis store (regional-agent/redis) and the in-memory model (core/token-bucket.ts).
  */
 import { z } from 'zod';
+import {
+  DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT,
+  idempotencyIndexKey,
+  MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT,
+} from './keys.js';
 import { MAX_CAPACITY, MAX_REFILL_PER_SECOND } from './policy.js';
 import {
   MICRO,
@@ -22,6 +27,32 @@ export const MAX_BUCKET_TTL_MS = 30 * 24 * 3600 * 1000;
 
 const nonNegative = (max: number) => z.number().min(0).max(max);
 
+/** Smallest cost a check may have: one micro-token, the bucket's resolution. */
+export const MIN_COST = 1 / MICRO;
+/** Largest cost a check may have. */
+export const MAX_COST = MAX_CAPACITY;
+
+/**
+ * Tokens one check costs, the one rule for every layer: the agent's HTTP body and forward-auth query, forwarded
+ * strict checks, and the bucket store. A cost the bucket cannot represent is the caller's error at the edge,
+ * never a store failure.
+ */
+export const TokenCost = z
+  .number()
+  .min(MIN_COST, `cost must be at least ${MIN_COST} (one micro-token)`)
+  .max(MAX_COST, `cost must be at most ${MAX_COST}`);
+
+const COST_MIN = TokenCost.minValue!;
+const COST_MAX = TokenCost.maxValue!;
+
+/**
+ * True exactly for what TokenCost accepts (the hot path's check, without zod): its bounds are read from the
+ * schema, so the two cannot drift, and a property test (test/unit/bucket-wire.test.ts) holds them to the same set.
+ */
+export function isTokenCost(v: unknown): v is number {
+  return typeof v === 'number' && v >= COST_MIN && v <= COST_MAX;
+}
+
 /** One bucket to check, in tokens. */
 export const BucketCheck = z.strictObject({
   /** Redis key of the bucket (see core/keys.ts). */
@@ -31,10 +62,7 @@ export const BucketCheck = z.strictObject({
   /** Refill in tokens per second in force for this bucket. */
   refillPerSecond: nonNegative(MAX_REFILL_PER_SECOND),
   /** Tokens this request costs; at least one micro-token. */
-  cost: z
-    .number()
-    .min(1 / MICRO)
-    .max(MAX_CAPACITY),
+  cost: TokenCost,
   /** Idle TTL of the key in ms; must cover a refill from empty. */
   ttlMs: z.number().int().min(1).max(MAX_BUCKET_TTL_MS),
   /**
@@ -59,6 +87,8 @@ export const DecideRequest = z.strictObject({
     .strictObject({
       key: z.string().min(1).max(512),
       ttlMs: z.number().int().min(1).max(MAX_IDEMPOTENCY_TTL_MS),
+      /** Most live records the subject keeps; the store's setting when absent. */
+      maxRecords: z.number().int().min(1).max(MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT).optional(),
     })
     .optional(),
   /** Decide without consuming or writing. */
@@ -93,7 +123,10 @@ export interface Decision {
   results: BucketDecision[];
 }
 
-/** A request the script would refuse; thrown before any I/O. */
+/**
+ * A request a store script would refuse (any store: buckets, refunds, sliding logs); thrown before any I/O. The
+ * one error that says the request, not the store, was wrong: it never counts as a store failure.
+ */
 export class InvalidBucketRequestError extends Error {
   readonly code = 'QP_BADARG';
   readonly issues: readonly string[];
@@ -104,8 +137,17 @@ export class InvalidBucketRequestError extends Error {
   }
 }
 
+/** `input` as `schema` parses it, or an InvalidBucketRequestError listing every problem. */
+export function validStoreRequest<T>(schema: z.ZodType<T>, input: unknown): T {
+  const parsed = schema.safeParse(input);
+  if (parsed.success) return parsed.data;
+  throw new InvalidBucketRequestError(
+    parsed.error.issues.map((i) => `${i.path.join('.') || 'request'}: ${i.message}`),
+  );
+}
+
 /** Capacity and stored-token bounds round down (never mint); costs round up (never undercharge). */
-const microDown = (tokens: number) => Math.floor(tokens * MICRO + 1e-6);
+export const microDown = (tokens: number): number => Math.floor(tokens * MICRO + 1e-6);
 const microUp = (tokens: number) => Math.ceil(tokens * MICRO - 1e-6);
 
 const within = (v: unknown, lo: number, hi: number): boolean => typeof v === 'number' && v >= lo && v <= hi;
@@ -118,7 +160,7 @@ const onlyKeys = (o: object, allowed: ReadonlySet<string>): boolean =>
 const CHECK_KEYS = new Set(['key', 'capacity', 'refillPerSecond', 'cost', 'ttlMs', 'floor']);
 const FLOOR_KEYS = new Set(['beforeMicros', 'refillPerSecond', 'capacity']);
 const REQUEST_KEYS = new Set(['checks', 'idempotency', 'dryRun']);
-const IDEMPOTENCY_KEYS = new Set(['key', 'ttlMs']);
+const IDEMPOTENCY_KEYS = new Set(['key', 'ttlMs', 'maxRecords']);
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -131,7 +173,7 @@ function looksValidCheck(c: unknown): boolean {
     text(c['key']) &&
     within(c['capacity'], 0, MAX_CAPACITY) &&
     within(c['refillPerSecond'], 0, MAX_REFILL_PER_SECOND) &&
-    within(c['cost'], 1 / MICRO, MAX_CAPACITY) &&
+    isTokenCost(c['cost']) &&
     wholeWithin(c['ttlMs'], 1, MAX_BUCKET_TTL_MS) &&
     (floor === undefined ||
       (isObject(floor) &&
@@ -157,22 +199,16 @@ export function looksValid(input: unknown): input is DecideRequest {
     (isObject(idempotency) &&
       onlyKeys(idempotency, IDEMPOTENCY_KEYS) &&
       text(idempotency['key']) &&
-      wholeWithin(idempotency['ttlMs'], 1, MAX_IDEMPOTENCY_TTL_MS))
+      wholeWithin(idempotency['ttlMs'], 1, MAX_IDEMPOTENCY_TTL_MS) &&
+      (idempotency['maxRecords'] === undefined ||
+        wholeWithin(idempotency['maxRecords'], 1, MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT)))
   );
 }
 
 /** Validate a request and convert it to script units. Throws InvalidBucketRequestError listing every problem. */
 export function encodeRequest(input: DecideRequest): EncodedRequest {
   let request: DecideRequest = input;
-  if (!looksValid(input)) {
-    const parsed = DecideRequest.safeParse(input);
-    if (!parsed.success) {
-      throw new InvalidBucketRequestError(
-        parsed.error.issues.map((i) => `${i.path.join('.') || 'request'}: ${i.message}`),
-      );
-    }
-    request = parsed.data;
-  }
+  if (!looksValid(input)) request = validStoreRequest(DecideRequest, input);
   return {
     keys: request.checks.map((c) => c.key),
     checks: request.checks.map((c): EncodedCheck => ({
@@ -192,17 +228,30 @@ export function encodeRequest(input: DecideRequest): EncodedRequest {
 /** Most requests one script call may carry (the script refuses more). */
 export const MAX_REQUESTS_PER_CALL = 256;
 
-/** KEYS and ARGV of one script call deciding `requests` in order. */
-export function scriptCall(requests: readonly EncodedRequest[]): { keys: string[]; argv: string[] } {
+/**
+ * KEYS and ARGV of one script call deciding `requests` in order. `deadlineMicros` (Redis time, µs; 0 for none)
+ * is when the call stops being worth running: the script then changes nothing.
+ */
+export function scriptCall(
+  requests: readonly EncodedRequest[],
+  deadlineMicros = 0,
+): { keys: string[]; argv: string[] } {
+  if (!(Number.isSafeInteger(deadlineMicros) && deadlineMicros >= 0)) {
+    throw new RangeError(`deadline must be a whole number of microseconds >= 0, got ${deadlineMicros}`);
+  }
   const keys: string[] = [];
-  const argv: string[] = [String(requests.length)];
+  const argv: string[] = [String(requests.length), String(deadlineMicros)];
   for (const request of requests) {
     for (const key of request.keys) keys.push(key);
-    if (request.idempotency !== undefined) keys.push(request.idempotency.key);
+    const idem = request.idempotency;
+    if (idem !== undefined) keys.push(idem.key, idempotencyIndexKey(idem.key));
     // Floors are rare: they travel (flag 2) only when some bucket of the request has one.
     const floors = request.checks.some((c) => c.floorBefore > 0);
     const flags = (request.dryRun ? 1 : 0) | (floors ? 2 : 0);
-    argv.push(String(request.checks.length), String(flags), String(request.idempotency?.ttlMs ?? 0));
+    argv.push(String(request.checks.length), String(flags), String(idem?.ttlMs ?? 0));
+    if (idem !== undefined) {
+      argv.push(String(idem.maxRecords ?? DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT));
+    }
     for (const c of request.checks) {
       argv.push(String(c.capacity), String(c.rate), String(c.cost), String(c.ttlMs));
       if (floors) argv.push(String(c.floorBefore), String(c.floorRate), String(c.floorCapacity));
@@ -216,11 +265,22 @@ export function scriptArguments(request: EncodedRequest): { keys: string[]; argv
   return scriptCall([request]);
 }
 
+/** The script ran after the call's deadline and changed nothing (its reply was `{-1}`). */
+export class DeadlinePassedError extends Error {
+  readonly code = 'QP_DEADLINE_PASSED';
+  constructor() {
+    super('the store ran the call after its deadline: nothing was decided or charged');
+    this.name = 'DeadlinePassedError';
+  }
+}
+
 /**
  * Parse the script's flat integer reply into one reply per request, given each request's number of buckets;
- * throws when its shape is not the one the script header documents.
+ * throws DeadlinePassedError for a call that ran too late, TypeError when the shape is not the one the script
+ * header documents.
  */
 export function parseReplies(reply: unknown, checkCounts: readonly number[]): EncodedReply[] {
+  if (Array.isArray(reply) && reply.length === 1 && reply[0] === -1) throw new DeadlinePassedError();
   let expected = 0;
   for (const n of checkCounts) expected += 2 + 4 * n;
   if (!Array.isArray(reply) || reply.length !== expected) {

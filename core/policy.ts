@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { roundDerivedRate } from './admin-numbers.js';
 
 /** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
 export const MAX_CAPACITY = 1e9;
@@ -39,6 +40,59 @@ export type PolicyMode = z.infer<typeof PolicyMode>;
 export const FailureMode = z.enum(['closed', 'open', 'local']);
 export type FailureMode = z.infer<typeof FailureMode>;
 
+/**
+ * What a policy limits, and how.
+ * - `token_bucket` (default): a burst of `capacity` tokens refilled at `refillPerSecond`.
+ * - `sliding_log`: at most `capacity` events in any rolling `windowSeconds` (an exact window: one sorted-set
+ *   entry per admitted unit of cost, so a subject's memory is bounded by `capacity` entries). Its long-run rate,
+ *   `capacity / windowSeconds`, is what shares and demand are computed on; `refillPerSecond` is derived from it.
+ */
+export const PolicyKind = z.enum(['token_bucket', 'sliding_log', 'concurrency', 'daily']);
+export type PolicyKind = z.infer<typeof PolicyKind>;
+
+/**
+ * Kinds decided by `lua/sliding_log.lua`: one sorted-set entry per admitted unit. A `concurrency` policy is a log
+ * whose window is the lease TTL (`leaseSeconds`): an acquired slot counts until it is released (its entry
+ * removed by `lua/sliding_log_refund.lua`) or its lease runs out, so a crashed holder's slot comes back.
+ */
+export function isLogKind(kind: PolicyKind): boolean {
+  return kind === 'sliding_log' || kind === 'concurrency';
+}
+
+/** Seconds of a (nominal) day: a daily budget's rate is capacity / this. */
+export const SECONDS_PER_DAY = 86_400;
+
+/** True when `zone` is an IANA time zone this runtime knows (Intl; no table of our own). */
+export function isTimeZone(zone: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: zone });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Most sub-buckets a sharded policy may have. */
+export const MAX_SHARDS = 64;
+
+/** Longest lease of a concurrency policy: one hour. */
+export const MAX_LEASE_SECONDS = 3600;
+
+/** Longest rolling window of a sliding-log policy: one day (keys live one window after their last event). */
+export const MAX_WINDOW_SECONDS = 24 * 3600;
+/** Largest limit of a sliding-log policy: entries per subject per region are bounded by it. */
+export const MAX_LOG_LIMIT = 100_000;
+
+/** Most classes one policy may define, and most subjects it may name (each naming its class). */
+export const MAX_CLASSES = 32;
+export const MAX_NAMED_SUBJECTS = 10_000;
+
+/** A subject class (a plan, a tier): lower-case letters, digits, `_`, `-`; starts with a letter; at most 32 chars. */
+export const ClassName = z
+  .string()
+  .regex(/^[a-z][a-z0-9_-]{0,31}$/, 'class names are 1-32 chars of a-z 0-9 _ - starting with a-z');
+export type ClassName = z.infer<typeof ClassName>;
+
 const positiveFinite = (max: number, what: string) =>
   z
     .number()
@@ -51,10 +105,33 @@ export function secondsToFill(capacity: number, refillPerSecond: number): number
   return capacity / refillPerSecond;
 }
 
+/**
+ * A class's own limits: its capacity, its refill (token buckets; derived from the window for the log kinds) and
+ * its largest cost (default `min(1, capacity)`). Every other field is the policy's.
+ */
+const ClassLimits = z.strictObject({
+  capacity: positiveFinite(MAX_CAPACITY, 'capacity'),
+  refillPerSecond: positiveFinite(MAX_REFILL_PER_SECOND, 'refillPerSecond').optional(),
+  maxCost: positiveFinite(MAX_CAPACITY, 'maxCost').optional(),
+});
+
 /** Fields an operator writes; the name comes from elsewhere (the URL path, the file key). */
 const PolicyFields = z.strictObject({
+  kind: PolicyKind.default('token_bucket'),
   capacity: positiveFinite(MAX_CAPACITY, 'capacity'),
-  refillPerSecond: positiveFinite(MAX_REFILL_PER_SECOND, 'refillPerSecond'),
+  /** Required for token buckets; derived (capacity / windowSeconds) for sliding logs. */
+  refillPerSecond: positiveFinite(MAX_REFILL_PER_SECOND, 'refillPerSecond').optional(),
+  /** Rolling window of a sliding-log policy, whole seconds; only for `kind: 'sliding_log'`. */
+  windowSeconds: z.number().int().positive().max(MAX_WINDOW_SECONDS).optional(),
+  /**
+   * A hot key split into this many sub-buckets on different cluster slots (token buckets only): each holds
+   * capacity / shards and refills at refillPerSecond / shards, and a check lands on one of them at random.
+   */
+  shards: z.number().int().min(2).max(MAX_SHARDS).optional(),
+  /** The IANA time zone whose calendar days a `daily` policy counts (default UTC). */
+  timeZone: z.string().min(1).max(64).optional(),
+  /** Lease TTL of a concurrency policy, whole seconds: a slot not released by then comes back. */
+  leaseSeconds: z.number().int().positive().max(MAX_LEASE_SECONDS).optional(),
   maxCost: positiveFinite(MAX_CAPACITY, 'maxCost').optional(),
   mode: PolicyMode.default('regional'),
   homeRegion: RegionName.optional(),
@@ -62,23 +139,231 @@ const PolicyFields = z.strictObject({
   idleTtlSeconds: z.number().int().positive().max(MAX_IDLE_TTL_SECONDS).optional(),
   version: z.number().int().positive().max(1_000_000).default(1),
   minShare: z.number().min(0).max(1).optional(),
+  /**
+   * Subject classes with limits of their own ("enterprise tenants get 10×"): a check names its class, or the
+   * policy names the subject's in `subjects`; any other subject has the policy's own limits.
+   */
+  classes: z
+    .record(ClassName, ClassLimits)
+    .refine((c) => Object.keys(c).length <= MAX_CLASSES, `at most ${MAX_CLASSES} classes`)
+    .optional(),
+  /** Named subjects (as callers send them, before any hashing) and their class. */
+  subjects: z
+    .record(z.string().min(1).max(1024), ClassName)
+    .refine(
+      (m) => Object.keys(m).length <= MAX_NAMED_SUBJECTS,
+      `at most ${MAX_NAMED_SUBJECTS} named subjects`,
+    )
+    .optional(),
 });
 
 type PolicyFieldsOut = z.output<typeof PolicyFields>;
 
+/** The window of a log kind: a sliding log's `windowSeconds`, a concurrency policy's `leaseSeconds`. */
+export function logWindowSeconds(p: Pick<PolicyFieldsOut, 'kind' | 'windowSeconds' | 'leaseSeconds'>) {
+  return p.kind === 'concurrency' ? p.leaseSeconds : p.windowSeconds;
+}
+
+/**
+ * The refill a policy runs at: its own for a token bucket, capacity / window for a sliding log, capacity /
+ * lease for a concurrency policy (the most slots per second it can hand out if every holder keeps its lease).
+ */
+function refillOf(p: PolicyFieldsOut): number | undefined {
+  if (isLogKind(p.kind)) {
+    const window = logWindowSeconds(p);
+    return window === undefined ? undefined : p.capacity / window;
+  }
+  if (p.kind === 'daily') return p.capacity / SECONDS_PER_DAY;
+  return p.refillPerSecond;
+}
+
+/** Rules of `shards`: token buckets only, and every sub-bucket (of the policy and of each class) fits maxCost. */
+function checkShards(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const k = p.shards;
+  if (k === undefined) return;
+  const issue = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: 'custom', path, message });
+  if (p.kind !== 'token_bucket') issue(['shards'], 'shards are for token buckets only');
+  const maxCost = p.maxCost ?? Math.min(1, p.capacity);
+  if (p.capacity / k < maxCost) {
+    issue(
+      ['shards'],
+      `each of ${k} shards holds capacity / ${k} = ${p.capacity / k}, below maxCost ${maxCost}`,
+    );
+  }
+  for (const [name, c] of Object.entries(p.classes ?? {})) {
+    const classMax = c.maxCost ?? Math.min(1, c.capacity);
+    if (c.capacity / k < classMax) {
+      issue(
+        ['classes', name, 'capacity'],
+        `each of ${k} shards of class ${name} holds ${c.capacity / k}, below its maxCost ${classMax}`,
+      );
+    }
+  }
+  if (p.minShare !== undefined && p.minShare > 0 && (p.minShare * p.capacity) / k < maxCost) {
+    issue(
+      ['minShare'],
+      `minShare × capacity / shards must be ≥ maxCost (${maxCost}) so every shard can admit it`,
+    );
+  }
+}
+
+/** Rules of the daily kind. */
+function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+  if (p.kind !== 'daily') {
+    if (p.timeZone !== undefined) issue('timeZone', 'timeZone is only for kind daily');
+    return;
+  }
+  if (p.timeZone !== undefined && !isTimeZone(p.timeZone)) {
+    issue('timeZone', `${p.timeZone} is not an IANA time zone (e.g. Europe/Paris, America/New_York, UTC)`);
+  }
+  const derived = p.capacity / SECONDS_PER_DAY;
+  if (p.refillPerSecond !== undefined && Math.abs(p.refillPerSecond - derived) > derived * 1e-9) {
+    issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${derived}; omit refillPerSecond`);
+  }
+  if (p.onStoreFailure === 'local') {
+    issue('onStoreFailure', 'an emergency token bucket is not a calendar-day budget: use closed or open');
+  }
+}
+
+/** Rules of the log kinds (sliding_log, concurrency); false when the policy cannot be checked further. */
+function checkSlidingLog(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
+  const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+  if (p.kind !== 'sliding_log' && p.windowSeconds !== undefined) {
+    issue('windowSeconds', 'windowSeconds is only for kind sliding_log');
+  }
+  if (p.kind !== 'concurrency' && p.leaseSeconds !== undefined) {
+    issue('leaseSeconds', 'leaseSeconds is only for kind concurrency');
+  }
+  if (p.kind === 'daily') return true;
+  if (!isLogKind(p.kind)) {
+    if (p.refillPerSecond === undefined)
+      issue('refillPerSecond', 'token-bucket policies need refillPerSecond');
+    return p.refillPerSecond !== undefined;
+  }
+  const field = p.kind === 'concurrency' ? 'leaseSeconds' : 'windowSeconds';
+  const window = logWindowSeconds(p);
+  if (window === undefined) {
+    issue(field, `${p.kind} policies need ${field}`);
+    return false;
+  }
+  const what =
+    p.kind === 'concurrency'
+      ? 'a concurrency policy counts whole slots'
+      : 'a sliding log counts whole events';
+  if (!Number.isInteger(p.capacity) || p.capacity > MAX_LOG_LIMIT) {
+    issue('capacity', `${what}: capacity must be an integer ≤ ${MAX_LOG_LIMIT}`);
+  }
+  if (p.maxCost !== undefined && !Number.isInteger(p.maxCost)) {
+    issue('maxCost', `${what}: maxCost must be an integer`);
+  }
+  const derived = p.capacity / window;
+  // The exact rate, or the rate as admin answers show it (what a client read back may send again).
+  const shown = roundDerivedRate(derived);
+  if (
+    p.refillPerSecond !== undefined &&
+    Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
+    p.refillPerSecond !== shown
+  ) {
+    issue(
+      'refillPerSecond',
+      `a ${p.kind} policy's rate is capacity / ${field} = ${shown}; omit refillPerSecond`,
+    );
+  }
+  if (p.onStoreFailure === 'local') {
+    issue(
+      'onStoreFailure',
+      `an emergency token bucket is not ${p.kind === 'concurrency' ? 'a slot count' : 'an exact rolling window'}: use closed or open`,
+    );
+  }
+  if (p.kind === 'concurrency' && p.mode === 'strict') {
+    // A lease is released where it was acquired; a forwarded acquire would leave its release nowhere to go.
+    issue(
+      'mode',
+      'concurrency policies are regional or local: a lease is released in the region that holds it',
+    );
+  }
+  // idleTtlSeconds ≥ capacity / rate = the window is the general rule below: no entry of a window is dropped.
+  return true;
+}
+
+/** The limits of each class, filled as the policy's own are (the window's rate for log kinds; maxCost ≤ 1 by default). */
+function classLimitsOf(
+  p: PolicyFieldsOut,
+  limits: z.output<typeof ClassLimits>,
+): { capacity: number; refillPerSecond: number | undefined; maxCost: number } {
+  const window = logWindowSeconds(p);
+  return {
+    capacity: limits.capacity,
+    refillPerSecond:
+      p.kind === 'daily'
+        ? limits.capacity / SECONDS_PER_DAY
+        : isLogKind(p.kind)
+          ? window === undefined
+            ? undefined
+            : limits.capacity / window
+          : limits.refillPerSecond,
+    maxCost: limits.maxCost ?? Math.min(1, limits.capacity),
+  };
+}
+
+/** Rules of `classes` and `subjects`: each class holds to what the policy's own limits hold to. */
+function checkClasses(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const issue = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: 'custom', path, message });
+  for (const [name, raw] of Object.entries(p.classes ?? {})) {
+    const at = (field: string) => ['classes', name, field];
+    const c = classLimitsOf(p, raw);
+    if ((isLogKind(p.kind) || p.kind === 'daily') && raw.refillPerSecond !== undefined) {
+      issue(at('refillPerSecond'), `a ${p.kind} class's rate is derived: omit it`);
+    }
+    if (isLogKind(p.kind)) {
+      if (!Number.isInteger(c.capacity) || c.capacity > MAX_LOG_LIMIT)
+        issue(at('capacity'), `capacity must be an integer ≤ ${MAX_LOG_LIMIT} for ${p.kind}`);
+      if (!Number.isInteger(c.maxCost)) issue(at('maxCost'), `maxCost must be an integer for ${p.kind}`);
+    } else if (c.refillPerSecond === undefined && p.kind !== 'daily') {
+      issue(at('refillPerSecond'), 'token-bucket classes need refillPerSecond');
+    }
+    if (c.maxCost > c.capacity) issue(at('maxCost'), 'maxCost must be ≤ capacity');
+    const refill = c.refillPerSecond ?? 1;
+    if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < secondsToFill(c.capacity, refill)) {
+      issue(
+        ['idleTtlSeconds'],
+        `idleTtlSeconds must be ≥ ${secondsToFill(c.capacity, refill)} s, the time class ${name} takes to refill from empty`,
+      );
+    }
+    if (defaultIdleTtl(c.capacity, refill) > MAX_IDLE_TTL_SECONDS) {
+      issue(at('refillPerSecond'), 'refilling from empty would take longer than 30 days');
+    }
+    if (p.minShare !== undefined && p.minShare > 0 && p.minShare * c.capacity < c.maxCost) {
+      issue(['minShare'], `minShare × capacity of class ${name} must be ≥ its maxCost (${c.maxCost})`);
+    }
+  }
+  for (const [subject, cls] of Object.entries(p.subjects ?? {})) {
+    if (p.classes?.[cls] === undefined)
+      issue(['subjects', subject], `class ${cls} is not one of the policy's classes`);
+  }
+}
+
 function checkPolicy(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  if (!checkSlidingLog(p, ctx)) return;
+  checkDaily(p, ctx);
+  checkShards(p, ctx);
+  checkClasses(p, ctx);
+  const refillPerSecond = refillOf(p) ?? 1;
   const maxCost = p.maxCost ?? Math.min(1, p.capacity);
   if (maxCost > p.capacity) {
     ctx.addIssue({ code: 'custom', path: ['maxCost'], message: 'maxCost must be ≤ capacity' });
   }
-  if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < secondsToFill(p.capacity, p.refillPerSecond)) {
+  if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < secondsToFill(p.capacity, refillPerSecond)) {
     ctx.addIssue({
       code: 'custom',
       path: ['idleTtlSeconds'],
-      message: `idleTtlSeconds must be ≥ capacity / refillPerSecond = ${secondsToFill(p.capacity, p.refillPerSecond)} s, so an expired bucket is never fuller than a full one`,
+      message: `idleTtlSeconds must be ≥ capacity / refillPerSecond = ${secondsToFill(p.capacity, refillPerSecond)} s, so an expired bucket is never fuller than a full one`,
     });
   }
-  if (defaultIdleTtl(p.capacity, p.refillPerSecond) > MAX_IDLE_TTL_SECONDS) {
+  if (defaultIdleTtl(p.capacity, refillPerSecond) > MAX_IDLE_TTL_SECONDS) {
     ctx.addIssue({
       code: 'custom',
       path: ['refillPerSecond'],
@@ -109,12 +394,56 @@ export function defaultIdleTtl(capacity: number, refillPerSecond: number): numbe
   return Math.max(60, Math.ceil(secondsToFill(capacity, refillPerSecond)));
 }
 
-function fillDefaults<T extends PolicyFieldsOut>(p: T): T & { maxCost: number; idleTtlSeconds: number } {
+/** A class's filled limits, as a policy carries them once parsed. */
+export interface ClassLimits {
+  capacity: number;
+  refillPerSecond: number;
+  maxCost: number;
+}
+
+function fillDefaults<T extends PolicyFieldsOut>(
+  p: T,
+): Omit<T, 'classes'> & {
+  refillPerSecond: number;
+  maxCost: number;
+  idleTtlSeconds: number;
+  classes?: Record<string, ClassLimits> | undefined;
+} {
+  // checkPolicy ran first: a token bucket has its refill and a sliding log its window; so does every class.
+  const refillPerSecond = refillOf(p) ?? 0;
+  let idleTtlSeconds = p.idleTtlSeconds ?? defaultIdleTtl(p.capacity, refillPerSecond);
+  let classes: Record<string, ClassLimits> | undefined;
+  if (p.classes !== undefined) {
+    classes = {};
+    for (const [name, raw] of Object.entries(p.classes)) {
+      const c = classLimitsOf(p, raw);
+      classes[name] = { capacity: c.capacity, refillPerSecond: c.refillPerSecond ?? 0, maxCost: c.maxCost };
+      // One idle TTL serves every class's buckets: long enough for the slowest to refill.
+      if (p.idleTtlSeconds === undefined)
+        idleTtlSeconds = Math.max(idleTtlSeconds, defaultIdleTtl(c.capacity, c.refillPerSecond ?? 1));
+    }
+  }
   return {
     ...p,
+    refillPerSecond,
     maxCost: p.maxCost ?? Math.min(1, p.capacity),
-    idleTtlSeconds: p.idleTtlSeconds ?? defaultIdleTtl(p.capacity, p.refillPerSecond),
+    idleTtlSeconds,
+    ...(classes === undefined ? {} : { classes }),
   };
+}
+
+/**
+ * The policy as a subject of `className` sees it: the class's capacity, refill and largest cost; the policy
+ * itself when `className` is undefined. Throws for a class the policy does not define (callers check first).
+ */
+export function withClass<P extends Pick<Policy, 'capacity' | 'refillPerSecond' | 'maxCost' | 'classes'>>(
+  policy: P,
+  className: string | undefined,
+): P {
+  if (className === undefined) return policy;
+  const c = policy.classes?.[className];
+  if (c === undefined) throw new RangeError(`class ${className} is not defined`);
+  return { ...policy, capacity: c.capacity, refillPerSecond: c.refillPerSecond, maxCost: c.maxCost };
 }
 
 /** The body an operator sends to create or replace a policy (name excluded); defaults fill the rest. */

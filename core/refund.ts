@@ -8,7 +8,7 @@
  * bucket missing, because a missing bucket is already full.
  */
 import { z } from 'zod';
-import { encodeRequest, MAX_CHECKS_PER_CALL } from './bucket-wire.js';
+import { encodeRequest, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
 import { MAX_CAPACITY } from './policy.js';
 import {
   BucketModel,
@@ -62,7 +62,7 @@ export interface EncodedRefund {
  * rounding, so a refund gives back exactly the micro-tokens the decision took.
  */
 export function encodeRefund(request: RefundRequest): EncodedRefund {
-  const parsed = RefundRequest.parse(request);
+  const parsed = validStoreRequest(RefundRequest, request);
   const encoded = encodeRequest({
     checks: parsed.checks.map((c) => ({
       key: c.key,

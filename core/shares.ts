@@ -15,6 +15,12 @@ export interface RegionalShare {
    * floor), so a share that dipped and rose again mints nothing for idle buckets. Absent when no dip matters.
    */
   floor?: { sinceMs: number; share: number } | undefined;
+  /**
+   * The lowest share in force within the policy's idle TTL (plus the clock-skew margin), when it is lower than
+   * `share`, rises included. A sliding log enforces this one: entries admitted under a smaller share are still in
+   * its window, so a share that rose may only be used once they have left it (core/sliding-log.ts).
+   */
+  lowest?: number | undefined;
 }
 
 /** The shares in force at one agent. */
@@ -30,6 +36,12 @@ export interface ShareView {
    * an older one has finished.
    */
   enter(policy: string): () => void;
+  /**
+   * Optional: the shares issued to every region for `subject` of `policy` (its override, else the policy's
+   * vector), for a borrower to order its lenders by. Only an estimate: each lender sizes its own bucket from its
+   * own share. Undefined when unknown.
+   */
+  regionShares?(policy: string, subject: string): Readonly<Record<string, number>> | undefined;
 }
 
 const noop = (): void => undefined;

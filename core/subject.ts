@@ -1,4 +1,4 @@
-import { createHash, createHmac } from 'node:crypto';
+import { createHmac } from 'node:crypto';
 
 /** Longest normalized subject. */
 export const MAX_SUBJECT_LENGTH = 96;
@@ -48,7 +48,12 @@ export function normalizeSubject(raw: string, options: SubjectOptions = {}): Sub
   return { ok: true, subject: raw };
 }
 
-/** A one-way, short fingerprint of a subject for logs: lets an operator correlate lines, never recover the id. */
-export function subjectFingerprint(subject: string): string {
-  return createHash('sha256').update(subject, 'utf8').digest('base64url').slice(0, 12);
+/**
+ * A one-way, short fingerprint of a subject for logs: lets an operator correlate lines, never recover the id.
+ * Keyed (HMAC-SHA256): an unkeyed hash of a guessable identity (an e-mail, a tenant id) is reversed by trying
+ * candidates. The agent keys it with its HMAC secret (fingerprints then match across agents) or, without one,
+ * with a random key of the process.
+ */
+export function subjectFingerprint(subject: string, key: string | Uint8Array): string {
+  return createHmac('sha256', key).update(subject, 'utf8').digest('base64url').slice(0, 12);
 }

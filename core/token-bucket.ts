@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT, idempotencyIndexKey } from './keys.js';
 
 /**
  * The reference token bucket: the exact arithmetic of `lua/token_bucket.lua`, in TypeScript.
@@ -120,13 +121,58 @@ export function settle(
   return { allowed: fits && allowed, remaining, retryAfterMs, resetMs };
 }
 
+/**
+ * Phase one of a decision, per bucket: the bucket refilled to `now`, and whether the check's cost fits in it.
+ * A request's checks are all assessed before any is concluded (all-or-nothing).
+ */
+export function assess(
+  stored: StoredBucket | undefined,
+  check: EncodedCheck,
+  now: number,
+): { state: StoredBucket; fits: boolean } {
+  const state = refill(stored, check, now);
+  return { state, fits: state.tokens >= check.cost };
+}
+
+/**
+ * Phase two, per bucket, once the request's outcome is known (`allowed`: every check fits): its result, and
+ * unless it is a dry run, `state` takes the tokens that remain (the caller stores it).
+ */
+export function conclude(
+  state: StoredBucket,
+  check: EncodedCheck,
+  fits: boolean,
+  allowed: boolean,
+  dryRun: boolean,
+): EncodedResult {
+  const result = settle(state, check, fits, allowed);
+  if (!dryRun) state.tokens = result.remaining;
+  return result;
+}
+
+/**
+ * A charged decision on one bucket, exactly as `BucketModel.evaluate` decides a request of one check without dry
+ * run or idempotency: the state to store and the result. The simulator's stores decide with it.
+ */
+export function decideBucket(
+  stored: StoredBucket | undefined,
+  check: EncodedCheck,
+  now: number,
+): { state: StoredBucket; result: EncodedResult } {
+  const { state, fits } = assess(stored, check, now);
+  return { state, result: conclude(state, check, fits, fits, false) };
+}
+
 /** The request a script call carries, in script units. */
 export interface EncodedRequest {
   keys: string[];
   checks: EncodedCheck[];
   dryRun: boolean;
-  /** Key of the idempotency record (same slot as the buckets), with its TTL in ms; absent when none. */
-  idempotency?: { key: string; ttlMs: number } | undefined;
+  /**
+   * Key of the idempotency record (same slot as the buckets), with its TTL in ms and the most live records its
+   * subject keeps (default DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT); absent when none.
+   */
+  idempotency?: { key: string; ttlMs: number; maxRecords?: number | undefined } | undefined;
 }
 
 /** What a script call answers. */
@@ -171,6 +217,8 @@ function conflictReply(checks: number): EncodedReply {
 export class BucketModel {
   readonly #buckets = new Map<string, Entry<StoredBucket>>();
   readonly #records = new Map<string, Entry<{ fingerprint: string; reply: EncodedReply }>>();
+  /** Per subject index key: record key → expiry (ms), as the script's sorted set. */
+  readonly #indexes = new Map<string, Entry<Map<string, number>>>();
 
   /** Evaluate one call at `now` (µs). Mirrors the script step for step. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {
@@ -187,31 +235,47 @@ export class BucketModel {
     const fits: boolean[] = new Array<boolean>(n);
     let allowed = true;
     for (let i = 0; i < n; i++) {
-      const check = request.checks[i]!;
-      const state = refill(this.#live(this.#buckets, request.keys[i]!, now), check, now);
-      states[i] = state;
-      fits[i] = state.tokens >= check.cost;
-      if (!fits[i]) allowed = false;
+      const assessed = assess(this.#live(this.#buckets, request.keys[i]!, now), request.checks[i]!, now);
+      states[i] = assessed.state;
+      fits[i] = assessed.fits;
+      if (!assessed.fits) allowed = false;
     }
+    const { dryRun } = request;
     const results: EncodedResult[] = new Array<EncodedResult>(n);
     for (let i = 0; i < n; i++) {
       const state = states[i]!;
       const check = request.checks[i]!;
-      const result = settle(state, check, fits[i]!, allowed);
-      results[i] = result;
-      if (!request.dryRun) {
-        state.tokens = result.remaining;
-        this.#buckets.set(request.keys[i]!, { value: state, expiresAt: now + check.ttlMs * 1000 });
-      }
+      results[i] = conclude(state, check, fits[i]!, allowed, dryRun);
+      if (!dryRun) this.#buckets.set(request.keys[i]!, { value: state, expiresAt: now + check.ttlMs * 1000 });
     }
     const reply: EncodedReply = { allowed, replayed: false, conflict: false, results };
-    if (idempotency !== undefined && !request.dryRun) {
+    // Only admissions are remembered: a refusal charged nothing, so a retry is decided afresh.
+    if (idempotency !== undefined && !request.dryRun && allowed) {
       this.#records.set(idempotency.key, {
         value: { fingerprint: requestFingerprint(request), reply },
         expiresAt: now + idempotency.ttlMs * 1000,
       });
+      this.#index(idempotency.key, idempotency.ttlMs, idempotency.maxRecords, now);
     }
     return reply;
+  }
+
+  /** The script's index step: drop expired entries, add this record, delete those closest to expiry past the most. */
+  #index(recordKey: string, ttlMs: number, maxRecords: number | undefined, now: number): void {
+    const key = idempotencyIndexKey(recordKey);
+    const index = this.#live(this.#indexes, key, now) ?? new Map<string, number>();
+    const nowMs = Math.floor(now / 1000);
+    for (const [member, until] of index) if (until <= nowMs) index.delete(member);
+    index.set(recordKey, nowMs + ttlMs);
+    // Redis orders equal scores by member, bytewise.
+    const byExpiry = [...index].sort(([a, x], [b, y]) => x - y || (a < b ? -1 : a > b ? 1 : 0));
+    const over = index.size - (maxRecords ?? DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT);
+    for (const [member] of byExpiry.slice(0, Math.max(0, over))) {
+      index.delete(member);
+      this.#records.delete(member);
+    }
+    const last = byExpiry.at(-1)![1];
+    this.#indexes.set(key, { value: index, expiresAt: now + (last - nowMs) * 1000 });
   }
 
   /** The stored state of a bucket, as Redis would return it at `now` (undefined once expired). */
@@ -219,12 +283,23 @@ export class BucketModel {
     return this.#live(this.#buckets, key, now);
   }
 
-  /** Number of live keys at `now` (buckets and records), after dropping expired ones. */
+  /** Store a bucket until `expiresAt` (µs), as a script's HSET and PEXPIRE would (core/borrowing/transfer.ts). */
+  write(key: string, bucket: StoredBucket, expiresAt: number): void {
+    this.#buckets.set(key, { value: bucket, expiresAt });
+  }
+
+  /** Number of live keys at `now` (buckets, records and record indexes), after dropping expired ones. */
   size(now: number): number {
-    for (const map of [this.#buckets, this.#records] as Map<string, Entry<unknown>>[]) {
+    const maps = [this.#buckets, this.#records, this.#indexes] as Map<string, Entry<unknown>>[];
+    for (const map of maps) {
       for (const [key, entry] of map) if (entry.expiresAt <= now) map.delete(key);
     }
-    return this.#buckets.size + this.#records.size;
+    return this.#buckets.size + this.#records.size + this.#indexes.size;
+  }
+
+  /** Live idempotency records at `now` (what the per-subject cap bounds). */
+  records(now: number): string[] {
+    return [...this.#records.keys()].filter((key) => this.#live(this.#records, key, now) !== undefined);
   }
 
   #live<T>(map: Map<string, Entry<T>>, key: string, now: number): T | undefined {

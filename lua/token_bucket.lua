@@ -5,17 +5,23 @@ would (the store batches concurrent callers into one call to spare round trips a
 
 KEYS (per request, in order)
   n bucket hashes (fields: tk micro-tokens, fr carry in [0,1) micro-token, ts last update in microseconds of
-  Redis TIME, rt refill rate in force in tokens per second, cp capacity in force in micro-tokens), then the
-  request's idempotency record (a string) when its idempotency TTL is > 0. On a cluster all keys of one call
-  share a slot.
+  Redis TIME, rt refill rate in force in tokens per second, cp capacity in force in micro-tokens), then, when
+  its idempotency TTL is > 0, the request's idempotency record (a string) and its subject's record index (a
+  sorted set: record keys scored by expiry in ms of Redis time). On a cluster all keys of one call share a slot
+  (the record keys an index names share its slot too: they carry the same hash tag).
 
 ARGV
   ARGV[1]      G: number of requests, 1..256
+  ARGV[2]      deadline in microseconds of Redis TIME (integer >= 0; 0 = none): a call that runs later than
+               this changes nothing and replies {-1}. The caller has answered "unavailable" by then, so a call
+               that waited in a frozen or slow Redis must not charge anyone.
   then per request:
     n          number of buckets, 1..16
     flags      bit 1 (value 1): dry run, decide without consuming or writing anything
                bit 2 (value 2): every bucket of the request carries the three floor values below
     idem_ttl   idempotency record TTL in milliseconds; 0 when the request has no idempotency key
+    idem_max   only when idem_ttl > 0: most live records the subject's index keeps (integer >= 1); writing one
+               more deletes those closest to expiry
     then per bucket, 4 values (7 with flag 2):
       capacity        micro-tokens (integer >= 0)
       rate            refill, tokens per second (= micro-tokens per microsecond; >= 0)
@@ -25,7 +31,7 @@ ARGV
       floor_rate      tokens per second (>= 0): the most a bucket last written before floor_before refills at
       floor_capacity  micro-tokens (integer >= 0): stored tokens of such a bucket are clamped to it first
 
-Reply (flat array of integers), per request:
+Reply (flat array of integers): {-1} when the deadline passed; otherwise, per request:
   allowed (1 when every bucket had room and all were charged; none charged otherwise), replayed (1 when the
   idempotency record answered with the first decision; 2 when the record belongs to a different request, i.e.
   other bucket keys or costs: a conflict, nothing decided or charged), then per bucket:
@@ -83,12 +89,17 @@ end
 local g = tonumber(ARGV[1])
 if not (g and g >= 1 and g < huge and g % 1 == 0) then return badarg(1, 'request count', 1, true) end
 if g > 256 then return fail('request count must be <= 256') end
+local deadline = tonumber(ARGV[2])
+if not (deadline and deadline >= 0 and deadline < huge and deadline % 1 == 0) then
+  return badarg(2, 'deadline', 0, true)
+end
 
--- Per request (index r): first bucket index, bucket count, dry, idempotency TTL, idempotency key index.
-local q_first, q_n, q_dry, q_ttl, q_idem = {}, {}, {}, {}, {}
+-- Per request (index r): first bucket index, bucket count, dry, idempotency TTL, idempotency key index, most
+-- records per subject.
+local q_first, q_n, q_dry, q_ttl, q_idem, q_max = {}, {}, {}, {}, {}, {}
 -- Per bucket (index j, across requests): key index and parameters.
 local b_key, b_cap, b_rate, b_cost, b_ttl, b_fb, b_fr, b_fc, b_cost_arg = {}, {}, {}, {}, {}, {}, {}, {}, {}
-local a = 1
+local a = 2
 local k = 0
 local j = 0
 for r = 1, g do
@@ -103,6 +114,12 @@ for r = 1, g do
   local width = 4
   if flags >= 2 then width = 7 end
   a = a + 3
+  if ttl > 0 then
+    local most = tonumber(ARGV[a + 1])
+    if not (most and most >= 1 and most < huge and most % 1 == 0) then return badarg(a + 1, 'records per subject', 1, true) end
+    q_max[r] = most
+    a = a + 1
+  end
   if a + width * n > argc then return fail('expected ' .. (a + width * n) .. ' arguments, got ' .. argc) end
   q_first[r] = j + 1; q_n[r] = n; q_dry[r] = flags % 2 == 1; q_ttl[r] = ttl
   for i = 1, n do
@@ -123,7 +140,7 @@ for r = 1, g do
     b_fb[j] = fb; b_fr[j] = fr; b_fc[j] = fc; b_cost_arg[j] = ARGV[a + 3]
     a = a + width
   end
-  if ttl > 0 then q_idem[r] = k + n + 1; k = k + n + 1 else q_idem[r] = false; k = k + n end
+  if ttl > 0 then q_idem[r] = k + n + 1; k = k + n + 2 else q_idem[r] = false; k = k + n end
 end
 if a ~= argc then return fail('expected ' .. a .. ' arguments, got ' .. argc) end
 if k ~= #KEYS then return fail('expected ' .. k .. ' keys, got ' .. #KEYS) end
@@ -143,6 +160,7 @@ local function ms(us)
 end
 
 local now = clock()
+if deadline > 0 and now > deadline then return { -1 } end
 local reply = {}
 local out = 0
 local s_tokens, s_carry, s_ts, s_fits, s_same = {}, {}, {}, {}, {}
@@ -243,10 +261,22 @@ for r = 1, g do
       end
     end
 
-    if idem and not dry then
+    -- Only admissions are remembered: a refusal charged nothing, so a retry is decided afresh.
+    if idem and not dry and allowed then
       local parts = {}
       for i = start + 1, out do parts[#parts + 1] = string.format('%.17g', reply[i]) end
       call('SET', KEYS[idem], fingerprint .. '|' .. table.concat(parts, ','), 'PX', q_ttl[r])
+      -- The subject's index: expired entries dropped, this record added, those closest to expiry deleted past
+      -- the most it may keep; the index lives as long as its last record.
+      local index, now_ms = KEYS[idem + 1], floor(now / 1000)
+      call('ZREMRANGEBYSCORE', index, '-inf', now_ms)
+      call('ZADD', index, now_ms + q_ttl[r], KEYS[idem])
+      local over = call('ZCARD', index) - q_max[r]
+      if over > 0 then
+        call('DEL', unpack(call('ZRANGE', index, 0, over - 1)))
+        call('ZREMRANGEBYRANK', index, 0, over - 1)
+      end
+      call('PEXPIRE', index, tonumber(call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]) - now_ms)
     end
   end
 end

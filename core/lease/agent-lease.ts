@@ -12,9 +12,27 @@
  * - Rate-history floors: buckets last written before the latest change of a unit's share refill at most at the
  *   lowest share in force within the policy's idle TTL, so a share that dipped and rose again mints nothing.
  */
+import { defaultLeaseSettings } from './settings.js';
 import type { Clock } from '../clock.js';
 import type { RegionalShare, ShareView } from '../shares.js';
 import type { AllocationRecord, Renewal } from '../wire/protocol.js';
+import {
+  InFlightDecisions,
+  InForceObserver,
+  inForceShare,
+  type InForceChange,
+  type LeaseMode,
+} from './in-force.js';
+import { ShareHistory, unitKey } from './share-history.js';
+import {
+  allocationProblem,
+  defaultRenewalBounds,
+  renewalProblem,
+  type RenewalBounds,
+} from './trust-checks.js';
+
+/** How long an agent with records but no renewal waits after start before it serves safely, ms. */
+export const DEFAULT_STARTUP_WAIT_MS = 3000;
 
 export interface AgentLeaseOptions {
   region: string;
@@ -23,42 +41,28 @@ export interface AgentLeaseOptions {
   skewMs: number;
   /**
    * With records loaded but no renewal after this long since start (coordinator unreachable), the agent serves
-   * in lapsed mode: min(issued, safe), then safe after the grace period. Default 3000 ms.
+   * in lapsed mode: min(issued, safe), then safe after the grace period. Default DEFAULT_STARTUP_WAIT_MS.
    */
-  startupWaitMs?: number;
+  startupWaitMs?: number | undefined;
   /** Grace period to assume before the first renewal says otherwise, ms. Default 12000. */
   graceMs?: number;
+  /** What a renewal may ask at most (lease, grace, report interval). Default `defaultRenewalBounds`. */
+  renewalBounds?: RenewalBounds | undefined;
 }
 
-/** In-force share change, for invariant checkers in tests and the simulator. */
-export interface InForceChange {
-  policy: string;
-  /** The subject of an override; undefined for the policy's default vector. */
-  subject: string | undefined;
-  /** Share this agent may be deciding with right now (in-flight decisions of older records included). */
-  share: number;
-  at: number;
-  /** The override is gone: the subject follows the policy's default vector again (or the policy is gone). */
-  removed?: true;
-}
+/** What became of a renewal: taken (or held until the agent catches up), too late, or refused as out of bounds. */
+export type RenewalOutcome = 'accepted' | 'stale' | 'out_of_bounds';
 
-/** Lease state: not deciding yet, issued shares, min(issued, safe), or safe shares. */
-export type LeaseMode = 'none' | 'valid' | 'lapsed' | 'settled';
+export type { InForceChange, LeaseMode } from './in-force.js';
 
-interface History {
-  /** (time, in-force share) points, oldest first, pruned to the policy's idle TTL. */
-  points: { at: number; share: number }[];
-}
-
-const SEP = '\u0000';
 const EMPTY: ReadonlySet<string> = new Set();
 
 export class AgentLease implements ShareView {
   readonly region: string;
   readonly #clock: Clock;
-  readonly #skewMs: number;
   readonly #startedAt: number;
   readonly #startupWaitMs: number;
+  readonly #bounds: RenewalBounds;
   #graceMs: number;
 
   readonly #records = new Map<string, { record: AllocationRecord; revision: number }>();
@@ -73,39 +77,44 @@ export class AgentLease implements ShareView {
   #renewedSeq = -1;
   #lastRefusal: string | undefined;
 
-  /** Decisions in flight by the revision they started under (insertion order = increasing revision). */
-  readonly #inFlight = new Map<number, number>();
-  /** Of those, how many started with a valid lease and how many settled (the rest started lapsed). */
-  readonly #inFlightModes = new Map<number, { valid: number; settled: number }>();
+  readonly #inFlight = new InFlightDecisions();
   /** Highest revision with a pending shrink of this region: acknowledge it as soon as possible. */
   #wantAck = 0;
   #ackSent = 0;
   #onAck: ((ackRevision: number) => void) | undefined;
 
   /** Share history per unit, for refill floors. */
-  readonly #history = new Map<string, History>();
-  /** Issued shares per unit by revision, while decisions of older revisions are in flight (for the checker). */
-  readonly #issuedSince = new Map<string, { revision: number; share: number }[]>();
-  #onInForce: ((change: InForceChange) => void) | undefined;
-  readonly #lastInForce = new Map<string, number>();
+  readonly #history: ShareHistory;
+  /** Set once someone listens to in-force changes (tests, simulator). */
+  #observer: InForceObserver | undefined;
   #mode: LeaseMode = 'none';
   readonly #watchCache = new WeakMap<AllocationRecord, ReadonlySet<string>>();
 
   constructor(options: AgentLeaseOptions) {
     this.region = options.region;
     this.#clock = options.clock;
-    this.#skewMs = options.skewMs;
+    this.#history = new ShareHistory(options.skewMs);
     this.#startedAt = options.clock.now();
-    this.#startupWaitMs = options.startupWaitMs ?? 3000;
-    this.#graceMs = options.graceMs ?? 12_000;
+    this.#startupWaitMs = options.startupWaitMs ?? DEFAULT_STARTUP_WAIT_MS;
+    this.#graceMs = options.graceMs ?? defaultLeaseSettings.graceMs;
+    this.#bounds = options.renewalBounds ?? defaultRenewalBounds;
   }
 
   // ---- records ----------------------------------------------------------------------------------------------
 
-  /** A KV entry: the record of `policy` at `revision`, or its deletion (null). Entries arrive in revision order. */
-  applyRecord(policy: string, record: AllocationRecord | null, revision: number): void {
+  /**
+   * A KV entry: the record of `policy` at `revision`, or its deletion (null). Entries arrive in revision order.
+   * A record whose shares in force sum above 1 (trust-checks.ts) is refused: the policy keeps its last good
+   * record and nothing else changes. Returns why it was refused, or undefined.
+   */
+  applyRecord(policy: string, record: AllocationRecord | null, revision: number): string | undefined {
     const known = this.#records.get(policy);
-    if (known !== undefined && revision <= known.revision) return; // stale or duplicate
+    if (known !== undefined && revision <= known.revision) return undefined; // stale or duplicate
+    const problem = record === null ? undefined : allocationProblem(record);
+    if (problem !== undefined) {
+      this.refusedRecords++;
+      return problem;
+    }
     const now = this.#clock.now();
     const before = this.#records.get(policy)?.record;
     if (record === null) this.#records.delete(policy);
@@ -120,7 +129,11 @@ export class AgentLease implements ShareView {
     this.#noteIssued(policy, before, record, revision, now);
     this.#releaseHeldRenewal();
     this.#maybeAck();
+    return undefined;
   }
+
+  /** Records refused because their shares in force summed above 1. */
+  refusedRecords = 0;
 
   /** The initial snapshot of the records has been delivered. */
   recordsLoaded(): void {
@@ -136,26 +149,36 @@ export class AgentLease implements ShareView {
   /**
    * A renewal for heartbeat `seq`, sent at `sentAt` (this clock). A reply later than one report interval after
    * its heartbeat is ignored: the coordinator relies on that bound to know how long an agent's accepted lease
-   * lasts at least (it cannot trust a heartbeat's own word, which may have waited in a buffer).
-   * Returns false for such a stale reply.
+   * lasts at least (it cannot trust a heartbeat's own word, which may have waited in a buffer). A reply that
+   * asks for more than the renewal bounds allow (a longer lease or grace, a report interval outside bounds) is
+   * refused: no renewal, and the agent keeps its current lease and grace.
    */
-  renewed(reply: Renewal, sentAt: number, seq = -1): boolean {
+  renewed(reply: Renewal, sentAt: number, seq = -1): RenewalOutcome {
+    const problem = renewalProblem(reply, this.#bounds);
+    if (problem !== undefined) {
+      this.refusedRenewals++;
+      this.lastRenewalProblem = problem;
+      return 'out_of_bounds';
+    }
     if (this.#clock.now() - sentAt > reply.reportIntervalMs) {
       this.staleRenewals++;
-      return false;
+      return 'stale';
     }
     this.#lastRefusal = undefined;
     this.#graceMs = reply.graceMs;
     if (this.#applied < reply.minRevision) {
       this.#heldRenewal = { reply, sentAt, seq };
-      return true;
+      return 'accepted';
     }
     this.#accept(reply, sentAt, seq);
-    return true;
+    return 'accepted';
   }
 
   /** Renewals ignored because they came back later than a report interval after their heartbeat. */
   staleRenewals = 0;
+  /** Renewals refused as out of bounds, and why the last one was. */
+  refusedRenewals = 0;
+  lastRenewalProblem: string | undefined;
 
   /** Sequence number of the heartbeat whose renewal the lease in force comes from (-1 before any). */
   get renewedSeq(): number {
@@ -203,42 +226,35 @@ export class AgentLease implements ShareView {
     const { record } = entry;
     const override = record.overrides[subject];
     const unit = override ?? record.default;
-    const share = this.#inForce(unit.shares[this.region] ?? 0, record.safe[this.region] ?? 0, mode);
-    const key = override === undefined ? policy : policy + SEP + subject;
-    const floor = this.#floor(key, share, record.idleTtlSeconds * 1000, now);
-    return floor === undefined ? { share, epoch: unit.epoch } : { share, epoch: unit.epoch, floor };
+    const share = inForceShare(unit.shares[this.region] ?? 0, record.safe[this.region] ?? 0, mode);
+    const key = override === undefined ? policy : unitKey(policy, subject);
+    const floor = this.#history.floor(key, share, record.idleTtlSeconds * 1000, now);
+    const out: RegionalShare =
+      floor === undefined ? { share, epoch: unit.epoch } : { share, epoch: unit.epoch, floor };
+    const lowest = this.#history.lowest(key, share, record.idleTtlSeconds * 1000, now);
+    if (lowest < share) out.lowest = lowest;
+    return out;
+  }
+
+  regionShares(policy: string, subject: string): Readonly<Record<string, number>> | undefined {
+    const record = this.#records.get(policy)?.record;
+    if (record === undefined) return undefined;
+    return (record.overrides[subject] ?? record.default).shares;
   }
 
   enter(_policy: string): () => void {
-    const revision = this.#applied;
-    const mode = this.mode();
-    let modes = this.#inFlightModes.get(revision);
-    if (modes === undefined) this.#inFlightModes.set(revision, (modes = { valid: 0, settled: 0 }));
-    if (mode === 'valid') modes.valid++;
-    else if (mode === 'settled') modes.settled++;
-    this.#inFlight.set(revision, (this.#inFlight.get(revision) ?? 0) + 1);
-    let done = false;
+    const exit = this.#inFlight.enter(this.#applied, this.mode());
     return () => {
-      if (done) return;
-      done = true;
-      if (mode === 'valid') modes.valid--;
-      else if (mode === 'settled') modes.settled--;
-      const left = (this.#inFlight.get(revision) ?? 1) - 1;
-      if (left > 0) {
-        this.#inFlight.set(revision, left);
-        return;
-      }
-      this.#inFlight.delete(revision);
-      this.#inFlightModes.delete(revision);
+      if (!exit()) return;
       this.#maybeAck();
-      if (this.#onInForce !== undefined) this.#emitAll();
+      this.#emit();
     };
   }
 
   /** Highest revision such that no decision started under an older record is in flight. */
   get ackRevision(): number {
-    const oldest = this.#inFlight.keys().next();
-    return oldest.done ? this.#applied : Math.min(this.#applied, oldest.value);
+    const oldest = this.#inFlight.oldest();
+    return oldest === undefined ? this.#applied : Math.min(this.#applied, oldest);
   }
 
   /** Called with the watermark whenever it passes a revision that carries a shrink of this region. */
@@ -253,14 +269,15 @@ export class AgentLease implements ShareView {
    * records keep the higher of the shares they could be using until they finish.
    */
   onInForce(listener: (change: InForceChange) => void): void {
-    this.#onInForce = listener;
-    this.#emitAll();
+    if (this.#observer === undefined) this.#observer = new InForceObserver(listener);
+    else this.#observer.listener = listener;
+    this.#emit();
   }
 
   /** Re-evaluate lease transitions that happen with the passage of time (expiry, grace) and emit changes. */
   poll(): void {
     this.#observeMode(this.#clock.now());
-    if (this.#onInForce !== undefined) this.#emitAll();
+    this.#emit();
   }
 
   /** Subjects the record of `policy` asks this agent to report every interval (empty when none). */
@@ -290,26 +307,13 @@ export class AgentLease implements ShareView {
     this.#renewed = true;
     this.#heldRenewal = undefined;
     this.#observeMode(this.#clock.now());
-    if (this.#onInForce !== undefined) this.#emitAll();
+    this.#emit();
   }
 
   #releaseHeldRenewal(): void {
     const held = this.#heldRenewal;
     if (held !== undefined && this.#applied >= held.reply.minRevision)
       this.#accept(held.reply, held.sentAt, held.seq);
-  }
-
-  #inForce(issued: number, safe: number, mode: LeaseMode): number {
-    switch (mode) {
-      case 'valid':
-        return issued;
-      case 'lapsed':
-        return Math.min(issued, safe);
-      case 'settled':
-        return safe;
-      case 'none':
-        return 0;
-    }
   }
 
   /** Note a lease-mode transition at the instant it happened, in every unit's history. */
@@ -328,16 +332,16 @@ export class AgentLease implements ShareView {
     if (mode === 'none') return mode;
     for (const [policy, { record }] of this.#records) {
       const safe = record.safe[this.region] ?? 0;
-      this.#push(
+      this.#history.push(
         policy,
-        this.#inForce(record.default.shares[this.region] ?? 0, safe, mode),
+        inForceShare(record.default.shares[this.region] ?? 0, safe, mode),
         at,
         record.idleTtlSeconds,
       );
       for (const [subject, unit] of Object.entries(record.overrides)) {
-        this.#push(
-          policy + SEP + subject,
-          this.#inForce(unit.shares[this.region] ?? 0, safe, mode),
+        this.#history.push(
+          unitKey(policy, subject),
+          inForceShare(unit.shares[this.region] ?? 0, safe, mode),
           at,
           record.idleTtlSeconds,
         );
@@ -361,7 +365,7 @@ export class AgentLease implements ShareView {
       for (const s of Object.keys(r.overrides)) units.add(s);
     }
     for (const subject of units) {
-      const key = subject === '' ? policy : policy + SEP + subject;
+      const key = unitKey(policy, subject);
       // A subject without an override follows the default vector.
       const unit =
         record === null
@@ -373,9 +377,9 @@ export class AgentLease implements ShareView {
       if (record !== null) {
         // Before the first lease nothing is decided: no share was in force, so none enters the history.
         if (mode !== 'none') {
-          this.#push(
+          this.#history.push(
             key,
-            this.#inForce(issued, record.safe[this.region] ?? 0, mode),
+            inForceShare(issued, record.safe[this.region] ?? 0, mode),
             now,
             record.idleTtlSeconds,
           );
@@ -383,73 +387,9 @@ export class AgentLease implements ShareView {
       } else {
         this.#history.delete(key);
       }
-      if (this.#onInForce !== undefined) {
-        let list = this.#issuedSince.get(key);
-        if (list === undefined) this.#issuedSince.set(key, (list = []));
-        list.push({ revision, share: issued });
-      }
+      this.#observer?.issued(key, revision, issued);
     }
-    if (this.#onInForce !== undefined) this.#emitAll();
-  }
-
-  #push(key: string, share: number, at: number, idleTtlSeconds: number): void {
-    const h = this.#history.get(key);
-    if (h === undefined) {
-      this.#history.set(key, { points: [{ at, share }] });
-      return;
-    }
-    const last = h.points[h.points.length - 1];
-    if (last !== undefined && last.share === share) return;
-    h.points.push({ at, share });
-    // Keep one point older than the window: the share in force at its start.
-    const horizon = at - idleTtlSeconds * 1000 - this.#skewMs;
-    while (h.points.length > 2 && h.points[1]!.at <= horizon) h.points.shift();
-  }
-
-  /**
-   * The refill floor for buckets of one unit. Only a bucket last written before the latest *decrease* of the
-   * share can have an idle interval in which the share dipped below the rate stored with it: after that
-   * decrease the share only rose, and the script already refills at most at the stored rate. Such a bucket
-   * refills at most at the lowest share in force within the idle TTL. A decrease older than the idle TTL
-   * needs no floor: every bucket written before it has expired.
-   */
-  #floor(key: string, share: number, windowMs: number, now: number): RegionalShare['floor'] {
-    const h = this.#history.get(key);
-    if (h === undefined || h.points.length < 2) return undefined;
-    const horizon = now - windowMs - this.#skewMs;
-    let lastDecrease: number | undefined;
-    for (let i = h.points.length - 1; i > 0; i--) {
-      if (h.points[i]!.share < h.points[i - 1]!.share) {
-        lastDecrease = h.points[i]!.at;
-        break;
-      }
-    }
-    if (lastDecrease === undefined || lastDecrease <= horizon) return undefined;
-    let lowest = share;
-    for (let i = 0; i < h.points.length; i++) {
-      const next = h.points[i + 1];
-      if (next !== undefined && next.at <= horizon) continue; // wholly before the window
-      lowest = Math.min(lowest, h.points[i]!.share);
-    }
-    if (lowest >= share) return undefined;
-    return { sinceMs: lastDecrease + this.#skewMs, share: lowest };
-  }
-
-  /**
-   * Largest share a decision still in flight may be using from `entry`, the unit's issued share from its revision
-   * until `until`: the issued share for one that started with a valid lease, min(issued, safe) for one that
-   * started lapsed, the safe share for one that started settled; 0 if none is in flight.
-   */
-  #olderBound(entry: { revision: number; share: number }, until: number, safe: number): number {
-    let bound = 0;
-    for (const [revision, n] of this.#inFlight) {
-      if (revision < entry.revision || revision >= until) continue;
-      const modes = this.#inFlightModes.get(revision)!;
-      if (modes.valid > 0) bound = Math.max(bound, entry.share);
-      if (modes.settled > 0) bound = Math.max(bound, safe);
-      if (n > modes.valid + modes.settled) bound = Math.max(bound, Math.min(entry.share, safe));
-    }
-    return bound;
+    this.#emit();
   }
 
   #maybeAck(): void {
@@ -461,55 +401,18 @@ export class AgentLease implements ShareView {
     }
   }
 
-  /** Emit the in-force share of every unit that changed since the last emission. */
-  #emitAll(): void {
-    const listener = this.#onInForce;
-    if (listener === undefined) return;
+  /** Tell the observer, if any, of every unit whose in-force share changed. */
+  #emit(): void {
+    const observer = this.#observer;
+    if (observer === undefined) return;
     const now = this.#clock.now();
-    const mode = this.mode(now);
-    const oldest = this.ackRevision;
-    for (const [key, list] of this.#issuedSince) {
-      // Keep the entry at or before the oldest in-flight revision: in-flight decisions may use it.
-      let start = 0;
-      for (let i = 0; i < list.length; i++) if (list[i]!.revision <= oldest) start = i;
-      if (start > 0) list.splice(0, start);
-      if (list.length === 1 && !this.#records.has(key.split(SEP)[0]!)) this.#issuedSince.delete(key);
-    }
-    const current = new Map<string, number>();
-    for (const [policy, { record }] of this.#records) {
-      const safe = record.safe[this.region] ?? 0;
-      const subjects = new Set(['', ...Object.keys(record.overrides)]);
-      for (const key of this.#issuedSince.keys()) {
-        if (key.startsWith(policy + SEP) && (this.#issuedSince.get(key)?.length ?? 0) > 1) {
-          subjects.add(key.slice(policy.length + 1));
-        }
-      }
-      for (const subject of subjects) {
-        const key = subject === '' ? policy : policy + SEP + subject;
-        const unit = subject === '' ? record.default : (record.overrides[subject] ?? record.default);
-        let share = this.#inForce(unit.shares[this.region] ?? 0, safe, mode);
-        // In-flight decisions of older records count at what they may be deciding with: the issued share they
-        // started under if they started with a valid lease, at most the safe share otherwise. The last entry is
-        // the current record, already counted above.
-        const since = this.#issuedSince.get(key) ?? [];
-        if (mode !== 'none') {
-          for (let i = 0; i < since.length - 1; i++)
-            share = Math.max(share, this.#olderBound(since[i]!, since[i + 1]!.revision, safe));
-        }
-        current.set(key, share);
-      }
-    }
-    for (const [key, share] of current) {
-      if (this.#lastInForce.get(key) === share) continue;
-      this.#lastInForce.set(key, share);
-      const [policy, subject] = key.split(SEP) as [string, string | undefined];
-      listener({ policy, subject, share, at: now });
-    }
-    for (const key of [...this.#lastInForce.keys()]) {
-      if (current.has(key)) continue;
-      this.#lastInForce.delete(key);
-      const [policy, subject] = key.split(SEP) as [string, string | undefined];
-      listener({ policy, subject, share: 0, at: now, removed: true });
-    }
+    observer.emit({
+      region: this.region,
+      records: this.#records,
+      mode: this.mode(now),
+      ackRevision: this.ackRevision,
+      inFlight: this.#inFlight,
+      now,
+    });
   }
 }

@@ -12,13 +12,21 @@ export const LeaseSettings = z
     /** How often agents send a heartbeat and usage, ms. */
     reportIntervalMs: z.number().int().min(50).max(60_000).default(1000),
     /**
-     * Forget an agent silent for this long (ms). Off by default: a silent agent may be partitioned and still
-     * deciding at its safe share, so forgetting it needs evidence (a goodbye, a new agent with the same instance
-     * name, or an operator). Setting it trades that guarantee for headroom after crashes; see docs.
+     * Forget an agent silent for this long (ms): its lease and grace are long over, so it holds at most its safe
+     * share, and a crashed or forged agent must not pin its region at that share for ever. The cost: an agent
+     * partitioned from NATS (but not from its Redis) for longer than this may decide at its safe share while the
+     * coordinator no longer counts it, an overshoot of at most that region's safe share less its issued share
+     * for as long as the partition lasts. Ten minutes by default; see docs/security.md.
      */
-    forgetAfterMs: z.number().int().positive().optional(),
-    /** Most per-subject overrides per policy. */
-    maxOverridesPerPolicy: z.number().int().min(0).max(1024).default(16),
+    forgetAfterMs: z.number().int().positive().default(600_000),
+    /** Most agents per region; heartbeats from further new agents are refused (a live agent's are not). */
+    maxAgentsPerRegion: z.number().int().min(1).max(100_000).default(64),
+    /**
+     * Most per-subject overrides per policy; 0 (the default) turns them off. Borrowing gives a subject its budget
+     * wherever its traffic is (core/borrowing/), and overrides, which move a subject's shares after its noisy
+     * demand, cost more than they give beside it (docs/simulations.md, "Per-subject overrides").
+     */
+    maxOverridesPerPolicy: z.number().int().min(0).max(1024).default(0),
     /** An override whose subject has not been constrained for this long reverts to the policy's shares, ms. */
     overrideTtlMs: z.number().int().min(1000).max(3_600_000).default(30_000),
   })
@@ -35,3 +43,19 @@ export type LeaseSettings = z.output<typeof LeaseSettings>;
 export type LeaseSettingsInput = z.input<typeof LeaseSettings>;
 
 export const defaultLeaseSettings: LeaseSettings = LeaseSettings.parse({});
+
+/**
+ * How long an agent has to acknowledge a shrink before the coordinator stops renewing it. An agent that lapses
+ * may take its safe share once the grace period ends. Before then the coordinator must notice (one skew margin),
+ * shrink the live regions (one round of `roundMs`), and any agent that does not acknowledge in time must lapse
+ * too (its lease, one more skew margin): what is left is the acknowledgement deadline. Throws when nothing is.
+ */
+export function ackTimeoutMs(lease: LeaseSettings, roundMs: number): number {
+  const timeout = lease.graceMs - lease.leaseMs - 2 * lease.skewMs - roundMs;
+  if (timeout <= 0) {
+    throw new RangeError(
+      'graceMs must exceed leaseMs + 2 × skewMs + roundMs, so agents that do not acknowledge a shrink lapse in time',
+    );
+  }
+  return timeout;
+}

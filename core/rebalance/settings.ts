@@ -18,6 +18,20 @@ export const RebalanceSettings = z.strictObject({
   hysteresis: z.number().min(0).max(0.5).default(0.08),
   /** …and once started, it keeps stepping until every region is within this much of its target. */
   settleBand: z.number().min(0).max(0.5).default(0.02),
+  /**
+   * Time hysteresis: a rebalance at rest starts only once the target has stayed beyond the hysteresis band for
+   * this long, ms, so skewed reports as demand resumes, a noise spike or demand that keeps moving (following the
+   * sun) moves nothing. A minute by default: borrowing serves a subject wherever its traffic is at once, and a
+   * move is worth its cost (a shrink clamps the stored burst of every bucket in the region it shrinks) only for
+   * a split of demand that lasts (docs/simulations.md, "Demand settings"). 0 starts at the first round beyond.
+   */
+  confirmMs: z.number().int().min(0).max(600_000).default(60_000),
+  /**
+   * A rebalance at rest starts only when a region it would grow is short of room: its unmet demand (refused
+   * within the subjects' own limits) is at least this fraction of its demand. Where every region is served,
+   * no region is shrunk (its stored burst stays), however the demand is spread. 0 turns the gate off.
+   */
+  unmetFraction: z.number().min(0).max(1).default(0.05),
   /** Floor of every region's share when a policy sets no `minShare`. */
   defaultMinShare: z.number().min(0).max(1).default(0.02),
 });

@@ -163,6 +163,65 @@ export interface RebalanceState {
   moving: boolean;
   /** The target of the last round, to tell whether it is still moving. */
   lastIdeal?: number[] | undefined;
+  /** Since when (ms) the target has been beyond the hysteresis band with room needed, while at rest. */
+  beyondSince?: number | undefined;
+  /** When (ms) each region's share last shrank, for the regrowth cool-down. */
+  shrunkAt?: (number | undefined)[] | undefined;
+}
+
+/**
+ * A region whose share shrank does not grow again for `ms` (the policy's idle TTL plus the clock-skew margins):
+ * then, between any two writes of a bucket (never further apart than its TTL), a region's refill only rises and
+ * then falls, so `min(rate at the last write, rate now)` never exceeds what was in force and the rate-history
+ * floor (core/lease/agent-lease.ts) stays inert. A dip followed by a rise within the TTL would leave the floor to
+ * refill every bucket written before the dip at the lowest rate of the window, which with shares that move all
+ * the time (demand following the sun) withholds much of the budget. Borrowing covers a region in cool-down.
+ */
+export interface Cooldown {
+  now: number;
+  ms: number;
+}
+
+/** What a round knows of each region's demand for one policy (cost per second, smoothed). */
+export interface RoundDemand {
+  /** What the region's subjects could use under their own limits (core/usage-accounting.ts). */
+  demand: readonly number[];
+  /** The part of it refused: demand − admitted. */
+  unmet: readonly number[];
+  /** False for a region not heard from recently: its demand is unknown, not zero, and it keeps its share. */
+  known: readonly boolean[];
+}
+
+/**
+ * The target for `current` given what is known: every region known, shares in proportion to demand
+ * (idealShares); some unknown, they keep their shares and the known ones share the rest (idealSharesWithin).
+ */
+export function targetShares(
+  current: readonly number[],
+  d: RoundDemand,
+  floor: number,
+): ShareVector | undefined {
+  if (d.known.every(Boolean)) return idealShares(d.demand, floor);
+  return idealSharesWithin(d.demand, d.known, current, floor);
+}
+
+/**
+ * True when some region the target would grow is short of room: its unmet demand is at least `unmetFraction`
+ * of its demand. A move where every grower is already served would only shrink others and destroy their
+ * stored burst for nothing.
+ */
+export function roomNeeded(
+  current: readonly number[],
+  ideal: readonly number[],
+  d: RoundDemand,
+  settings: RebalanceSettings,
+): boolean {
+  if (settings.unmetFraction === 0) return true;
+  for (let i = 0; i < current.length; i++) {
+    if (!(ideal[i]! > current[i]!) || !d.known[i]) continue;
+    if (d.unmet[i]! > 0 && d.unmet[i]! >= settings.unmetFraction * d.demand[i]!) return true;
+  }
+  return false;
 }
 
 /**
@@ -170,17 +229,71 @@ export interface RebalanceState {
  * Updates `state.moving` and `state.lastIdeal`: a rebalance under way keeps going while its target still moves
  * (smoothed demand still decaying toward a new level), so it ends where the target comes to rest, not at the
  * first point within the settle band.
+ *
+ * With `gate` (the policy's default vector), a rebalance at rest starts only when room is needed (roomNeeded)
+ * and the target has stayed beyond the hysteresis band for `confirmMs`; once started it is not gated.
  */
 export function rebalanceRound(
   state: RebalanceState,
   ideal: ShareVector | undefined,
   floor: number,
   settings: RebalanceSettings,
+  gate?: { now: number; demand: RoundDemand },
+  cooldown?: Cooldown,
 ): ShareVector | undefined {
+  if (cooldown !== undefined && ideal !== undefined) ideal = coolDown(state, ideal, floor, cooldown);
+  if (!state.moving && gate !== undefined && ideal !== undefined) {
+    const beyond =
+      stepToward(state.shares, ideal, floor, settings, false) !== undefined &&
+      roomNeeded(state.shares, ideal, gate.demand, settings);
+    if (!beyond) state.beyondSince = undefined;
+    else state.beyondSince ??= gate.now;
+    if (state.beyondSince === undefined || gate.now - state.beyondSince < settings.confirmMs) {
+      state.lastIdeal = ideal;
+      return undefined;
+    }
+  }
+  state.beyondSince = undefined;
   const next = stepToward(state.shares, ideal, floor, settings, state.moving);
   state.moving = next !== undefined || (state.moving && targetMoving(ideal, state.lastIdeal, settings));
   state.lastIdeal = ideal;
+  if (next !== undefined && cooldown !== undefined) {
+    const shrunkAt = (state.shrunkAt ??= []);
+    next.forEach((share, r) => {
+      if (share < state.shares[r]!) shrunkAt[r] = cooldown.now;
+    });
+  }
   return next;
+}
+
+/**
+ * The target with every region in cool-down held at its current share; what they would have taken goes to the
+ * regions free to grow, in proportion to their targets (borrowing moves a subject's tokens wherever they
+ * accrue), and stays unallocated only when every region is held.
+ */
+function coolDown(
+  state: RebalanceState,
+  ideal: readonly number[],
+  floor: number,
+  cooldown: Cooldown,
+): ShareVector {
+  const out = [...ideal];
+  let freed = 0;
+  let free = 0;
+  const held: boolean[] = out.map(() => false);
+  for (let r = 0; r < out.length; r++) {
+    const at = state.shrunkAt?.[r];
+    if (at !== undefined && cooldown.now - at < cooldown.ms && out[r]! > state.shares[r]!) {
+      const kept = Math.max(floor, state.shares[r]!);
+      freed += out[r]! - kept;
+      out[r] = kept;
+      held[r] = true;
+    } else free += out[r]!;
+  }
+  if (freed > 0 && free > 0) {
+    for (let r = 0; r < out.length; r++) if (!held[r]) out[r] = out[r]! + (freed * out[r]!) / free;
+  }
+  return out;
 }
 
 /** Equal split: the safe static share of each of `n` regions. */

@@ -16,6 +16,8 @@ export type KvNamespace = z.infer<typeof KvNamespace>;
 
 /** The namespace used when none is configured. */
 export const DEFAULT_KV_NAMESPACE = 'qp';
+/** Deadline of one NATS request or JetStream call by default, ms (coordinator and agents alike). */
+export const DEFAULT_NATS_TIMEOUT_MS = 2000;
 
 /** Every JetStream name of one namespace. */
 export interface KvNames {

@@ -72,6 +72,11 @@ export const Heartbeat = z.strictObject({
    * least until that grant + leaseMs - reportIntervalMs: until then the agent is surely not at its safe share.
    */
   renewedSeq: z.number().int().min(-1),
+  /**
+   * Decision requests the agent's admission control shed since its previous heartbeat (absent from agents that
+   * predate it). Shed work is refused before any policy is read, so it is counted per agent, not per policy.
+   */
+  shed: z.number().int().min(0).max(1e9).optional(),
 });
 export type Heartbeat = z.infer<typeof Heartbeat>;
 
@@ -114,6 +119,18 @@ export const PolicyUsage = z.strictObject({
   requested: Cost,
   admitted: Cost,
   denied: Cost,
+  /**
+   * Cost the policy's subjects could use here under their own limits: what was admitted, plus refusals of
+   * subjects that stayed within their global rate over the interval (core/usage-accounting.ts). What shares
+   * follow; absent from older agents, where the coordinator falls back to `requested`.
+   */
+  demand: Cost.optional(),
+  /**
+   * Tokens borrowed from other regions and credited here (core/borrowing/): demand this region's own refill did
+   * not cover. With refusals within limits, what tells the coordinator a region needs more of the refill; absent
+   * from agents that do not borrow.
+   */
+  imported: Cost.optional(),
   constrained: z.array(ConstrainedSubject).max(MAX_CONSTRAINED_PER_POLICY),
   /**
    * True when more subjects were constrained than the report carries: a subject missing from `constrained` may

@@ -5,7 +5,8 @@
  */
 import { z } from 'zod';
 import { CheckResult } from '../agent-wire.js';
-import { PolicyName, RegionName } from '../policy.js';
+import { TokenCost } from '../bucket-wire.js';
+import { ClassName, PolicyName, RegionName } from '../policy.js';
 import { KvNamespace } from './kv.js';
 
 /** Subject the home region's agents answer on, and their queue group (one of them answers each request). */
@@ -18,7 +19,9 @@ export const ForwardedCheck = z.strictObject({
   policy: PolicyName,
   /** Already normalized (or hashed) by the forwarding agent. */
   subject: z.string().min(1).max(128),
-  cost: z.number().positive().max(1e9),
+  cost: TokenCost,
+  /** The subject's class, as the caller or the policy's `subjects` named it at the forwarding agent. */
+  class: ClassName.optional(),
 });
 export type ForwardedCheck = z.infer<typeof ForwardedCheck>;
 
@@ -31,6 +34,12 @@ export const ForwardedDecision = z.strictObject({
   dryRun: z.boolean(),
   /** What is left of the caller's deadline when the request leaves, ms: the home gives up past it. */
   budgetMs: z.number().int().positive().max(60_000),
+  /**
+   * When the caller stops waiting, in epoch ms of its clock (regions keep their clocks within NTP): a home that
+   * takes the request up too close to it answers `overloaded` without deciding, so it charges nothing the caller
+   * will not hear of.
+   */
+  deadlineAtMs: z.number().int().positive().optional(),
 });
 export type ForwardedDecision = z.infer<typeof ForwardedDecision>;
 
@@ -42,6 +51,8 @@ export const ForwardErrorCode = z.enum([
   'idempotency_conflict',
   'deadline',
   'failed',
+  /** The home region shed the request before deciding anything (admission control): busy, not unreachable. */
+  'overloaded',
 ]);
 export type ForwardErrorCode = z.infer<typeof ForwardErrorCode>;
 

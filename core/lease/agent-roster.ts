@@ -1,0 +1,268 @@
+/**
+ * The agents the lease coordinator knows, by region: who registered, which renewal each says it holds, what it
+ * has applied and acknowledged, and from that whether it may be deciding at its safe share (lapsed). The lease
+ * coordinator asks it; it changes nothing of the allocations. Registrations it adds or forgets are handed to the
+ * shell to persist (`takeWrites`).
+ */
+import type { AgentRegistration } from '../wire/protocol.js';
+import type { LeaseSettings } from './settings.js';
+
+/** How many of an agent's latest renewals are remembered (a heartbeat names the one it holds). */
+const REMEMBERED_GRANTS = 16;
+
+/** One agent as the coordinator sees it. */
+export interface Agent {
+  readonly id: string;
+  readonly instance: string;
+  readonly region: number;
+  readonly registeredAt: number;
+  /** Coordinator time until which the agent may hold a lease; 0 when never renewed by this incarnation. */
+  leaseUntil: number;
+  lastHeartbeatAt: number | undefined;
+  /** Decision requests shed per second over the interval its last heartbeat covered (0 until known). */
+  shedPerSecond: number;
+  appliedRevision: number;
+  ackRevision: number;
+  /** When this incarnation granted renewals, by heartbeat seq (the last few). */
+  readonly grants: Map<number, number>;
+  /**
+   * Coordinator time until which the agent surely holds a valid lease: the grant of the renewal it reports
+   * holding, plus the lease, minus the longest a reply may take to count (a report interval) and the skew.
+   */
+  surelyValidUntil: number;
+}
+
+/** A change of the agent registry the shell must persist. */
+export type RegistryWrite = { put: AgentRegistration } | { delete: string };
+
+/** What a heartbeat tells the roster of its sender. */
+export interface HeartbeatFacts {
+  agentId: string;
+  instance: string;
+  region: number;
+  /** The region's name, for the registration written. */
+  regionName: string;
+  appliedRevision: number;
+  ackRevision: number;
+  renewedSeq: number;
+  /** Requests shed since the previous heartbeat. */
+  shed?: number | undefined;
+}
+
+/** An agent not heard from yet by this incarnation: possibly lapsed until it reports a renewal granted here. */
+function newAgent(
+  id: string,
+  instance: string,
+  region: number,
+  registeredAt: number,
+  leaseUntil: number,
+): Agent {
+  return {
+    id,
+    instance,
+    region,
+    registeredAt,
+    leaseUntil,
+    lastHeartbeatAt: undefined,
+    shedPerSecond: 0,
+    appliedRevision: 0,
+    ackRevision: 0,
+    grants: new Map(),
+    surelyValidUntil: -Infinity,
+  };
+}
+
+export class AgentRoster {
+  readonly #lease: LeaseSettings;
+  readonly #agents = new Map<string, Agent>();
+  #writes: RegistryWrite[] = [];
+  /** Per region: shrinks agents must acknowledge, with the time they became visible. */
+  readonly #requiredAcks: { revision: number; since: number }[][];
+
+  constructor(lease: LeaseSettings, regionCount: number) {
+    this.#lease = lease;
+    this.#requiredAcks = Array.from({ length: regionCount }, () => []);
+  }
+
+  /** An agent an earlier incarnation registered: it may hold a lease for one more lease length. */
+  restore(registration: AgentRegistration, region: number, now: number): void {
+    this.#agents.set(
+      registration.agentId,
+      newAgent(
+        registration.agentId,
+        registration.instance,
+        region,
+        registration.registeredAt,
+        now + this.#lease.leaseMs,
+      ),
+    );
+  }
+
+  get(agentId: string): Agent | undefined {
+    return this.#agents.get(agentId);
+  }
+
+  /** Agents of one region. */
+  *inRegion(region: number): IterableIterator<Agent> {
+    for (const a of this.#agents.values()) if (a.region === region) yield a;
+  }
+
+  /**
+   * Register or refresh the sender of a heartbeat and record its progress. Returns the agent, or the reason its
+   * heartbeat is refused.
+   */
+  heard(facts: HeartbeatFacts, now: number): Agent | { refused: string } {
+    let agent = this.#agents.get(facts.agentId);
+    if (agent !== undefined && agent.region !== facts.region) {
+      return { refused: 'agent id already registered in another region' };
+    }
+    if (agent === undefined) {
+      // A new agent with the name of an old one replaces it: instance names are unique per live agent.
+      let inRegion = 0;
+      let replaces: Agent | undefined;
+      for (const other of this.#agents.values()) {
+        if (other.region !== facts.region) continue;
+        inRegion++;
+        if (other.instance === facts.instance) replaces = other;
+      }
+      if (replaces === undefined && inRegion >= this.#lease.maxAgentsPerRegion) {
+        return { refused: `region full: ${inRegion} agents registered (maxAgentsPerRegion)` };
+      }
+      if (replaces !== undefined) this.forget(replaces.id);
+      agent = newAgent(facts.agentId, facts.instance, facts.region, now, 0);
+      this.#agents.set(agent.id, agent);
+      this.#writes.push({
+        put: { agentId: agent.id, instance: agent.instance, region: facts.regionName, registeredAt: now },
+      });
+    }
+    const previous = agent.lastHeartbeatAt;
+    if (facts.shed !== undefined) {
+      // Over the interval since the previous heartbeat; a first heartbeat covers one report interval.
+      const seconds =
+        Math.max(previous === undefined ? this.#lease.reportIntervalMs : now - previous, 1) / 1000;
+      agent.shedPerSecond = facts.shed / seconds;
+    }
+    agent.lastHeartbeatAt = now;
+    agent.appliedRevision = Math.max(agent.appliedRevision, facts.appliedRevision);
+    agent.ackRevision = Math.max(agent.ackRevision, facts.ackRevision);
+    // The heartbeat's own lease mode is not evidence: it may have waited in a buffer through an outage while the
+    // lease it describes ran out. What counts is which renewal the agent says it holds; a renewal this incarnation
+    // granted at time g is held until at least g + lease - report interval - skew (agents ignore replies later
+    // than one report interval), and before or after that the agent counts at its safe share.
+    const granted = agent.grants.get(facts.renewedSeq);
+    if (granted !== undefined) {
+      agent.surelyValidUntil = Math.max(
+        agent.surelyValidUntil,
+        granted + this.#lease.leaseMs - this.#lease.reportIntervalMs - this.#lease.skewMs,
+      );
+    }
+    return agent;
+  }
+
+  /** A renewal granted now, answering the heartbeat numbered `seq`. */
+  grant(agent: Agent, seq: number, now: number): void {
+    agent.leaseUntil = now + this.#lease.leaseMs;
+    agent.grants.set(seq, now);
+    if (agent.grants.size > REMEMBERED_GRANTS) agent.grants.delete(agent.grants.keys().next().value!);
+  }
+
+  /** Record an acknowledgement; false when it tells nothing new. */
+  acknowledged(agent: Agent, ackRevision: number): boolean {
+    if (ackRevision <= agent.ackRevision) return false;
+    agent.ackRevision = ackRevision;
+    return true;
+  }
+
+  forget(agentId: string): void {
+    if (this.#agents.delete(agentId)) this.#writes.push({ delete: agentId });
+  }
+
+  /** Forget agents silent for longer than `forgetAfterMs`; returns how many. */
+  forgetSilent(now: number): number {
+    const after = this.#lease.forgetAfterMs;
+    let forgotten = 0;
+    for (const a of [...this.#agents.values()]) {
+      const last = Math.max(a.leaseUntil, a.registeredAt, a.lastHeartbeatAt ?? 0);
+      if (now - last > after) {
+        this.forget(a.id);
+        forgotten++;
+      }
+    }
+    return forgotten;
+  }
+
+  /** Registry changes to persist since the last call. */
+  takeWrites(): RegistryWrite[] {
+    const out = this.#writes;
+    this.#writes = [];
+    return out;
+  }
+
+  /** Agents of `region` must acknowledge `revision`, visible since `since`. */
+  requireAck(region: number, revision: number, since: number): void {
+    this.#requiredAcks[region]!.push({ revision, since });
+  }
+
+  /** The agent has not acknowledged a shrink of its region within `timeoutMs`. */
+  overdue(agent: Agent, now: number, timeoutMs: number): boolean {
+    const required = this.#requiredAcks[agent.region]!;
+    // Entries every registered agent of the region has acknowledged are done with.
+    while (required.length > 0 && this.#allAcked(agent.region, required[0]!.revision)) required.shift();
+    for (const { revision, since } of required) {
+      if (agent.ackRevision < revision && now - since > timeoutMs) return true;
+    }
+    return false;
+  }
+
+  /** Every live agent of `region` acknowledged `revision` (lapsed ones cannot hold more than their safe share). */
+  regionAcknowledged(region: number, revision: number, now: number): boolean {
+    for (const a of this.inRegion(region)) {
+      if (a.ackRevision < revision && !this.lapsed(a, now)) return false;
+    }
+    return true;
+  }
+
+  /** The agent's lease ran out, skew included. */
+  lapsed(agent: Agent, now: number): boolean {
+    return now > agent.leaseUntil + this.#lease.skewMs;
+  }
+
+  /**
+   * The agent may be deciding at its safe share: no renewal it reported holding is surely still in force (its
+   * lease lapsed, it has not reported one of this incarnation's renewals since a restart or a partition, or it
+   * is new and serving before its first renewal).
+   */
+  possiblyLapsed(agent: Agent, now: number): boolean {
+    return now > agent.surelyValidUntil;
+  }
+
+  /** Some agent of the region may be holding its safe share. */
+  lapsedIn(region: number, now: number): boolean {
+    for (const a of this.inRegion(region)) if (this.possiblyLapsed(a, now)) return true;
+    return false;
+  }
+
+  /** Every agent of the region lapsed (and there is at least one): the region cannot be reached. */
+  unreachable(region: number, now: number): boolean {
+    let any = false;
+    for (const a of this.inRegion(region)) {
+      any = true;
+      if (!this.lapsed(a, now)) return false;
+    }
+    return any;
+  }
+
+  /** The latest lease any agent of the region holds, or null. */
+  leaseExpiry(region: number): number | null {
+    let expiresAt: number | null = null;
+    for (const a of this.inRegion(region)) {
+      if (a.leaseUntil > 0) expiresAt = Math.max(expiresAt ?? 0, a.leaseUntil);
+    }
+    return expiresAt;
+  }
+
+  #allAcked(region: number, revision: number): boolean {
+    for (const a of this.inRegion(region)) if (a.ackRevision < revision) return false;
+    return true;
+  }
+}

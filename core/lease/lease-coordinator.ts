@@ -1,0 +1,515 @@
+/**
+ * The coordinator's side of the conservation protocol, pure: it owns the shares of every regional policy (and of
+ * per-subject overrides), renews agents' leases, and moves shares toward demand without ever letting the shares
+ * in force add up to more than the budget. The NATS/KV shell (coordinator/protocol/) feeds it messages and time,
+ * and persists what it asks to; the simulator feeds it a simulated network. The agents it knows live in an
+ * AgentRoster (agent-roster.ts), the override rules in SubjectOverrides (subject-overrides.ts), the persisted
+ * form in allocation-records.ts.
+ *
+ * Conservation, per allocation unit (a policy's default vector, or one subject's override):
+ *   claim(r) = max(issued share of r, share r held before an unacknowledged shrink, safe share of r if some agent
+ *              of r has let its lease lapse)
+ * and Σ claim ≤ 1 always holds: shrinks are issued first and count at their old value until every agent of the
+ * region acknowledges the record revision that carries them (or its lease lapses: then it holds at most its
+ * safe share); grows are issued only into the room the claims leave. When an agent lapses, an agent in that
+ * region may move to its safe share after the grace period; the coordinator then shrinks live regions until
+ * the claims fit again, and stops renewing agents that do not acknowledge in time, so they lapse too before
+ * the grace period ends. A restarted coordinator grows nothing for one lease (learning mode).
+ */
+import type { Clock } from '../clock.js';
+import type { Policy } from '../policy.js';
+import { subjectDemand } from '../usage-accounting.js';
+import {
+  defaultRebalanceSettings,
+  RebalanceSettings,
+  type RebalanceSettingsInput,
+} from '../rebalance/settings.js';
+import {
+  rebalanceRound,
+  shareFloor,
+  targetShares,
+  type Cooldown,
+  type RoundDemand,
+} from '../rebalance/target.js';
+import type {
+  Ack,
+  AgentRegistration,
+  AllocationRecord,
+  Bye,
+  Heartbeat,
+  RenewalReply,
+  Usage,
+} from '../wire/protocol.js';
+import { AgentRoster, type RegistryWrite } from './agent-roster.js';
+import { placeholderPolicy, policyRecord, restoredUnit } from './allocation-records.js';
+import {
+  claimOf,
+  EPSILON,
+  inFlight,
+  newPolicyState,
+  restingUnit,
+  unitsOf,
+  type PolicyState,
+  type Unit,
+} from './allocation-state.js';
+import { allocationView, regionView, type AllocationView, type RegionView } from './allocation-views.js';
+import { ConservationSteps } from './conservation-steps.js';
+import { zeroCounters, type EngineCounters } from './engine-counters.js';
+import { ackTimeoutMs, defaultLeaseSettings, LeaseSettings, type LeaseSettingsInput } from './settings.js';
+import { SubjectOverrides } from './subject-overrides.js';
+
+export interface LeaseCoordinatorOptions {
+  coordinatorId: string;
+  /** The configured regions, in a fixed order. */
+  regions: readonly string[];
+  clock: Clock;
+  rebalance?: RebalanceSettingsInput | undefined;
+  lease?: LeaseSettingsInput | undefined;
+  /** Safe static shares by region (sum ≤ 1). Default: equal split. */
+  safeShares?: Readonly<Record<string, number>> | undefined;
+  /** Allocation records persisted by an earlier incarnation, with their KV revisions. */
+  records?: ReadonlyArray<{ record: AllocationRecord; revision: number }>;
+  /** Agents an earlier incarnation registered. */
+  agents?: readonly AgentRegistration[];
+}
+
+/** A record the shell must persist (or delete, when `record` is null). */
+export interface RecordWrite {
+  policy: string;
+  record: AllocationRecord | null;
+  /** Pass back to `written()` with the KV revision. */
+  seq: number;
+}
+
+export class LeaseCoordinator {
+  readonly coordinatorId: string;
+  readonly regions: readonly string[];
+  readonly settings: RebalanceSettings;
+  readonly lease: LeaseSettings;
+  readonly safe: readonly number[];
+  readonly counters: EngineCounters = zeroCounters();
+
+  readonly #clock: Clock;
+  readonly #regionIndex: Map<string, number>;
+  readonly #policies = new Map<string, PolicyState>();
+  readonly #roster: AgentRoster;
+  readonly #overrides: SubjectOverrides;
+  readonly #steps: ConservationSteps;
+  readonly #dirty = new Set<string>();
+  readonly #deleted = new Set<string>();
+  readonly #lastReportAt: (number | undefined)[];
+  /** When each region's last usage report arrived: a region silent for long has unknown demand, not zero. */
+  readonly #lastUsageAt: (number | undefined)[];
+  #learningUntil: number;
+  /** An agent must acknowledge a shrink within this long, or it is not renewed (and lapses in time). */
+  readonly #ackTimeoutMs: number;
+
+  constructor(options: LeaseCoordinatorOptions) {
+    this.coordinatorId = options.coordinatorId;
+    this.regions = [...options.regions];
+    if (this.regions.length === 0) throw new RangeError('at least one region is required');
+    if (new Set(this.regions).size !== this.regions.length) throw new RangeError('regions must be unique');
+    this.#regionIndex = new Map(this.regions.map((r, i) => [r, i]));
+    this.#clock = options.clock;
+    this.settings =
+      options.rebalance === undefined ? defaultRebalanceSettings : RebalanceSettings.parse(options.rebalance);
+    this.lease = options.lease === undefined ? defaultLeaseSettings : LeaseSettings.parse(options.lease);
+    this.#ackTimeoutMs = ackTimeoutMs(this.lease, this.settings.roundMs);
+    this.safe = this.regions.map((r) => options.safeShares?.[r] ?? 1 / this.regions.length);
+    const safeSum = this.safe.reduce((a, b) => a + b, 0);
+    if (this.safe.some((s) => !(s >= 0 && s <= 1)) || safeSum > 1 + EPSILON) {
+      throw new RangeError(`safe shares must be in [0, 1] and sum to at most 1 (got ${safeSum})`);
+    }
+    this.#roster = new AgentRoster(this.lease, this.regions.length);
+    this.#overrides = new SubjectOverrides({
+      settings: this.settings,
+      lease: this.lease,
+      regionCount: this.regions.length,
+      counters: this.counters,
+      touch: (state) => this.#touch(state),
+      trackPending: (unit, state) => this.#steps.track(unit, state),
+    });
+    this.#steps = new ConservationSteps({
+      safe: this.safe,
+      counters: this.counters,
+      roster: this.#roster,
+      learning: (now) => this.learning(now),
+      touch: (state) => this.#touch(state),
+    });
+    this.#lastReportAt = this.regions.map(() => undefined);
+    this.#lastUsageAt = this.regions.map(() => undefined);
+    const now = this.#clock.now();
+    // Learning mode: an earlier incarnation may have renewed leases up to one lease ago.
+    this.#learningUntil = now + this.lease.leaseMs + this.lease.skewMs;
+    for (const reg of options.agents ?? []) {
+      const region = this.#regionIndex.get(reg.region);
+      if (region !== undefined) this.#roster.restore(reg, region, now);
+    }
+    for (const { record, revision } of options.records ?? []) this.#restore(record, revision);
+    // Agents of the earlier incarnation may be holding their safe shares: make the claims fit before anyone is
+    // renewed (the shell persists these writes before it answers heartbeats).
+    const lapsed = this.#lapsedByRegion(now);
+    for (const state of this.#policies.values()) {
+      for (const unit of unitsOf(state)) this.#steps.restoreBudget(state, unit, lapsed);
+    }
+  }
+
+  /** True while the coordinator grows nothing after a (re)start. */
+  learning(now = this.#clock.now()): boolean {
+    return now < this.#learningUntil;
+  }
+
+  // ---- policies -------------------------------------------------------------------------------------------
+
+  /** A policy was created or changed. Regional policies get (or keep) an allocation; others lose theirs. */
+  upsertPolicy(policy: Policy): void {
+    const existing = this.#policies.get(policy.name);
+    if (policy.mode !== 'regional') {
+      if (existing !== undefined) this.removePolicy(policy.name);
+      return;
+    }
+    const floor = shareFloor(policy.capacity, policy.maxCost, policy.minShare, this.settings);
+    if (existing !== undefined) {
+      existing.policy = policy;
+      existing.floor = floor;
+      this.#touch(existing);
+      return;
+    }
+    const state = this.#newState(policy, restingUnit(this.safe));
+    this.#policies.set(policy.name, state);
+    this.#deleted.delete(policy.name);
+    this.#touch(state);
+  }
+
+  removePolicy(name: string): void {
+    const state = this.#policies.get(name);
+    if (state === undefined) return;
+    this.#steps.removed(state);
+    this.#policies.delete(name);
+    this.#dirty.delete(name);
+    this.#deleted.add(name);
+  }
+
+  // ---- messages -------------------------------------------------------------------------------------------
+
+  /** A heartbeat: register or refresh the agent, record its progress, and answer with a renewal or a refusal. */
+  heartbeat(hb: Heartbeat): RenewalReply {
+    const now = this.#clock.now();
+    const region = this.#regionIndex.get(hb.region);
+    if (region === undefined) {
+      this.counters.renewalsRefused++;
+      return { refused: `unknown region ${hb.region}` };
+    }
+    const agent = this.#roster.heard(
+      {
+        agentId: hb.agentId,
+        instance: hb.instance,
+        region,
+        regionName: hb.region,
+        appliedRevision: hb.appliedRevision,
+        ackRevision: hb.ackRevision,
+        renewedSeq: hb.renewedSeq,
+        shed: hb.shed,
+      },
+      now,
+    );
+    if ('refused' in agent) {
+      this.counters.renewalsRefused++;
+      return agent;
+    }
+    this.#lastReportAt[region] = now;
+    this.#steps.settle(region, now);
+    if (this.#roster.possiblyLapsed(agent, now) && this.#steps.unwrittenIn(region)) {
+      // A renewal must not lift it above its safe share before the shrink that makes room is visible.
+      this.counters.renewalsRefused++;
+      return { refused: 'catching up: a shrink of this region is being written; retry' };
+    }
+    if (this.#roster.overdue(agent, now, this.#ackTimeoutMs)) {
+      this.counters.renewalsRefused++;
+      return {
+        refused: 'acknowledgement overdue: finish in-flight decisions and acknowledge the latest records',
+      };
+    }
+    this.#roster.grant(agent, hb.seq, now);
+    return {
+      coordinatorId: this.coordinatorId,
+      leaseMs: this.lease.leaseMs,
+      graceMs: this.lease.graceMs,
+      minRevision: this.#steps.minRevision(region),
+      learning: this.learning(now),
+      reportIntervalMs: this.lease.reportIntervalMs,
+    };
+  }
+
+  /** An acknowledgement: the agent applied records up to `ackRevision` and nothing older is in flight. */
+  ack(message: Ack): void {
+    const agent = this.#roster.get(message.agentId);
+    if (agent === undefined || this.regions[agent.region] !== message.region) {
+      this.counters.messagesDropped++;
+      return;
+    }
+    if (!this.#roster.acknowledged(agent, message.ackRevision)) return;
+    this.#steps.settle(agent.region, this.#clock.now());
+  }
+
+  /** An agent leaving gracefully: it holds nothing any more. */
+  bye(message: Bye): void {
+    const agent = this.#roster.get(message.agentId);
+    if (agent === undefined || this.regions[agent.region] !== message.region) {
+      this.counters.messagesDropped++;
+      return;
+    }
+    this.#roster.forget(agent.id);
+    this.#steps.settle(agent.region, this.#clock.now());
+  }
+
+  /**
+   * Usage of one agent over one interval (one chunk of it). Only a registered agent of that region moves demand:
+   * an id the coordinator has not renewed (or forgot) could be anyone's.
+   */
+  usage(message: Usage): void {
+    const now = this.#clock.now();
+    const region = this.#regionIndex.get(message.region);
+    const agent = this.#roster.get(message.agentId);
+    if (region === undefined || agent === undefined || agent.region !== region) {
+      this.counters.messagesDropped++;
+      return;
+    }
+    this.#lastReportAt[region] = now;
+    this.#lastUsageAt[region] = now;
+    const key = `${region}/${message.agentId}`;
+    for (const u of message.policies) {
+      const state = this.#policies.get(u.policy);
+      if (state === undefined) continue;
+      const demand = u.demand ?? u.requested;
+      state.demand.observe(key, demand, message.intervalMs, now, region);
+      state.slowDemand.observe(key, demand, message.intervalMs, now, region);
+      // Unmet here: refused within the subjects' limits, and what other regions' refill had to cover (borrowed).
+      const unmet = Math.min(demand, Math.max(0, demand - u.admitted) + (u.imported ?? 0));
+      state.unmet.observe(key, unmet, message.intervalMs, now, region);
+      // A subject's demand here counts its refusals only up to its own rate (core/usage-accounting.ts).
+      const allowance = (state.policy.refillPerSecond * message.intervalMs) / 1000;
+      const own = (c: { requested: number; denied: number }) =>
+        subjectDemand(c.requested, c.requested - c.denied, allowance);
+      for (const c of u.constrained) {
+        this.#overrides.observe(state, key, region, c.subject, own(c), c.denied, message.intervalMs, now);
+      }
+      // Watched subjects come with their demand here even when they were not constrained (zero included).
+      const constrained = new Set(u.constrained.map((c) => c.subject));
+      for (const w of u.watched ?? []) {
+        if (constrained.has(w.subject) || !state.watchedSince.has(w.subject)) continue;
+        this.#overrides.observe(state, key, region, w.subject, own(w), w.denied, message.intervalMs, now);
+      }
+    }
+  }
+
+  // ---- writes ---------------------------------------------------------------------------------------------
+
+  /** Records to persist since the last call, and deletions. */
+  takeWrites(): RecordWrite[] {
+    const out: RecordWrite[] = [];
+    for (const name of this.#deleted) out.push({ policy: name, record: null, seq: 0 });
+    this.#deleted.clear();
+    for (const name of this.#dirty) {
+      const state = this.#policies.get(name);
+      if (state !== undefined) {
+        out.push({ policy: name, record: policyRecord(this.regions, this.safe, state), seq: state.seq });
+      }
+    }
+    this.#dirty.clear();
+    return out;
+  }
+
+  /** The shell persisted the record of `policy` as of change `seq`, at KV `revision`. */
+  written(policy: string, seq: number, revision: number): void {
+    const state = this.#policies.get(policy);
+    if (state === undefined) return;
+    this.#steps.written(state, seq, revision, this.#clock.now());
+  }
+
+  /** The write of `policy` failed: it will be taken again. */
+  writeFailed(policy: string): void {
+    if (this.#policies.has(policy)) this.#dirty.add(policy);
+    else this.#deleted.add(policy);
+  }
+
+  /** Agent registry changes to persist since the last call. */
+  takeRegistryWrites(): RegistryWrite[] {
+    return this.#roster.takeWrites();
+  }
+
+  // ---- the round ------------------------------------------------------------------------------------------
+
+  /** One rebalancing round: settle lapsed agents, restore the budget if needed, then step toward demand. */
+  tick(): void {
+    const now = this.#clock.now();
+    this.counters.rounds++;
+    this.counters.agentsForgotten += this.#roster.forgetSilent(now);
+    for (let r = 0; r < this.regions.length; r++) this.#steps.settle(r, now);
+    const lapsed = this.#lapsedByRegion(now);
+    const unreachable = this.regions.map((_, r) => this.#roster.unreachable(r, now));
+    const learning = this.learning(now);
+    for (const state of this.#policies.values()) {
+      this.#round(state, undefined, state.base, lapsed, unreachable, learning, now);
+      for (const [subject, unit] of state.overrides) {
+        this.#round(state, subject, unit, lapsed, unreachable, learning, now);
+      }
+      if (!learning && (state.subjects.size > 0 || state.overrides.size > 0)) {
+        this.#overrides.manage(state, now);
+      }
+      if (this.counters.rounds % 10 === 0) {
+        state.demand.prune(now, 60_000);
+        state.unmet.prune(now, 60_000);
+        state.slowDemand.prune(now, 60_000);
+      }
+      if (state.subjects.size > 0) this.#overrides.prune(state, now);
+    }
+  }
+
+  #round(
+    state: PolicyState,
+    subject: string | undefined,
+    unit: Unit,
+    lapsed: readonly boolean[],
+    unreachable: readonly boolean[],
+    learning: boolean,
+    now: number,
+  ): void {
+    // Without lapsed agents the claims settle at the issued shares, which never sum above 1: nothing to restore.
+    if (lapsed.includes(true)) {
+      if (unreachable.includes(true)) this.#steps.releaseUnreachable(state, unit, unreachable);
+      this.#steps.restoreBudget(state, unit, lapsed);
+    }
+    if (learning || inFlight(unit)) return;
+    let next: number[] | undefined;
+    if (subject !== undefined && state.reverting.has(subject)) {
+      // Head back to the policy's shares; the override is dropped once it matches them.
+      const far = unit.shares.some((s, r) => Math.abs(s - state.base.shares[r]!) > EPSILON);
+      next = far ? [...state.base.shares] : undefined;
+      unit.moving = next !== undefined;
+    } else {
+      const entry = subject === undefined ? undefined : state.subjects.get(subject);
+      if (subject !== undefined && entry === undefined) return;
+      if (entry === undefined) {
+        const demand = this.#roundDemand(state, now);
+        const ideal = targetShares(unit.shares, demand, state.floor);
+        next = rebalanceRound(
+          unit,
+          ideal,
+          state.floor,
+          this.settings,
+          { now, demand },
+          this.#cooldown(state, now),
+        );
+      } else {
+        const ideal = this.#overrides.ideal(state, entry, now);
+        next = rebalanceRound(unit, ideal, state.floor, this.settings, undefined, this.#cooldown(state, now));
+      }
+    }
+    if (next !== undefined) this.#steps.step(state, unit, next, now, lapsed);
+  }
+
+  /** The regrowth cool-down of a policy's units: its idle TTL, padded by the clock-skew margin on both sides. */
+  #cooldown(state: PolicyState, now: number): Cooldown {
+    return { now, ms: state.policy.idleTtlSeconds * 1000 + 2 * this.lease.skewMs };
+  }
+
+  // ---- views ----------------------------------------------------------------------------------------------
+
+  /** Shares in force claimed by each region for a policy's default vector (what the budget check uses). */
+  claims(policy: string, subject?: string): Record<string, number> | undefined {
+    const state = this.#policies.get(policy);
+    const unit =
+      state === undefined ? undefined : subject === undefined ? state.base : state.overrides.get(subject);
+    if (unit === undefined) return undefined;
+    const now = this.#clock.now();
+    return Object.fromEntries(
+      this.regions.map((r, i) => [r, claimOf(unit, i, this.#roster.lapsedIn(i, now), this.safe[i]!)]),
+    );
+  }
+
+  allocations(): AllocationView[] {
+    const now = this.#clock.now();
+    return [...this.#policies.values()].map((state) =>
+      allocationView(
+        this.regions,
+        state,
+        this.#roster,
+        (subject) => this.#overrides.expiresAt(state, subject),
+        now,
+      ),
+    );
+  }
+
+  regionViews(): RegionView[] {
+    const now = this.#clock.now();
+    return this.regions.map((region, r) => regionView(region, r, this.#roster, this.#lastReportAt[r], now));
+  }
+
+  /** Forget an agent on an operator's word (it is gone for good). */
+  forgetAgent(agentId: string): boolean {
+    const agent = this.#roster.get(agentId);
+    if (agent === undefined) return false;
+    this.#roster.forget(agentId);
+    this.#steps.settle(agent.region, this.#clock.now());
+    return true;
+  }
+
+  /** Names of the policies with an allocation (restored or upserted). */
+  policyNames(): string[] {
+    return [...this.#policies.keys()];
+  }
+
+  get policyCount(): number {
+    return this.#policies.size;
+  }
+
+  // ---- internals ------------------------------------------------------------------------------------------
+
+  #newState(policy: Policy, base: Unit): PolicyState {
+    return newPolicyState(policy, base, this.settings, this.#clock.now());
+  }
+
+  #restore(record: AllocationRecord, revision: number): void {
+    const now = this.#clock.now();
+    const state = this.#newState(
+      placeholderPolicy(record),
+      restoredUnit(this.regions, record.default, revision, now),
+    );
+    state.epoch = record.epoch;
+    for (const [subject, u] of Object.entries(record.overrides)) {
+      state.overrides.set(subject, restoredUnit(this.regions, u, revision, now));
+    }
+    this.#steps.restored(state, revision);
+    this.#policies.set(record.policy, state);
+  }
+
+  #touch(state: PolicyState): void {
+    state.seq++;
+    state.epoch++;
+    state.updatedAt = this.#clock.now();
+    this.#dirty.add(state.policy.name);
+  }
+
+  /**
+   * Demand of a policy by region for this round. A region is known when it sent usage within three report
+   * intervals (agents send one every interval, a policy without decisions counting as zero demand); one not
+   * heard from yet, or cut off, is unknown and keeps its share.
+   */
+  #roundDemand(state: PolicyState, now: number): RoundDemand {
+    const stale = 3 * this.lease.reportIntervalMs;
+    return {
+      demand: state.demand.sumByTag(now, this.#zeros()),
+      unmet: state.unmet.sumByTag(now, this.#zeros()),
+      known: this.#lastUsageAt.map((at) => at !== undefined && now - at <= stale),
+    };
+  }
+
+  #lapsedByRegion(now: number): boolean[] {
+    return this.regions.map((_, r) => this.#roster.lapsedIn(r, now));
+  }
+
+  #zeros(): number[] {
+    return new Array<number>(this.regions.length).fill(0);
+  }
+}

@@ -1,0 +1,125 @@
+--[[
+lend.lua: give some of a subject's tokens in this region to a borrowing region (core/borrowing/transfer.ts is
+the model, operation for operation). Refills the bucket first, on Redis time, exactly as token_bucket.lua would,
+then takes what is given away. Never takes more than asked, never below zero, never mints.
+
+KEYS
+  KEYS[1]  the subject's bucket hash (fields as in token_bucket.lua: tk micro-tokens, fr carry, ts µs, rt
+           tokens/s, cp micro-tokens)
+
+ARGV
+  ARGV[1]  mode: 1 fill (give min(amount, stock)), 2 spend (charge exactly amount when it fits, else nothing),
+           3 spare (a top-up: give min(amount, stock - floor(capacity / 2)), keeping half the burst here)
+  ARGV[2]  amount in micro-tokens (integer >= 1)
+  ARGV[3]  deadline in microseconds of Redis TIME (integer >= 0; 0 = none): a lend that runs later changes
+           nothing and replies {-1} (the borrower stopped waiting; its tokens would be lost)
+  ARGV[4]  capacity in micro-tokens (integer >= 0): this region's share of the burst
+  ARGV[5]  refill in tokens per second (>= 0): this region's share of the rate
+  ARGV[6]  idle TTL in milliseconds (integer >= 1)
+  ARGV[7]  floor_before, ARGV[8] floor_rate, ARGV[9] floor_capacity: the rate-history floor of token_bucket.lua
+           (0 0 0 for none)
+
+Reply {granted, remaining, refill_ms}: micro-tokens given (spend: charged for the borrower's request, or 0),
+micro-tokens left, ms until the bucket could give the amount again (0 now, -1 never: no capacity, no refill, or
+a spend above the capacity).
+
+Errors: "QP_BADARG <what>"; every argument is checked before anything is read or written.
+
+Rules: a missing bucket is full; the bucket is written (with its TTL) only when something was given.
+]]
+
+local huge = math.huge
+local floor = math.floor
+local ceil = math.ceil
+local min = math.min
+local max = math.max
+local tonumber = tonumber
+local call = redis.call
+
+-- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
+local argc = #ARGV
+local function clock()
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- @clock-end
+
+local function fail(message)
+  return redis.error_reply('QP_BADARG ' .. message)
+end
+
+local function whole(v, lo) return v and v >= lo and v < huge and v % 1 == 0 end
+
+if argc ~= 9 then return fail('expected 9 arguments, got ' .. argc) end
+if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
+local mode, amount, deadline = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local cap, rate, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local fb, fr, fc = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+if not (mode == 1 or mode == 2 or mode == 3) then return fail('mode must be 1 (fill), 2 (spend) or 3 (spare)') end
+if not whole(amount, 1) then return fail('amount must be an integer >= 1') end
+if not whole(deadline, 0) then return fail('deadline must be an integer >= 0') end
+if not whole(cap, 0) then return fail('capacity must be an integer >= 0') end
+if not (rate and rate >= 0 and rate < huge) then return fail('rate must be a finite number >= 0') end
+if not whole(ttl, 1) then return fail('ttl must be an integer >= 1') end
+if not whole(fb, 0) then return fail('floor-before must be an integer >= 0') end
+if not (fr and fr >= 0 and fr < huge) then return fail('floor rate must be a finite number >= 0') end
+if not whole(fc, 0) then return fail('floor capacity must be an integer >= 0') end
+
+local now = clock()
+if deadline > 0 and now > deadline then return { -1 } end
+
+local key = KEYS[1]
+local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
+local tokens, carry, ts
+if not h[1] then
+  tokens = cap; carry = 0; ts = now
+else
+  tokens = tonumber(h[1])
+  ts = tonumber(h[3])
+  local r = min(tonumber(h[4]), rate)
+  local ceiling = min(tonumber(h[5]), cap)
+  if ts < fb then
+    r = min(r, fr)
+    tokens = min(tokens, fc)
+  end
+  local gained = max(0, now - ts) * r + tonumber(h[2])
+  local w = floor(gained)
+  carry = gained - w
+  tokens = tokens + w
+  if tokens >= ceiling then
+    tokens = ceiling; carry = 0
+  end
+  ts = max(ts, now)
+end
+
+local granted
+if mode == 2 then
+  if tokens >= amount then granted = amount else granted = 0 end
+elseif mode == 3 then
+  granted = min(amount, max(0, tokens - floor(cap / 2)))
+else
+  granted = min(amount, tokens)
+end
+if granted < 0 then granted = 0 end
+local remaining = tokens - granted
+
+local refill_ms
+if cap <= 0 or (mode == 2 and amount > cap) then
+  refill_ms = -1
+else
+  local target = min(amount, cap)
+  if remaining >= target then refill_ms = 0
+  elseif rate <= 0 then refill_ms = -1
+  else
+    local need = target - remaining - carry
+    local us = ceil(need / rate)
+    if us * rate + carry < target - remaining then us = us + 1 end
+    refill_ms = ceil(us / 1000)
+  end
+end
+
+if granted > 0 then
+  call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
+  call('PEXPIRE', key, ttl)
+end
+return { granted, remaining, refill_ms }

@@ -1,0 +1,45 @@
+--[[
+reservation_create.lua: record a reservation (reserve-then-commit) whose amount an admitted decision already
+charged, with its expiry on Redis time.
+
+KEYS
+  KEYS[1]  the reservation's hash, rl:resv:{<id>} (must not exist: ids are random)
+
+ARGV
+  ARGV[1]  body: what the decision charged (JSON, opaque here; core/reservations.ts ReservationBody)
+  ARGV[2]  amount reserved, micro-units (integer >= 1)
+  ARGV[3]  TTL in ms (integer >= 1): uncommitted after it, the reservation expires and is refunded whole
+  ARGV[4]  retention in ms (integer >= 1): how long a settled reservation is kept to answer repeats
+
+Reply: { expiresAt } in µs of Redis time.
+Errors: "QP_BADARG <what>"; "QP_EXISTS" when the key exists (nothing written).
+
+Fields of the hash: state (reserved), body, reserved (micro-units), committed (0), expires (µs).
+The key lives TTL + retention: the settle script shortens or extends it to retention once settled.
+]]
+
+local tonumber = tonumber
+local call = redis.call
+-- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
+local argc = #ARGV
+local function clock()
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- @clock-end
+local function int(v, lo)
+  return v and v == v and v >= lo and v < math.huge and v % 1 == 0
+end
+if #KEYS ~= 1 then return redis.error_reply('QP_BADARG expected 1 key') end
+if argc ~= 4 then return redis.error_reply('QP_BADARG expected 4 arguments') end
+local amount, ttl, retention = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if not int(amount, 1) then return redis.error_reply('QP_BADARG amount must be an integer >= 1') end
+if not int(ttl, 1) then return redis.error_reply('QP_BADARG ttl must be an integer >= 1') end
+if not int(retention, 1) then return redis.error_reply('QP_BADARG retention must be an integer >= 1') end
+if call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('QP_EXISTS reservation exists') end
+
+local expires = clock() + ttl * 1000
+call('HSET', KEYS[1], 'state', 'reserved', 'body', ARGV[1], 'reserved', string.format('%d', amount),
+  'committed', '0', 'expires', string.format('%d', expires))
+call('PEXPIRE', KEYS[1], ttl + retention)
+return { expires }

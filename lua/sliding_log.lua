@@ -1,0 +1,193 @@
+--[[
+sliding_log.lua: exact rolling windows. Decide n logs of one slot all-or-nothing on Redis time: each log admits a
+request when the units it holds within the window plus the request's cost stay within its limit.
+
+KEYS
+  n sorted sets, one per log: one member per admitted unit, score = µs of Redis time at admission, member
+  "<stamp>:<seq>" (seq zero-padded to 9 digits, so the members of one stamp sort by seq); then, when flag bit 2 is
+  set, the idempotency record (a string "<sha1 of keys and costs>|<reply>") in the same slot.
+
+ARGV
+  ARGV[1]  n: number of logs, 1..16
+  ARGV[2]  flags: bit 1 dry run (read only), bit 2 idempotency record present (last key)
+  ARGV[3]  idempotency record TTL in ms (integer >= 1 when a record is present, else 0)
+  ARGV[4]  deadline in µs of Redis time (integer >= 0; 0 = none): a call that starts later decides nothing
+  then per log, 4 values:
+    limit    units admitted in any rolling window (integer >= 0)
+    window   µs (integer >= 1)
+    cost     units (integer >= 1)
+    ttl      key TTL in ms after an admission (integer >= window / 1000)
+
+Reply (flat array of integers): {-1} when the deadline passed; otherwise allowed (1/0), replayed (0; 1 when the
+  record answered with the first decision; 2 when the record answers another request: nothing decided), then per
+  log: allowed, remaining units, retry-after ms (0 fits, -1 never can: cost above limit), ms until the window is
+  empty, stamp (µs score of the entries written, 0 when none), seq of the first entry written.
+
+Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is read.
+
+Rules (core/sliding-log.ts is the model, operation for operation):
+  - t = max(Redis time, newest score in the log): stamps never move backwards, so a clock step back neither
+    reopens the window nor reorders entries.
+  - an entry stamped s counts while t - window < s; it leaves at exactly s + window.
+  - a request fits a log when count + cost <= limit; retry-after is when the (count + cost - limit)-th oldest
+    entry leaves.
+  - admitted, not dry: every log trims what left the window, adds cost members at t and gets its TTL. Denied,
+    not dry: logs are trimmed only (TTL untouched). Dry: nothing is written. So a log never holds more than
+    max(limit) members after a write: memory per subject is bounded by the limit.
+]]
+
+local huge = math.huge
+local ceil = math.ceil
+local max = math.max
+local tonumber = tonumber
+local call = redis.call
+local fmt = string.format
+local ARGV = ARGV
+local KEYS = KEYS
+
+-- @clock-begin (the test build swaps this block for a clock read from a trailing argument; production
+-- decisions use Redis time only)
+local argc = #ARGV
+local function clock()
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- @clock-end
+
+local function fail(message)
+  return redis.error_reply('QP_BADARG ' .. message)
+end
+
+local function int(v, lo)
+  return v and v == v and v >= lo and v < huge and v % 1 == 0
+end
+
+local n = tonumber(ARGV[1])
+if not (int(n, 1) and n <= 16) then return fail('log count must be an integer in 1..16') end
+local flags = tonumber(ARGV[2])
+if not (flags == 0 or flags == 1 or flags == 2 or flags == 3) then return fail('flags must be 0..3') end
+local dry = flags % 2 == 1
+local has_record = flags >= 2
+local record_ttl = tonumber(ARGV[3])
+if not int(record_ttl, 0) then return fail('idempotency TTL must be an integer >= 0') end
+if has_record and record_ttl < 1 then return fail('idempotency TTL must be >= 1 with a record') end
+local deadline = tonumber(ARGV[4])
+if not int(deadline, 0) then return fail('deadline must be an integer >= 0') end
+if argc ~= 4 + 4 * n then return fail('expected ' .. (4 + 4 * n) .. ' arguments, got ' .. argc) end
+local nkeys = n
+if has_record then nkeys = n + 1 end
+if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' keys, got ' .. #KEYS) end
+
+local limits, windows, costs, ttls = {}, {}, {}, {}
+for i = 1, n do
+  local a = 4 + 4 * (i - 1)
+  local limit, window, cost, ttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  if not int(limit, 0) then return fail('limit of log ' .. i .. ' must be an integer >= 0') end
+  if not int(window, 1) then return fail('window of log ' .. i .. ' must be an integer >= 1') end
+  if not int(cost, 1) then return fail('cost of log ' .. i .. ' must be an integer >= 1') end
+  if not (int(ttl, 1) and ttl * 1000 >= window) then
+    return fail('ttl of log ' .. i .. ' must be an integer >= window')
+  end
+  limits[i] = limit; windows[i] = window; costs[i] = cost; ttls[i] = ttl
+end
+
+local now = clock()
+if deadline > 0 and now > deadline then return { -1 } end
+
+local fingerprint
+if has_record then
+  local parts = {}
+  for i = 1, n do parts[i] = KEYS[i] .. ' ' .. ARGV[4 + 4 * (i - 1) + 3] end
+  fingerprint = redis.sha1hex(table.concat(parts, '\n'))
+  local record = call('GET', KEYS[n + 1])
+  if record then
+    local bar = string.find(record, '|', 1, true)
+    if bar and string.sub(record, 1, bar - 1) == fingerprint then
+      local reply = {}
+      for field in string.gmatch(string.sub(record, bar + 1), '[^,]+') do reply[#reply + 1] = tonumber(field) end
+      reply[2] = 1
+      return reply
+    end
+    local reply = { 0, 2 }
+    for _ = 1, 6 * n do reply[#reply + 1] = 0 end
+    return reply
+  end
+end
+
+local ts, seqs, counts, fits = {}, {}, {}, {}
+local allowed = true
+for i = 1, n do
+  local key = KEYS[i]
+  local newest = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+  local t, seq = now, 0
+  if newest[1] then
+    local score = tonumber(newest[2])
+    if score >= now then
+      t = score
+      seq = tonumber(string.sub(newest[1], string.find(newest[1], ':', 1, true) + 1)) + 1
+    end
+  end
+  local count = call('ZCOUNT', key, '(' .. fmt('%d', t - windows[i]), '+inf')
+  ts[i] = t; seqs[i] = seq; counts[i] = count
+  fits[i] = count + costs[i] <= limits[i]
+  if not fits[i] then allowed = false end
+end
+
+local reply = { allowed and 1 or 0, 0 }
+for i = 1, n do
+  local key, t, seq, count = KEYS[i], ts[i], seqs[i], counts[i]
+  local window, cost, limit = windows[i], costs[i], limits[i]
+  local lower = '(' .. fmt('%d', t - window)
+  local retry = 0
+  if not fits[i] then
+    if cost > limit then
+      retry = -1
+    else
+      local e = call('ZRANGEBYSCORE', key, lower, '+inf', 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
+      retry = ceil((tonumber(e[2]) + window - t) / 1000)
+    end
+  end
+  local reset = 0
+  if allowed then
+    reset = ceil(window / 1000)
+  elseif count > 0 then
+    local e = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    reset = ceil((tonumber(e[2]) + window - t) / 1000)
+  end
+  local write = allowed and not dry
+  if not dry then
+    call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', t - window))
+    if write then
+      -- In chunks: unpack is bounded by Lua's C stack.
+      local k = 0
+      while k < cost do
+        local args = {}
+        local last = math.min(cost, k + 500) - 1
+        for m = k, last do
+          args[#args + 1] = t
+          args[#args + 1] = fmt('%d:%09d', t, seq + m)
+        end
+        call('ZADD', key, unpack(args))
+        k = last + 1
+      end
+      call('PEXPIRE', key, ttls[i])
+    end
+  end
+  local remaining = limit - count
+  if allowed then remaining = remaining - cost end
+  reply[#reply + 1] = allowed and 1 or 0
+  reply[#reply + 1] = max(0, remaining)
+  reply[#reply + 1] = retry
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = write and t or 0
+  reply[#reply + 1] = write and seq or 0
+end
+
+-- Only admissions are remembered: a refusal wrote no entry, so a retry is decided afresh.
+if has_record and allowed and not dry then
+  local parts = {}
+  for i = 1, #reply do parts[i] = fmt('%d', reply[i]) end
+  call('SET', KEYS[n + 1], fingerprint .. '|' .. table.concat(parts, ','), 'PX', record_ttl)
+end
+
+return reply
