@@ -9,18 +9,32 @@ import { trace, type Tracer } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../core/clock.js';
+import { MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
 import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
 import type { AgentConfig } from './config.js';
 import type { DecisionStore } from './decisions/decision-store.js';
-import { DecisionService, type UsageSink } from './decisions/decision-service.js';
+import { DecisionService, type ShortfallHandler, type UsageSink } from './decisions/decision-service.js';
 import { EmergencyBuckets } from './decisions/emergency-buckets.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { AgentErrors } from './errors.js';
 import { decisionsRoute } from './http/decisions-route.js';
 import { installErrorHandling } from './http/error-handler.js';
+import { explainRoute } from './http/explain-route.js';
 import { forwardAuthRoute } from './http/forward-auth-route.js';
+import { forwardAuthTrust } from './http/forward-auth-trust.js';
 import { healthRoutes } from './http/health-routes.js';
+import { leasesRoute } from './http/leases-route.js';
+import { reservationsRoute } from './http/reservations-route.js';
+import { RedisDecisionStore } from './redis/decision-store.js';
+import { RedisReservationStore } from './redis/reservation-store.js';
+import { ModelReservationStore, type ReservationStore } from './reservations/reservation-store.js';
+import { ReservationService } from './reservations/reservation-service.js';
+import { DEFAULT_RLS_RULES, DescriptorRules } from './grpc/descriptor-rules.js';
+import { rlsService, type RlsService } from './grpc/rls-service.js';
+import { installAdmission } from './http/admission-hook.js';
+import { registerDocs } from './http/docs.js';
+import { Admission } from './resilience/admission.js';
 import { AgentMetrics } from './observability/metrics.js';
 import { StoreGuard } from './resilience/store-guard.js';
 
@@ -38,8 +52,15 @@ export interface AgentDeps {
   metrics?: AgentMetrics;
   /** Counts regional decisions for the coordinator's usage reports. */
   usage?: UsageSink;
+  /** Tries to cover a regional check refused for lack of this region's tokens (e.g. by borrowing). */
+  shortfall?: ShortfallHandler;
   /** More reasons not to be ready (e.g. no lease yet from the coordinator); empty when there are none. */
   notReady?: () => string[];
+  /**
+   * Where reservations live; by default Redis beside a RedisDecisionStore's buckets, the model beside any other
+   * store.
+   */
+  reservations?: ReservationStore;
   /** Closes what the caller opened for the agent (Redis, NATS), last on shutdown. */
   onClose?: () => Promise<void>;
 }
@@ -49,8 +70,13 @@ export type AgentAppConfig = Pick<
   AgentConfig,
   | 'region'
   | 'decisionDeadlineMs'
+  | 'maxInFlight'
+  | 'maxEventLoopDelayMs'
+  | 'overloadRetryAfterMs'
   | 'trustedProxies'
   | 'subjectHeader'
+  | 'forwardAuthSecret'
+  | 'forwardAuthSecretHeader'
   | 'requestIdHeader'
   | 'hmacSecret'
   | 'legacyHeaders'
@@ -63,6 +89,8 @@ export type AgentAppConfig = Pick<
   | 'breakerWindowMs'
   | 'emergencyFraction'
   | 'emergencyMaxBuckets'
+  | 'rlsRules'
+  | 'reservationSweepMs'
 >;
 
 export interface AgentApp {
@@ -70,10 +98,18 @@ export interface AgentApp {
   service: DecisionService;
   metrics: AgentMetrics;
   guard: StoreGuard;
+  /** Reserve-then-commit, with its expiry sweep. */
+  reservations: ReservationService;
+  /** Admission control in front of every decision route and of forwarded strict decisions. */
+  admission: Admission;
   /** Resolves once policies are known (the agent is ready unless draining). */
   ready: Promise<void>;
   /** Say not ready from now on (SIGTERM's first step); decisions are still served. */
   drain(): void;
+  /** Envoy's rate-limit service on this agent's decision path; `start.ts` serves it over gRPC. */
+  rls: RlsService;
+  /** Close `listener` with the HTTP listener, before the store and the policy source (the gRPC one). */
+  attach(listener: { close(): Promise<void> }): void;
   /** Stop taking requests, finish those in flight, then close the store and the policy source. */
   close(): Promise<void>;
 }
@@ -93,7 +129,21 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     },
     metrics,
     deps.tracer ?? trace.getTracer('quotaplane-regional-agent'),
-    (state) => log.warn({ state }, 'store circuit breaker changed state'),
+    (status) =>
+      log.warn(
+        { state: status.state, cause: status.cause },
+        status.state === 'open'
+          ? `store circuit breaker opened: ${status.cause?.kind ?? 'failures'}: ${status.cause?.message ?? ''}`
+          : `store circuit breaker is ${status.state.replace('_', '-')}`,
+      ),
+  );
+  const admission = new Admission(
+    {
+      maxInFlight: config.maxInFlight,
+      maxEventLoopDelayMs: config.maxEventLoopDelayMs,
+      retryAfterMs: config.overloadRetryAfterMs,
+    },
+    metrics,
   );
   const emergency = new EmergencyBuckets(clock, {
     fraction: config.emergencyFraction,
@@ -112,6 +162,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       log,
       forwarder: deps.forwarder,
       usage: deps.usage,
+      shortfall: deps.shortfall,
     },
     {
       region: config.region,
@@ -122,6 +173,21 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       logSampleRate: config.logSampleRate,
     },
   );
+
+  const reservations = new ReservationService({
+    service,
+    store: deps.store,
+    reservations:
+      deps.reservations ??
+      (deps.store instanceof RedisDecisionStore
+        ? new RedisReservationStore(deps.store.redis, { timeoutMs: deps.store.timeoutMs })
+        : new ModelReservationStore(clock)),
+    guard,
+    metrics,
+    log,
+    region: config.region,
+    now: () => clock.now(),
+  });
 
   const trusted =
     config.trustedProxies.length > 0 ? proxyAddr.compile([...config.trustedProxies]) : undefined;
@@ -134,6 +200,8 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     // and a serializer lookup on the hot path. Logs carry the request id explicitly where they need it.
     childLoggerFactory: (logger) => logger,
     bodyLimit: config.bodyLimitBytes,
+    // Path parameters up to a lease token (core/concurrency.ts MAX_LEASE_TOKEN_LENGTH); Fastify's default is 100.
+    maxParamLength: MAX_LEASE_TOKEN_LENGTH,
     trustProxy: trusted === undefined ? false : [...config.trustedProxies],
     requestIdHeader: false,
     genReqId: (req) => {
@@ -149,6 +217,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   let unsubscribe = (): void => undefined;
   const ready = deps.policies.ready().then(() => {
     policiesLoaded = true;
+    if (config.reservationSweepMs > 0 && !draining) reservations.start(config.reservationSweepMs);
     metrics.policies.set(deps.policies.current().size);
     unsubscribe = deps.policies.onChange((policies) => {
       metrics.policies.set(policies.size);
@@ -164,28 +233,66 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
 
   // Only JSON bodies: a text/plain body is refused (415) rather than parsed as a string.
   app.removeContentTypeParser(['text/plain']);
-  installErrorHandling(app, { metrics, log, bodyLimit: config.bodyLimitBytes });
-  decisionsRoute(app, { service, legacyHeaders: config.legacyHeaders, assertServing });
-  forwardAuthRoute(app, {
+  installErrorHandling(app, {
+    metrics,
+    log,
+    bodyLimit: config.bodyLimitBytes,
+    overloadRetryAfterMs: config.overloadRetryAfterMs,
+  });
+  installAdmission(app, admission, metrics);
+  // The OpenAPI document at /docs; the routes are added in a plugin after it so it sees each one.
+  registerDocs(app);
+  void app.register((scope: FastifyInstance) => {
+    decisionsRoute(scope, { service, legacyHeaders: config.legacyHeaders, assertServing });
+    forwardAuthRoute(scope, {
+      service,
+      legacyHeaders: config.legacyHeaders,
+      subjectHeader: config.subjectHeader,
+      trust: forwardAuthTrust(config, (address) => trusted !== undefined && trusted(address, 0)),
+      assertServing,
+    });
+    explainRoute(scope, { service, shares: deps.shares, region: config.region, assertServing });
+    reservationsRoute(scope, { reservations, legacyHeaders: config.legacyHeaders, assertServing });
+    leasesRoute(scope, {
+      store: deps.store,
+      guard,
+      policies: deps.policies,
+      metrics,
+      region: config.region,
+      assertServing,
+    });
+    healthRoutes(scope, {
+      metrics,
+      readiness: {
+        reasons: () => {
+          const reasons: string[] = [];
+          if (draining) reasons.push('draining');
+          if (!policiesLoaded) reasons.push('policies are not loaded');
+          if (deps.notReady !== undefined) reasons.push(...deps.notReady());
+          return reasons;
+        },
+        facts: () => ({
+          policies: deps.policies.current().size,
+          store: guard.state,
+          storeBreaker: guard.status,
+          inFlight: admission.inFlight,
+          region: config.region,
+        }),
+      },
+    });
+    return Promise.resolve();
+  });
+
+  const rls = rlsService({
     service,
+    policies: deps.policies,
+    rules: new DescriptorRules(config.rlsRules ?? DEFAULT_RLS_RULES),
+    metrics,
+    log,
     legacyHeaders: config.legacyHeaders,
-    subjectHeader: config.subjectHeader,
-    fromTrustedProxy: (request) => trusted !== undefined && trusted(request.socket.remoteAddress ?? '', 0),
     assertServing,
   });
-  healthRoutes(app, {
-    metrics,
-    readiness: {
-      reasons: () => {
-        const reasons: string[] = [];
-        if (draining) reasons.push('draining');
-        if (!policiesLoaded) reasons.push('policies are not loaded');
-        if (deps.notReady !== undefined) reasons.push(...deps.notReady());
-        return reasons;
-      },
-      facts: () => ({ policies: deps.policies.current().size, store: guard.state, region: config.region }),
-    },
-  });
+  const listeners: { close(): Promise<void> }[] = [];
 
   let closing: Promise<void> | undefined;
   return {
@@ -193,14 +300,20 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     service,
     metrics,
     guard,
+    reservations,
+    admission,
     ready,
+    rls,
+    attach: (listener) => {
+      listeners.push(listener);
+    },
     drain: () => {
       draining = true;
     },
     close: () => {
       closing ??= (async () => {
         draining = true;
-        const closed = app.close();
+        const closed = Promise.all([app.close(), ...listeners.map((l) => l.close())]);
         // A keep-alive connection that was busy when closing began turns idle once its answer is sent; close
         // those as they appear instead of waiting out the keep-alive timeout.
         const sweeper = setInterval(() => app.server.closeIdleConnections(), 25);
@@ -210,7 +323,9 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
           clearInterval(sweeper);
         }
         unsubscribe();
+        await reservations.stop();
         guard.shutdown();
+        admission.close();
         emergency.close();
         await deps.policies.close();
         await deps.onClose?.();

@@ -6,7 +6,20 @@
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import {
+  DEFAULT_BORROW_PLANNER,
+  MAX_DRY_MEMORY_LIMIT,
+  MAX_LENDERS_LIMIT,
+} from '../core/borrowing/planner.js';
+import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
+import {
+  DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT,
+  MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT,
+} from '../core/keys.js';
+import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
 import { PolicyName, RegionName } from '../core/policy.js';
+import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
+import { RlsRules } from './grpc/descriptor-rules.js';
 
 const bool = z.union([
   z.boolean(),
@@ -60,6 +73,11 @@ const HeaderName = z
   .regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'not an HTTP header name')
   .transform((v) => v.toLowerCase());
 
+/** How long a decision may wait for a strict policy's home region by default, ms (`QP_DECISION_DEADLINE_MS`). */
+export const DEFAULT_DECISION_DEADLINE_MS = 250;
+/** How long a store call may wait for its reply by default, ms (`QP_STORE_TIMEOUT_MS`); every Redis store's default. */
+export const DEFAULT_STORE_TIMEOUT_MS = 50;
+
 export const AgentConfig = z
   .strictObject({
     /** Region this agent serves (`us`, `eu-west`). */
@@ -68,26 +86,77 @@ export const AgentConfig = z
     redisUrl: z.url({ protocol: /^rediss?$/ }).optional(),
     /** Redis Cluster seed nodes, `host:port` each. */
     redisClusterNodes: list.pipe(z.array(ClusterNode).min(1)).optional(),
-    /** Longest a decision may take, store calls included, before the policy's failure mode applies. */
-    decisionDeadlineMs: int(1, 10_000).default(50),
-    /** Proxies whose `X-Forwarded-For` is believed, for forward-auth's client IP. Empty: trust none. */
+    /**
+     * Longest a decision waits for a strict policy's home region (the forwarded request carries what is left of
+     * it) before the policy's failure mode applies with `home_unreachable`.
+     */
+    decisionDeadlineMs: int(1, 10_000).default(DEFAULT_DECISION_DEADLINE_MS),
+    /**
+     * Longest a store call may wait for its reply, measured on the wire from its write (time queued in the agent
+     * never counts); the script refuses to run a call later than this, so a late call charges nothing.
+     */
+    storeTimeoutMs: int(1, 10_000).default(DEFAULT_STORE_TIMEOUT_MS),
+    /**
+     * Borrowing (with a coordinator): a regional check refused for lack of this region's tokens borrows the
+     * subject's own tokens from other regions' buckets, and this agent lends its region's to them, so a subject
+     * gets its global budget wherever its traffic is (docs/agent.md, "Borrowing").
+     */
+    borrowing: bool.default(true),
+    /** Top a bucket up from other regions once an admission leaves it below this fraction of its capacity; 0 never. */
+    borrowLowWater: num(0, 1).default(DEFAULT_LOW_WATER),
+    /** Most regions one borrow round asks, 1..16. */
+    borrowMaxLenders: int(1, MAX_LENDERS_LIMIT).default(DEFAULT_BORROW_PLANNER.maxLenders),
+    /** Most (policy, subject, lender) entries the borrow planner remembers (LRU), 1..1,000,000. */
+    borrowMemory: int(1, MAX_DRY_MEMORY_LIMIT).default(DEFAULT_BORROW_PLANNER.maxEntries),
+    /** How long a lender region that did not answer is skipped, for every subject, ms. */
+    borrowBackoffMs: int(0, 600_000).default(DEFAULT_BORROW_PLANNER.unreachableBackoffMs),
+    /** How concurrent store calls are sent: `batch` (one script call per slot per event-loop turn), `auto` (ioredis auto-pipelining) or `off`. */
+    storeBatching: z.enum(['batch', 'auto', 'off']).default('batch'),
+    /** Admission control: most decision requests in flight (HTTP and forwarded); beyond it 503 AGT_ERR_OVERLOADED. */
+    maxInFlight: int(1, 1_000_000).default(1024),
+    /** Admission control: shed while the event loop's delay exceeds this many ms; 0 turns it off. */
+    maxEventLoopDelayMs: int(0, 60_000).default(0),
+    /** Retry-After of a shed request, in ms (sent in whole seconds, rounded up). */
+    overloadRetryAfterMs: int(1, 600_000).default(1000),
+    /**
+     * Proxies allowed to ask forward-auth (identity, policy and cost headers are believed from them alone) and
+     * whose `X-Forwarded-For` names the client. Empty: forward-auth answers nobody.
+     */
     trustedProxies: list.pipe(z.array(ProxyRange)).default([]),
     /** Header carrying the subject on `GET /v1/forward-auth`. */
     subjectHeader: HeaderName.default('x-quota-subject'),
+    /** When set, forward-auth also requires this shared secret in `forwardAuthSecretHeader` (≥ 16 chars). */
+    forwardAuthSecret: z.string().min(16, 'forwardAuthSecret must be at least 16 characters').optional(),
+    /** Header carrying the forward-auth shared secret. */
+    forwardAuthSecretHeader: HeaderName.default('x-quota-secret'),
     /** Header carrying (and echoing) the request id. */
     requestIdHeader: HeaderName.default('x-request-id'),
     /** When set, subjects are HMAC-hashed before they reach keys and logs (any text up to 1024 chars then). */
     hmacSecret: z.string().min(16, 'hmacSecret must be at least 16 characters').optional(),
+    /** A file holding `hmacSecret` (trailing whitespace dropped): what `npm start` and the compose file pass. */
+    hmacSecretFile: z.string().min(1).optional(),
     /**
      * NATS servers of the coordinator (comma-separated). When set, policies come from the coordinator's KV bucket,
      * shares from its leases, and strict policies homed elsewhere are forwarded to their home region.
      */
     natsUrl: list.pipe(z.array(z.url({ protocol: /^(nats|tls|wss?)$/ })).min(1)).optional(),
+    /** nkey seed file this agent authenticates to NATS with (its region's permissions); anonymous without. */
+    natsNkeyFile: z.string().min(1).optional(),
+    /** PEM CA bundle trusted for `tls://` NATS servers; the system's CAs without. */
+    natsTlsCaFile: z.string().min(1).optional(),
     /** JetStream namespace of the coordinator (its `QP_KV_NAMESPACE`). */
-    kvNamespace: z
-      .string()
-      .regex(/^[a-z][a-z0-9-]{0,31}$/, 'namespaces are 1-32 chars of a-z 0-9 - starting with a-z')
-      .default('qp'),
+    kvNamespace: KvNamespace.default(DEFAULT_KV_NAMESPACE),
+    /** Longest lease a heartbeat reply may grant; a reply asking more is refused (counted, logged). */
+    maxLeaseMs: int(100, 3_600_000).default(defaultRenewalBounds.maxLeaseMs),
+    /** Longest grace period a heartbeat reply may set; a reply asking more is refused. */
+    maxGraceMs: int(100, 7_200_000).default(defaultRenewalBounds.maxGraceMs),
+    /**
+     * Longest report interval a heartbeat reply may set (the shortest is `defaultRenewalBounds`'
+     * minReportIntervalMs, 50 ms); one outside is refused.
+     */
+    maxReportIntervalMs: int(defaultRenewalBounds.minReportIntervalMs, 600_000).default(
+      defaultRenewalBounds.maxReportIntervalMs,
+    ),
     /** Stable, unique name of this agent process for the coordinator; default `<hostname>:<port>`. */
     instance: z.string().min(1).max(128).optional(),
     /** JSON file of policies: `{ "policies": { "<name>": { …policy body… } } }` (without a coordinator). */
@@ -102,6 +171,23 @@ export const AgentConfig = z
     legacyHeaders: bool.default(false),
     host: z.string().min(1).default('127.0.0.1'),
     port: int(0, 65_535).default(7101),
+    /** Port of the gRPC rate-limit service (Envoy's RLS); unset: none; 0: any free port. */
+    grpcPort: int(0, 65_535).optional(),
+    /** Address the gRPC service binds; default `host`. */
+    grpcHost: z.string().min(1).optional(),
+    /** How descriptors map to policies and subjects (JSON, `{ "rules": [...] }`); default one generic rule. */
+    rlsRules: z
+      .preprocess((v) => {
+        if (typeof v !== 'string') return v;
+        try {
+          return JSON.parse(v) as unknown;
+        } catch {
+          return v;
+        }
+      }, RlsRules)
+      .optional(),
+    /** A JSON file of `rlsRules`, read once at start. */
+    rlsRulesFile: z.string().min(1).optional(),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     /** Fraction of ordinary decisions logged (degraded ones are logged at this rate too, plus breaker changes). */
     logSampleRate: num(0, 1).default(0.01),
@@ -109,6 +195,12 @@ export const AgentConfig = z
     bodyLimitBytes: int(256, 1_048_576).default(16_384),
     /** How long an idempotency record answers retries. */
     idempotencyTtlMs: int(1000, 24 * 3600 * 1000).default(3_600_000),
+    /** Most live idempotency records one subject keeps; writing one more deletes those closest to expiry. */
+    idempotencyMaxRecords: int(1, MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT).default(
+      DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT,
+    ),
+    /** How often the agent sweeps expired reservations (refunding them whole); 0 turns the sweep off. */
+    reservationSweepMs: int(0, 600_000).default(1000),
     /** Circuit breaker: share of failed store calls (in the rolling window) that opens it, in percent. */
     breakerErrorPercent: int(1, 100).default(50),
     /** Circuit breaker: calls in the window before it may open. */
@@ -200,6 +292,24 @@ export function loadConfig(
     const value = env[envName(field)];
     if (value !== undefined && value !== '') input[field] = value;
   }
+  // Fields that may come from a file instead: the file's content, read as the field's value.
+  const fromFiles: [file: string, field: string, read: (text: string) => unknown][] = [
+    ['rlsRulesFile', 'rlsRules', (text) => JSON.parse(text) as unknown],
+    ['hmacSecretFile', 'hmacSecret', (text) => text.trim()],
+  ];
+  for (const [fileField, field, read] of fromFiles) {
+    const path = input[fileField];
+    if (typeof path !== 'string') continue;
+    if (input[field] !== undefined) {
+      problems.push(`${envName(fileField)} and ${envName(field)} exclude each other`);
+      continue;
+    }
+    try {
+      input[field] = read(readFile(path));
+    } catch (error) {
+      problems.push(`${envName(fileField)} ${path}: ${(error as Error).message}`);
+    }
+  }
   const parsed = AgentConfig.safeParse(input);
   if (!parsed.success) {
     // zod skips cross-field rules when a field is invalid; list them anyway.
@@ -211,7 +321,8 @@ export function loadConfig(
       const field = issue.path[0];
       const where =
         typeof field === 'string' && fields.includes(field) ? `${envName(field)} (${field})` : 'config';
-      problems.push(`${where}: ${issue.message}`);
+      const inner = issue.path.slice(1).join('.');
+      problems.push(`${where}${inner === '' ? '' : ` ${inner}`}: ${issue.message}`);
     }
   }
   if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);

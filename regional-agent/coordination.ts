@@ -10,17 +10,23 @@ import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from 'pino';
 import { systemClock } from '../core/clock.js';
+import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
 import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
 import type { AgentConfig } from './config.js';
 import type { DecisionService } from './decisions/decision-service.js';
+import type { Admission } from './resilience/admission.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { LeaseHolder } from './leases/lease-holder.js';
 import type { AgentMetrics } from './observability/metrics.js';
+import { natsCredentials } from './nats/credentials.js';
 import { KvPolicySource } from './policies/kv-policy-source.js';
 import { UsageRecorder } from './reporting/usage-recorder.js';
 import { NatsForwarder } from './strict/nats-forwarder.js';
 import { StrictResponder } from './strict/strict-responder.js';
+import { LoanResponder } from './borrowing/loan-responder.js';
+import type { BorrowMetrics } from './borrowing/borrow-metrics.js';
+import type { TransferStore } from './borrowing/transfer-store.js';
 
 export interface Coordination {
   nc: NatsConnection;
@@ -32,19 +38,35 @@ export interface Coordination {
   /** Reasons not to be ready yet (no lease). */
   notReady(): string[];
   /** Start answering strict checks homed in this region, decided by `service`. */
-  serveStrict(service: DecisionService): void;
-  /** Leave the strict queue group, say goodbye, drain NATS. */
+  /** Answer forwarded strict decisions, within each one's deadline. */
+  serveStrict(service: DecisionService, admission: Admission): void;
+  /** Lend this region's tokens to borrowing regions (the loan queue group of this region). */
+  serveLoans(store: TransferStore, admission: Admission, metrics: BorrowMetrics | undefined): void;
+  /** Leave the strict and loan queue groups, say goodbye, drain NATS. */
   close(): Promise<void>;
 }
 
 export async function connectCoordination(
-  config: Pick<AgentConfig, 'natsUrl' | 'kvNamespace' | 'instance' | 'region' | 'port'>,
+  config: Pick<
+    AgentConfig,
+    | 'natsUrl'
+    | 'natsNkeyFile'
+    | 'natsTlsCaFile'
+    | 'kvNamespace'
+    | 'instance'
+    | 'region'
+    | 'port'
+    | 'maxLeaseMs'
+    | 'maxGraceMs'
+    | 'maxReportIntervalMs'
+  >,
   log: Logger,
   metrics: AgentMetrics,
 ): Promise<Coordination> {
   const nc = await connect({
     servers: [...(config.natsUrl ?? [])],
     name: `quotaplane-agent-${config.region}`,
+    ...natsCredentials(config.natsNkeyFile, config.natsTlsCaFile),
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
   });
@@ -52,7 +74,11 @@ export async function connectCoordination(
   const registry = metrics.registry;
   const policies = new KvPolicySource(nc, { namespace, registry, log });
   // The records say which subjects to report every interval (override candidates): the lease knows them.
-  const usage = new UsageRecorder(systemClock.now(), { watched: (policy) => holder.lease.watched(policy) });
+  const usage = new UsageRecorder(systemClock.now(), {
+    watched: (policy) => holder.lease.watched(policy),
+    // A subject's refusals count as demand only within its own global rate (core/usage-accounting.ts).
+    limitPerSecond: (policy) => policies.current().get(policy)?.refillPerSecond,
+  });
   const holder: LeaseHolder = new LeaseHolder({
     nc,
     region: config.region,
@@ -60,6 +86,12 @@ export async function connectCoordination(
     clock: systemClock,
     namespace,
     usage,
+    renewalBounds: {
+      maxLeaseMs: config.maxLeaseMs,
+      maxGraceMs: config.maxGraceMs,
+      minReportIntervalMs: defaultRenewalBounds.minReportIntervalMs,
+      maxReportIntervalMs: config.maxReportIntervalMs,
+    },
     registry,
     log,
   });
@@ -67,6 +99,7 @@ export async function connectCoordination(
   holder.start().catch((error: unknown) => log.error({ err: error }, 'lease holder failed to start'));
   const forwarder = new NatsForwarder({ nc, region: config.region, namespace, registry });
   let responder: StrictResponder | undefined;
+  let lender: LoanResponder | undefined;
   return {
     nc,
     policies,
@@ -75,7 +108,7 @@ export async function connectCoordination(
     forwarder,
     holder,
     notReady: () => (holder.ready() ? [] : ['no lease from the coordinator yet']),
-    serveStrict: (service) => {
+    serveStrict: (service, admission) => {
       responder = new StrictResponder({
         nc,
         region: config.region,
@@ -83,10 +116,26 @@ export async function connectCoordination(
         registry,
         log,
         decide: (request) => service.decideForwarded(request, randomUUID()),
+        admit: () => admission.enter('strict'),
       });
       responder.start();
     },
+    serveLoans: (store, admission, borrowMetrics) => {
+      lender = new LoanResponder({
+        nc,
+        region: config.region,
+        namespace,
+        policies,
+        shares: holder.lease,
+        store,
+        admit: () => admission.enter('loan'),
+        metrics: borrowMetrics,
+        log,
+      });
+      lender.start();
+    },
     close: async () => {
+      await lender?.stop();
       await responder?.stop();
       await holder.stop();
       await nc.drain().catch(() => nc.close());

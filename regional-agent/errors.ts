@@ -5,6 +5,7 @@
  * stable codes at the end.
  */
 import createError from '@fastify/error';
+import { LIMITER_UNAVAILABLE, RATE_LIMITED } from '../core/agent-wire.js';
 
 export const AgentErrors = {
   AGT_ERR_INVALID_REQUEST: createError('AGT_ERR_INVALID_REQUEST', 'Invalid decision request: %s', 400),
@@ -47,15 +48,56 @@ export const AgentErrors = {
   AGT_ERR_INVALID_QUERY: createError('AGT_ERR_INVALID_QUERY', 'Invalid query: %s', 400),
   AGT_ERR_NOT_FOUND: createError('AGT_ERR_NOT_FOUND', 'No route %s %s', 404),
   AGT_ERR_NOT_READY: createError('AGT_ERR_NOT_READY', 'The agent is not ready: %s', 503),
+  AGT_ERR_OVERLOADED: createError(
+    'AGT_ERR_OVERLOADED',
+    'The agent is overloaded (%s): nothing was decided or charged; retry after Retry-After',
+    503,
+  ),
   AGT_ERR_INTERNAL: createError('AGT_ERR_INTERNAL', 'Internal error', 500),
+  AGT_ERR_UNTRUSTED_PROXY: createError('AGT_ERR_UNTRUSTED_PROXY', 'Forward-auth refused: %s', 400),
+  AGT_ERR_INVALID_LEASE: createError('AGT_ERR_INVALID_LEASE', 'Invalid lease: %s', 400),
+  AGT_ERR_WRONG_REGION: createError(
+    'AGT_ERR_WRONG_REGION',
+    "This %s lives in region %s: use that region's agent",
+    421,
+  ),
+  AGT_ERR_STORE_UNAVAILABLE: createError(
+    'AGT_ERR_STORE_UNAVAILABLE',
+    'The store could not answer (%s): nothing was changed; retry',
+    503,
+  ),
+  AGT_ERR_INVALID_RESERVATION: createError('AGT_ERR_INVALID_RESERVATION', 'Invalid reservation: %s', 400),
+  AGT_ERR_UNKNOWN_RESERVATION: createError(
+    'AGT_ERR_UNKNOWN_RESERVATION',
+    'No reservation %s (never made, or settled more than a day ago)',
+    404,
+  ),
+  AGT_ERR_COMMIT_ABOVE_RESERVED: createError(
+    'AGT_ERR_COMMIT_ABOVE_RESERVED',
+    'Cannot commit %s: only %s was reserved',
+    400,
+  ),
+  AGT_ERR_RESERVATION_EXPIRED: createError(
+    'AGT_ERR_RESERVATION_EXPIRED',
+    'Reservation %s expired before it was settled: it was refunded whole',
+    409,
+  ),
+  AGT_ERR_RESERVATION_SETTLED: createError(
+    'AGT_ERR_RESERVATION_SETTLED',
+    'Reservation %s is already %s',
+    409,
+  ),
+  AGT_ERR_UNKNOWN_CLASS: createError(
+    'AGT_ERR_UNKNOWN_CLASS',
+    'Class %s is not one of the classes of policy %s',
+    400,
+  ),
 } as const;
 
 export type AgentErrorCode = keyof typeof AgentErrors;
 
-/** Stable code of a 429 answer (forward-auth, the plugin): the request is over quota. */
-export const RATE_LIMITED = 'RATE_LIMITED';
-/** Stable code of a 503 answer: a fail-closed policy could not be decided (store, home region or lease). */
-export const LIMITER_UNAVAILABLE = 'LIMITER_UNAVAILABLE';
+// The stable codes of a 429 and a 503 outcome live with the wire contract, which the client shares.
+export { LIMITER_UNAVAILABLE, RATE_LIMITED };
 
 /** Every code the agent can answer with, errors and outcomes alike. */
 export const AGENT_CODES: readonly string[] = [

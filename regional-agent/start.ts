@@ -7,15 +7,26 @@ import { StaticShareView } from '../core/shares.js';
 import { buildApp, type AgentApp } from './app.js';
 import type { AgentConfig } from './config.js';
 import { connectCoordination, type Coordination } from './coordination.js';
+import { listenRls } from './grpc/rls-server.js';
 import { AgentMetrics } from './observability/metrics.js';
 import { FilePolicySource } from './policies/file-policy-source.js';
 import { connectRedis, whenReady } from './redis/connect.js';
 import { RedisDecisionStore } from './redis/decision-store.js';
+import { RedisClock } from './redis/redis-clock.js';
+import { RedisTransferStore } from './redis/transfer-store.js';
+import { BorrowPlanner } from '../core/borrowing/planner.js';
+import { systemClock } from '../core/clock.js';
+import { borrowMetrics } from './borrowing/borrow-metrics.js';
+import { Borrower } from './borrowing/borrower.js';
+import { borrowReserveMs } from '../core/borrowing/borrow.js';
+import { natsLoanAsker } from './borrowing/nats-loan-client.js';
 
 export interface RunningAgent {
   agent: AgentApp;
   /** `http://host:port` */
   url: string;
+  /** `grpc://host:port` of the rate-limit service, when `grpcPort` is set. */
+  grpcUrl: string | undefined;
   /** The policies file source (standalone mode), for SIGHUP reloads. */
   file: FilePolicySource | undefined;
   coordination: Coordination | undefined;
@@ -23,6 +34,7 @@ export interface RunningAgent {
 
 export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Promise<RunningAgent> {
   const redis = connectRedis(config);
+  const redisClock = new RedisClock(redis);
   redis.on('error', (error: Error) => log.debug({ err: error }, 'redis connection error'));
   const metrics = new AgentMetrics({ region: config.region });
   const coordination =
@@ -36,34 +48,84 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
         })
       : undefined;
   const policies = coordination?.policies ?? file!;
+  // Borrowing needs the other regions: only with a coordinator (its allocation records name them).
+  const borrowing = config.borrowing && coordination !== undefined;
+  const transfers = new RedisTransferStore(redis, { timeoutMs: config.storeTimeoutMs, clock: redisClock });
+  const planner = borrowing
+    ? new BorrowPlanner({
+        maxLenders: config.borrowMaxLenders,
+        maxEntries: config.borrowMemory,
+        unreachableBackoffMs: config.borrowBackoffMs,
+      })
+    : undefined;
+  const loanMetrics = planner === undefined ? undefined : borrowMetrics(metrics.registry, planner);
+  const shortfall =
+    planner === undefined || coordination === undefined
+      ? undefined
+      : new Borrower({
+          region: config.region,
+          planner,
+          shares: coordination.shares,
+          store: transfers,
+          ask: natsLoanAsker(coordination.nc, config.kvNamespace),
+          clock: systemClock,
+          reserveMs: borrowReserveMs(config.storeTimeoutMs),
+          lowWater: config.borrowLowWater,
+          topUpMs: config.decisionDeadlineMs,
+          metrics: loanMetrics,
+          imported: (policy, tokens) => coordination.usage.imported(policy, tokens),
+        });
   const agent = buildApp(
     {
-      store: new RedisDecisionStore(redis),
+      store: new RedisDecisionStore(redis, {
+        timeoutMs: config.storeTimeoutMs,
+        clock: redisClock,
+        batch: config.storeBatching === 'batch',
+        idempotencyMaxRecords: config.idempotencyMaxRecords,
+      }),
       policies,
       shares: coordination?.shares ?? new StaticShareView({ ...config.staticShares }, config.defaultShare),
       log,
       metrics,
-      ...(coordination === undefined
-        ? {}
-        : {
-            forwarder: coordination.forwarder,
-            usage: coordination.usage,
-            notReady: () => coordination.notReady(),
-          }),
+      // Until the Redis clock has a sample, store calls carry no deadline into the script (a late call could
+      // still charge): no traffic until then.
+      notReady: () => [
+        ...(redisClock.synced ? [] : ['no Redis TIME sample yet (store calls would carry no deadline)']),
+        ...(coordination?.notReady() ?? []),
+      ],
+      ...(coordination === undefined ? {} : { forwarder: coordination.forwarder, usage: coordination.usage }),
+      ...(shortfall === undefined ? {} : { shortfall }),
       onClose: async () => {
+        redisClock.close();
         await coordination?.close();
         await redis.quit().catch(() => redis.disconnect());
       },
     },
     config,
   );
-  coordination?.serveStrict(agent.service);
+  coordination?.serveStrict(agent.service, agent.admission);
+  coordination?.holder.reportShedFrom(agent.admission);
+  if (borrowing) coordination?.serveLoans(transfers, agent.admission, loanMetrics);
   // Standalone, the policies file is read at once; with a coordinator the agent listens (not ready) until its
   // policies and lease arrive.
   if (file !== undefined) await agent.ready;
   if (!(await whenReady(redis, 5000)))
     log.warn('Redis is not reachable yet; failure modes apply until it is');
+  if (config.hmacSecret === undefined) {
+    log.warn(
+      'QP_HMAC_SECRET is not set: subjects reach Redis keys and usage reports as given; set the same secret on every agent (docs/security.md)',
+    );
+  }
   const url = await agent.app.listen({ host: config.host, port: config.port });
-  log.info({ address: url, coordinator: coordination !== undefined }, 'regional agent listening');
-  return { agent, url, file, coordination };
+  let grpcUrl: string | undefined;
+  if (config.grpcPort !== undefined) {
+    const rls = await listenRls(agent.rls, config.grpcHost ?? config.host, config.grpcPort);
+    agent.attach(rls);
+    grpcUrl = rls.url;
+  }
+  log.info(
+    { address: url, grpc: grpcUrl, coordinator: coordination !== undefined },
+    'regional agent listening',
+  );
+  return { agent, url, grpcUrl, file, coordination };
 }

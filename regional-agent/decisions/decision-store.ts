@@ -1,5 +1,24 @@
 import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
 import type { RefundRequest } from '../../core/refund.js';
+import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
+import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
+
+/**
+ * A request that carried its caller's deadline (`chargeBy`) was not run before it: nothing was decided or
+ * charged. The caller's budget ran out, not the store: it never counts against the store's breaker.
+ */
+export class CallerDeadlineError extends Error {
+  readonly code = 'QP_CALLER_DEADLINE';
+  constructor(message = "the caller's deadline passed before the store could decide: nothing was charged") {
+    super(message);
+    this.name = 'CallerDeadlineError';
+  }
+}
+
+/** Options of one decision: `chargeBy` (epoch ms) is the latest instant it may charge; later, nothing is. */
+export interface DecideOptions {
+  chargeBy?: number | undefined;
+}
 
 /** How a whole-request idempotency claim went. */
 export type ClaimOutcome = 'new' | 'same' | 'conflict';
@@ -15,8 +34,11 @@ export interface RefundOutcome {
  * model in unit tests. Methods throw only when something broke; a denial is a value.
  */
 export interface DecisionStore {
-  /** Decide one slot's checks all-or-nothing (`lua/token_bucket.lua`). */
-  decide(request: DecideRequest): Promise<Decision>;
+  /**
+   * Decide one slot's checks all-or-nothing (`lua/token_bucket.lua`). With `chargeBy`, nothing is charged after
+   * that instant: the store throws CallerDeadlineError instead.
+   */
+  decide(request: DecideRequest, options?: DecideOptions): Promise<Decision>;
   /** The cluster slot of a key (0 for every key on a single Redis): checks are grouped by it. */
   slotOf(key: string): number;
   /** Give back what a decision charged (`lua/refund.lua`), deleting its idempotency record when named. */
@@ -27,4 +49,12 @@ export interface DecisionStore {
    * `peekOnly` nothing is written (dry runs).
    */
   claim(key: string, fingerprint: string, ttlMs: number, peekOnly: boolean): Promise<ClaimOutcome>;
+  /** Decide one slot's sliding logs all-or-nothing (`lua/sliding_log.lua`). */
+  decideLog(request: LogRequest): Promise<LogReply>;
+  /** Take back the entries an admitted log call wrote (`lua/sliding_log_refund.lua`). */
+  refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }>;
+  /** Decide one slot's daily budgets all-or-nothing (`lua/daily_budget.lua`). */
+  decideDay(request: DayRequest): Promise<DayReply>;
+  /** Give back what an admitted daily call charged (`lua/daily_budget_refund.lua`). */
+  refundDay(refund: DayRefund): Promise<{ refunded: number[]; recordDeleted: boolean }>;
 }

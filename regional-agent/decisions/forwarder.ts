@@ -5,6 +5,8 @@ export interface ForwardCheck {
   policy: string;
   subject: string;
   cost: number;
+  /** The subject's class, when it has one. */
+  class?: string;
 }
 
 export interface ForwardResult {
@@ -18,6 +20,17 @@ export interface ForwardRequest {
   dryRun: boolean;
 }
 
+/** The home region answered that it is overloaded and decided nothing: busy, not unreachable. */
+export class HomeOverloadedError extends Error {
+  readonly code = 'AGT_HOME_OVERLOADED';
+  readonly homeRegion: string;
+  constructor(homeRegion: string, message: string) {
+    super(message);
+    this.name = 'HomeOverloadedError';
+    this.homeRegion = homeRegion;
+  }
+}
+
 /**
  * Strict mode's port: decide checks of policies homed in another region at that region's agents (issue 6
  * implements it over NATS request/reply). The agent sends at most one home region per request, after every
@@ -27,7 +40,8 @@ export interface Forwarder {
   /**
    * Decide all-or-nothing at `homeRegion` within `budgetMs`; results in the order of `request.checks`, and
    * whether the home answered from an idempotency record (a retry). Throws when the home region gives no answer
-   * in time (the policies' failure mode applies), or AGT_ERR_IDEMPOTENCY_CONFLICT.
+   * in time (the policies' failure mode applies), HomeOverloadedError when the home shed the request, or
+   * AGT_ERR_IDEMPOTENCY_CONFLICT.
    */
   decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<ForwardResult>;
 }

@@ -1,6 +1,20 @@
 import type { Clock } from '../../core/clock.js';
 import { decodeReply, encodeRequest, type DecideRequest, type Decision } from '../../core/bucket-wire.js';
+import {
+  DailyBudgetModel,
+  parseDayRequest,
+  type DayRefund,
+  type DayReply,
+  type DayRequest,
+} from '../../core/daily-budget.js';
 import { RefundableBucketModel, encodeRefund, type RefundRequest } from '../../core/refund.js';
+import {
+  parseLogRequest,
+  SlidingLogModel,
+  type LogRefund,
+  type LogReply,
+  type LogRequest,
+} from '../../core/sliding-log.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { ClaimOutcome, DecisionStore, RefundOutcome } from './decision-store.js';
 
@@ -10,6 +24,8 @@ import type { ClaimOutcome, DecisionStore, RefundOutcome } from './decision-stor
  */
 export class ModelDecisionStore implements DecisionStore {
   readonly model = new RefundableBucketModel();
+  readonly logs = new SlidingLogModel();
+  readonly days = new DailyBudgetModel();
   readonly #clock: Clock;
   readonly #slotOf: (key: string) => number;
   readonly #claims = new Map<string, { fingerprint: string; expiresAt: number }>();
@@ -25,6 +41,24 @@ export class ModelDecisionStore implements DecisionStore {
 
   slotOf(key: string): number {
     return this.#slotOf(key);
+  }
+
+  decideLog(request: LogRequest): Promise<LogReply> {
+    return Promise.resolve(this.logs.evaluate(parseLogRequest(request), this.#micros()));
+  }
+
+  refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }> {
+    return Promise.resolve(this.logs.refund(refund, this.#micros()));
+  }
+
+  // async: a model that throws (a clock outside the days given) rejects, as the store does.
+  // eslint-disable-next-line @typescript-eslint/require-await
+  async decideDay(request: DayRequest): Promise<DayReply> {
+    return this.days.evaluate(parseDayRequest(request), this.#micros());
+  }
+
+  refundDay(refund: DayRefund): Promise<{ refunded: number[]; recordDeleted: boolean }> {
+    return Promise.resolve(this.days.refund(refund, this.#micros()));
   }
 
   refund(request: RefundRequest): Promise<RefundOutcome> {

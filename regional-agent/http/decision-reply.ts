@@ -1,22 +1,27 @@
-import type { DecisionResponse } from '../../core/agent-wire.js';
+import { wireCheckResult, type DecisionResponse } from '../../core/agent-wire.js';
 import type { DecisionOutcome } from '../decisions/decision-service.js';
 import { rateLimitHeaders } from './rate-limit-headers.js';
 
 /** The wire form of a decision, headers included. */
 export function decisionResponse(outcome: DecisionOutcome, legacyHeaders: boolean): DecisionResponse {
+  const response: DecisionResponse = {
+    allowed: outcome.allowed,
+    retryAfterMs: outcome.retryAfterMs,
+    results: outcome.results.map(wireCheckResult),
+    headers: decisionHeaders(outcome, legacyHeaders),
+  };
+  if (outcome.replayed) response.replayed = true;
+  return response;
+}
+
+/** The rate-limit headers of a decision (`RateLimit-Policy`, `RateLimit`, `Retry-After`, legacy ones). */
+export function decisionHeaders(outcome: DecisionOutcome, legacyHeaders: boolean): Record<string, string> {
   const inputs = outcome.results.map((result, i) => ({
     result,
     windowSeconds: outcome.windows[i]!,
     violated: outcome.violated[i]!,
   }));
-  const response: DecisionResponse = {
-    allowed: outcome.allowed,
-    retryAfterMs: outcome.retryAfterMs,
-    results: outcome.results,
-    headers: rateLimitHeaders(outcome.allowed, inputs, legacyHeaders),
-  };
-  if (outcome.replayed) response.replayed = true;
-  return response;
+  return rateLimitHeaders(outcome.allowed, inputs, legacyHeaders);
 }
 
 /** Names of the policies a denied decision violated, without repeats. */

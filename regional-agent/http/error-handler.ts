@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { AgentErrors, type AgentError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
+import { retryAfterSeconds } from '../resilience/admission.js';
 import { errorProblem, sendProblem } from './problem.js';
 
 /** Fastify's own errors for bodies, mapped to the agent's stable codes. */
@@ -18,9 +19,9 @@ const FRAMEWORK_CODES: Record<string, () => AgentError> = {
  */
 export function installErrorHandling(
   app: FastifyInstance,
-  options: { metrics: AgentMetrics; log: Logger; bodyLimit: number },
+  options: { metrics: AgentMetrics; log: Logger; bodyLimit: number; overloadRetryAfterMs: number },
 ): void {
-  const { metrics, log, bodyLimit } = options;
+  const { metrics, log, bodyLimit, overloadRetryAfterMs } = options;
   app.setErrorHandler((raw: FastifyError & AgentError, request, reply) => {
     let error: AgentError = raw;
     if (raw.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = new AgentErrors.AGT_ERR_BODY_TOO_LARGE(bodyLimit);
@@ -37,6 +38,8 @@ export function installErrorHandling(
       return sendProblem(reply, errorProblem(500, 'AGT_ERR_INTERNAL', 'Internal error'));
     }
     const code = known ? error.code : 'AGT_ERR_INVALID_REQUEST';
+    // Shed after admission (the home region of a strict policy was overloaded): the same answer as at the door.
+    if (code === 'AGT_ERR_OVERLOADED') reply.header('retry-after', retryAfterSeconds(overloadRetryAfterMs));
     metrics.requestErrors.labels(code).inc();
     return sendProblem(reply, errorProblem(status, code, error.message, error.errors));
   });

@@ -1,38 +1,114 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ForwardAuthQuery } from '../../core/agent-wire.js';
+import type {
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  onSendHookHandler,
+  RouteShorthandOptions,
+} from 'fastify';
+import { ForwardAuthProxy, ForwardAuthQuery } from '../../core/agent-wire.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import { ipSubject } from './client-subject.js';
-import { violatedPolicies } from './decision-reply.js';
-import { rateLimitHeaders } from './rate-limit-headers.js';
+import { decisionHeaders, violatedPolicies } from './decision-reply.js';
+import type { ForwardAuthTrust } from './forward-auth-trust.js';
+import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
 import { limiterUnavailableProblem, quotaExceededProblem, sendProblem } from './problem.js';
+import { z } from 'zod';
+
+const REFUSALS = {
+  ...COMMON_PROBLEMS,
+  ...CHECK_PROBLEMS,
+  400: [
+    'AGT_ERR_INVALID_QUERY',
+    'AGT_ERR_MISSING_SUBJECT',
+    'AGT_ERR_UNTRUSTED_PROXY',
+    ...CHECK_PROBLEMS[400],
+  ],
+  429: ['RATE_LIMITED'],
+  503: [...COMMON_PROBLEMS[503], 'LIMITER_UNAVAILABLE'],
+} as const;
+const NO_BODY = z.null();
+
+/** What the docs say of each flavour of forward-auth: its allowed status, its query and its refusals. */
+function forwardAuthSchema(proxy: ForwardAuthProxy | 'any') {
+  const subject =
+    'The subject is the subject header (`QP_SUBJECT_HEADER`) or the client address from X-Forwarded-For.';
+  const refusals =
+    proxy === 'nginx'
+      ? {
+          403: NO_BODY.describe(
+            'refused: nginx passes only 2xx, 401 and 403 on, so every refusal is a 403 whose X-Quota-Status ' +
+              'header is the real status and X-Quota-Code the problem code (any code of the generic route)',
+          ),
+        }
+      : problems(REFUSALS);
+  return {
+    summary:
+      proxy === 'any'
+        ? 'Forward-auth for a proxy; `proxy` picks its status conventions (generic by default)'
+        : `Forward-auth with ${proxy === 'envoy' ? 'Envoy ext_authz' : proxy} status conventions`,
+    description:
+      `${subject} The policy and cost come from the query or the X-Quota-Policy and X-Quota-Cost headers.` +
+      (proxy === 'envoy' ? ' Any method and any path below it (ext_authz appends the original path).' : ''),
+    tags: ['forward-auth'],
+    ...(proxy === 'envoy'
+      ? {}
+      : { querystring: proxy === 'any' ? ForwardAuthQuery : ForwardAuthQuery.omit({ proxy: true }) }),
+    response: {
+      [proxy === 'envoy' ? 200 : 204]: NO_BODY.describe('allowed: no body; the RateLimit headers'),
+      ...refusals,
+    },
+  };
+}
 
 export interface ForwardAuthOptions {
   service: DecisionService;
   legacyHeaders: boolean;
   /** Lower-case name of the header carrying the subject. */
   subjectHeader: string;
-  /** True when the immediate peer is a configured trusted proxy (then its X-Forwarded-For names the client). */
-  fromTrustedProxy: (request: FastifyRequest) => boolean;
+  /** Refuses (AGT_ERR_UNTRUSTED_PROXY) a request that does not come from a trusted proxy with the secret. */
+  trust: ForwardAuthTrust;
   assertServing: () => void;
 }
 
+/** The headers an nginx refusal carries its real status and code in (nginx passes only 401 and 403 on). */
+export const NGINX_STATUS_HEADER = 'x-quota-status';
+export const NGINX_CODE_HEADER = 'x-quota-code';
+
+/** What the proxy is answered when the request is allowed. */
+const ALLOWED_STATUS: Record<ForwardAuthProxy, number> = {
+  generic: 204,
+  traefik: 204,
+  nginx: 204,
+  envoy: 200,
+};
+
 /**
- * `GET /v1/forward-auth?policy=P&cost=N` for nginx `auth_request`, Traefik ForwardAuth and Envoy ext_authz:
- * `204` allowed, `429` over quota, `503` when a fail-closed policy cannot decide, with the rate-limit headers on
- * all three. The subject comes from the trusted subject header; without it, from the client address, but only
- * when the request came through a trusted proxy (anyone else's address would be the proxy's own).
- * `/v1/forward-auth/<anything>` serves Envoy, whose ext_authz appends the original path.
+ * Forward-auth for nginx `auth_request`, Traefik ForwardAuth and Envoy ext_authz (HTTP), each answered in the
+ * statuses it understands (`ForwardAuthProxy` in core/agent-wire.ts):
+ * - `GET /v1/forward-auth?policy=P&cost=N[&proxy=nginx|traefik|envoy]`;
+ * - `GET /v1/forward-auth/nginx?…` and `GET /v1/forward-auth/traefik?…`, the same with the proxy in the path;
+ * - any method on `/v1/forward-auth/envoy/<original path>`: Envoy appends the original path and query, which
+ *   are not ours, so policy and cost come from the `X-Quota-Policy` and `X-Quota-Cost` headers there.
+ * Elsewhere too, the headers stand in for a policy or cost the query does not give. Only trusted proxies are
+ * answered. The subject is the trusted subject header; without it, the client address from `X-Forwarded-For`.
+ * Allowed, over quota and limiter unavailable all carry the rate-limit headers.
  */
 export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptions): void {
-  const { service, legacyHeaders, subjectHeader, fromTrustedProxy, assertServing } = options;
+  const { service, legacyHeaders, subjectHeader, trust, assertServing } = options;
 
   const answer = async (
     request: FastifyRequest,
     reply: FastifyReply,
-    raw: unknown,
+    proxy: ForwardAuthProxy,
+    raw: Record<string, unknown>,
   ): Promise<FastifyReply> => {
+    trust(request);
     assertServing();
+    const policyHeader = request.headers['x-quota-policy'];
+    const costHeader = request.headers['x-quota-cost'];
+    if (raw['policy'] === undefined && policyHeader !== undefined) raw['policy'] = policyHeader;
+    if (raw['cost'] === undefined && costHeader !== undefined) raw['cost'] = costHeader;
     const query = ForwardAuthQuery.safeParse(raw);
     if (!query.success) {
       const problems = query.error.issues.map((i) => `${i.path.join('.') || 'query'}: ${i.message}`);
@@ -40,10 +116,13 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
     }
     const header = request.headers[subjectHeader];
     let subject = typeof header === 'string' && header.length > 0 ? header : undefined;
-    if (subject === undefined && fromTrustedProxy(request)) subject = ipSubject(request.ip);
+    // The peer is a trusted proxy: its X-Forwarded-For names the client. Without one, request.ip would be the
+    // proxy itself, and every client would share one bucket.
+    if (subject === undefined && request.headers['x-forwarded-for'] !== undefined)
+      subject = ipSubject(request.ip);
     if (subject === undefined) {
       throw new AgentErrors.AGT_ERR_MISSING_SUBJECT(
-        `send the ${subjectHeader} header (the client address is used only behind a configured trusted proxy)`,
+        `send the ${subjectHeader} header, or X-Forwarded-For for a quota per client address`,
       );
     }
     const body =
@@ -51,17 +130,8 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
         ? { policy: query.data.policy, subject }
         : { policy: query.data.policy, subject, cost: query.data.cost };
     const outcome = await service.decideBody(body, request.id);
-    const headers = rateLimitHeaders(
-      outcome.allowed,
-      outcome.results.map((result, i) => ({
-        result,
-        windowSeconds: outcome.windows[i]!,
-        violated: outcome.violated[i]!,
-      })),
-      legacyHeaders,
-    );
-    reply.headers(headers).header('x-request-id', request.id);
-    if (outcome.allowed) return reply.code(204).send();
+    reply.headers(decisionHeaders(outcome, legacyHeaders)).header('x-request-id', request.id);
+    if (outcome.allowed) return reply.code(ALLOWED_STATUS[proxy]).send();
     const violated = violatedPolicies(outcome);
     return sendProblem(
       reply,
@@ -69,15 +139,67 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
     );
   };
 
-  app.get('/v1/forward-auth', (request, reply) => answer(request, reply, request.query));
-
-  // Envoy's HTTP ext_authz appends the original method, path and query to the configured prefix: the original
-  // query is not ours, so policy and cost come from headers (`X-Quota-Policy`, `X-Quota-Cost`) there.
-  app.all('/v1/forward-auth/*', (request, reply) => {
-    const policy = request.headers['x-quota-policy'];
-    const cost = request.headers['x-quota-cost'];
-    const raw: Record<string, unknown> = { policy };
-    if (cost !== undefined) raw['cost'] = cost;
-    return answer(request, reply, raw);
+  /** The route's options: every answer, errors included, leaves in the statuses `proxyOf` understands. */
+  const routeOptions = (
+    proxyOf: (request: FastifyRequest) => ForwardAuthProxy,
+    documented: ForwardAuthProxy | 'any',
+  ): RouteShorthandOptions => ({
+    onSend: translateFor(proxyOf),
+    schema: forwardAuthSchema(documented),
   });
+
+  const fromQuery = (request: FastifyRequest): ForwardAuthProxy => {
+    const proxy = ForwardAuthProxy.safeParse(
+      (request.query as Record<string, unknown> | undefined)?.['proxy'],
+    );
+    return proxy.success ? proxy.data : 'generic';
+  };
+  app.get('/v1/forward-auth', routeOptions(fromQuery, 'any'), (request, reply) =>
+    answer(request, reply, fromQuery(request), { ...(request.query as Record<string, unknown>) }),
+  );
+  for (const proxy of ['nginx', 'traefik'] as const) {
+    app.get(
+      `/v1/forward-auth/${proxy}`,
+      routeOptions(() => proxy, proxy),
+      (request, reply) => {
+        const { proxy: _ignored, ...query } = request.query as Record<string, unknown>;
+        return answer(request, reply, proxy, query);
+      },
+    );
+  }
+  for (const path of ['/v1/forward-auth/envoy', '/v1/forward-auth/envoy/*']) {
+    app.all(
+      path,
+      routeOptions(() => 'envoy', 'envoy'),
+      (request, reply) => answer(request, reply, 'envoy', {}),
+    );
+  }
+}
+
+/**
+ * nginx's `auth_request` turns every status but 2xx, 401 and 403 into a 500 for its client, and drops the body:
+ * a refusal leaves as a 403 that names its real status in `X-Quota-Status` and its problem code in
+ * `X-Quota-Code` (beside its rate-limit headers), for the proxy's `error_page` to answer with. Other proxies
+ * get the status itself.
+ */
+function translateFor(proxyOf: (request: FastifyRequest) => ForwardAuthProxy): onSendHookHandler {
+  return (request, reply, payload, done) => {
+    const status = reply.statusCode;
+    if (status >= 300 && proxyOf(request) === 'nginx') {
+      reply.header(NGINX_STATUS_HEADER, String(status)).header(NGINX_CODE_HEADER, problemCode(payload));
+      reply.code(403);
+    }
+    done(null, payload);
+  };
+}
+
+/** The stable code of a serialized problem document (refusals only, so parsing it again costs little). */
+function problemCode(payload: unknown): string {
+  if (typeof payload !== 'string') return 'AGT_ERR_INTERNAL';
+  try {
+    const code = (JSON.parse(payload) as { code?: unknown }).code;
+    return typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'AGT_ERR_INTERNAL';
+  } catch {
+    return 'AGT_ERR_INTERNAL';
+  }
 }

@@ -7,13 +7,20 @@
  * a server restart), and records deleted meanwhile are deleted here too. Heartbeats keep going whatever
  * happens; a missing reply just means no renewal, and the lease lapses safely on its own.
  */
+import { defaultLeaseSettings } from '../../core/lease/settings.js';
 import { randomBytes } from 'node:crypto';
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Clock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
-import { DEFAULT_KV_NAMESPACE, kvNames, policyNameFromKey } from '../../core/wire/kv.js';
+import type { RenewalBounds } from '../../core/lease/trust-checks.js';
+import {
+  DEFAULT_KV_NAMESPACE,
+  DEFAULT_NATS_TIMEOUT_MS,
+  kvNames,
+  policyNameFromKey,
+} from '../../core/wire/kv.js';
 import {
   AllocationRecord,
   protocolSubjects,
@@ -32,14 +39,16 @@ export interface LeaseHolderOptions {
   namespace?: string;
   /** Counted usage to report each interval. */
   usage?: UsageRecorder;
-  /** Margin for the offset between this clock and Redis time in refill floors, ms. Default 1000. */
+  /** Margin for the offset between this clock and Redis time in refill floors, ms. Default: the lease settings'. */
   skewMs?: number;
-  /** Heartbeats until the coordinator says otherwise, ms. Default 1000. */
+  /** Heartbeats until the coordinator says otherwise, ms. Default: the lease settings'. */
   reportIntervalMs?: number;
-  /** Deadline of one heartbeat request or KV call, ms. Default 2000. */
+  /** Deadline of one heartbeat request or KV call, ms. Default DEFAULT_NATS_TIMEOUT_MS (core/wire/kv.ts). */
   timeoutMs?: number;
-  /** Serve safely (lapsed mode) when no renewal came this long after start. Default 3000. */
+  /** Serve safely (lapsed mode) when no renewal came this long after start. Default DEFAULT_STARTUP_WAIT_MS. */
   startupWaitMs?: number;
+  /** What a renewal may ask at most; default `defaultRenewalBounds` (core/lease/trust-checks.ts). */
+  renewalBounds?: RenewalBounds;
   registry?: Registry;
   log?: { warn(obj: object, msg?: string): void; info(obj: object, msg?: string): void };
 }
@@ -49,9 +58,15 @@ interface HolderMetrics {
   acks: Counter;
   reloads: Counter;
   badRecords: Counter;
+  refusedRecords: Counter;
   mode: Gauge<'mode'>;
   appliedRevision: Gauge;
   share: Gauge<'policy'>;
+}
+
+/** Where the requests an agent shed are counted (its admission control). */
+export interface ShedSource {
+  takeShed(): number;
 }
 
 export class LeaseHolder {
@@ -64,6 +79,7 @@ export class LeaseHolder {
   readonly #metrics: HolderMetrics | undefined;
   #interval: number;
   #seq = 0;
+  #shed: ShedSource | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
   #loop: KvWatchLoop | undefined;
@@ -75,12 +91,13 @@ export class LeaseHolder {
     this.agentId = `agent-${randomBytes(9).toString('base64url')}`;
     this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE);
     this.#bucket = kvNames(options.namespace ?? DEFAULT_KV_NAMESPACE).allocations;
-    this.#interval = options.reportIntervalMs ?? 1000;
+    this.#interval = options.reportIntervalMs ?? defaultLeaseSettings.reportIntervalMs;
     this.lease = new AgentLease({
       region: options.region,
       clock: options.clock,
-      skewMs: options.skewMs ?? 1000,
+      skewMs: options.skewMs ?? defaultLeaseSettings.skewMs,
       startupWaitMs: options.startupWaitMs,
+      renewalBounds: options.renewalBounds,
     });
     this.lease.onAck((ackRevision) => this.#publish(this.#subjects.ack(options.region), { ackRevision }));
     this.#metrics = options.registry === undefined ? undefined : holderMetrics(options.registry);
@@ -91,7 +108,7 @@ export class LeaseHolder {
     let loaded!: () => void;
     const first = new Promise<void>((resolve) => (loaded = resolve));
     this.#firstLoad = loaded;
-    const timeoutMs = this.#options.timeoutMs ?? 2000;
+    const timeoutMs = this.#options.timeoutMs ?? DEFAULT_NATS_TIMEOUT_MS;
     this.#loop = new KvWatchLoop({
       nc: this.#options.nc,
       bucket: this.#bucket,
@@ -135,6 +152,11 @@ export class LeaseHolder {
     });
   }
 
+  /** Report, in each heartbeat, the requests this agent's admission control shed since the previous one. */
+  reportShedFrom(source: ShedSource): void {
+    this.#shed = source;
+  }
+
   async #heartbeat(): Promise<void> {
     const { nc, region, clock } = this.#options;
     const seq = this.#seq++;
@@ -149,6 +171,7 @@ export class LeaseHolder {
       ackRevision: this.lease.ackRevision,
       mode: this.lease.mode(),
       renewedSeq: this.lease.renewedSeq,
+      ...(this.#shed === undefined ? {} : { shed: this.#shed.takeShed() }),
     };
     if (this.#options.usage !== undefined) {
       const usage = this.#options.usage.take(sentAt);
@@ -166,7 +189,7 @@ export class LeaseHolder {
     if (nc.isClosed()) return;
     try {
       const msg = await nc.request(this.#subjects.heartbeat(region), JSON.stringify(heartbeat), {
-        timeout: Math.min(this.#options.timeoutMs ?? 2000, Math.max(100, this.#interval)),
+        timeout: Math.min(this.#options.timeoutMs ?? DEFAULT_NATS_TIMEOUT_MS, Math.max(100, this.#interval)),
       });
       const parsed = RenewalReply.safeParse(msg.json());
       if (!parsed.success) {
@@ -180,9 +203,18 @@ export class LeaseHolder {
         this.#options.log?.warn({ reason: reply.refused }, 'lease renewal refused');
         return;
       }
+      const outcome = this.lease.renewed(reply, sentAt, seq);
+      if (outcome === 'out_of_bounds') {
+        // Not the coordinator's word, or not one to follow: the lease and interval stay as they were.
+        this.#metrics?.heartbeats.inc({ outcome: 'out_of_bounds' });
+        this.#options.log?.warn(
+          { reason: this.lease.lastRenewalProblem, coordinatorId: reply.coordinatorId },
+          'heartbeat reply refused: out of bounds',
+        );
+        return;
+      }
       this.#interval = reply.reportIntervalMs;
-      const fresh = this.lease.renewed(reply, sentAt, seq);
-      this.#metrics?.heartbeats.inc({ outcome: fresh ? 'renewed' : 'stale_reply' });
+      this.#metrics?.heartbeats.inc({ outcome: outcome === 'accepted' ? 'renewed' : 'stale_reply' });
     } catch {
       // No coordinator answered in time: no renewal; the lease lapses on its own if this goes on.
       this.#metrics?.heartbeats.inc({ outcome: 'no_reply' });
@@ -252,7 +284,15 @@ export class LeaseHolder {
         this.#metrics?.badRecords.inc();
         return;
       }
-      this.lease.applyRecord(policy, parsed.data, entry.revision);
+      const refused = this.lease.applyRecord(policy, parsed.data, entry.revision);
+      if (refused !== undefined) {
+        this.#metrics?.refusedRecords.inc();
+        this.#options.log?.warn(
+          { policy, revision: entry.revision, reason: refused },
+          'allocation record refused; the last good record stays in force',
+        );
+        return;
+      }
     }
     this.#metrics?.appliedRevision.set(this.lease.appliedRevision);
   }
@@ -263,7 +303,7 @@ function holderMetrics(registry: Registry): HolderMetrics {
   return {
     heartbeats: new Counter({
       name: 'quotaplane_agent_heartbeats_total',
-      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply, stale_reply: later than one report interval, ignored).',
+      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply, stale_reply: later than one report interval, ignored; out_of_bounds: a lease, grace or interval beyond the bounds, ignored).',
       labelNames: ['outcome'],
       registers,
     }),
@@ -280,6 +320,11 @@ function holderMetrics(registry: Registry): HolderMetrics {
     badRecords: new Counter({
       name: 'quotaplane_agent_allocation_bad_records_total',
       help: 'Allocation records that failed validation and were ignored.',
+      registers,
+    }),
+    refusedRecords: new Counter({
+      name: 'quotaplane_agent_allocation_refused_records_total',
+      help: 'Allocation records refused because their shares in force sum above 1; the last good record stays in force.',
       registers,
     }),
     mode: new Gauge({

@@ -15,25 +15,52 @@ export class AgentMetrics {
   readonly region: string;
   readonly decisions: Counter<'policy' | 'region' | 'decision' | 'mode'>;
   readonly degraded: Counter<'policy' | 'region' | 'reason' | 'cause'>;
+  readonly decisionsByKind: Counter<'kind' | 'decision'>;
   readonly retryAfter: Histogram<'policy' | 'region'>;
   readonly storeLatency: Histogram<'operation' | 'outcome'>;
   readonly scriptErrors: Counter<'operation'>;
   readonly refunds: Counter<'outcome'>;
+  readonly leaseReleases: Counter<'policy' | 'outcome'>;
+  readonly reservations: Counter<'outcome'>;
   readonly idempotency: Counter<'outcome'>;
   readonly requestErrors: Counter<'code'>;
   readonly breakerState: Gauge;
   readonly breakerTransitions: Counter<'state'>;
   readonly policies: Gauge;
   readonly policyReloads: Counter<'outcome'>;
-  readonly #decisionChildren = new Map<string, { inc(): void }>();
+  readonly shed: Counter<'region' | 'route' | 'reason' | 'cause'>;
+  readonly inFlight: Gauge;
+  readonly eventLoopDelay: Gauge;
+  /**
+   * Decisions counted since the last scrape, per policy, decision and mode: a plain number per series, added to
+   * the counter when it is read. prom-client hashes the label set on every `inc`, even of a cached child.
+   */
+  readonly #pendingDecisions = new Map<string, PendingCount[]>();
 
   constructor(options: AgentMetricsOptions) {
     this.region = options.region;
     const registers = [this.registry];
+    const pending = this.#pendingDecisions;
     this.decisions = new Counter({
       name: 'quotaplane_decisions_total',
       help: 'Checks decided, by policy, region, decision (allowed/denied) and policy mode.',
       labelNames: ['policy', 'region', 'decision', 'mode'],
+      registers,
+      // Runs before every read of the counter (a scrape, `get()`): the counts gathered since are added.
+      collect() {
+        for (const cells of pending.values()) {
+          for (const cell of cells) {
+            if (cell.count === 0) continue;
+            this.inc(cell.labels, cell.count);
+            cell.count = 0;
+          }
+        }
+      },
+    });
+    this.decisionsByKind = new Counter({
+      name: 'quotaplane_decisions_by_kind_total',
+      help: 'Checks decided, by policy kind (token_bucket, sliding_log, concurrency, daily) and decision (allowed/denied).',
+      labelNames: ['kind', 'decision'],
       registers,
     });
     this.degraded = new Counter({
@@ -65,6 +92,18 @@ export class AgentMetrics {
     this.refunds = new Counter({
       name: 'quotaplane_refunds_total',
       help: 'Refunds of earlier grants after a later slot denied a layered request, by outcome (ok, failed).',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.leaseReleases = new Counter({
+      name: 'quotaplane_lease_releases_total',
+      help: 'Concurrency lease releases, by policy and outcome (released; gone: already released or expired; failed).',
+      labelNames: ['policy', 'outcome'],
+      registers,
+    });
+    this.reservations = new Counter({
+      name: 'quotaplane_reservations_total',
+      help: 'Reservations by outcome: reserved, denied, committed, cancelled, expired (refunded by the sweep or a late settle), refund_failed.',
       labelNames: ['outcome'],
       registers,
     });
@@ -102,17 +141,48 @@ export class AgentMetrics {
       labelNames: ['outcome'],
       registers,
     });
+    this.shed = new Counter({
+      name: 'quotaplane_shed_decisions_total',
+      help: 'Decision requests refused before any store call because the agent was overloaded (503 AGT_ERR_OVERLOADED), by route (http, forward_auth, strict) and cause (in_flight, event_loop_delay).',
+      labelNames: ['region', 'route', 'reason', 'cause'],
+      registers,
+    });
+    this.inFlight = new Gauge({
+      name: 'quotaplane_in_flight_decisions',
+      help: 'Decision requests admitted and not yet answered.',
+      registers,
+    });
+    this.eventLoopDelay = new Gauge({
+      name: 'quotaplane_event_loop_delay_seconds',
+      help: 'Largest event-loop delay seen over the last sampling interval, as admission control reads it.',
+      registers,
+    });
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
-  /** Count one decided check (children are cached: this runs for every check of every request). */
+  /** Count one decided check: this runs for every check of every request, so it only adds 1 to a number. */
   countDecision(policy: string, allowed: boolean, mode: string): void {
-    const key = `${policy}\u0000${allowed ? 1 : 0}\u0000${mode}`;
-    let child = this.#decisionChildren.get(key);
-    if (child === undefined) {
-      child = this.decisions.labels(policy, this.region, allowed ? 'allowed' : 'denied', mode);
-      this.#decisionChildren.set(key, child);
+    let cells = this.#pendingDecisions.get(policy);
+    if (cells === undefined) {
+      cells = [];
+      this.#pendingDecisions.set(policy, cells);
     }
-    child.inc();
+    for (const cell of cells) {
+      if (cell.allowed === allowed && cell.mode === mode) {
+        cell.count++;
+        return;
+      }
+    }
+    const labels = { policy, region: this.region, decision: allowed ? 'allowed' : 'denied', mode };
+    // The series exists (at 0) from the first decision on, as a child created by `labels()` would.
+    this.decisions.inc(labels, 0);
+    cells.push({ allowed, mode, labels, count: 1 });
   }
+}
+
+interface PendingCount {
+  allowed: boolean;
+  mode: string;
+  labels: Record<'policy' | 'region' | 'decision' | 'mode', string>;
+  count: number;
 }

@@ -12,7 +12,12 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
-import { DEFAULT_KV_NAMESPACE, kvNames, policyNameFromKey } from '../../core/wire/kv.js';
+import {
+  DEFAULT_KV_NAMESPACE,
+  DEFAULT_NATS_TIMEOUT_MS,
+  kvNames,
+  policyNameFromKey,
+} from '../../core/wire/kv.js';
 import { KvWatchLoop, type KvWatchSession } from '../nats/kv-watch-loop.js';
 
 /** Why an entry was skipped. */
@@ -21,7 +26,7 @@ export type BadEntryReason = 'bad_key' | 'bad_json' | 'invalid_policy' | 'name_m
 export interface KvPolicySourceOptions {
   /** JetStream namespace the coordinator writes to (its `QP_KV_NAMESPACE`). Default `qp`. */
   namespace?: string;
-  /** Deadline of one JetStream request, milliseconds. Default 2000. */
+  /** Deadline of one JetStream request, milliseconds. Default DEFAULT_NATS_TIMEOUT_MS. */
   timeoutMs?: number;
   /** First retry delay after a failure, doubling up to `maxRetryMs`. Default 250. */
   retryMs?: number;
@@ -76,7 +81,7 @@ export class KvPolicySource implements PolicySource {
   constructor(nc: NatsConnection, options: KvPolicySourceOptions = {}) {
     this.#nc = nc;
     this.#bucket = kvNames(options.namespace ?? DEFAULT_KV_NAMESPACE).policies;
-    this.#timeoutMs = options.timeoutMs ?? 2000;
+    this.#timeoutMs = options.timeoutMs ?? DEFAULT_NATS_TIMEOUT_MS;
     this.#retryMs = options.retryMs ?? 250;
     this.#maxRetryMs = options.maxRetryMs ?? 5000;
     this.#log = options.log;

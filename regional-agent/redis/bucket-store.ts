@@ -2,6 +2,7 @@ import calculateSlot from 'cluster-key-slot';
 import { Cluster, type Redis, type Result } from 'ioredis';
 import type { BucketStore } from '../../core/bucket-store.js';
 import {
+  DeadlinePassedError,
   MAX_REQUESTS_PER_CALL,
   decodeReply,
   encodeRequest,
@@ -10,7 +11,12 @@ import {
   type DecideRequest,
   type Decision,
 } from '../../core/bucket-wire.js';
+import { idempotencyIndexKey } from '../../core/keys.js';
 import type { EncodedReply, EncodedRequest } from '../../core/token-bucket.js';
+import { CallerDeadlineError, type DecideOptions } from '../decisions/decision-store.js';
+import { onTheWire } from '../resilience/wire-timeout.js';
+import { agentMicros, type RedisClock } from './redis-clock.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
 import { luaSource } from './scripts.js';
 
 declare module 'ioredis' {
@@ -40,6 +46,11 @@ export class ScriptError extends Error {
   }
 }
 
+/** Most requests per script call, by default. */
+export const DEFAULT_MAX_BATCH = 64;
+/** Most script calls of one slot on the wire at once, by default. */
+export const DEFAULT_CALLS_IN_FLIGHT = 4;
+
 export interface RedisBucketStoreOptions {
   /**
    * Coalesce the requests that arrive in one event-loop turn (per cluster slot) into one script call, up to
@@ -47,12 +58,29 @@ export interface RedisBucketStoreOptions {
    * only saves round trips and per-call script overhead. Default true.
    */
   batch?: boolean;
-  /** Most requests per script call, 1..256. Default 64. */
+  /** Most requests per script call, 1..256. Default DEFAULT_MAX_BATCH. */
   maxBatch?: number;
+  /**
+   * Most script calls of one slot on the wire at once (batching on); further requests wait in this process and
+   * leave in the next call, so a burst makes bigger calls rather than a deep queue inside Redis, and a call's
+   * time on the wire stays its own work. Default DEFAULT_CALLS_IN_FLIGHT.
+   */
+  callsInFlight?: number;
+  /**
+   * A call whose reply has not arrived this long after its write fails with WireTimeoutError (time queued in
+   * this process never counts), and the script refuses to run it later than that. Default DEFAULT_STORE_TIMEOUT_MS.
+   */
+  timeoutMs?: number;
+  /** Converts the call's deadline to Redis time; without one, calls carry no deadline into the script. */
+  clock?: RedisClock | undefined;
+  /** Most live idempotency records per subject, for requests that do not say. Default 1000. */
+  idempotencyMaxRecords?: number;
 }
 
 interface Waiting {
   request: EncodedRequest;
+  /** The caller's deadline, agent µs (agentMicros); undefined: only the store timeout bounds the call. */
+  chargeBy: number | undefined;
   resolve: (reply: EncodedReply) => void;
   reject: (error: unknown) => void;
 }
@@ -66,15 +94,28 @@ export class RedisBucketStore implements BucketStore {
   readonly #cluster: boolean;
   readonly #batch: boolean;
   readonly #maxBatch: number;
-  /** Requests waiting for the next flush, by cluster slot (0 on a single Redis). */
-  #waiting = new Map<number, Waiting[]>();
+  readonly #timeoutMs: number;
+  readonly #clock: RedisClock | undefined;
+  readonly #callsInFlight: number;
+  readonly #maxRecords: number | undefined;
+  /** Requests waiting to be sent and script calls on the wire, by cluster slot (0 on a single Redis). */
+  readonly #lanes = new Map<number, { waiting: Waiting[]; onTheWire: number }>();
+  /** Slots with requests that arrived since the last flush. */
+  #arrived = new Set<number>();
   #flushScheduled = false;
 
   constructor(redis: Redis | Cluster, options: RedisBucketStoreOptions = {}) {
     this.redis = redis;
     this.#cluster = redis instanceof Cluster;
     this.#batch = options.batch ?? true;
-    this.#maxBatch = options.maxBatch ?? 64;
+    this.#maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
+    this.#timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    this.#clock = options.clock;
+    this.#callsInFlight = options.callsInFlight ?? DEFAULT_CALLS_IN_FLIGHT;
+    this.#maxRecords = options.idempotencyMaxRecords;
+    if (!(Number.isInteger(this.#callsInFlight) && this.#callsInFlight >= 1)) {
+      throw new RangeError('callsInFlight must be an integer >= 1');
+    }
     if (!(
       Number.isInteger(this.#maxBatch) &&
       this.#maxBatch >= 1 &&
@@ -95,14 +136,19 @@ export class RedisBucketStore implements BucketStore {
     return this.#cluster ? calculateSlot(key) : 0;
   }
 
-  async decide(request: DecideRequest): Promise<Decision> {
+  async decide(request: DecideRequest, options: DecideOptions = {}): Promise<Decision> {
     const encoded = encodeRequest(request);
+    if (encoded.idempotency !== undefined && encoded.idempotency.maxRecords === undefined) {
+      encoded.idempotency = { ...encoded.idempotency, maxRecords: this.#maxRecords };
+    }
     const slot = this.#cluster ? this.#oneSlot(encoded) : 0;
-    if (!this.#batch) return decodeReply((await this.#call([encoded]))[0]!);
+    const chargeBy = options.chargeBy === undefined ? undefined : Math.floor(options.chargeBy * 1000);
+    if (!this.#batch) return decodeReply((await this.#call([encoded], chargeBy))[0]!);
     const reply = await new Promise<EncodedReply>((resolve, reject) => {
-      let queue = this.#waiting.get(slot);
-      if (queue === undefined) this.#waiting.set(slot, (queue = []));
-      queue.push({ request: encoded, resolve, reject });
+      let lane = this.#lanes.get(slot);
+      if (lane === undefined) this.#lanes.set(slot, (lane = { waiting: [], onTheWire: 0 }));
+      lane.waiting.push({ request: encoded, chargeBy, resolve, reject });
+      this.#arrived.add(slot);
       if (!this.#flushScheduled) {
         this.#flushScheduled = true;
         setImmediate(this.#flush);
@@ -111,41 +157,93 @@ export class RedisBucketStore implements BucketStore {
     return decodeReply(reply);
   }
 
+  /** Send what arrived in this event-loop turn, as far as each slot's calls on the wire allow. */
   readonly #flush = (): void => {
     this.#flushScheduled = false;
-    const waiting = this.#waiting;
-    this.#waiting = new Map();
-    for (const queue of waiting.values()) {
-      for (let at = 0; at < queue.length; at += this.#maxBatch) {
-        const chunk = queue.slice(at, at + this.#maxBatch);
-        this.#call(chunk.map((w) => w.request)).then(
-          (replies) => chunk.forEach((w, i) => w.resolve(replies[i]!)),
-          (error: unknown) => chunk.forEach((w) => w.reject(error)),
-        );
-      }
-    }
+    const arrived = this.#arrived;
+    this.#arrived = new Set();
+    for (const slot of arrived) this.#send(slot);
   };
 
-  async #call(requests: readonly EncodedRequest[]): Promise<EncodedReply[]> {
-    const { keys, argv } = scriptCall(requests);
+  /**
+   * Start calls for `slot` while it has requests waiting and room on the wire. A call holds requests of one
+   * kind: those with a caller's deadline (which the call then carries) or those without, so a request close to
+   * its caller's deadline never makes the script refuse another's.
+   */
+  #send(slot: number): void {
+    const lane = this.#lanes.get(slot);
+    if (lane === undefined) return;
+    while (lane.waiting.length > 0 && lane.onTheWire < this.#callsInFlight) {
+      const timed = lane.waiting[0]!.chargeBy !== undefined;
+      const chunk: Waiting[] = [];
+      const rest: Waiting[] = [];
+      for (const w of lane.waiting) {
+        if (chunk.length < this.#maxBatch && (w.chargeBy !== undefined) === timed) chunk.push(w);
+        else rest.push(w);
+      }
+      lane.waiting = rest;
+      const now = agentMicros();
+      const live = chunk.filter((w) => {
+        if (w.chargeBy === undefined || w.chargeBy > now) return true;
+        w.reject(new CallerDeadlineError());
+        return false;
+      });
+      if (live.length === 0) continue;
+      const chargeBy = timed ? Math.min(...live.map((w) => w.chargeBy!)) : undefined;
+      lane.onTheWire++;
+      this.#call(
+        live.map((w) => w.request),
+        chargeBy,
+      )
+        .then(
+          (replies) => live.forEach((w, i) => w.resolve(replies[i]!)),
+          (error: unknown) => live.forEach((w) => w.reject(error)),
+        )
+        .finally(() => {
+          lane.onTheWire--;
+          if (lane.waiting.length > 0) this.#send(slot);
+          else if (lane.onTheWire === 0) this.#lanes.delete(slot);
+        });
+    }
+  }
+
+  /** One script call, written now; `chargeBy` (agent µs) is its callers' deadline, when earlier than the timeout. */
+  async #call(requests: readonly EncodedRequest[], chargeBy?: number): Promise<EncodedReply[]> {
+    const timeout = agentMicros() + this.#timeoutMs * 1000;
+    const callersFirst = chargeBy !== undefined && chargeBy < timeout;
+    if (chargeBy !== undefined && chargeBy <= agentMicros()) throw new CallerDeadlineError();
+    const deadline = this.#clock?.toRedisMicros(callersFirst ? chargeBy : timeout) ?? 0;
+    const { keys, argv } = scriptCall(requests, deadline);
     let reply: unknown;
     try {
-      reply = await this.redis.qpTokenBucket(keys.length, ...keys, ...argv);
+      reply = await onTheWire(
+        this.redis.qpTokenBucket(keys.length, ...keys, ...argv),
+        this.#timeoutMs,
+        'token bucket script',
+      );
     } catch (error) {
       if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
         throw new ScriptError(error.message, { cause: error });
       }
       throw error;
     }
-    return parseReplies(
-      reply,
-      requests.map((r) => r.checks.length),
-    );
+    try {
+      return parseReplies(
+        reply,
+        requests.map((r) => r.checks.length),
+      );
+    } catch (error) {
+      // Refused for the callers' own deadline (not the store timeout): their budget ran out, not the store.
+      if (error instanceof DeadlinePassedError && callersFirst) throw new CallerDeadlineError();
+      throw error;
+    }
   }
 
   #oneSlot(request: EncodedRequest): number {
     const keys =
-      request.idempotency === undefined ? request.keys : [...request.keys, request.idempotency.key];
+      request.idempotency === undefined
+        ? request.keys
+        : [...request.keys, request.idempotency.key, idempotencyIndexKey(request.idempotency.key)];
     const first = calculateSlot(keys[0]!);
     for (let i = 1; i < keys.length; i++) {
       if (calculateSlot(keys[i]!) !== first)

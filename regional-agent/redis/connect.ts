@@ -5,39 +5,43 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
  * at once and the policy's failure mode applies), and a command whose connection dropped is not sent again on
  * reconnect, because a replayed script could charge a bucket twice.
  */
-export const decisionRedisOptions: RedisOptions = {
+export const decisionRedisOptions = {
   enableOfflineQueue: false,
   autoResendUnfulfilledCommands: false,
   maxRetriesPerRequest: 0,
   // Reconnect quickly, forever: the circuit breaker, not the client, decides when to try Redis again.
-  retryStrategy: (times) => Math.min(50 * times, 1000),
+  retryStrategy: (times: number) => Math.min(50 * times, 1000),
   connectTimeout: 2000,
   lazyConnect: false,
-};
+} satisfies RedisOptions;
 
 export interface RedisTarget {
   redisUrl?: string | undefined;
   redisClusterNodes?: readonly string[] | undefined;
+  /** `auto`: ioredis auto-pipelining (commands of one event-loop turn leave in one write). */
+  storeBatching?: 'batch' | 'auto' | 'off' | undefined;
 }
 
 /** A client for one Redis or one Redis Cluster, with the decision path's options. */
 export function connectRedis(target: RedisTarget): Redis | Cluster {
+  const enableAutoPipelining = target.storeBatching === 'auto';
   if (target.redisClusterNodes !== undefined) {
     const nodes = target.redisClusterNodes.map((n) => {
       const at = n.lastIndexOf(':');
       return { host: n.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(n.slice(at + 1)) };
     });
     const { enableOfflineQueue: _offline, retryStrategy: _retry, ...perNode } = decisionRedisOptions;
-    const options: ClusterOptions = {
+    const options = {
       enableOfflineQueue: false,
       enableReadyCheck: true,
-      clusterRetryStrategy: (times) => Math.min(100 * times, 2000),
+      enableAutoPipelining,
+      clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
       redisOptions: perNode,
-    };
+    } satisfies ClusterOptions;
     return new Cluster(nodes, options);
   }
   if (target.redisUrl === undefined) throw new Error('no Redis configured');
-  return new Redis(target.redisUrl, decisionRedisOptions);
+  return new Redis(target.redisUrl, { ...decisionRedisOptions, enableAutoPipelining });
 }
 
 /**

@@ -1,10 +1,21 @@
 import type { Cluster, Redis, Result } from 'ioredis';
 import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
 import { encodeRefund, parseRefundReply, refundArguments, type RefundRequest } from '../../core/refund.js';
+import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
 import { MICRO } from '../../core/token-bucket.js';
-import type { ClaimOutcome, DecisionStore, RefundOutcome } from '../decisions/decision-store.js';
+import type {
+  ClaimOutcome,
+  DecideOptions,
+  DecisionStore,
+  RefundOutcome,
+} from '../decisions/decision-store.js';
+import { onTheWire } from '../resilience/wire-timeout.js';
 import { RedisBucketStore, ScriptError, type RedisBucketStoreOptions } from './bucket-store.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
 import { luaSource } from './scripts.js';
+import { RedisSlidingLogStore } from './sliding-log-store.js';
+import { RedisDailyStore } from './daily-store.js';
+import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -17,21 +28,46 @@ declare module 'ioredis' {
 export class RedisDecisionStore implements DecisionStore {
   readonly redis: Redis | Cluster;
   readonly buckets: RedisBucketStore;
+  readonly logs: RedisSlidingLogStore;
+  readonly days: RedisDailyStore;
+  /** Longest wait for a reply on the wire, ms (other stores on the same connection use it too). */
+  readonly timeoutMs: number;
+  readonly #timeoutMs: number;
 
   constructor(redis: Redis | Cluster, options: RedisBucketStoreOptions = {}) {
     this.redis = redis;
+    this.#timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    this.timeoutMs = this.#timeoutMs;
     this.buckets = new RedisBucketStore(redis, options);
+    this.logs = new RedisSlidingLogStore(redis, options);
+    this.days = new RedisDailyStore(redis, options);
     if (typeof (redis as Partial<Redis>).qpRefund !== 'function') {
       redis.defineCommand('qpRefund', { lua: luaSource('refund') });
     }
   }
 
-  decide(request: DecideRequest): Promise<Decision> {
-    return this.buckets.decide(request);
+  decide(request: DecideRequest, options?: DecideOptions): Promise<Decision> {
+    return this.buckets.decide(request, options);
   }
 
   slotOf(key: string): number {
     return this.buckets.slotOf(key);
+  }
+
+  decideLog(request: LogRequest): Promise<LogReply> {
+    return this.logs.decide(request);
+  }
+
+  refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }> {
+    return this.logs.refund(refund);
+  }
+
+  decideDay(request: DayRequest): Promise<DayReply> {
+    return this.days.decide(request);
+  }
+
+  refundDay(refund: DayRefund): Promise<{ refunded: number[]; recordDeleted: boolean }> {
+    return this.days.refund(refund);
   }
 
   async refund(request: RefundRequest): Promise<RefundOutcome> {
@@ -39,7 +75,11 @@ export class RedisDecisionStore implements DecisionStore {
     const { keys, argv } = refundArguments(encoded);
     let raw: unknown;
     try {
-      raw = await this.redis.qpRefund(keys.length, ...keys, ...argv);
+      raw = await onTheWire(
+        this.redis.qpRefund(keys.length, ...keys, ...argv),
+        this.#timeoutMs,
+        'refund script',
+      );
     } catch (error) {
       if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
         throw new ScriptError(error.message, { cause: error });
@@ -58,9 +98,15 @@ export class RedisDecisionStore implements DecisionStore {
 
   async claim(key: string, fingerprint: string, ttlMs: number, peekOnly: boolean): Promise<ClaimOutcome> {
     // SET NX GET (Redis ≥ 7.0): one round trip that claims the key or returns who holds it.
-    const previous = peekOnly
-      ? await this.redis.get(key)
-      : ((await this.redis.call('SET', key, fingerprint, 'PX', String(ttlMs), 'NX', 'GET')) as string | null);
+    const previous = await onTheWire(
+      peekOnly
+        ? this.redis.get(key)
+        : (this.redis.call('SET', key, fingerprint, 'PX', String(ttlMs), 'NX', 'GET') as Promise<
+            string | null
+          >),
+      this.#timeoutMs,
+      'idempotency claim',
+    );
     if (previous === null) return 'new';
     return previous === fingerprint ? 'same' : 'conflict';
   }

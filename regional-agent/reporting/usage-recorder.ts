@@ -1,39 +1,15 @@
 /**
  * What an agent tells the coordinator each report interval: per policy, the cost requested, admitted and
- * denied, and the few subjects that were denied or close to their regional capacity (candidates for
- * per-subject overrides). Bounded: a capped number of policies per interval and a small Space-Saving summary
- * of constrained subjects per policy, so a flood of subjects cannot grow the report or the agent's memory.
+ * denied, the demand shares follow, and the few subjects that were denied or close to their regional capacity
+ * (candidates for per-subject overrides), all counted by core/usage-accounting.ts. Bounded: a capped number of
+ * policies per interval, and per policy the counter's bounds, so a flood of subjects cannot grow the report or
+ * the agent's memory.
  */
-import {
-  MAX_CONSTRAINED_PER_POLICY,
-  MAX_POLICIES_PER_USAGE,
-  MAX_USAGE_CHUNKS,
-  type PolicyUsage,
-} from '../../core/wire/protocol.js';
+import { PolicyUsageCounter } from '../../core/usage-accounting.js';
+import { MAX_POLICIES_PER_USAGE, MAX_USAGE_CHUNKS, type PolicyUsage } from '../../core/wire/protocol.js';
 
 /** Largest usage message body, bytes (well under NATS's default 1 MiB max payload). */
 export const MAX_USAGE_BYTES = 256 * 1024;
-/** A decision left less than this fraction of the bucket: its subject counts as close to capacity. */
-export const NEAR_CAPACITY_FRACTION = 0.1;
-/** Subjects the Space-Saving summary tracks per policy (it reports the top MAX_CONSTRAINED_PER_POLICY). */
-const TRACKED_SUBJECTS = MAX_CONSTRAINED_PER_POLICY * 4;
-
-interface SubjectCounts {
-  requested: number;
-  denied: number;
-}
-
-interface PolicyCounts {
-  requested: number;
-  admitted: number;
-  denied: number;
-  subjects: Map<string, SubjectCounts>;
-  /** A subject took the place of another in the summary: more were constrained than it holds. */
-  evicted: boolean;
-  /** Watched subjects' counts (bounded by the record's watch list). */
-  watched: Map<string, SubjectCounts>;
-}
-
 /** One interval's usage, ready to send in chunks. */
 export interface UsageSnapshot {
   intervalMs: number;
@@ -47,6 +23,11 @@ export interface UsageRecorderOptions {
   maxPolicies?: number;
   /** The subjects each policy's record asks to report every interval (AgentLease.watched). */
   watched?: (policy: string) => ReadonlySet<string>;
+  /**
+   * Each subject's global rate under `policy` (its refill per second), so refusals beyond a subject's own limit
+   * do not count as demand; undefined (the policy is unknown here) counts every refusal.
+   */
+  limitPerSecond?: (policy: string) => number | undefined;
 }
 
 const NONE: ReadonlySet<string> = new Set();
@@ -54,7 +35,8 @@ const NONE: ReadonlySet<string> = new Set();
 export class UsageRecorder {
   readonly #maxPolicies: number;
   readonly #watched: (policy: string) => ReadonlySet<string>;
-  #policies = new Map<string, PolicyCounts>();
+  readonly #limit: (policy: string) => number | undefined;
+  #policies = new Map<string, PolicyUsageCounter>();
   #dropped = 0;
   #since: number;
 
@@ -62,6 +44,7 @@ export class UsageRecorder {
     this.#since = now;
     this.#maxPolicies = options.maxPolicies ?? MAX_POLICIES_PER_USAGE * MAX_USAGE_CHUNKS;
     this.#watched = options.watched ?? (() => NONE);
+    this.#limit = options.limitPerSecond ?? (() => undefined);
   }
 
   /**
@@ -69,36 +52,25 @@ export class UsageRecorder {
    * its capacity (0 when denied).
    */
   record(policy: string, subject: string, cost: number, allowed: boolean, remainingFraction: number): void {
+    this.#counter(policy)?.record(subject, cost, allowed, remainingFraction);
+  }
+
+  /** Tokens of `policy` borrowed from other regions and credited here (core/borrowing/). */
+  imported(policy: string, tokens: number): void {
+    this.#counter(policy)?.imported(tokens);
+  }
+
+  #counter(policy: string): PolicyUsageCounter | undefined {
     let counts = this.#policies.get(policy);
     if (counts === undefined) {
       if (this.#policies.size >= this.#maxPolicies) {
         this.#dropped++;
-        return;
+        return undefined;
       }
-      counts = {
-        requested: 0,
-        admitted: 0,
-        denied: 0,
-        subjects: new Map(),
-        evicted: false,
-        watched: new Map(),
-      };
+      counts = new PolicyUsageCounter();
       this.#policies.set(policy, counts);
     }
-    counts.requested += cost;
-    if (allowed) counts.admitted += cost;
-    else counts.denied += cost;
-    if (this.#watched(policy).has(subject)) {
-      const w = counts.watched.get(subject);
-      if (w === undefined) counts.watched.set(subject, { requested: cost, denied: allowed ? 0 : cost });
-      else {
-        w.requested += cost;
-        if (!allowed) w.denied += cost;
-      }
-    }
-    if (!allowed || remainingFraction < NEAR_CAPACITY_FRACTION) {
-      if (this.#constrained(counts.subjects, subject, cost, allowed ? 0 : cost)) counts.evicted = true;
-    }
+    return counts;
   }
 
   /** Everything since the last call, then start a new interval. */
@@ -106,26 +78,7 @@ export class UsageRecorder {
     const intervalMs = Math.max(1, Math.round(now - this.#since));
     const policies: PolicyUsage[] = [];
     for (const [policy, c] of this.#policies) {
-      const constrained = [...c.subjects]
-        .sort((a, b) => b[1].denied - a[1].denied || b[1].requested - a[1].requested)
-        .slice(0, MAX_CONSTRAINED_PER_POLICY)
-        .map(([subject, s]) => ({ subject, requested: s.requested, denied: s.denied }));
-      const truncated = c.evicted || c.subjects.size > MAX_CONSTRAINED_PER_POLICY;
-      // Every watched subject, zero included: the coordinator needs its demand here, constrained or not.
-      const watchedSubjects = this.#watched(policy);
-      const watched = [...watchedSubjects].map((subject) => {
-        const w = c.watched.get(subject);
-        return { subject, requested: w?.requested ?? 0, denied: w?.denied ?? 0 };
-      });
-      policies.push({
-        policy,
-        requested: c.requested,
-        admitted: c.admitted,
-        denied: c.denied,
-        constrained,
-        ...(truncated ? { truncated } : {}),
-        ...(watched.length > 0 ? { watched } : {}),
-      });
+      policies.push(c.take(policy, intervalMs, this.#limit(policy), this.#watched(policy)));
     }
     // Chunks bounded by count and by size (NATS refuses messages above its max payload, 1 MiB by default);
     // what does not fit in MAX_USAGE_CHUNKS is dropped and counted.
@@ -151,38 +104,5 @@ export class UsageRecorder {
     this.#dropped = 0;
     this.#since = now;
     return snapshot;
-  }
-
-  /**
-   * Space-Saving: a new subject, when the summary is full, takes the place of the smallest one and inherits its
-   * counts (an overestimate bounded by that minimum), so heavy hitters are never missed.
-   */
-  /** Count a constrained subject; true when it had to evict another. */
-  #constrained(subjects: Map<string, SubjectCounts>, subject: string, cost: number, denied: number): boolean {
-    const known = subjects.get(subject);
-    if (known !== undefined) {
-      known.requested += cost;
-      known.denied += denied;
-      return false;
-    }
-    if (subjects.size < TRACKED_SUBJECTS) {
-      subjects.set(subject, { requested: cost, denied });
-      return false;
-    }
-    let smallest: string | undefined;
-    let least: SubjectCounts | undefined;
-    for (const [s, c] of subjects) {
-      if (
-        least === undefined ||
-        c.denied < least.denied ||
-        (c.denied === least.denied && c.requested < least.requested)
-      ) {
-        smallest = s;
-        least = c;
-      }
-    }
-    subjects.delete(smallest!);
-    subjects.set(subject, { requested: least!.requested + cost, denied: least!.denied + denied });
-    return true;
   }
 }

@@ -1,7 +1,10 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { SpanStatusCode } from '@opentelemetry/api';
 import CircuitBreaker from 'opossum';
+import { DeadlinePassedError, InvalidBucketRequestError } from '../../core/bucket-wire.js';
+import { CallerDeadlineError } from '../decisions/decision-store.js';
 import { CrossSlotError, ScriptError } from '../redis/bucket-store.js';
+import { WireTimeoutError } from './wire-timeout.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 
 /** Why a store call produced no answer. */
@@ -29,36 +32,56 @@ export interface StoreGuardOptions {
   windowMs: number;
 }
 
-export type StoreOperation = 'decide' | 'refund' | 'claim';
-
-/** Errors that say our request was wrong, not that Redis is unwell: they never open the breaker. */
-function isCallerError(error: unknown): boolean {
-  return error instanceof ScriptError || error instanceof CrossSlotError || error instanceof TypeError;
-}
-
-type Action = (fn: () => Promise<unknown>, budgetMs: number) => Promise<unknown>;
+export type StoreOperation = 'decide' | 'refund' | 'claim' | 'reservation';
 
 /**
- * Every store call of the decision path goes through here: a time budget (what is left of the decision's
- * deadline), a circuit breaker (opossum) so a dead or frozen Redis is not hammered, a span, and the latency
- * histogram. A call that is late is abandoned (its reply, if it ever comes, is dropped) and counts as a failure.
+ * Errors that say our request was wrong (refused by validation before any I/O, or by the script's own argument
+ * checks, or spanning cluster slots), or that its caller's deadline passed before the store could run it, not
+ * that Redis is unwell: they never open the breaker. Each is a coded error of its own class; anything else (a
+ * reply of the wrong shape, a TypeError from a bug, a connection error) is a store failure.
+ */
+export function isCallerError(error: unknown): boolean {
+  return (
+    error instanceof CallerDeadlineError ||
+    error instanceof ScriptError ||
+    error instanceof CrossSlotError ||
+    error instanceof InvalidBucketRequestError
+  );
+}
+
+/** The breaker's state, when it last changed, and the store failure that opened it. */
+export interface BreakerStatus {
+  state: 'closed' | 'open' | 'half_open';
+  /** Epoch ms of the last change; null before any. */
+  since: number | null;
+  /** The last store failure before the breaker opened (kind and message); null while it never opened. */
+  cause: { kind: StoreFailureKind; message: string } | null;
+}
+
+/**
+ * Every store call of the decision path goes through here: a circuit breaker (opossum) so a dead or frozen
+ * Redis is not hammered, a span, and the latency histogram. Only the store's own failures count against it:
+ * connection errors, and replies that did not arrive within the store timeout measured on the wire (the stores
+ * time their calls from the write, regional-agent/resilience/wire-timeout.ts). Time a call spends queued in
+ * this process never counts, and neither does a caller's error (a request the script refuses).
  */
 export class StoreGuard {
-  readonly #breaker: CircuitBreaker<Parameters<Action>, unknown>;
+  readonly #breaker: CircuitBreaker<[() => Promise<unknown>], unknown>;
   readonly #metrics: AgentMetrics;
   readonly #tracer: Tracer;
+  #lastFailure: { kind: StoreFailureKind; message: string } | null = null;
+  #status: BreakerStatus = { state: 'closed', since: null, cause: null };
 
   constructor(
     options: StoreGuardOptions,
     metrics: AgentMetrics,
     tracer: Tracer,
-    onState?: (state: string) => void,
+    onState?: (status: BreakerStatus) => void,
   ) {
     this.#metrics = metrics;
     this.#tracer = tracer;
-    const action: Action = (fn, budgetMs) => withBudget(fn(), budgetMs);
-    this.#breaker = new CircuitBreaker(action, {
-      // The budget is per call (what is left of each decision's deadline), so opossum's fixed timeout is off.
+    this.#breaker = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), {
+      // Calls time themselves on the wire; opossum's timeout would count time queued in this process.
       timeout: false,
       errorThresholdPercentage: options.errorPercent,
       volumeThreshold: options.volumeThreshold,
@@ -66,16 +89,32 @@ export class StoreGuard {
       rollingCountTimeout: options.windowMs,
       rollingCountBuckets: 10,
       errorFilter: isCallerError,
+      // Only the failure counts decide anything here. Rolling percentiles keep every call's latency in the
+      // window and sort them all on each snapshot and each failure, and the snapshots nobody reads are built
+      // ten times per window: at thousands of calls per second that cost more than the decisions themselves.
+      // Latency is the store latency histogram's job.
+      rollingPercentilesEnabled: false,
+      enableSnapshots: false,
     });
     metrics.breakerState.set(0);
-    const state = (name: string, value: number) => () => {
+    const state = (name: BreakerStatus['state'], value: number) => () => {
       metrics.breakerState.set(value);
       metrics.breakerTransitions.labels(name).inc();
-      onState?.(name);
+      this.#status = {
+        state: name,
+        since: Date.now(),
+        cause: name === 'closed' ? this.#status.cause : this.#lastFailure,
+      };
+      onState?.(this.#status);
     };
     this.#breaker.on('open', state('open', 1));
     this.#breaker.on('halfOpen', state('half_open', 0.5));
     this.#breaker.on('close', state('closed', 0));
+  }
+
+  /** The breaker's state, since when, and why it last opened. */
+  get status(): BreakerStatus {
+    return this.#status;
   }
 
   /** Current breaker state. */
@@ -85,20 +124,26 @@ export class StoreGuard {
     return 'closed';
   }
 
-  /** Run `fn` within `budgetMs`; throws StoreUnavailableError when the store gave no answer in time. */
-  async run<T>(operation: StoreOperation, fn: () => Promise<T>, budgetMs: number): Promise<T> {
+  /** Run `fn`; throws StoreUnavailableError when the store gave no answer, or the caller's error as it is. */
+  async run<T>(operation: StoreOperation, fn: () => Promise<T>): Promise<T> {
     const span: Span = this.#tracer.startSpan(`redis ${operation}`, {
       attributes: { 'db.system': 'redis', 'quotaplane.operation': operation },
     });
     const started = performance.now();
     let outcome = 'ok';
     try {
-      if (budgetMs <= 0)
-        throw new StoreUnavailableError('timeout', 'the decision deadline passed before the store call');
-      return (await this.#breaker.fire(fn, budgetMs)) as T;
+      return (await this.#breaker.fire(fn)) as T;
     } catch (error) {
       const failure = classify(error);
-      outcome = failure instanceof StoreUnavailableError ? failure.kind : 'script_error';
+      outcome =
+        failure instanceof StoreUnavailableError
+          ? failure.kind
+          : failure instanceof CallerDeadlineError
+            ? 'caller_deadline'
+            : 'script_error';
+      if (failure instanceof StoreUnavailableError && failure.kind !== 'circuit_open') {
+        this.#lastFailure = { kind: failure.kind, message: failure.message };
+      }
       if (outcome === 'script_error') this.#metrics.scriptErrors.labels(operation).inc();
       span.recordException(failure);
       span.setStatus({ code: SpanStatusCode.ERROR, message: failure.message });
@@ -129,30 +174,9 @@ export class StoreGuard {
   }
 }
 
-class BudgetExceeded extends Error {}
-
-function withBudget<T>(promise: Promise<T>, budgetMs: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new BudgetExceeded(`no answer within ${Math.round(budgetMs)} ms`)),
-      budgetMs,
-    );
-    promise.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error instanceof Error ? error : new Error(String(error)));
-      },
-    );
-  });
-}
-
 function classify(error: unknown): Error {
   if (isCallerError(error)) return error as Error;
-  if (error instanceof BudgetExceeded)
+  if (error instanceof WireTimeoutError || error instanceof DeadlinePassedError)
     return new StoreUnavailableError('timeout', error.message, { cause: error });
   const code = (error as { code?: unknown } | null)?.code;
   if (code === 'EOPENBREAKER' || code === 'ESHUTDOWN') {

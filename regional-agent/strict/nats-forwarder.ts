@@ -7,7 +7,13 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import { ForwardedReply, strictSubject, type ForwardedDecision } from '../../core/wire/strict.js';
-import type { ForwardRequest, ForwardResult, Forwarder } from '../decisions/forwarder.js';
+import {
+  HomeOverloadedError,
+  type ForwardRequest,
+  type ForwardResult,
+  type Forwarder,
+} from '../decisions/forwarder.js';
+import { onTheWire } from '../resilience/wire-timeout.js';
 import { AgentErrors } from '../errors.js';
 
 /** The home region did not answer usefully; carries why, for logs and metrics. */
@@ -22,7 +28,7 @@ export class HomeUnreachableError extends Error {
 }
 
 export type ForwardOutcome =
-  'ok' | 'timeout' | 'no_responders' | 'error_reply' | 'bad_reply' | 'disconnected';
+  'ok' | 'timeout' | 'no_responders' | 'error_reply' | 'bad_reply' | 'disconnected' | 'overloaded';
 
 export interface NatsForwarderOptions {
   nc: NatsConnection;
@@ -32,11 +38,18 @@ export interface NatsForwarderOptions {
   registry?: Registry;
 }
 
+/** A home region that answered within this long is alive: a timeout from it means busy, not unreachable. */
+const ALIVE_MS = 5000;
+/** Time kept for a home's answer to travel back, ms (never more than half the budget). */
+const RETURN_MS = 100;
+
 export class NatsForwarder implements Forwarder {
   readonly #options: NatsForwarderOptions;
   readonly #namespace: string;
   readonly #decisions: Counter<'home' | 'outcome'> | undefined;
   readonly #seconds: Histogram<'home'> | undefined;
+  /** When each home region last answered (epoch ms): a home that answers others is busy, not unreachable. */
+  readonly #lastAnswer = new Map<string, number>();
 
   constructor(options: NatsForwarderOptions) {
     this.#options = options;
@@ -65,28 +78,56 @@ export class NatsForwarder implements Forwarder {
     if (nc.isClosed() || nc.isDraining()) this.#fail(homeRegion, 'disconnected', 'not connected to NATS');
     const body: ForwardedDecision = {
       fromRegion: region,
-      checks: request.checks.map((c) => ({ policy: c.policy, subject: c.subject, cost: c.cost })),
+      checks: request.checks.map((c) =>
+        c.class === undefined
+          ? { policy: c.policy, subject: c.subject, cost: c.cost }
+          : { policy: c.policy, subject: c.subject, cost: c.cost, class: c.class },
+      ),
       dryRun: request.dryRun,
       budgetMs: budget,
+      // The home must have charged before the budget's end less the time its answer needs to travel back
+      // (RETURN_MS, at most half the budget), so a grant is not lost to a caller that stopped waiting.
+      deadlineAtMs: Date.now() + budget - Math.min(RETURN_MS, Math.floor(budget / 2)),
       ...(request.idempotencyKey === undefined ? {} : { idempotencyKey: request.idempotencyKey }),
     };
     const started = performance.now();
     let raw: unknown;
     try {
-      const msg = await nc.request(strictSubject(this.#namespace, homeRegion).subject, JSON.stringify(body), {
-        timeout: budget,
-      });
+      // The budget is kept on the wire (a reply already received is never timed out by our own busy loop);
+      // the client's own timer only cleans up after it.
+      const msg = await onTheWire(
+        nc.request(strictSubject(this.#namespace, homeRegion).subject, JSON.stringify(body), {
+          timeout: budget * 2 + 100,
+        }),
+        budget,
+        `home region ${homeRegion}`,
+      );
       raw = msg.json();
     } catch (error) {
       const text = error instanceof Error ? `${error.name} ${error.message}` : String(error);
       const outcome: ForwardOutcome = /no responders|503/i.test(text) ? 'no_responders' : 'timeout';
+      const answered = this.#lastAnswer.get(homeRegion);
+      if (outcome === 'timeout' && answered !== undefined && Date.now() - answered < ALIVE_MS) {
+        // No reply in time from a home that keeps answering others: it is busy. Its agents answer `overloaded`
+        // to requests they take up too late, and charge nothing for them.
+        this.#decisions?.inc({ home: homeRegion, outcome: 'overloaded' });
+        throw new HomeOverloadedError(
+          homeRegion,
+          `home region ${homeRegion} is busy: no reply in ${budget} ms`,
+        );
+      }
       this.#fail(homeRegion, outcome, `home region ${homeRegion}: ${outcome.replace('_', ' ')}`, error);
     }
     const parsed = ForwardedReply.safeParse(raw);
     if (!parsed.success)
       this.#fail(homeRegion, 'bad_reply', `home region ${homeRegion} answered something malformed`);
     const reply = parsed.data;
+    this.#lastAnswer.set(homeRegion, Date.now());
     if ('error' in reply) {
+      if (reply.error === 'overloaded') {
+        this.#decisions?.inc({ home: homeRegion, outcome: 'overloaded' });
+        throw new HomeOverloadedError(homeRegion, `home region ${homeRegion}: ${reply.message}`);
+      }
       if (reply.error === 'idempotency_conflict') {
         this.#decisions?.inc({ home: homeRegion, outcome: 'error_reply' });
         throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();

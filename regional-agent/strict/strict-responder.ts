@@ -21,6 +21,11 @@ export interface StrictResponderOptions {
   region: string;
   namespace?: string;
   decide: ForwardedDecider;
+  /**
+   * Admission control: a function to call once the request is answered, or a reason to shed it. A shed request
+   * is answered `overloaded` at once, so the requester hears "busy" rather than waiting out its deadline.
+   */
+  admit?: () => (() => void) | string;
   registry?: Registry;
   log?: { warn(obj: object, msg?: string): void };
 }
@@ -87,6 +92,22 @@ export class StrictResponder {
       return;
     }
     const request = parsed.data;
+    // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
+    // store call carries the deadline into the script, so it charges before it or not at all (then it is
+    // answered `overloaded`). Only one whose deadline has already passed is shed at once.
+    if (request.deadlineAtMs !== undefined && Date.now() >= request.deadlineAtMs) {
+      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
+      respond(
+        error('overloaded', 'the home region took the request up too late to answer within its deadline'),
+      );
+      return;
+    }
+    const admitted = this.#options.admit?.() ?? (() => undefined);
+    if (typeof admitted === 'string') {
+      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
+      respond(error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`));
+      return;
+    }
     try {
       const reply = await this.#options.decide(request);
       this.#answered?.inc({ from: request.fromRegion, outcome: 'error' in reply ? reply.error : 'ok' });
@@ -95,6 +116,8 @@ export class StrictResponder {
       this.#answered?.inc({ from: request.fromRegion, outcome: 'failed' });
       this.#options.log?.warn({ err }, 'strict responder: deciding a forwarded request failed');
       respond(error('failed', 'the home region could not decide'));
+    } finally {
+      admitted();
     }
   }
 }

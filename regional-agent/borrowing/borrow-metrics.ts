@@ -1,0 +1,70 @@
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { BorrowPlanner } from '../../core/borrowing/planner.js';
+
+/** The borrowing metrics of one agent (labels carry policies, regions and outcomes, never a subject). */
+export interface BorrowMetrics {
+  borrows: Counter<'policy' | 'kind' | 'outcome'>;
+  loanRequests: Counter<'lender' | 'answer'>;
+  borrowedTokens: Counter<'policy'>;
+  droppedTokens: Counter<'policy'>;
+  loansServed: Counter<'from' | 'outcome'>;
+  lentTokens: Counter<'policy'>;
+}
+
+export function borrowMetrics(registry: Registry, planner: BorrowPlanner): BorrowMetrics {
+  const registers = [registry];
+  new Gauge({
+    name: 'quotaplane_borrow_memory_entries',
+    help: 'Entries of the borrow planner’s dry memory (bounded by QP_BORROW_MEMORY).',
+    registers,
+    collect() {
+      this.set(planner.size);
+    },
+  });
+  new Gauge({
+    name: 'quotaplane_borrows_in_flight',
+    help: 'Borrows running now (one per policy and subject at most).',
+    registers,
+    collect() {
+      this.set(planner.inFlight);
+    },
+  });
+  return {
+    borrows: new Counter({
+      name: 'quotaplane_borrows_total',
+      help: 'Borrows for a subject whose bucket here ran dry (kind refusal) or fell below the low-water mark (kind top_up), by policy, kind and outcome (covered, subject_exhausted, share_exhausted).',
+      labelNames: ['policy', 'kind', 'outcome'],
+      registers,
+    }),
+    loanRequests: new Counter({
+      name: 'quotaplane_loan_requests_total',
+      help: 'Loan requests sent to other regions, by lender and answer (grant, refused, unreachable, timeout, late).',
+      labelNames: ['lender', 'answer'],
+      registers,
+    }),
+    borrowedTokens: new Counter({
+      name: 'quotaplane_borrowed_tokens_total',
+      help: 'Tokens borrowed from other regions and credited to buckets here.',
+      labelNames: ['policy'],
+      registers,
+    }),
+    droppedTokens: new Counter({
+      name: 'quotaplane_borrow_tokens_dropped_total',
+      help: 'Borrowed tokens that found no room in the bucket (or were lost to a failed credit): gone, never minted again.',
+      labelNames: ['policy'],
+      registers,
+    }),
+    loansServed: new Counter({
+      name: 'quotaplane_loans_served_total',
+      help: 'Loan requests this agent answered for other regions, by origin and outcome (granted, dry, or an error code).',
+      labelNames: ['from', 'outcome'],
+      registers,
+    }),
+    lentTokens: new Counter({
+      name: 'quotaplane_lent_tokens_total',
+      help: 'Tokens taken from buckets here and handed to other regions.',
+      labelNames: ['policy'],
+      registers,
+    }),
+  };
+}

@@ -1,0 +1,209 @@
+/**
+ * The borrowing side of an agent: a ShortfallHandler that, for a regional check refused for lack of this
+ * region's tokens, borrows the subject's own tokens from other regions (core/borrowing: the planner says whom
+ * to ask and how much, runBorrow asks, credits and goes again) and lets the group be decided once more.
+ * One borrow per (policy, subject) at a time: concurrent refusals of a subject wait on it together.
+ * Every wait ends by the decision's deadline, less the time the credit and the second decision need.
+ */
+import type { DecisionReason } from '../../core/agent-wire.js';
+import {
+  askDeadline,
+  loanRequest,
+  lowWaterNeed,
+  runBorrow,
+  shortfallNeed,
+  type BorrowResult,
+  type Shortfall,
+} from '../../core/borrowing/borrow.js';
+import type { BorrowNeed, BorrowPlanner, LoanAnswer, LoanAsk } from '../../core/borrowing/planner.js';
+import { transferBucket } from '../../core/borrowing/transfer.js';
+import { encodeRequest } from '../../core/bucket-wire.js';
+import type { Clock } from '../../core/clock.js';
+import type { ShareView } from '../../core/shares.js';
+import { MICRO } from '../../core/token-bucket.js';
+import type { LoanRequest } from '../../core/wire/loan.js';
+import type { ShortCheck, ShortfallHandler, ShortfallOutcome } from '../decisions/store-group.js';
+import type { BorrowMetrics } from './borrow-metrics.js';
+import type { TransferStore } from './transfer-store.js';
+
+/** Sends one loan request to a lender region and resolves how it was answered, by `deadlineAt` at the latest. */
+export type LoanAsker = (lender: string, request: LoanRequest, deadlineAt: number) => Promise<LoanAnswer>;
+
+export interface BorrowerOptions {
+  region: string;
+  planner: BorrowPlanner;
+  shares: ShareView;
+  store: TransferStore;
+  ask: LoanAsker;
+  clock: Clock;
+  /** Time kept after the loans for the credit and the second decision, ms (the store timeout, say). */
+  reserveMs: number;
+  /** Top a bucket up once an admission leaves it below this fraction of its capacity (0: never). */
+  lowWater: number;
+  /** How long a top-up may wait for its lenders, ms (the decision deadline). */
+  topUpMs: number;
+  metrics?: BorrowMetrics | undefined;
+  /** Told of tokens credited here from other regions (the usage report counts them). */
+  imported?: ((policy: string, tokens: number) => void) | undefined;
+}
+
+const refusalKey = (policy: string, subject: string): string => `${policy}\u0000${subject}`;
+
+export class Borrower implements ShortfallHandler {
+  readonly #o: BorrowerOptions;
+  /** Refusals being covered now, by (policy, subject). */
+  readonly #refusing = new Map<string, number>();
+  /** Credits so far, by (policy, subject) (a bounded LRU: an evicted subject reads 0, which only costs a retry). */
+  readonly #credits = new Map<string, number>();
+
+  constructor(options: BorrowerOptions) {
+    this.#o = options;
+  }
+
+  async cover(short: readonly ShortCheck[], deadlineAt: number): Promise<ShortfallOutcome> {
+    const keys = short.map((s) => refusalKey(s.check.policy.name, s.check.subject));
+    for (const k of keys) this.#refusing.set(k, (this.#refusing.get(k) ?? 0) + 1);
+    try {
+      return await this.#cover(short, deadlineAt);
+    } finally {
+      for (const k of keys) {
+        const left = (this.#refusing.get(k) ?? 1) - 1;
+        if (left > 0) this.#refusing.set(k, left);
+        else this.#refusing.delete(k);
+      }
+    }
+  }
+
+  generation(policy: string, subject: string): number {
+    return this.#credits.get(refusalKey(policy, subject)) ?? 0;
+  }
+
+  async #cover(short: readonly ShortCheck[], deadlineAt: number): Promise<ShortfallOutcome> {
+    // Tokens were credited since the refusal was decided (a top-up finished): have the group decided again
+    // first, since what the refusal saw of its bucket is stale (borrowing the room it saw would drop what came
+    // in meanwhile). A top-up still running is waited for by `once`, to the same end.
+    const stale = short.some(
+      (s) =>
+        s.generation !== undefined && s.generation !== this.generation(s.check.policy.name, s.check.subject),
+    );
+    if (stale) return { covered: true, waited: true, reasons: short.map(() => undefined) };
+    const ran = await Promise.all(
+      short.map((s) =>
+        this.#o.planner.once(s.check.policy.name, s.check.subject, 'refusal', () =>
+          this.#borrow(s, deadlineAt),
+        ),
+      ),
+    );
+    // A top-up started meanwhile and was waited for: decide again first.
+    if (ran.some((r) => r === undefined))
+      return { covered: true, waited: true, reasons: short.map(() => undefined) };
+    const results = ran as BorrowResult[];
+    return {
+      covered: results.every((r) => r.outcome === 'covered'),
+      reasons: results.map((r): DecisionReason | undefined =>
+        r.outcome === 'covered' ? undefined : r.outcome,
+      ),
+    };
+  }
+
+  /**
+   * Top up, off the request path, every bucket an admission left below the low-water mark: one borrow per
+   * (policy, subject) at a time, so a top-up already running (or a refusal's borrow) is not doubled. A refusal
+   * that comes meanwhile waits on it, as on any borrow of its subject.
+   */
+  admitted(checks: readonly ShortCheck[]): void {
+    if (!(this.#o.lowWater > 0)) return;
+    for (const short of checks) {
+      const { policy, subject } = short.check;
+      // Refusals of the subject come first (a top-up would only make them wait), and an admission decided
+      // before a credit knows a stale level (topping up the room it saw would drop what came in).
+      if (
+        this.#o.planner.running(policy.name, subject) ||
+        this.#refusing.has(refusalKey(policy.name, subject)) ||
+        (short.generation !== undefined && short.generation !== this.generation(policy.name, subject))
+      )
+        continue;
+      const need = lowWaterNeed(this.#shortfall(short), this.#o.lowWater);
+      if (need === undefined) continue;
+      const until = askDeadline(
+        this.#o.clock.now() + this.#o.topUpMs,
+        this.#o.clock.now(),
+        this.#o.reserveMs,
+      );
+      void this.#o.planner.once(policy.name, subject, 'top_up', () =>
+        this.#run(short, need, until, 'top_up'),
+      );
+    }
+  }
+
+  #noteCredit(policy: string, subject: string): void {
+    const key = refusalKey(policy, subject);
+    const n = (this.#credits.get(key) ?? 0) + 1;
+    this.#credits.delete(key);
+    this.#credits.set(key, n);
+    if (this.#credits.size > this.#o.planner.settings.maxEntries) {
+      const oldest = this.#credits.keys().next();
+      if (oldest.done !== true) this.#credits.delete(oldest.value);
+    }
+  }
+
+  #shortfall(short: ShortCheck): Shortfall {
+    const { check } = short;
+    const encoded = encodeRequest({ checks: [check.bucket] }).checks[0]!;
+    return {
+      policy: check.policy,
+      subject: check.subject,
+      borrower: this.#o.region,
+      shares: this.#o.shares.regionShares?.(check.policy.name, check.subject) ?? {},
+      capacityMicros: encoded.capacity,
+      costMicros: encoded.cost,
+      remainingMicros: Math.round(short.remaining * MICRO),
+    };
+  }
+
+  #borrow(short: ShortCheck, deadlineAt: number): Promise<BorrowResult> {
+    const need = shortfallNeed(this.#shortfall(short));
+    return this.#run(short, need, askDeadline(deadlineAt, this.#o.clock.now(), this.#o.reserveMs), 'refusal');
+  }
+
+  async #run(
+    short: ShortCheck,
+    need: BorrowNeed,
+    askUntil: number,
+    kind: 'refusal' | 'top_up',
+  ): Promise<BorrowResult> {
+    const { check } = short;
+    const { policy } = check;
+    const { cost: _cost, ...bucketParams } = check.bucket;
+    const bucket = transferBucket(bucketParams);
+    const result = await runBorrow(
+      this.#o.planner,
+      need,
+      {
+        now: () => this.#o.clock.now(),
+        ask: (ask: LoanAsk, until: number) =>
+          this.#ask(ask, need, check.policy.version, until).then((answer) => {
+            this.#o.metrics?.loanRequests.inc({ lender: ask.lender, answer: answer.kind });
+            return answer;
+          }),
+        credit: (amount: number) => this.#o.store.credit({ key: check.bucket.key, bucket, amount }),
+      },
+      askUntil,
+    );
+    const m = this.#o.metrics;
+    m?.borrows.inc({ policy: policy.name, kind, outcome: result.outcome });
+    if (result.credited > 0) {
+      this.#noteCredit(policy.name, check.subject);
+      m?.borrowedTokens.inc({ policy: policy.name }, result.credited / MICRO);
+      this.#o.imported?.(policy.name, result.credited / MICRO);
+    }
+    if (result.dropped > 0) m?.droppedTokens.inc({ policy: policy.name }, result.dropped / MICRO);
+    return result;
+  }
+
+  #ask(ask: LoanAsk, need: BorrowNeed, version: number, until: number): Promise<LoanAnswer> {
+    const request = loanRequest(need, ask, version, until, this.#o.clock.now());
+    if (request === undefined) return Promise.resolve({ kind: 'late' });
+    return this.#o.ask(ask.lender, request, until);
+  }
+}

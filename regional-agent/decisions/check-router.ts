@@ -1,0 +1,215 @@
+import { checksOf, type DecisionRequest } from '../../core/agent-wire.js';
+import { dailyKey, sizedDay } from '../../core/daily-budget.js';
+import { bucketKey, shardKey } from '../../core/keys.js';
+import { isLogKind, withClass, type Policy } from '../../core/policy.js';
+import type { PolicySource } from '../../core/policy-source.js';
+import { sizedBucket } from '../../core/share-sizing.js';
+import { sizedLog, slidingLogKey } from '../../core/sliding-log.js';
+import type { RegionalShare, ShareView } from '../../core/shares.js';
+import { normalizeSubject } from '../../core/subject.js';
+import { AgentErrors, withProblems } from '../errors.js';
+import type { PreparedCheck, PreparedRequest } from './prepared.js';
+
+export interface CheckRouterConfig {
+  region: string;
+  hmacSecret?: string | undefined;
+  /** True when strict checks homed elsewhere can be forwarded (a forwarder is configured). */
+  canForward: boolean;
+  /** Epoch ms by the agent's clock: which calendar day a daily budget's boundaries are computed around. */
+  now: () => number;
+  /** [0, 1): which shard of a sharded policy a check lands on. */
+  random: () => number;
+}
+
+const FULL_SHARE: RegionalShare = Object.freeze({ share: 1, epoch: 0 });
+
+/**
+ * Turns a validated request into routed checks: looks up each policy, normalizes the subject, refuses costs the
+ * policy never allows, and says who decides each check — this region's store (with the bucket sized from its
+ * share), the home region (strict), or the failure mode (no lease, no way home).
+ */
+export class CheckRouter {
+  readonly #policies: PolicySource;
+  readonly #shares: ShareView;
+  readonly #config: CheckRouterConfig;
+
+  constructor(policies: PolicySource, shares: ShareView, config: CheckRouterConfig) {
+    this.#policies = policies;
+    this.#shares = shares;
+    this.#config = config;
+  }
+
+  /** Route every check of a request. Throws an agent error listing what is wrong; changes nothing. */
+  prepare(request: DecisionRequest): PreparedRequest {
+    const policies = this.#policies.current();
+    const wire = checksOf(request);
+    const out: PreparedCheck[] = [];
+    let unknown: string[] | undefined;
+    let badSubjects: string[] | undefined;
+    let tooCostly: { cost: number; policy: Policy }[] | undefined;
+    wire.forEach((c, i) => {
+      const named = policies.get(c.policy);
+      const subjectClass = named === undefined ? undefined : classOf(named, c.subject, c.class);
+      const policy = named === undefined ? undefined : withClass(named, subjectClass);
+      const subject = normalizeSubject(c.subject, { hmacSecret: this.#config.hmacSecret });
+      const cost = c.cost ?? 1;
+      if (policy === undefined) (unknown ??= []).push(c.policy);
+      else if (cost > policy.maxCost) (tooCostly ??= []).push({ cost, policy });
+      else if (isLogKind(policy.kind) && !Number.isInteger(cost)) {
+        throw new AgentErrors.AGT_ERR_INVALID_COST(
+          `${policy.name} is a ${policy.kind.replace('_', ' ')} policy, which counts whole units: cost ${cost} is not an integer`,
+        );
+      }
+      if (!subject.ok) {
+        (badSubjects ??= []).push(wire.length > 1 ? `checks.${i}: ${subject.reason}` : subject.reason);
+      }
+      if (policy !== undefined && subject.ok)
+        out.push(this.route(policy, subject.subject, cost, subjectClass));
+    });
+    if (unknown !== undefined) {
+      throw withProblems(
+        new AgentErrors.AGT_ERR_UNKNOWN_POLICY(unknown.join(', ')),
+        unknown.map((p) => `unknown policy ${p}`),
+      );
+    }
+    if (badSubjects !== undefined) {
+      throw withProblems(new AgentErrors.AGT_ERR_INVALID_SUBJECT(badSubjects.join('; ')), badSubjects);
+    }
+    const [first] = tooCostly ?? [];
+    if (tooCostly !== undefined && first !== undefined) {
+      throw withProblems(
+        new AgentErrors.AGT_ERR_COST_ABOVE_MAX(first.cost, first.policy.name, first.policy.maxCost),
+        tooCostly.map((t) => `${t.cost} > maxCost ${t.policy.maxCost} of ${t.policy.name}`),
+      );
+    }
+    if (out.length > 1) assertOneRequest(out);
+    return { checks: out, idempotencyKey: request.idempotencyKey, dryRun: request.dryRun === true };
+  }
+
+  /**
+   * Who decides one check of `policy` (as the subject's class sees it: `withClass`) for a normalized subject,
+   * and against which bucket.
+   */
+  route(policy: Policy, subject: string, cost: number, subjectClass?: string): PreparedCheck {
+    const check = this.#route(policy, subject, cost);
+    if (subjectClass !== undefined) check.subjectClass = subjectClass;
+    return check;
+  }
+
+  #route(policy: Policy, subject: string, cost: number): PreparedCheck {
+    if (policy.mode === 'strict' && policy.homeRegion !== this.#config.region) {
+      const homeRegion = policy.homeRegion ?? '';
+      return this.#config.canForward
+        ? { policy, subject, cost, route: 'forward', bucket: undefined, homeRegion, cause: undefined }
+        : {
+            policy,
+            subject,
+            cost,
+            route: 'fail',
+            bucket: undefined,
+            homeRegion: undefined,
+            cause: 'home_unreachable',
+          };
+    }
+    // local and strict-at-home enforce the whole budget here; regional enforces this region's share.
+    const share = policy.mode === 'regional' ? this.#shares.shareFor(policy.name, subject) : FULL_SHARE;
+    if (share === undefined) {
+      return {
+        policy,
+        subject,
+        cost,
+        route: 'fail',
+        bucket: undefined,
+        homeRegion: undefined,
+        cause: 'no_lease',
+      };
+    }
+    if (policy.kind === 'daily') {
+      const day = sizedDay(
+        policy,
+        dailyKey(policy.version, subject, policy.name),
+        cost,
+        share,
+        this.#config.now(),
+      );
+      return {
+        policy,
+        subject,
+        cost,
+        route: 'day',
+        bucket: undefined,
+        day,
+        homeRegion: undefined,
+        cause: undefined,
+      };
+    }
+    if (isLogKind(policy.kind)) {
+      const log = sizedLog(policy, slidingLogKey(policy.version, subject, policy.name), cost, share);
+      return {
+        policy,
+        subject,
+        cost,
+        route: 'log',
+        bucket: undefined,
+        log,
+        homeRegion: undefined,
+        cause: undefined,
+      };
+    }
+    const shards = policy.shards;
+    if (shards !== undefined) {
+      // One sub-bucket of the K, at random: each holds C/K and refills at R/K, so the K never admit more than C.
+      const k = Math.min(shards - 1, Math.floor(this.#config.random() * shards));
+      const part = {
+        ...policy,
+        capacity: policy.capacity / shards,
+        refillPerSecond: policy.refillPerSecond / shards,
+      };
+      return {
+        policy,
+        subject,
+        cost,
+        route: 'store',
+        bucket: sizedBucket(part, shardKey(policy.version, subject, policy.name, k), cost, share),
+        homeRegion: undefined,
+        cause: undefined,
+      };
+    }
+    return {
+      policy,
+      subject,
+      cost,
+      route: 'store',
+      bucket: sizedBucket(policy, bucketKey(policy.version, subject, policy.name), cost, share),
+      homeRegion: undefined,
+      cause: undefined,
+    };
+  }
+}
+
+/** Layered checks: each (policy, subject) at most once, and forwarded checks to one home region at most. */
+function assertOneRequest(checks: readonly PreparedCheck[]): void {
+  const seen = new Set<string>();
+  const homes = new Set<string>();
+  for (const p of checks) {
+    const id = `${p.policy.name}\u0000${p.subject}`;
+    if (seen.has(id)) throw new AgentErrors.AGT_ERR_DUPLICATE_CHECK(p.policy.name);
+    seen.add(id);
+    if (p.route === 'forward') homes.add(p.homeRegion);
+  }
+  if (homes.size > 1) throw new AgentErrors.AGT_ERR_MIXED_HOME_REGIONS([...homes].join(', '));
+}
+
+/**
+ * The class a check's subject has under `policy`: the one the check names, else the one the policy's `subjects`
+ * names for it, else none. Throws AGT_ERR_UNKNOWN_CLASS for a class the policy does not define.
+ */
+function classOf(policy: Policy, rawSubject: string, requested: string | undefined): string | undefined {
+  if (requested !== undefined) {
+    if (policy.classes?.[requested] === undefined) {
+      throw new AgentErrors.AGT_ERR_UNKNOWN_CLASS(requested, policy.name);
+    }
+    return requested;
+  }
+  return policy.subjects === undefined ? undefined : policy.subjects[rawSubject];
+}

@@ -1,0 +1,89 @@
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Clock } from '../../core/clock.js';
+import { subjectFingerprint } from '../../core/subject.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { DecisionOutcome, PreparedRequest } from './prepared.js';
+
+/** Where decided checks are counted for usage reports (regional-agent/reporting/usage-recorder.ts). */
+export interface UsageSink {
+  record(policy: string, subject: string, cost: number, allowed: boolean, remainingFraction: number): void;
+}
+
+export interface DecisionRecorderDeps {
+  metrics: AgentMetrics;
+  log: Logger;
+  clock: Clock;
+  random: () => number;
+  usage?: UsageSink | undefined;
+}
+
+/** Key of the log fingerprints: the HMAC secret when there is one, else a random key of this process. */
+export function fingerprintKey(hmacSecret: string | undefined): string | Uint8Array {
+  return hmacSecret ?? randomBytes(32);
+}
+
+/**
+ * What a finished decision leaves behind: decision and degraded counters, the retry-after histogram, the usage
+ * the coordinator rebalances on, and a sampled log line with a one-way subject fingerprint.
+ */
+export class DecisionRecorder {
+  readonly #deps: DecisionRecorderDeps;
+  readonly #region: string;
+  readonly #logSampleRate: number;
+  readonly #fingerprintKey: string | Uint8Array;
+
+  constructor(
+    deps: DecisionRecorderDeps,
+    config: { region: string; logSampleRate: number; hmacSecret?: string | undefined },
+  ) {
+    this.#deps = deps;
+    this.#region = config.region;
+    this.#logSampleRate = config.logSampleRate;
+    this.#fingerprintKey = fingerprintKey(config.hmacSecret);
+  }
+
+  record(request: PreparedRequest, outcome: DecisionOutcome, requestId: string, started: number): void {
+    const { metrics, log, usage } = this.#deps;
+    const region = this.#region;
+    request.checks.forEach((p, i) => {
+      const r = outcome.results[i];
+      if (r === undefined) return;
+      if (!request.dryRun) {
+        metrics.countDecision(p.policy.name, outcome.allowed, p.policy.mode);
+        metrics.decisionsByKind.labels(p.policy.kind, outcome.allowed ? 'allowed' : 'denied').inc();
+      }
+      // Demand the coordinator follows: regional policies decided by this region's store (not failure modes).
+      if (
+        usage !== undefined &&
+        !request.dryRun &&
+        p.policy.mode === 'regional' &&
+        (p.route === 'store' || p.route === 'log' || p.route === 'day')
+      ) {
+        const left = outcome.violated[i] === true || r.limit <= 0 ? 0 : r.remaining / r.limit;
+        usage.record(p.policy.name, p.subject, p.cost, outcome.allowed, left);
+      }
+      if (r.reason !== undefined)
+        metrics.degraded.labels(p.policy.name, region, r.reason, r.cause ?? '').inc();
+    });
+    if (!outcome.allowed && outcome.retryAfterMs !== null && !request.dryRun) {
+      const first = Math.max(0, outcome.violated.indexOf(true));
+      const policy = request.checks[first]?.policy.name ?? '';
+      metrics.retryAfter.labels(policy, region).observe(outcome.retryAfterMs / 1000);
+    }
+    if (this.#deps.random() < this.#logSampleRate) {
+      log.info(
+        {
+          reqId: requestId,
+          policies: request.checks.map((p) => p.policy.name),
+          subjects: request.checks.map((p) => subjectFingerprint(p.subject, this.#fingerprintKey)),
+          allowed: outcome.allowed,
+          reasons: outcome.results.map((r) => r.reason ?? null),
+          replayed: outcome.replayed,
+          ms: Math.round((this.#deps.clock.now() - started) * 100) / 100,
+        },
+        'decision',
+      );
+    }
+  }
+}

@@ -1,0 +1,151 @@
+import { DAY_MICRO } from '../../core/daily-budget.js';
+import type { CheckResult, DecisionReason, DegradedCause } from '../../core/agent-wire.js';
+import type { BucketCheck } from '../../core/bucket-wire.js';
+import type { EmergencyBuckets } from './emergency-buckets.js';
+import type { DecisionSheet, PreparedCheck } from './prepared.js';
+
+/** Reasons of a fail-closed denial: the decision could not be made, it was not refused for quota. */
+export const CLOSED_REASONS: ReadonlySet<string> = new Set([
+  'store_unavailable',
+  'home_unreachable',
+  'no_lease',
+]);
+
+/**
+ * What each policy does when nothing could decide its check (no store answer, no home region, no lease):
+ * `closed` denies with the failure's reason, `open` admits (counted), `local` decides from a small in-process
+ * emergency bucket sized from the check's own bucket.
+ */
+export class FailureModes {
+  readonly #emergency: EmergencyBuckets;
+  /** Retry hint of a fail-closed denial (the breaker's reset time). */
+  readonly #retryAfterMs: number;
+
+  constructor(emergency: EmergencyBuckets, failureRetryAfterMs: number) {
+    this.#emergency = emergency;
+    this.#retryAfterMs = failureRetryAfterMs;
+  }
+
+  /**
+   * A group of checks got no answer for `cause`: each gets its policy's failure mode, written into `sheet`.
+   * The `local` checks of one group share one emergency decision, all-or-nothing as the store would have.
+   * Returns false when some check does not fit.
+   */
+  failAll(
+    checks: readonly PreparedCheck[],
+    indexes: readonly number[],
+    cause: DegradedCause,
+    dryRun: boolean,
+    sheet: DecisionSheet,
+  ): boolean {
+    let allowed = true;
+    const local: { at: number; check: PreparedCheck; bucket: BucketCheck }[] = [];
+    checks.forEach((p, j) => {
+      const at = indexes[j] ?? j;
+      if (p.policy.onStoreFailure === 'local' && p.bucket !== undefined) {
+        local.push({ at, check: p, bucket: p.bucket });
+        return;
+      }
+      const r = this.fail(p, cause, dryRun);
+      sheet.results[at] = r.result;
+      sheet.fits[at] = r.fits;
+      if (!r.fits) allowed = false;
+    });
+    if (local.length > 0) {
+      const sized = local.map((l) => this.#emergency.size(l.check.policy, l.bucket));
+      const decision = this.#emergency.decide(sized, dryRun);
+      local.forEach((l, j) => {
+        const b = decision?.results[j];
+        const capacity = sized[j]?.capacity ?? 0;
+        if (decision === undefined || b === undefined) {
+          sheet.results[l.at] = this.closed(l.check, 'emergency_full');
+          sheet.fits[l.at] = false;
+          allowed = false;
+          return;
+        }
+        sheet.results[l.at] = emergencyResult(l.check, decision.allowed, b, capacity, cause);
+        sheet.fits[l.at] = b.retryAfterMs === 0;
+        if (!decision.allowed) allowed = false;
+      });
+    }
+    return allowed;
+  }
+
+  /** The failure-mode result of one check that nothing could decide. */
+  fail(p: PreparedCheck, cause: DegradedCause, dryRun: boolean): { result: CheckResult; fits: boolean } {
+    const mode = p.policy.onStoreFailure;
+    if (mode === 'open') {
+      return {
+        fits: true,
+        result: {
+          policy: p.policy.name,
+          allowed: true,
+          remaining: 0,
+          limit: limitOf(p),
+          resetMs: null,
+          retryAfterMs: 0,
+          mode: p.policy.mode,
+          reason: 'fail_open',
+          cause,
+        },
+      };
+    }
+    // Without a share (no lease) or a home region there is nothing to size an emergency bucket from.
+    if (mode === 'local' && p.bucket !== undefined) {
+      const sized = this.#emergency.size(p.policy, p.bucket);
+      const decision = this.#emergency.decide([sized], dryRun);
+      const b = decision?.results[0];
+      if (decision === undefined || b === undefined)
+        return { fits: false, result: this.closed(p, 'emergency_full') };
+      return {
+        fits: b.retryAfterMs === 0,
+        result: emergencyResult(p, decision.allowed, b, sized.capacity, cause),
+      };
+    }
+    return { fits: false, result: this.closed(p, cause) };
+  }
+
+  /** A fail-closed denial for `cause`. */
+  closed(p: PreparedCheck, cause: DegradedCause): CheckResult {
+    const reason: DecisionReason = cause === 'emergency_full' ? 'store_unavailable' : cause;
+    const result: CheckResult = {
+      policy: p.policy.name,
+      allowed: false,
+      remaining: 0,
+      limit: limitOf(p),
+      resetMs: null,
+      retryAfterMs: this.#retryAfterMs,
+      mode: p.policy.mode,
+      reason,
+    };
+    if (cause !== reason) result.cause = cause;
+    return result;
+  }
+}
+
+function emergencyResult(
+  p: PreparedCheck,
+  allowed: boolean,
+  b: { remaining: number; resetMs: number | null; retryAfterMs: number | null },
+  capacity: number,
+  cause: DegradedCause,
+): CheckResult {
+  return {
+    policy: p.policy.name,
+    allowed,
+    remaining: b.remaining > 0 ? b.remaining : 0,
+    limit: capacity,
+    resetMs: b.resetMs,
+    retryAfterMs: b.retryAfterMs,
+    mode: p.policy.mode,
+    reason: 'emergency_bucket',
+    cause,
+  };
+}
+
+/** The limit a check's result reports when a failure mode decides it: its bucket's, log's or day's. */
+function limitOf(p: PreparedCheck): number {
+  if (p.bucket !== undefined) return p.bucket.capacity;
+  if (p.log !== undefined) return p.log.limit;
+  return p.day === undefined ? 0 : p.day.limit / DAY_MICRO;
+}

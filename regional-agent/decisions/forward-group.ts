@@ -1,0 +1,80 @@
+import type { Clock } from '../../core/clock.js';
+import { AgentErrors } from '../errors.js';
+import type { ForwardGroup } from './check-groups.js';
+import type { FailureModes } from './failure-modes.js';
+import { HomeOverloadedError, type Forwarder } from './forwarder.js';
+import { onTheWire } from '../resilience/wire-timeout.js';
+import { newRun, type GroupRun } from './group-run.js';
+import type { DecisionSheet } from './prepared.js';
+
+export interface ForwardGroupDeps {
+  forwarder?: Forwarder | undefined;
+  failures: FailureModes;
+  clock: Clock;
+}
+
+/**
+ * Decide a request's strict checks at their home region, within what is left of the deadline, and write the
+ * home's results into the sheet. No answer in time: the policies' failure modes decide (`home_unreachable`).
+ * An idempotency conflict at the home is the caller's error and is thrown.
+ */
+export async function runForwardGroup(
+  deps: ForwardGroupDeps,
+  call: { group: ForwardGroup; idempotencyKey: string | undefined; dryRun: boolean; deadlineAt: number },
+  sheet: DecisionSheet,
+): Promise<GroupRun> {
+  const { group, dryRun } = call;
+  const run = newRun(group);
+  try {
+    // Earlier groups may have used the whole deadline: then nothing is sent (a request the caller gives up
+    // on before it starts would only charge the home bucket for an answer nobody reads).
+    const budgetMs = call.deadlineAt - deps.clock.now();
+    if (budgetMs <= 0) throw new Error('deadline passed before forwarding');
+    if (deps.forwarder === undefined) throw new Error('no forwarder');
+    const remote = await settleWithin(
+      deps.forwarder.decide(
+        group.homeRegion,
+        {
+          checks: group.checks.map((p) =>
+            p.subjectClass === undefined
+              ? { policy: p.policy.name, subject: p.subject, cost: p.cost }
+              : { policy: p.policy.name, subject: p.subject, cost: p.cost, class: p.subjectClass },
+          ),
+          idempotencyKey: call.idempotencyKey,
+          dryRun,
+        },
+        budgetMs,
+      ),
+      budgetMs,
+    );
+    run.replayed = remote.replayed === true;
+    group.indexes.forEach((at, j) => {
+      const r = remote.results[j];
+      if (r === undefined) throw new Error(`home region answered no result for check ${j}`);
+      sheet.results[at] = r;
+      sheet.fits[at] = r.retryAfterMs === 0;
+      if (!r.allowed) run.allowed = false;
+    });
+    return run;
+  } catch (error) {
+    if (error instanceof AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT) throw error;
+    // A busy home sheds explicitly: the whole request is shed, as the agent's own admission control would.
+    if (error instanceof HomeOverloadedError) {
+      throw new AgentErrors.AGT_ERR_OVERLOADED(`home region ${error.homeRegion} is overloaded`);
+    }
+    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'home_unreachable', dryRun, sheet);
+    return run;
+  }
+}
+
+/**
+ * The forwarder's answer, or a rejection once `ms` pass on the wire (a forwarder that keeps no time of its own
+ * still answers within the deadline). A late rejection is always observed.
+ */
+function settleWithin<T>(promise: Promise<T>, ms: number): Promise<T> {
+  if (ms <= 0) {
+    promise.catch(() => undefined);
+    return Promise.reject(new Error('deadline passed'));
+  }
+  return onTheWire(promise, ms, 'forwarded decision');
+}

@@ -1,0 +1,51 @@
+import { createHash } from 'node:crypto';
+import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { DecisionStore } from './decision-store.js';
+import type { PreparedRequest } from './prepared.js';
+
+export interface ClaimDeps {
+  store: DecisionStore;
+  guard: StoreGuard;
+  metrics: AgentMetrics;
+  idempotencyTtlMs: number;
+}
+
+/**
+ * A request spanning several store groups claims its idempotency key once for the whole request, so the same
+ * key on a different request is refused before anything is charged. One group needs no claim: the script's
+ * own record catches the conflict. `none`: the claim could not be made (the store did not answer).
+ */
+export async function claimIdempotencyKey(
+  deps: ClaimDeps,
+  request: PreparedRequest,
+  idempotencyKey: string,
+): Promise<'new' | 'same' | 'conflict' | 'none'> {
+  const [first] = request.checks;
+  if (first === undefined) return 'none';
+  const key = `${idempotencyRecordKey(first.subject, idempotencyKey)}:req`;
+  const fingerprint = createHash('sha1')
+    .update(
+      request.checks.map((p) => `${p.policy.name}/${p.policy.version} ${p.subject} ${p.cost}`).join('\n'),
+    )
+    .digest('hex');
+  try {
+    const outcome = await deps.guard.run('claim', () =>
+      deps.store.claim(
+        key,
+        fingerprint,
+        idempotencyTtlMs(
+          deps.idempotencyTtlMs,
+          request.checks.map((p) => p.policy.idleTtlSeconds),
+        ),
+        request.dryRun,
+      ),
+    );
+    if (outcome === 'conflict') deps.metrics.idempotency.labels('conflict').inc();
+    return outcome;
+  } catch {
+    // Without the claim the per-slot records still replay retries; only cross-request conflicts go unseen.
+    return 'none';
+  }
+}

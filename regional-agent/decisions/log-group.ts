@@ -1,0 +1,92 @@
+import type { CheckResult } from '../../core/agent-wire.js';
+import { leaseToken } from '../../core/concurrency.js';
+import { logRecordKey, type LogReply } from '../../core/sliding-log.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { LogGroup } from './check-groups.js';
+import type { DecisionStore } from './decision-store.js';
+import type { FailureModes } from './failure-modes.js';
+import { newRun, settleRun, type GroupRun } from './group-run.js';
+import type { DecisionSheet } from './prepared.js';
+
+export interface LogGroupDeps {
+  store: DecisionStore;
+  guard: StoreGuard;
+  failures: FailureModes;
+  metrics: AgentMetrics;
+  idempotencyTtlMs: number;
+  /** This agent's region: a concurrency lease names it, so it is released where it is held. */
+  region: string;
+}
+
+/** One log group of one request, as the layered runner hands it over. */
+export interface LogGroupCall {
+  group: LogGroup;
+  idempotencyKey: string | undefined;
+  dryRun: boolean;
+  /** Only look (an earlier group denied): report what the logs hold, write nothing. */
+  lookOnly: boolean;
+}
+
+/**
+ * Decide one slot's sliding logs in one script call, all-or-nothing, and write each check's result into the
+ * sheet. No answer from the store: the policies' failure modes decide (closed or open; sliding logs have no
+ * emergency bucket).
+ */
+export async function runLogGroup(
+  deps: LogGroupDeps,
+  call: LogGroupCall,
+  sheet: DecisionSheet,
+): Promise<GroupRun> {
+  const { group, lookOnly } = call;
+  const dryRun = call.dryRun || lookOnly;
+  const run = newRun(group);
+  const recordKey =
+    call.idempotencyKey === undefined ? undefined : logRecordKey(group.slotSubject, call.idempotencyKey);
+  let reply: LogReply;
+  try {
+    reply = await deps.guard.run('decide', () =>
+      deps.store.decideLog({
+        checks: group.checks.map((p) => p.log),
+        dryRun,
+        ...(recordKey === undefined ? {} : { idempotency: { key: recordKey, ttlMs: deps.idempotencyTtlMs } }),
+      }),
+    );
+  } catch {
+    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
+    return run;
+  }
+  if (!settleRun(run, reply, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
+  run.written = reply.results.map((r) => ({ stamp: r.stamp, seq: r.seq }));
+  group.checks.forEach((p, j) => {
+    const at = group.indexes[j] ?? j;
+    const r = reply.results[j];
+    if (r === undefined) throw new TypeError(`the store answered no result for log check ${j}`);
+    const remaining = lookOnly && reply.allowed ? Math.min(r.remaining + p.cost, p.log.limit) : r.remaining;
+    const result: CheckResult = {
+      policy: p.policy.name,
+      allowed: reply.allowed,
+      remaining,
+      limit: p.log.limit,
+      resetMs: r.resetMs,
+      retryAfterMs: r.retryAfterMs < 0 ? null : r.retryAfterMs,
+      mode: p.policy.mode,
+    };
+    if (r.retryAfterMs < 0) result.reason = 'cost_exceeds_share';
+    // An acquired concurrency slot: the token that releases exactly the entries this call wrote.
+    if (p.policy.kind === 'concurrency' && reply.allowed && r.stamp > 0) {
+      result.lease = leaseToken({
+        region: deps.region,
+        policy: p.policy.name,
+        version: p.policy.version,
+        subject: p.subject,
+        stamp: r.stamp,
+        seq: r.seq,
+        cost: p.cost,
+      });
+    }
+    sheet.results[at] = result;
+    sheet.fits[at] = r.retryAfterMs === 0;
+  });
+  return run;
+}

@@ -1,0 +1,109 @@
+/**
+ * The shapes the decision path passes between its steps: a check once it is validated and routed, a request
+ * made of such checks, and the outcome before it is put on the wire.
+ */
+import type { CheckResult, DegradedCause } from '../../core/agent-wire.js';
+import type { BucketCheck } from '../../core/bucket-wire.js';
+import type { Policy } from '../../core/policy.js';
+import type { DayCheck } from '../../core/daily-budget.js';
+import type { Charge } from '../../core/reservations.js';
+import type { LogCheck } from '../../core/sliding-log.js';
+
+interface CheckBase {
+  /** The policy as this subject sees it: its class's capacity, refill and maxCost when it has one. */
+  policy: Policy;
+  /** The subject's class, when it has one (named by the check or by the policy's `subjects`). */
+  subjectClass?: string | undefined;
+  /** Normalized (or hashed) subject. */
+  subject: string;
+  cost: number;
+  /** The sliding log of a `log` check; undefined on every other route. */
+  log?: LogCheck | undefined;
+  /** The daily counter of a `day` check; undefined on every other route. */
+  day?: DayCheck | undefined;
+}
+
+/** Decided by this region's bucket store, against `bucket` (sized from this region's share). */
+export interface StoreCheck extends CheckBase {
+  route: 'store';
+  bucket: BucketCheck;
+  homeRegion: undefined;
+  cause: undefined;
+}
+
+/** A sliding-log policy decided by this region's store, against `log` (its limit sized from the share). */
+export interface LogStoreCheck extends CheckBase {
+  route: 'log';
+  bucket: undefined;
+  log: LogCheck;
+  homeRegion: undefined;
+  cause: undefined;
+}
+
+/** A daily policy decided by this region's store, against `day` (its limit sized from the share). */
+export interface DayStoreCheck extends CheckBase {
+  route: 'day';
+  bucket: undefined;
+  day: DayCheck;
+  homeRegion: undefined;
+  cause: undefined;
+}
+
+/** A strict policy homed in another region: decided there. */
+export interface ForwardCheck extends CheckBase {
+  route: 'forward';
+  bucket: undefined;
+  homeRegion: string;
+  cause: undefined;
+}
+
+/** Nothing can decide it (no lease, no way to the home region): the policy's failure mode applies now. */
+export interface FailCheck extends CheckBase {
+  route: 'fail';
+  bucket: undefined;
+  homeRegion: undefined;
+  cause: DegradedCause;
+}
+
+/**
+ * One check, validated and routed. Every variant has the same fields (unused ones undefined): this object is
+ * built for every check of every request, and one shape keeps the code that reads it monomorphic.
+ */
+export type PreparedCheck = StoreCheck | LogStoreCheck | DayStoreCheck | ForwardCheck | FailCheck;
+
+/** A request the service accepted. */
+export interface PreparedRequest {
+  checks: PreparedCheck[];
+  idempotencyKey: string | undefined;
+  dryRun: boolean;
+}
+
+/** The decision, before it is put on the wire. */
+export interface DecisionOutcome {
+  allowed: boolean;
+  retryAfterMs: number | null;
+  results: CheckResult[];
+  replayed: boolean;
+  /** Per result: true when that check did not fit (it is why the request was denied). */
+  violated: boolean[];
+  /** Per result: the policy's window (seconds to refill from empty), for RateLimit-Policy. */
+  windows: number[];
+  /** True when the denial comes only from fail-closed failures (store, home region, lease), not from quota. */
+  unavailable: boolean;
+  /** Admitted (not a dry run): what each check charged in this region's store, for reservations to refund. */
+  charges?: (Charge | undefined)[] | undefined;
+}
+
+/**
+ * What the steps of one decision write into: per check, its result and whether its cost fit. Filled in by
+ * whichever step decides each check (failure mode, store group, forwarded group).
+ */
+export interface DecisionSheet {
+  readonly results: CheckResult[];
+  readonly fits: boolean[];
+}
+
+/** A sheet for `n` checks: no results yet, every check fitting until a step says otherwise. */
+export function newSheet(n: number): DecisionSheet {
+  return { results: new Array<CheckResult>(n), fits: new Array<boolean>(n).fill(true) };
+}

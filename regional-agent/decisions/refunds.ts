@@ -1,0 +1,125 @@
+import type { Logger } from 'pino';
+import { DAY_MICRO } from '../../core/daily-budget.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { DecisionStore } from './decision-store.js';
+import type { GroupRun } from './group-run.js';
+import type { DecisionSheet } from './prepared.js';
+
+export interface RefundDeps {
+  store: DecisionStore;
+  guard: StoreGuard;
+  metrics: AgentMetrics;
+  log: Logger;
+}
+
+/**
+ * Give back what earlier store groups were charged, so no grant survives a later denial; each check's
+ * `remaining` in the sheet becomes what its bucket holds after the refund. A refund that fails is counted and
+ * logged: that grant stands.
+ */
+export async function refundRuns(
+  deps: RefundDeps,
+  runs: readonly GroupRun[],
+  sheet: DecisionSheet,
+): Promise<void> {
+  await Promise.all(
+    runs.map(async (run) => {
+      const { group } = run;
+      if (group.kind === 'log') return refundLogRun(deps, run, sheet);
+      if (group.kind === 'day') return refundDayRun(deps, run, sheet);
+      if (group.kind !== 'store') return;
+      try {
+        const outcome = await deps.guard.run('refund', () =>
+          deps.store.refund({
+            checks: group.checks.map((p) => ({
+              key: p.bucket.key,
+              cost: p.cost,
+              capacity: p.bucket.capacity,
+            })),
+            idempotencyRecordKey: run.recordKey,
+          }),
+        );
+        group.indexes.forEach((at, j) => {
+          const tokens = outcome.results[j]?.tokens ?? null;
+          const result = sheet.results[at];
+          if (tokens !== null && result !== undefined) result.remaining = tokens;
+        });
+        deps.metrics.refunds.labels('ok').inc();
+      } catch (error) {
+        refundFailed(deps, group.checks, error);
+      }
+    }),
+  );
+}
+
+function refundFailed(
+  deps: RefundDeps,
+  checks: readonly { policy: { name: string } }[],
+  error: unknown,
+): void {
+  deps.metrics.refunds.labels('failed').inc();
+  deps.log.warn(
+    { err: error, policies: checks.map((p) => p.policy.name) },
+    'refund failed: an earlier grant stands',
+  );
+}
+
+/**
+ * Take back the entries a charged log group wrote (a later group denied), deleting its idempotency record; each
+ * check's `remaining` grows by what came back. A refund that fails is counted and logged: that grant stands.
+ */
+async function refundLogRun(deps: RefundDeps, run: GroupRun, sheet: DecisionSheet): Promise<void> {
+  const { group, written } = run;
+  if (group.kind !== 'log' || written === undefined) return;
+  try {
+    const outcome = await deps.guard.run('refund', () =>
+      deps.store.refundLog({
+        keys: group.checks.map((p) => p.log.key),
+        entries: group.checks.map((p, j) => ({
+          stamp: written[j]?.stamp ?? 0,
+          seq: written[j]?.seq ?? 0,
+          cost: p.cost,
+        })),
+        recordKey: run.recordKey,
+      }),
+    );
+    group.indexes.forEach((at, j) => {
+      const result = sheet.results[at];
+      const back = outcome.removed[j] ?? 0;
+      if (result === undefined) return;
+      result.remaining = Math.min(result.remaining + back, result.limit);
+      // A concurrency slot given back is no lease to hold.
+      delete result.lease;
+    });
+    deps.metrics.refunds.labels('ok').inc();
+  } catch (error) {
+    refundFailed(deps, group.checks, error);
+  }
+}
+
+/**
+ * Give back what a charged day group took (a later group denied), deleting its idempotency record; each check's
+ * `remaining` grows by what came back. A refund that fails is counted and logged: that grant stands.
+ */
+async function refundDayRun(deps: RefundDeps, run: GroupRun, sheet: DecisionSheet): Promise<void> {
+  const { group, dayStarts } = run;
+  if (group.kind !== 'day' || dayStarts === undefined) return;
+  try {
+    const outcome = await deps.guard.run('refund', () =>
+      deps.store.refundDay({
+        keys: group.checks.map((p) => p.day.key),
+        entries: group.checks.map((p, j) => ({ start: dayStarts[j] ?? 0, cost: p.day.cost })),
+        recordKey: run.recordKey,
+      }),
+    );
+    group.indexes.forEach((at, j) => {
+      const result = sheet.results[at];
+      const back = (outcome.refunded[j] ?? 0) / DAY_MICRO;
+      if (result !== undefined) result.remaining = Math.min(result.remaining + back, result.limit);
+    });
+    deps.metrics.refunds.labels('ok').inc();
+  } catch (error) {
+    refundFailed(deps, group.checks, error);
+  }
+}

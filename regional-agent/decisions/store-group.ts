@@ -1,0 +1,234 @@
+import type { CheckResult, DecisionReason } from '../../core/agent-wire.js';
+import type { Decision } from '../../core/bucket-wire.js';
+import type { Clock } from '../../core/clock.js';
+import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { StoreGroup } from './check-groups.js';
+import { AgentErrors } from '../errors.js';
+import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
+import type { FailureModes } from './failure-modes.js';
+import { newRun, settleRun, type GroupRun } from './group-run.js';
+import type { DecisionSheet, StoreCheck } from './prepared.js';
+
+export interface StoreGroupDeps {
+  store: DecisionStore;
+  guard: StoreGuard;
+  failures: FailureModes;
+  metrics: AgentMetrics;
+  clock: Clock;
+  idempotencyTtlMs: number;
+  /** Consulted when a regional check is refused for lack of this region's tokens (see ShortfallHandler). */
+  shortfall?: ShortfallHandler | undefined;
+}
+
+/** A regional check refused for lack of this region's tokens, with what its bucket held. */
+export interface ShortCheck {
+  check: StoreCheck;
+  /** Tokens the bucket held when it refused (before the request). */
+  remaining: number;
+  /**
+   * The handler's credit generation of the check's subject when the decision was asked for
+   * (ShortfallHandler.generation): a credit since makes `remaining` stale.
+   */
+  generation?: number | undefined;
+}
+
+/** What a shortfall handler did about the short checks of a group. */
+export interface ShortfallOutcome {
+  /** True when tokens were added for every short check: the group is decided once more. */
+  covered: boolean;
+  /**
+   * True when the handler only waited for a top-up of these subjects (what the refusal saw of its buckets is
+   * stale): the group is decided again, and this does not count as one of its MAX_COVER_ATTEMPTS.
+   */
+  waited?: boolean;
+  /**
+   * Per short check (same order), why it may still be refused: `subject_exhausted` (every other region is dry:
+   * the subject used its global budget) or `share_exhausted` (budget may be left elsewhere but could not be
+   * had in time); undefined for a check that was covered.
+   */
+  reasons: (DecisionReason | undefined)[];
+}
+
+/**
+ * The one place a refusal for lack of local tokens can be intercepted: a regional check whose bucket could take
+ * its cost once refilled (`retryAfterMs > 0`), in a charging call. A handler that brings tokens into those
+ * buckets (borrowing them from other regions) says so, and the group is decided once more; a refusal after that
+ * carries the handler's reason.
+ */
+export interface ShortfallHandler {
+  cover(short: readonly ShortCheck[], deadlineAt: number): Promise<ShortfallOutcome>;
+  /**
+   * A charging decision admitted these regional checks and left `remaining` tokens in their buckets: the
+   * handler may top a bucket up ahead of need (off the request path; it never delays the answer).
+   */
+  admitted?(checks: readonly ShortCheck[]): void;
+  /** A number that changes whenever tokens are credited to (policy, subject)'s bucket here. */
+  generation?(policy: string, subject: string): number;
+}
+
+/**
+ * Times a group may be covered and decided again: a borrow can be raced away by concurrent decisions of the
+ * same subject, which then borrow once more (together: borrows are single-flight per subject).
+ */
+export const MAX_COVER_ATTEMPTS = 3;
+/** Times a group may wait for top-ups of its subjects and be decided again, on top of its cover attempts. */
+export const MAX_COVER_WAITS = 4;
+
+/** One store group of one request, as the layered runner hands it over. */
+export interface StoreGroupCall {
+  group: StoreGroup;
+  idempotencyKey: string | undefined;
+  dryRun: boolean;
+  /** Only look (an earlier group denied): report what the buckets hold, charge nothing. */
+  lookOnly: boolean;
+  deadlineAt: number;
+  /**
+   * Epoch ms after which this call must charge nothing: the deadline of a region that forwarded the request
+   * here and stops waiting then. Unset for a local request.
+   */
+  chargeBy?: number | undefined;
+}
+
+/**
+ * Decide one slot's checks in one script call, all-or-nothing, and write each check's result into the sheet.
+ * No answer from the store: the policies' failure modes decide. A denial is written as the store gave it:
+ * `retryAfterMs > 0` on a check means this region's bucket lacks tokens for it now.
+ */
+export async function runStoreGroup(
+  deps: StoreGroupDeps,
+  call: StoreGroupCall,
+  sheet: DecisionSheet,
+): Promise<GroupRun> {
+  const { group, lookOnly } = call;
+  const dryRun = call.dryRun || lookOnly;
+  const run = newRun(group);
+  const recordKey =
+    call.idempotencyKey === undefined
+      ? undefined
+      : idempotencyRecordKey(group.slotSubject, call.idempotencyKey);
+  // Only a charge can be lost to a caller that stopped waiting: a look carries no deadline.
+  const chargeBy = dryRun ? undefined : call.chargeBy;
+  const decide = (): Promise<Decision> =>
+    deps.guard.run('decide', () =>
+      deps.store.decide(
+        {
+          checks: group.checks.map((p) => p.bucket),
+          dryRun,
+          idempotency:
+            recordKey === undefined
+              ? undefined
+              : {
+                  key: recordKey,
+                  ttlMs: idempotencyTtlMs(
+                    deps.idempotencyTtlMs,
+                    group.checks.map((p) => p.policy.idleTtlSeconds),
+                  ),
+                },
+        },
+        { chargeBy },
+      ),
+    );
+  let decision: Decision;
+  // Each decision notes the handler's credit generations first, so a refusal knows whether what it saw is stale.
+  let generations: (number | undefined)[] = [];
+  const decideNoting = (): Promise<Decision> => {
+    const h = dryRun ? undefined : deps.shortfall;
+    generations = group.checks.map((c) => h?.generation?.(c.policy.name, c.subject));
+    return decide();
+  };
+  // Why a check still refused for lack of tokens is refused, once a shortfall handler has tried.
+  let reasons: Map<number, DecisionReason> | undefined;
+  try {
+    decision = await decideNoting();
+    const handler = dryRun ? undefined : deps.shortfall;
+    for (let attempt = 0, waits = 0; handler !== undefined && attempt < MAX_COVER_ATTEMPTS;) {
+      const short = shortOfTokens(group, decision, generations);
+      if (short.length === 0) break;
+      reasons = new Map(short.map((s) => [s.index, 'share_exhausted']));
+      if (deps.clock.now() >= call.deadlineAt) break;
+      const outcome = await handler.cover(short, call.deadlineAt);
+      short.forEach((s, i) => reasons!.set(s.index, outcome.reasons[i] ?? 'share_exhausted'));
+      if (!outcome.covered) break;
+      if (outcome.waited === true && waits < MAX_COVER_WAITS) waits++;
+      else attempt++;
+      decision = await decideNoting();
+    }
+  } catch (error) {
+    // The forwarding region's deadline passed before the store could run the call: nothing was charged, and
+    // the request is shed (the requester hears "busy"), never answered as a store failure.
+    if (error instanceof CallerDeadlineError) {
+      throw new AgentErrors.AGT_ERR_OVERLOADED("the caller's deadline passed before the store could decide");
+    }
+    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
+    return run;
+  }
+  if (!settleRun(run, decision, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
+  if (!dryRun && decision.allowed && !decision.replayed) topUp(deps.shortfall, group, decision, generations);
+  group.checks.forEach((p, j) => {
+    const at = group.indexes[j] ?? j;
+    const b = decision.results[j];
+    if (b === undefined) throw new TypeError(`the store answered no result for check ${j}`);
+    // A group only looked at (an earlier one denied) reports what it holds, not what it would after paying.
+    const remaining =
+      lookOnly && decision.allowed ? Math.min(b.remaining + p.cost, p.bucket.capacity) : b.remaining;
+    const result: CheckResult = {
+      policy: p.policy.name,
+      allowed: decision.allowed,
+      remaining: remaining > 0 ? remaining : 0,
+      limit: p.bucket.capacity,
+      resetMs: b.resetMs,
+      retryAfterMs: b.retryAfterMs,
+      mode: p.policy.mode,
+    };
+    if (b.retryAfterMs === null) result.reason = 'cost_exceeds_share';
+    else if (!decision.allowed && b.retryAfterMs > 0) {
+      const reason = reasons?.get(j);
+      if (reason !== undefined) result.reason = reason;
+    }
+    sheet.results[at] = result;
+    sheet.fits[at] = b.retryAfterMs === 0;
+  });
+  return run;
+}
+
+/** Tell the shortfall handler what an admission left in the group's regional buckets. */
+function topUp(
+  handler: ShortfallHandler | undefined,
+  group: StoreGroup,
+  decision: Decision,
+  generations: readonly (number | undefined)[],
+): void {
+  if (handler?.admitted === undefined) return;
+  const left: ShortCheck[] = [];
+  group.checks.forEach((check, j) => {
+    const b = decision.results[j];
+    if (check.policy.mode === 'regional' && b !== undefined)
+      left.push({ check, remaining: b.remaining, generation: generations[j] });
+  });
+  if (left.length > 0) handler.admitted(left);
+}
+
+/** The regional checks of a denied group that lacked tokens now but could take their cost after a refill. */
+function shortOfTokens(
+  group: StoreGroup,
+  decision: Decision,
+  generations: readonly (number | undefined)[],
+): (ShortCheck & { index: number })[] {
+  if (decision.allowed || decision.conflict || decision.replayed) return [];
+  const out: (ShortCheck & { index: number })[] = [];
+  group.checks.forEach((check, index) => {
+    const b = decision.results[index];
+    const wait = b?.retryAfterMs;
+    if (
+      check.policy.mode === 'regional' &&
+      b !== undefined &&
+      wait !== undefined &&
+      wait !== null &&
+      wait > 0
+    )
+      out.push({ check, remaining: b.remaining, index, generation: generations[index] });
+  });
+  return out;
+}

@@ -1,0 +1,39 @@
+import type { FastifyInstance } from 'fastify';
+import { AgentErrors } from '../errors.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import { retryAfterSeconds, type Admission, type AdmissionRoute } from '../resilience/admission.js';
+import { errorProblem, sendProblem } from './problem.js';
+
+/** The decision route a route pattern belongs to: `POST /v1/decisions`, or any forward-auth flavour. */
+function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
+  if (url === '/v1/decisions') return 'http';
+  if (url === '/v1/forward-auth' || url?.startsWith('/v1/forward-auth/') === true) return 'forward_auth';
+  return undefined;
+}
+
+/**
+ * One `onRequest` hook for every decision route: a request the agent cannot take is answered at once, before
+ * its body is read or any store call is made, with `503` problem+json `AGT_ERR_OVERLOADED` and `Retry-After`.
+ * An admitted request leaves admission when its response is finished or its connection closes.
+ */
+export function installAdmission(app: FastifyInstance, admission: Admission, metrics: AgentMetrics): void {
+  app.addHook('onRequest', (request, reply, done) => {
+    const route = decisionRoute(request.routeOptions.url);
+    if (route === undefined) {
+      done();
+      return;
+    }
+    const entered = admission.enter(route);
+    if (typeof entered === 'function') {
+      reply.raw.once('close', entered);
+      done();
+      return;
+    }
+    const error = new AgentErrors.AGT_ERR_OVERLOADED(
+      entered === 'in_flight' ? 'too many decisions in flight' : 'event loop delay',
+    );
+    metrics.requestErrors.labels(error.code).inc();
+    reply.header('retry-after', retryAfterSeconds(admission.retryAfterMs)).header('x-request-id', request.id);
+    void sendProblem(reply, errorProblem(503, error.code, error.message));
+  });
+}

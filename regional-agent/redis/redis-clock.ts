@@ -1,0 +1,97 @@
+import { Cluster, type Redis } from 'ioredis';
+
+/** This process's clock in microseconds: monotonic (performance.now), on the epoch of its start. */
+export function agentMicros(): number {
+  return Math.floor((performance.timeOrigin + performance.now()) * 1000);
+}
+
+/**
+ * A sample read more than this long after it was asked for is dropped, µs. Its offset is early by up to its
+ * round trip: one read after a 200 ms stall of this event loop (common while a process starts) would make every
+ * deadline 200 ms early and every call "too late". With no sample good enough yet, calls carry no deadline.
+ */
+export const MAX_SAMPLE_ROUND_TRIP_US = 10_000;
+
+export interface RedisClockOptions {
+  /** How often Redis TIME is sampled. Default 1000 ms. */
+  sampleEveryMs?: number;
+  /** Samples kept per node. Default 10. */
+  keep?: number;
+}
+
+/**
+ * Converts this process's instants to Redis TIME, so a store call can carry its deadline into the script.
+ *
+ * Every sample is `TIME` read from Redis minus this process's clock when the reply was read: Redis read its
+ * clock before we read ours, so each sample is at most the true offset, and the largest recent one is the
+ * closest. A deadline converted with it can only come early, never late: a call the agent gave up on can never
+ * run in Redis after the agent answered. On a cluster each master is sampled and the smallest of their
+ * offsets serves every slot, for the same reason. Without a sample yet, `toRedisMicros` answers 0 (no
+ * deadline), so such a call could still be charged after its caller gave up: the agent is not ready until
+ * `synced` (regional-agent/start.ts), and only calls sent to it anyway meanwhile carry none. A sample whose round trip
+ * was long is dropped (MAX_SAMPLE_ROUND_TRIP_US): it would make deadlines early by that much.
+ */
+export class RedisClock {
+  readonly #redis: Redis | Cluster;
+  readonly #keep: number;
+  readonly #samples = new Map<string, number[]>();
+  #offset: number | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(redis: Redis | Cluster, options: RedisClockOptions = {}) {
+    this.#redis = redis;
+    this.#keep = options.keep ?? 10;
+    const every = options.sampleEveryMs ?? 1000;
+    void this.sample();
+    // The first sample above usually finds the client still connecting: take one as soon as it is ready, so
+    // calls carry their deadline from the start instead of a second later.
+    redis.once('ready', () => void this.sample());
+    this.#timer = setInterval(() => void this.sample(), every);
+    this.#timer.unref();
+  }
+
+  /** True once a sample gives the offset: from then on every call carries its deadline into the script. */
+  get synced(): boolean {
+    return this.#offset !== undefined;
+  }
+
+  /** Redis TIME in µs of an instant of this process (agentMicros); 0 when the offset is not known yet. */
+  toRedisMicros(micros: number): number {
+    return this.#offset === undefined ? 0 : Math.max(1, Math.floor(micros + this.#offset));
+  }
+
+  /** Sample every node once (also run on a timer). Failures are ignored: the next sample tries again. */
+  async sample(): Promise<void> {
+    const nodes: Redis[] = this.#redis instanceof Cluster ? this.#redis.nodes('master') : [this.#redis];
+    await Promise.all(
+      nodes.map(async (node) => {
+        if (node.status !== 'ready') return;
+        try {
+          const asked = agentMicros();
+          const [seconds, micros] = await node.time();
+          const at = agentMicros();
+          if (at - asked > MAX_SAMPLE_ROUND_TRIP_US) return;
+          const sample = Number(seconds) * 1_000_000 + Number(micros) - at;
+          const name = `${node.options.host ?? ''}:${node.options.port ?? ''}`;
+          const list = this.#samples.get(name) ?? [];
+          list.push(sample);
+          if (list.length > this.#keep) list.shift();
+          this.#samples.set(name, list);
+        } catch {
+          // The node is down or frozen; its old samples stay until it answers again.
+        }
+      }),
+    );
+    let offset: number | undefined;
+    for (const list of this.#samples.values()) {
+      const best = Math.max(...list);
+      offset = offset === undefined ? best : Math.min(offset, best);
+    }
+    this.#offset = offset;
+  }
+
+  close(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+}

@@ -1,0 +1,87 @@
+import type { Cluster, Redis, Result } from 'ioredis';
+import {
+  createArguments,
+  parseSettleReply,
+  reservationKey,
+  RESERVATIONS_DUE_KEY,
+  settleArguments,
+  type ReservationBody,
+  type SettleAction,
+  type SettleOutcome,
+} from '../../core/reservations.js';
+import type { ReservationStore } from '../reservations/reservation-store.js';
+import { onTheWire } from '../resilience/wire-timeout.js';
+import { ScriptError } from './bucket-store.js';
+import { luaSource } from './scripts.js';
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** `lua/reservation_create.lua`: number of keys, keys, ARGV. */
+    qpReservationCreate(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
+    /** `lua/reservation_settle.lua`: number of keys, keys, ARGV. */
+    qpReservationSettle(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
+  }
+}
+
+/** Reservations on one Redis or a Redis Cluster: one hash per reservation, one sorted set as the expiry index. */
+export class RedisReservationStore implements ReservationStore {
+  readonly redis: Redis | Cluster;
+  readonly #timeoutMs: number;
+
+  constructor(redis: Redis | Cluster, options: { timeoutMs?: number } = {}) {
+    this.redis = redis;
+    this.#timeoutMs = options.timeoutMs ?? 50;
+    if (typeof (redis as Partial<Redis>).qpReservationCreate !== 'function') {
+      redis.defineCommand('qpReservationCreate', { lua: luaSource('reservation_create') });
+      redis.defineCommand('qpReservationSettle', { lua: luaSource('reservation_settle') });
+    }
+  }
+
+  async create(id: string, body: ReservationBody, amountMicros: number, ttlMs: number): Promise<number> {
+    const raw = await this.#run(
+      () =>
+        this.redis.qpReservationCreate(1, reservationKey(id), ...createArguments(body, amountMicros, ttlMs)),
+      'reservation create script',
+    );
+    if (!Array.isArray(raw) || !Number.isSafeInteger(raw[0])) {
+      throw new TypeError(`unexpected reservation create reply: ${JSON.stringify(raw)?.slice(0, 100)}`);
+    }
+    return raw[0] as number;
+  }
+
+  async settle(id: string, action: SettleAction, committedMicros: number): Promise<SettleOutcome> {
+    const raw = await this.#run(
+      () =>
+        this.redis.qpReservationSettle(1, reservationKey(id), ...settleArguments(action, committedMicros)),
+      'reservation settle script',
+    );
+    return parseSettleReply(raw);
+  }
+
+  async index(id: string, dueAtMs: number): Promise<void> {
+    await onTheWire(this.redis.zadd(RESERVATIONS_DUE_KEY, dueAtMs, id), this.#timeoutMs, 'reservation index');
+  }
+
+  due(nowMs: number, limit: number): Promise<string[]> {
+    return onTheWire(
+      this.redis.zrangebyscore(RESERVATIONS_DUE_KEY, '-inf', nowMs, 'LIMIT', 0, limit),
+      this.#timeoutMs,
+      'reservation sweep',
+    );
+  }
+
+  async unindex(id: string): Promise<void> {
+    await onTheWire(this.redis.zrem(RESERVATIONS_DUE_KEY, id), this.#timeoutMs, 'reservation unindex');
+  }
+
+  async #run(call: () => Promise<unknown>, what: string): Promise<unknown> {
+    try {
+      return await onTheWire(call(), this.#timeoutMs, what);
+    } catch (error) {
+      if (error instanceof Error && /^(QP_BADARG|QP_EXISTS|CROSSSLOT)/.test(error.message)) {
+        throw new ScriptError(error.message, { cause: error });
+      }
+      throw error;
+    }
+  }
+}

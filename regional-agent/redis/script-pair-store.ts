@@ -1,0 +1,93 @@
+import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
+import type { Cluster, Redis } from 'ioredis';
+import { onTheWire } from '../resilience/wire-timeout.js';
+import { ScriptError } from './bucket-store.js';
+import { agentMicros, type RedisClock } from './redis-clock.js';
+import { luaSource } from './scripts.js';
+
+/** How one kind's decide script and refund script are called: their wire format (core/). */
+export interface ScriptPair<
+  Req extends { checks: unknown[] },
+  Reply,
+  Refund extends { entries: unknown[] },
+  Back,
+> {
+  /** `lua/<decide>.lua` and `lua/<refund>.lua`. */
+  decide: string;
+  refund: string;
+  /** Names for errors and timeouts ("sliding-log script"). */
+  what: string;
+  parse(request: Req): Req;
+  decideArguments(request: Req, deadline: number): { keys: string[]; argv: string[] };
+  parseReply(raw: unknown, checks: number): Reply;
+  refundArguments(refund: Refund): { keys: string[]; argv: string[] };
+  parseRefundReply(raw: unknown, checks: number): Back;
+}
+
+/**
+ * A kind decided by one script call per request and refunded by another (sliding logs, daily budgets), on one
+ * Redis or one Redis Cluster: a call is not batched with others, its keys share a slot (the decision path's
+ * grouping guarantees it), and it carries its deadline into the script when a clock is given.
+ */
+export class RedisScriptPairStore<
+  Req extends { checks: unknown[] },
+  Reply,
+  Refund extends { entries: unknown[] },
+  Back,
+> {
+  readonly redis: Redis | Cluster;
+  readonly #pair: ScriptPair<Req, Reply, Refund, Back>;
+  readonly #timeoutMs: number;
+  readonly #clock: RedisClock | undefined;
+  readonly #decideCommand: string;
+  readonly #refundCommand: string;
+
+  constructor(
+    redis: Redis | Cluster,
+    pair: ScriptPair<Req, Reply, Refund, Back>,
+    options: { timeoutMs?: number; clock?: RedisClock | undefined } = {},
+  ) {
+    this.redis = redis;
+    this.#pair = pair;
+    this.#timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+    this.#clock = options.clock;
+    this.#decideCommand = commandName(pair.decide);
+    this.#refundCommand = commandName(pair.refund);
+    const commands = redis as unknown as Record<string, unknown>;
+    if (typeof commands[this.#decideCommand] !== 'function') {
+      redis.defineCommand(this.#decideCommand, { lua: luaSource(pair.decide) });
+      redis.defineCommand(this.#refundCommand, { lua: luaSource(pair.refund) });
+    }
+  }
+
+  async decide(request: Req): Promise<Reply> {
+    const parsed = this.#pair.parse(request);
+    const deadline = this.#clock?.toRedisMicros(agentMicros() + this.#timeoutMs * 1000) ?? 0;
+    const { keys, argv } = this.#pair.decideArguments(parsed, Math.round(deadline));
+    const raw = await this.#run(this.#decideCommand, keys, argv, this.#pair.what);
+    return this.#pair.parseReply(raw, parsed.checks.length);
+  }
+
+  async refund(refund: Refund): Promise<Back> {
+    const { keys, argv } = this.#pair.refundArguments(refund);
+    const raw = await this.#run(this.#refundCommand, keys, argv, `${this.#pair.what} refund`);
+    return this.#pair.parseRefundReply(raw, refund.entries.length);
+  }
+
+  async #run(command: string, keys: string[], argv: string[], what: string): Promise<unknown> {
+    const call = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[command]!;
+    try {
+      return await onTheWire(call.call(this.redis, keys.length, ...keys, ...argv), this.#timeoutMs, what);
+    } catch (error) {
+      if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
+        throw new ScriptError(error.message, { cause: error });
+      }
+      throw error;
+    }
+  }
+}
+
+/** The ioredis command a script is defined as: `qp` + the script's name in camel case. */
+function commandName(script: string): string {
+  return 'qp' + script.replace(/(^|_)([a-z])/g, (_, __, c: string) => c.toUpperCase());
+}

@@ -1,0 +1,252 @@
+/**
+ * Reserve-then-commit (docs/reservations.md): a reservation is an ordinary decision that charges `amount` on every
+ * check, recorded with an expiry; committing the amount actually used refunds the rest, cancelling refunds it all,
+ * and a reservation left unsettled is refunded whole by the region's sweep once it expires. The state moves once,
+ * in `lua/reservation_settle.lua`, so exactly one of a commit, a cancel and the sweep refunds.
+ *
+ * A refund that fails after the state moved is counted and logged, and that grant stands (never more admitted
+ * than the budget: a lost refund only costs the subject unused units).
+ */
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import {
+  AMOUNT_MICRO,
+  DEFAULT_RESERVATION_SECONDS,
+  regionOfReservation,
+  ReservationBody,
+  ReservationId,
+  ReservationRequest,
+  settlementRefunds,
+  toMicros,
+  type Charge,
+  type SettleAction,
+  type SettlementResponse,
+} from '../../core/reservations.js';
+import type { DecisionService, DecisionOutcome } from '../decisions/decision-service.js';
+import type { DecisionStore } from '../decisions/decision-store.js';
+import { AgentErrors, withProblems } from '../errors.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { ReservationStore } from './reservation-store.js';
+
+export interface ReservationDeps {
+  service: DecisionService;
+  store: DecisionStore;
+  reservations: ReservationStore;
+  guard: StoreGuard;
+  metrics: AgentMetrics;
+  log: Logger;
+  region: string;
+  /** Wall clock, ms: only to place a reservation in the sweep's index (the expiry itself is Redis time). */
+  now: () => number;
+}
+
+/** What `reserve` answers: the decision, and the reservation when it admitted. */
+export interface Reserved {
+  outcome: DecisionOutcome;
+  reservation?: { id: string; amount: number; expiresInMs: number } | undefined;
+}
+
+/** Most reservations one sweep settles. */
+const SWEEP_BATCH = 100;
+
+export class ReservationService {
+  readonly #deps: ReservationDeps;
+  #timer: NodeJS.Timeout | undefined;
+  #sweeping: Promise<number> | undefined;
+
+  constructor(deps: ReservationDeps) {
+    this.#deps = deps;
+  }
+
+  /** Validate, decide, and record an admitted reservation. Throws agent errors for bad input. */
+  async reserve(body: unknown, requestId: string): Promise<Reserved> {
+    const parsed = ReservationRequest.safeParse(body);
+    if (!parsed.success) {
+      const problems = parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`);
+      throw withProblems(new AgentErrors.AGT_ERR_INVALID_RESERVATION(problems.join('; ')), problems);
+    }
+    const r = parsed.data;
+    const checks = 'checks' in r ? r.checks : [{ policy: r.policy, subject: r.subject }];
+    const { service, metrics } = this.#deps;
+    const prepared = service.prepare({ checks: checks.map((c) => ({ ...c, cost: r.amount })) });
+    for (const p of prepared.checks) {
+      if (p.policy.kind === 'concurrency') {
+        throw new AgentErrors.AGT_ERR_INVALID_RESERVATION(
+          `${p.policy.name} is a concurrency policy: hold its slots with a lease, not a reservation`,
+        );
+      }
+      if (p.route === 'forward') {
+        throw new AgentErrors.AGT_ERR_INVALID_RESERVATION(
+          `${p.policy.name} is a strict policy homed in ${p.homeRegion}: reserve it at that region's agent`,
+        );
+      }
+    }
+    const outcome = await service.decide(prepared, requestId);
+    if (!outcome.allowed) {
+      metrics.reservations.labels('denied').inc();
+      return { outcome };
+    }
+    const charges = (outcome.charges ?? []).filter((c): c is Charge => c !== undefined);
+    const reservationBody = ReservationBody.parse({ region: this.#deps.region, charges });
+    const id = `${this.#deps.region}.${randomBytes(16).toString('base64url')}`;
+    const ttlMs = (r.ttlSeconds ?? DEFAULT_RESERVATION_SECONDS) * 1000;
+    const amountMicros = toMicros(r.amount);
+    try {
+      // Indexed first: a record is never left out of the sweep (an index entry without a record is dropped).
+      await this.#deps.guard.run('reservation', () =>
+        this.#deps.reservations.index(id, this.#deps.now() + ttlMs),
+      );
+      await this.#deps.guard.run('reservation', () =>
+        this.#deps.reservations.create(id, reservationBody, amountMicros, ttlMs),
+      );
+    } catch (error) {
+      // Admitted but not recorded: give the units back now, so nothing is held that no one can settle.
+      await this.#refund(reservationBody, amountMicros, 0);
+      this.#deps.log.warn({ err: error }, 'reservation not recorded: its decision was refunded');
+      throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE('the reservation could not be recorded');
+    }
+    metrics.reservations.labels('reserved').inc();
+    return { outcome, reservation: { id, amount: r.amount, expiresInMs: ttlMs } };
+  }
+
+  /** Commit `amount` (0..reserved) and refund the rest; the same commit again answers the same. */
+  commit(id: string, amount: number): Promise<SettlementResponse> {
+    return this.#settle(id, 'commit', amount);
+  }
+
+  /** Cancel: refund everything; a repeat answers the same. */
+  cancel(id: string): Promise<SettlementResponse> {
+    return this.#settle(id, 'cancel', 0);
+  }
+
+  async #settle(
+    id: string,
+    action: Exclude<SettleAction, 'expire'>,
+    amount: number,
+  ): Promise<SettlementResponse> {
+    if (!ReservationId.safeParse(id).success)
+      throw new AgentErrors.AGT_ERR_INVALID_RESERVATION('not a reservation id');
+    const region = regionOfReservation(id);
+    if (region !== this.#deps.region) throw new AgentErrors.AGT_ERR_WRONG_REGION('reservation', region);
+    const committedMicros = toMicros(amount);
+    let outcome;
+    try {
+      outcome = await this.#deps.guard.run('reservation', () =>
+        this.#deps.reservations.settle(id, action, committedMicros),
+      );
+    } catch {
+      throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE('the reservation could not be settled');
+    }
+    const units = (micros: number) => micros / AMOUNT_MICRO;
+    switch (outcome.kind) {
+      case 'missing':
+        throw new AgentErrors.AGT_ERR_UNKNOWN_RESERVATION(id);
+      case 'above':
+        throw new AgentErrors.AGT_ERR_COMMIT_ABOVE_RESERVED(amount, units(outcome.reservedMicros));
+      case 'not_due':
+        throw new TypeError('a commit or cancel is never not_due');
+      case 'expired':
+        await this.#finish(id, outcome.body, outcome.reservedMicros, 0, 'expired');
+        throw new AgentErrors.AGT_ERR_RESERVATION_EXPIRED(id);
+      case 'conflict':
+        throw new AgentErrors.AGT_ERR_RESERVATION_SETTLED(id, outcome.state);
+      case 'replay':
+      case 'settled': {
+        if (outcome.kind === 'settled') {
+          await this.#finish(
+            id,
+            outcome.body,
+            outcome.reservedMicros,
+            outcome.committedMicros,
+            outcome.state,
+          );
+        }
+        const state = outcome.state === 'expired' ? 'cancelled' : outcome.state;
+        return {
+          id,
+          state,
+          reserved: units(outcome.reservedMicros),
+          committed: units(outcome.committedMicros),
+          refunded: units(outcome.reservedMicros - outcome.committedMicros),
+          replayed: outcome.kind === 'replay',
+        };
+      }
+    }
+  }
+
+  /** Settle the reservations whose expiry passed: each refunded whole, once. Answers how many it expired. */
+  async sweep(): Promise<number> {
+    const { reservations, guard } = this.#deps;
+    const ids = await guard.run('reservation', () => reservations.due(this.#deps.now(), SWEEP_BATCH));
+    let expired = 0;
+    for (const id of ids) {
+      const outcome = await guard.run('reservation', () => reservations.settle(id, 'expire', 0));
+      if (outcome.kind === 'not_due') continue;
+      if (outcome.kind === 'settled') {
+        await this.#finish(id, outcome.body, outcome.reservedMicros, 0, 'expired');
+        expired++;
+      } else {
+        await guard.run('reservation', () => reservations.unindex(id));
+      }
+    }
+    return expired;
+  }
+
+  /** Sweep every `everyMs` until `stop`; a sweep that fails is logged, the next one tries again. */
+  start(everyMs: number): void {
+    this.#timer ??= setInterval(() => {
+      if (this.#sweeping !== undefined) return;
+      this.#sweeping = this.sweep()
+        .catch((error: unknown) => {
+          this.#deps.log.warn({ err: error }, 'reservation sweep failed');
+          return 0;
+        })
+        .finally(() => {
+          this.#sweeping = undefined;
+        });
+    }, everyMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    await this.#sweeping;
+  }
+
+  /** After the state moved: refund the unused part, count the settlement, drop the index entry. */
+  async #finish(
+    id: string,
+    body: string,
+    reservedMicros: number,
+    committedMicros: number,
+    state: 'committed' | 'cancelled' | 'expired',
+  ): Promise<void> {
+    let parsed: ReservationBody | undefined;
+    try {
+      parsed = ReservationBody.parse(JSON.parse(body));
+    } catch (error) {
+      this.#deps.log.error({ err: error, id }, 'reservation record unreadable: its grant stands');
+    }
+    if (parsed !== undefined) await this.#refund(parsed, reservedMicros, committedMicros);
+    this.#deps.metrics.reservations.labels(state).inc();
+    await this.#deps.guard
+      .run('reservation', () => this.#deps.reservations.unindex(id))
+      .catch(() => undefined); // The sweep drops it later: settled records answer conflict there.
+  }
+
+  async #refund(body: ReservationBody, reservedMicros: number, committedMicros: number): Promise<void> {
+    const { store, guard, metrics, log } = this.#deps;
+    for (const refund of settlementRefunds(body, reservedMicros, committedMicros)) {
+      try {
+        if (refund.kind === 'bucket') await guard.run('refund', () => store.refund(refund.request));
+        else if (refund.kind === 'day') await guard.run('refund', () => store.refundDay(refund.refund));
+        else await guard.run('refund', () => store.refundLog(refund.refund));
+      } catch (error) {
+        metrics.reservations.labels('refund_failed').inc();
+        log.warn({ err: error }, 'reservation refund failed: that grant stands');
+      }
+    }
+  }
+}
