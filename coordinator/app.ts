@@ -3,14 +3,22 @@
  * with real NATS stores and in-memory engine ports. `main.ts` reads the environment and listens.
  */
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { systemClock, type Clock } from '../core/clock.js';
 import type { AuditTrail } from './audit/audit-trail.js';
-import { grantsFromConfig, TokenVerifier } from './auth/tokens.js';
+import { RefusalRecorder } from './audit/refusal-recorder.js';
+import { TokenVerifier } from './auth/tokens.js';
 import type { CoordinatorConfig } from './config.js';
 import { Errors } from './errors.js';
 import { registerAllocationRoutes } from './http/allocation-routes.js';
 import { registerAuditRoutes } from './http/audit-routes.js';
+import { registerDashboardRoutes } from './http/dashboard-routes.js';
 import { authHooks } from './http/auth-hook.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealthRoutes } from './http/health-routes.js';
@@ -31,23 +39,29 @@ export interface CoordinatorDeps {
   metrics?: CoordinatorMetrics;
   /** A logger instance (pino); default: one at `config.logLevel` writing to stdout. */
   logger?: FastifyBaseLogger;
+  /** Time of the audit records the app writes itself (refusals); default the system clock. */
+  clock?: Clock;
 }
 
 /** The settings the app itself reads. */
 export type CoordinatorAppConfig = Pick<
   CoordinatorConfig,
-  'regions' | 'adminToken' | 'readToken' | 'bodyLimitBytes' | 'logLevel'
+  'regions' | 'tokens' | 'bodyLimitBytes' | 'logLevel' | 'metricsAuth' | 'metricsListener' | 'auditRefusals'
 >;
 
 /** Shutdown control: turn not-ready (and refuse new admin requests) before closing. */
 export interface Lifecycle {
   readonly draining: boolean;
+  /** Requests received and not yet answered (or aborted). */
+  readonly inFlight: number;
   beginDrain(): void;
 }
 
 export type CoordinatorApp = FastifyInstance & {
   readonly lifecycle: Lifecycle;
   readonly metrics: CoordinatorMetrics;
+  /** Refused admin requests on their way to the audit trail (flush() writes the current window). */
+  readonly refusals: RefusalRecorder;
 };
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
@@ -56,14 +70,27 @@ const VERSION = '0.1.0';
 export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConfig): Promise<CoordinatorApp> {
   const metrics = deps.metrics ?? new CoordinatorMetrics();
   let draining = false;
+  const open = new Set<object>();
   const lifecycle: Lifecycle = {
     get draining() {
       return draining;
+    },
+    get inFlight() {
+      return open.size;
     },
     beginDrain() {
       draining = true;
     },
   };
+
+  function notFound(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+    metrics.problems.inc({ code: 'COORD_ERR_ROUTE_NOT_FOUND' });
+    return sendProblem(
+      reply,
+      request,
+      classify(new Errors.ROUTE_NOT_FOUND(request.method, request.url.split('?')[0]), config.bodyLimitBytes),
+    );
+  }
 
   const app = Fastify({
     ...(deps.logger !== undefined
@@ -82,6 +109,11 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
     },
     // `/v1/policies/` and `/v1/policies` are the same resource.
     routerOptions: { ignoreTrailingSlash: true },
+    // A path the router cannot take apart (bad escapes, a segment past its length limit) names no resource: the
+    // same 404 problem as any unknown path, not the framework's own JSON.
+    frameworkErrors: (_error, request, reply) => {
+      notFound(request, reply);
+    },
   }).withTypeProvider<ZodTypeProvider>();
 
   // Bodies are JSON only: a text/plain body is refused with 415 rather than failing validation as a string.
@@ -89,14 +121,7 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.setErrorHandler(problemHandler(metrics, config.bodyLimitBytes));
-  app.setNotFoundHandler((request, reply) => {
-    metrics.problems.inc({ code: 'COORD_ERR_ROUTE_NOT_FOUND' });
-    return sendProblem(
-      reply,
-      request,
-      classify(new Errors.ROUTE_NOT_FOUND(request.method, request.url.split('?')[0]), config.bodyLimitBytes),
-    );
-  });
+  app.setNotFoundHandler(notFound);
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -109,13 +134,29 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
     metrics.requestSeconds.observe(labels, reply.elapsedTime / 1000);
   });
 
-  const auth = authHooks(new TokenVerifier(grantsFromConfig(config.adminToken, config.readToken)), metrics);
+  const refusals = new RefusalRecorder({
+    audit: deps.audit,
+    clock: deps.clock ?? systemClock,
+    metrics,
+    log: app.log,
+    windowMs: config.auditRefusals.windowMs,
+    perMinute: config.auditRefusals.perMinute,
+  });
+  app.addHook('onClose', () => refusals.close());
+  const auth = authHooks(new TokenVerifier(config.tokens), metrics, refusals);
   const readiness: ReadinessProbe = {
     reasons: () => (draining ? ['draining', ...deps.readiness.reasons()] : deps.readiness.reasons()),
   };
 
   await registerDocs(app, VERSION);
-  registerHealthRoutes(app, { readiness, metrics });
+  registerHealthRoutes(app, {
+    readiness,
+    metrics,
+    // On a listener of its own, /metrics is served there (metrics-listener.ts) and not here.
+    serveMetrics: config.metricsListener === undefined,
+    ...(config.metricsAuth === 'read' ? { metricsAuth: auth('read') } : {}),
+  });
+  registerDashboardRoutes(app);
   registerPolicyRoutes(app, { store: deps.policies, regions: config.regions, auth });
   registerAuditRoutes(app, { audit: deps.audit, auth, metrics });
   registerAllocationRoutes(app, {
@@ -123,8 +164,23 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
     regions: config.regions,
     auth,
   });
+  // Counted so a stop can close every connection once nothing is being answered (server.ts).
+  // A set rather than a count: an aborted request may also reach onResponse, and must leave once.
+  app.addHook('onRequest', (request, _reply, done) => {
+    open.add(request);
+    done();
+  });
+  app.addHook('onResponse', (request, _reply, done) => {
+    open.delete(request);
+    done();
+  });
+  app.addHook('onRequestAbort', (request, done) => {
+    open.delete(request);
+    done();
+  });
   app.decorate('lifecycle', lifecycle);
   app.decorate('metrics', metrics);
+  app.decorate('refusals', refusals);
   await app.ready();
   return app as unknown as CoordinatorApp;
 }

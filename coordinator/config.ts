@@ -4,8 +4,17 @@
  */
 import { z } from 'zod';
 import { RegionName } from '../core/policy.js';
-import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
-import { LeaseSettings, type LeaseSettingsInput } from '../core/lease/settings.js';
+import { DEFAULT_KV_NAMESPACE, DEFAULT_NATS_TIMEOUT_MS, KvNamespace } from '../core/wire/kv.js';
+import type { NatsClientFiles } from './nats/client-options.js';
+import {
+  ackTimeoutMs,
+  defaultLeaseSettings,
+  LeaseSettings,
+  type LeaseSettingsInput,
+} from '../core/lease/settings.js';
+import { RebalanceSettings } from '../core/rebalance/settings.js';
+import { settingRange } from '../core/setting-range.js';
+import { grantsFromConfig, type TokenGrant } from './auth/tokens.js';
 
 /** Shortest bearer token accepted: 16 characters (an operator's `openssl rand -hex 16` gives 32). */
 export const MIN_TOKEN_LENGTH = 16;
@@ -17,6 +26,42 @@ const Token = z
   .regex(/^[\x21-\x7e]+$/, 'tokens are printable ASCII without spaces');
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+/** A protocol setting from the environment: the bounds and default of its core schema (core/lease, core/rebalance). */
+const setting = (field: Parameters<typeof settingRange>[0]) => {
+  const range = settingRange(field);
+  return int(range.min, range.max).default(range.default);
+};
+const lease = LeaseSettings.shape;
+
+/** A token's name as the audit trail records it. */
+export const TokenName = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9_.-]{0,63}$/, 'token names are 1-64 chars of a-z 0-9 _ . - starting with a-z 0-9');
+
+/** One named token: `name:role:token`, role `read` or `write`. */
+const NamedToken = z
+  .string()
+  .transform((s, ctx) => {
+    const [name, role, ...rest] = s.split(':');
+    const token = rest.join(':');
+    if (name === undefined || role === undefined || rest.length === 0) {
+      ctx.addIssue({ code: 'custom', message: 'named tokens look like name:role:token' });
+      return z.NEVER;
+    }
+    return { name, role, token };
+  })
+  .pipe(z.object({ name: TokenName, role: z.enum(['read', 'write']), token: Token }));
+
+/** `QP_ADMIN_TOKENS`: named tokens separated by commas or new lines; `#` starts a comment line. */
+const NamedTokens = z
+  .string()
+  .transform((s) =>
+    s
+      .split(/[\n,]/)
+      .map((x) => x.trim())
+      .filter((x) => x.length > 0 && !x.startsWith('#')),
+  )
+  .pipe(z.array(NamedToken).max(256, 'at most 256 named tokens'));
 
 const commaList = (s: string): string[] =>
   s
@@ -38,30 +83,42 @@ export const CoordinatorEnv = z
           .array(z.url({ protocol: /^(nats|tls|wss?)$/, error: 'NATS URLs look like nats://host:port' }))
           .min(1, 'give at least one NATS URL'),
       ),
+    QP_NATS_NKEY_FILE: z.string().min(1).optional(),
+    QP_NATS_TLS_CA_FILE: z.string().min(1).optional(),
     QP_REGIONS: z
       .string({ error: 'QP_REGIONS is required, e.g. us,eu,ap' })
       .transform(commaList)
       .pipe(z.array(RegionName).min(1, 'give at least one region').max(64, 'at most 64 regions')),
-    QP_ADMIN_TOKEN: Token.describe('bearer token of the write role'),
-    QP_READ_TOKEN: Token.optional().describe('bearer token of the read role'),
+    QP_ADMIN_TOKEN: Token.optional().describe('bearer token of the write role (named admin)'),
+    QP_READ_TOKEN: Token.optional().describe('bearer token of the read role (named reader)'),
+    QP_ADMIN_TOKENS: NamedTokens.optional().describe('named tokens: name:role:token,…'),
+    QP_METRICS_AUTH: z.enum(['none', 'read']).default('none'),
+    QP_METRICS_PORT: int(0, 65535).optional(),
+    QP_METRICS_HOST: z.string().min(1).optional(),
+    QP_AUDIT_REFUSALS_WINDOW_MS: int(100, 3_600_000).default(10_000),
+    QP_AUDIT_REFUSALS_PER_MINUTE: int(0, 100_000).default(60),
     QP_HOST: z.string().min(1).default('127.0.0.1'),
     QP_PORT: int(0, 65535).default(7100),
     QP_LOG_LEVEL: LogLevel.default('info'),
     QP_KV_NAMESPACE: KvNamespace.default(DEFAULT_KV_NAMESPACE),
-    QP_NATS_TIMEOUT_MS: int(100, 60_000).default(2000),
+    QP_NATS_TIMEOUT_MS: int(100, 60_000).default(DEFAULT_NATS_TIMEOUT_MS),
     QP_MAX_POLICIES: int(1, 1_000_000).default(1000),
     QP_BODY_LIMIT_BYTES: int(256, 1_048_576).default(16_384),
     QP_AUDIT_MAX_RECORDS: int(100, 10_000_000).default(100_000),
     QP_AUDIT_MAX_AGE_DAYS: int(1, 3650).default(365),
     QP_AUDIT_MAX_BYTES: int(1_048_576, 1 << 30).default(64 * 1_048_576),
     QP_SHUTDOWN_GRACE_MS: int(0, 60_000).default(0),
-    QP_ROUND_MS: int(50, 60_000).default(1000),
-    QP_REPORT_INTERVAL_MS: int(50, 60_000).default(1000),
-    QP_LEASE_MS: int(100, 600_000).default(6000),
-    QP_GRACE_MS: int(100, 3_600_000).default(12_000),
-    QP_SKEW_MS: int(0, 60_000).default(1000),
-    QP_MAX_OVERRIDES: int(0, 1024).default(16),
-    QP_OVERRIDE_TTL_MS: int(1000, 3_600_000).default(30_000),
+    QP_ROUND_MS: setting(RebalanceSettings.shape.roundMs),
+    QP_CONFIRM_MS: setting(RebalanceSettings.shape.confirmMs),
+    QP_REPORT_INTERVAL_MS: setting(lease.reportIntervalMs),
+    QP_LEASE_MS: setting(lease.leaseMs),
+    QP_GRACE_MS: setting(lease.graceMs),
+    QP_SKEW_MS: setting(lease.skewMs),
+    QP_MAX_OVERRIDES: setting(lease.maxOverridesPerPolicy),
+    QP_OVERRIDE_TTL_MS: setting(lease.overrideTtlMs),
+    // Narrower than the schema's (any positive ms): an operator's value below a second or above a week is a slip.
+    QP_FORGET_AFTER_MS: int(1000, 7 * 24 * 3_600_000).default(defaultLeaseSettings.forgetAfterMs),
+    QP_MAX_AGENTS_PER_REGION: setting(lease.maxAgentsPerRegion),
     QP_SAFE_SHARES: z
       .string()
       .optional()
@@ -87,12 +144,12 @@ export const CoordinatorEnv = z
     if (new Set(env.QP_REGIONS).size !== env.QP_REGIONS.length) {
       ctx.addIssue({ code: 'custom', path: ['QP_REGIONS'], message: 'regions must be unique' });
     }
-    const lease = LeaseSettings.safeParse(leaseInput(env));
-    if (!lease.success) {
-      for (const issue of lease.error.issues) {
+    const settings = LeaseSettings.safeParse(leaseInput(env));
+    if (!settings.success) {
+      for (const issue of settings.error.issues) {
         ctx.addIssue({ code: 'custom', path: ['QP_LEASE_MS'], message: issue.message });
       }
-    } else if (lease.data.graceMs <= lease.data.leaseMs + 2 * lease.data.skewMs + env.QP_ROUND_MS) {
+    } else if (!hasAckTimeout(settings.data, env.QP_ROUND_MS)) {
       ctx.addIssue({
         code: 'custom',
         path: ['QP_GRACE_MS'],
@@ -132,18 +189,57 @@ export const CoordinatorEnv = z
         message: 'the read token must differ from the admin token',
       });
     }
+    const grants = tokenGrants(env);
+    if (!grants.some((g) => g.principal.role === 'write')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['QP_ADMIN_TOKEN'],
+        message: 'set QP_ADMIN_TOKEN or a write token in QP_ADMIN_TOKENS',
+      });
+    }
+    const names = grants.map((g) => g.principal.name);
+    const dupName = names.find((n, i) => names.indexOf(n) !== i);
+    if (dupName !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['QP_ADMIN_TOKENS'],
+        message: `token name ${dupName} is used twice (admin and reader name QP_ADMIN_TOKEN and QP_READ_TOKEN)`,
+      });
+    }
+    const tokens = grants.map((g) => g.token);
+    if (env.QP_READ_TOKEN !== env.QP_ADMIN_TOKEN && new Set(tokens).size !== tokens.length) {
+      ctx.addIssue({ code: 'custom', path: ['QP_ADMIN_TOKENS'], message: 'every token must differ' });
+    }
   });
+
+/** Every configured token with its principal: QP_ADMIN_TOKEN (admin), QP_READ_TOKEN (reader), QP_ADMIN_TOKENS. */
+function tokenGrants(env: {
+  QP_ADMIN_TOKEN?: string | undefined;
+  QP_READ_TOKEN?: string | undefined;
+  QP_ADMIN_TOKENS?: readonly { name: string; role: 'read' | 'write'; token: string }[] | undefined;
+}): TokenGrant[] {
+  return grantsFromConfig(env.QP_ADMIN_TOKEN, env.QP_READ_TOKEN, env.QP_ADMIN_TOKENS);
+}
 
 /** The coordinator's settings, as the app and its stores use them. */
 export interface CoordinatorConfig {
   /** NATS servers, tried in order. */
   readonly natsServers: readonly string[];
+  /** The coordinator's NATS credentials: nkey seed file and TLS CA; anonymous and the system's CAs without. */
+  readonly natsAuth?: NatsClientFiles;
   /** Regions the coordinator allocates to, in order. */
   readonly regions: readonly string[];
-  /** Bearer token of the write role (it may read as well). */
-  readonly adminToken: string;
-  /** Bearer token of the read role; none configured means only the admin token works. */
-  readonly readToken: string | undefined;
+  /**
+   * Every bearer token with its role and name (the name is what the audit trail records): `QP_ADMIN_TOKEN`
+   * (write, named admin), `QP_READ_TOKEN` (read, named reader) and the named tokens of `QP_ADMIN_TOKENS`.
+   */
+  readonly tokens: readonly TokenGrant[];
+  /** `/metrics` open to anyone who reaches its listener (`none`) or only with a read or write token. */
+  readonly metricsAuth: 'none' | 'read';
+  /** Serve `/metrics` on a listener of its own (and not on the admin one); 0 picks a free port. */
+  readonly metricsListener: { readonly host: string; readonly port: number } | undefined;
+  /** Refused admin requests are recorded in the audit trail: grouped per source and reason per window, capped. */
+  readonly auditRefusals: { readonly windowMs: number; readonly perMinute: number };
   readonly host: string;
   readonly port: number;
   readonly logLevel: z.infer<typeof LogLevel>;
@@ -161,10 +257,20 @@ export interface CoordinatorConfig {
   readonly shutdownGraceMs: number;
   /** Settings of the conservation protocol (core/lease, core/rebalance). */
   readonly protocol: {
-    readonly rebalance: { readonly roundMs: number };
+    readonly rebalance: { readonly roundMs: number; readonly confirmMs?: number };
     readonly lease: LeaseSettingsInput;
     readonly safeShares: Readonly<Record<string, number>> | undefined;
   };
+}
+
+/** The settings leave agents time to acknowledge a shrink (the rule is ackTimeoutMs's). */
+function hasAckTimeout(settings: LeaseSettings, roundMs: number): boolean {
+  try {
+    ackTimeoutMs(settings, roundMs);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function leaseInput(e: {
@@ -174,6 +280,8 @@ function leaseInput(e: {
   QP_REPORT_INTERVAL_MS: number;
   QP_MAX_OVERRIDES: number;
   QP_OVERRIDE_TTL_MS: number;
+  QP_FORGET_AFTER_MS: number;
+  QP_MAX_AGENTS_PER_REGION: number;
 }): LeaseSettingsInput {
   return {
     leaseMs: e.QP_LEASE_MS,
@@ -182,6 +290,8 @@ function leaseInput(e: {
     reportIntervalMs: e.QP_REPORT_INTERVAL_MS,
     maxOverridesPerPolicy: e.QP_MAX_OVERRIDES,
     overrideTtlMs: e.QP_OVERRIDE_TTL_MS,
+    forgetAfterMs: e.QP_FORGET_AFTER_MS,
+    maxAgentsPerRegion: e.QP_MAX_AGENTS_PER_REGION,
   };
 }
 
@@ -208,9 +318,15 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
   const e = parsed.data;
   return deepFreeze({
     natsServers: e.QP_NATS_URL,
+    natsAuth: { nkeyFile: e.QP_NATS_NKEY_FILE, tlsCaFile: e.QP_NATS_TLS_CA_FILE },
     regions: e.QP_REGIONS,
-    adminToken: e.QP_ADMIN_TOKEN,
-    readToken: e.QP_READ_TOKEN,
+    tokens: tokenGrants(e),
+    metricsAuth: e.QP_METRICS_AUTH,
+    metricsListener:
+      e.QP_METRICS_PORT === undefined
+        ? undefined
+        : { host: e.QP_METRICS_HOST ?? e.QP_HOST, port: e.QP_METRICS_PORT },
+    auditRefusals: { windowMs: e.QP_AUDIT_REFUSALS_WINDOW_MS, perMinute: e.QP_AUDIT_REFUSALS_PER_MINUTE },
     host: e.QP_HOST,
     port: e.QP_PORT,
     logLevel: e.QP_LOG_LEVEL,
@@ -225,7 +341,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
     },
     shutdownGraceMs: e.QP_SHUTDOWN_GRACE_MS,
     protocol: {
-      rebalance: { roundMs: e.QP_ROUND_MS },
+      rebalance: { roundMs: e.QP_ROUND_MS, confirmMs: e.QP_CONFIRM_MS },
       lease: leaseInput(e),
       safeShares: e.QP_SAFE_SHARES,
     },

@@ -2,6 +2,7 @@
  * The coordinator process: read the environment (QP_*), start, and shut down gracefully on SIGTERM or SIGINT.
  * Exit codes: 0 after a clean shutdown, 2 for a bad configuration, 1 for anything else.
  */
+import { readFileSync } from 'node:fs';
 import { ConfigError, loadConfig } from './config.js';
 import { protocolEngine } from './protocol/protocol-engine.js';
 import { startCoordinator } from './server.js';
@@ -9,7 +10,7 @@ import { startCoordinator } from './server.js';
 async function main(): Promise<void> {
   let config;
   try {
-    config = loadConfig(process.env);
+    config = loadConfig(withTokensFile(process.env));
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`${error.message}\n`);
@@ -31,6 +32,20 @@ async function main(): Promise<void> {
   };
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);
+}
+
+/** `QP_ADMIN_TOKENS_FILE`: named tokens, one `name:role:token` a line, added to `QP_ADMIN_TOKENS`. */
+function withTokensFile(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const file = env['QP_ADMIN_TOKENS_FILE'];
+  if (file === undefined || file === '') return env;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new ConfigError([`QP_ADMIN_TOKENS_FILE: cannot read ${file}: ${(error as Error).message}`]);
+  }
+  const inline = env['QP_ADMIN_TOKENS'];
+  return { ...env, QP_ADMIN_TOKENS: inline === undefined || inline === '' ? text : `${inline}\n${text}` };
 }
 
 main().catch((error: unknown) => {

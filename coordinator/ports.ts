@@ -4,7 +4,8 @@
  */
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Registry } from 'prom-client';
-import type { AllocationSummary, RegionSummary } from '../core/admin-wire.js';
+import type { AllocationSample, AllocationSummary, RegionSummary } from '../core/admin-wire.js';
+import type { AuditTrail } from './audit/audit-trail.js';
 import type { Clock } from '../core/clock.js';
 import type { KvNames } from '../core/wire/kv.js';
 import type { CoordinatorConfig } from './config.js';
@@ -17,6 +18,8 @@ import type { PolicyStore } from './policies/policy-store.js';
 export interface AllocationsReader {
   /** The allocation in force of every policy the engine knows. */
   allocations(): AllocationSummary[];
+  /** Recent samples of one policy's allocation, oldest first; undefined for a policy it does not know. */
+  history?(policy: string): AllocationSample[] | undefined;
   /** What the engine knows of each region it has heard from; configured regions it has not are filled in. */
   regions(): RegionSummary[];
 }
@@ -61,10 +64,12 @@ export interface EngineContext {
   readonly log: Logger;
   /** The coordinator's metrics registry, for the engine's own metrics. */
   readonly registry: Registry;
+  /** Where share moves are recorded beside policy changes; none, none recorded. */
+  readonly audit?: AuditTrail;
 }
 
 /** The protocol engine as the coordinator runs it: the admin API reads it, shutdown stops it. */
-export interface CoordinatorEngine extends AllocationsReader {
+export interface ProtocolService extends AllocationsReader {
   /** Why the engine is not ready (e.g. still loading persisted allocations); empty when ready. */
   reasons?(): string[];
   /** Stop timers and subscriptions; called after the admin API stopped and before NATS is drained. */
@@ -72,4 +77,4 @@ export interface CoordinatorEngine extends AllocationsReader {
 }
 
 /** Builds the engine once NATS and the stores are open. */
-export type EngineFactory = (context: EngineContext) => Promise<CoordinatorEngine>;
+export type EngineFactory = (context: EngineContext) => Promise<ProtocolService>;

@@ -75,9 +75,13 @@ export class JetStreamAuditTrail implements AuditTrail {
   }
 
   async record(record: AuditRecord): Promise<void> {
-    await this.#js.publish(auditSubject(this.#names, record.policy), JSON.stringify(record), {
-      msgID: `${record.policy}:${record.revision}`,
-    });
+    // Refusals name no policy (or one that may not exist): they go to a subject of their own, which no policy
+    // key can be (policy names start with a-z or 0-9).
+    const subject =
+      record.policy === undefined || record.action === 'refused'
+        ? `${this.#names.auditSubjectPrefix}._refused`
+        : auditSubject(this.#names, record.policy);
+    await this.#js.publish(subject, JSON.stringify(record), { msgID: messageId(record) });
   }
 
   async read(query: AuditQuery): Promise<AuditResponse> {
@@ -135,6 +139,24 @@ export class JetStreamAuditTrail implements AuditTrail {
     const oldest = page.at(-1)?.seq;
     const more = query.policy === undefined ? start > first : dropped;
     return { entries: page, next: more ? (oldest ?? start) : null };
+  }
+}
+
+/**
+ * The stream's deduplication id: a retried append is stored once. Moves carry allocation revisions and restores
+ * the revision of a foreign entry in either bucket, other sequences than policy ETags, so their ids must not
+ * collide; a refusal is one window of one source and reason.
+ */
+function messageId(record: AuditRecord): string {
+  switch (record.action) {
+    case 'move':
+      return `move:${record.policy ?? ''}:${record.revision ?? 0}`;
+    case 'restore':
+      return `restore:${record.restored?.bucket ?? ''}:${record.revision ?? 0}`;
+    case 'refused':
+      return `refused:${record.at}:${record.source ?? ''}:${record.refused?.reason ?? ''}`;
+    default:
+      return `${record.policy ?? ''}:${record.revision ?? 0}`;
   }
 }
 

@@ -48,10 +48,20 @@ export class TokenVerifier {
   }
 }
 
-/** The grants of the coordinator's configuration: the admin token (write) and, if set, the read token. */
-export function grantsFromConfig(adminToken: string, readToken: string | undefined): TokenGrant[] {
-  const grants: TokenGrant[] = [{ token: adminToken, principal: { role: 'write', name: 'admin' } }];
+/**
+ * The grants of the coordinator's configuration: the admin token (write, named `admin`), the read token (read,
+ * named `reader`), then the named tokens (`QP_ADMIN_TOKENS`), each with its own role and name.
+ */
+export function grantsFromConfig(
+  adminToken: string | undefined,
+  readToken: string | undefined,
+  named: readonly { name: string; role: Role; token: string }[] = [],
+): TokenGrant[] {
+  const grants: TokenGrant[] = [];
+  if (adminToken !== undefined)
+    grants.push({ token: adminToken, principal: { role: 'write', name: 'admin' } });
   if (readToken !== undefined) grants.push({ token: readToken, principal: { role: 'read', name: 'reader' } });
+  for (const t of named) grants.push({ token: t.token, principal: { role: t.role, name: t.name } });
   return grants;
 }
 

@@ -1,7 +1,15 @@
 /** `GET /v1/allocations` and `GET /v1/regions`: what the protocol engine holds, read from memory. */
 import type { AdminApp } from './admin-app.js';
 import type { onRequestHookHandler } from 'fastify';
-import { AllocationsResponse, Problem, RegionsResponse, type RegionSummary } from '../../core/admin-wire.js';
+import {
+  AllocationHistory,
+  AllocationsResponse,
+  HistoryQuery,
+  Problem,
+  RegionsResponse,
+  type RegionSummary,
+} from '../../core/admin-wire.js';
+import { Errors } from '../errors.js';
 import type { Role } from '../auth/tokens.js';
 import type { AllocationsReader } from '../ports.js';
 
@@ -28,6 +36,26 @@ export function registerAllocationRoutes(
       },
     },
     () => ({ policies: allocations.allocations() }),
+  );
+
+  app.get(
+    '/v1/allocations/history',
+    {
+      onRequest: auth('read'),
+      schema: {
+        summary: "Recent samples of one policy's allocation: shares, demand, admitted and refused per region",
+        description: 'One sample per rebalance round, the latest 120, oldest first (kept in memory).',
+        tags: ['allocations'],
+        security,
+        querystring: HistoryQuery,
+        response: { 200: AllocationHistory, 400: Problem, 401: Problem, 404: Problem },
+      },
+    },
+    (request) => {
+      const samples = allocations.history?.(request.query.policy);
+      if (samples === undefined) throw new Errors.POLICY_NOT_FOUND(request.query.policy);
+      return { policy: request.query.policy, samples };
+    },
   );
 
   app.get(

@@ -3,6 +3,9 @@
  * is read. 401 without or with an unknown token (with `WWW-Authenticate`), 403 for a read token that writes.
  */
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
+import type { RefusalReason } from '../../core/admin-wire.js';
+import { PolicyName } from '../../core/policy.js';
+import type { RefusalRecorder } from '../audit/refusal-recorder.js';
 import type { Principal, Role, TokenVerifier } from '../auth/tokens.js';
 import { bearerToken, roleAllows } from '../auth/tokens.js';
 import { Errors } from '../errors.js';
@@ -18,13 +21,26 @@ export function principalOf(request: FastifyRequest): Principal {
   return p;
 }
 
-/** Build the hooks of one app. */
-export function authHooks(verifier: TokenVerifier, metrics: CoordinatorMetrics) {
+/** Build the hooks of one app; refusals go to `refusals` (the audit trail) when given. */
+export function authHooks(verifier: TokenVerifier, metrics: CoordinatorMetrics, refusals?: RefusalRecorder) {
+  const refuse = (request: FastifyRequest, reason: RefusalReason, principal?: Principal): void => {
+    metrics.authFailures.inc({ reason });
+    const name = PolicyName.safeParse((request.params as { name?: unknown } | undefined)?.name);
+    refusals?.note({
+      reason,
+      actor: principal ?? { role: 'none', name: reason },
+      source: request.ip,
+      method: request.method,
+      route: request.routeOptions.url ?? 'unmatched',
+      policy: name.success ? name.data : undefined,
+      requestId: request.id,
+    });
+  };
   return (required: Role): onRequestHookHandler =>
     function authenticate(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
       const header = request.headers.authorization;
       if (header === undefined) {
-        metrics.authFailures.inc({ reason: 'missing' });
+        refuse(request, 'missing');
         reply.header('www-authenticate', `Bearer realm="${REALM}"`);
         return done(new Errors.UNAUTHORIZED());
       }
@@ -32,12 +48,12 @@ export function authHooks(verifier: TokenVerifier, metrics: CoordinatorMetrics) 
       const token = bearerToken(header);
       const principal = token === undefined ? undefined : verifier.verify(token);
       if (principal === undefined) {
-        metrics.authFailures.inc({ reason: 'invalid' });
+        refuse(request, 'invalid');
         reply.header('www-authenticate', `Bearer realm="${REALM}", error="invalid_token"`);
         return done(new Errors.UNAUTHORIZED());
       }
       if (!roleAllows(principal.role, required)) {
-        metrics.authFailures.inc({ reason: 'forbidden' });
+        refuse(request, 'forbidden', principal);
         reply.header('www-authenticate', `Bearer realm="${REALM}", error="insufficient_scope"`);
         return done(new Errors.FORBIDDEN(principal.role, verb(request.method)));
       }

@@ -1,5 +1,6 @@
 /** `/healthz` (the process answers), `/readyz` (NATS and the buckets are up, not draining), `/metrics`. */
 import type { AdminApp } from './admin-app.js';
+import type { onRequestHookHandler } from 'fastify';
 import { z } from 'zod';
 import { HealthResponse, ReadinessResponse } from '../../core/admin-wire.js';
 import type { CoordinatorMetrics } from '../metrics.js';
@@ -8,9 +9,16 @@ import type { ReadinessProbe } from '../ports.js';
 export interface HealthRoutesOptions {
   readiness: ReadinessProbe;
   metrics: CoordinatorMetrics;
+  /** Serve `/metrics` here (false when it has a listener of its own). Default true. */
+  serveMetrics?: boolean;
+  /** The auth hook `/metrics` needs (`QP_METRICS_AUTH=read`); open without. */
+  metricsAuth?: onRequestHookHandler;
 }
 
-export function registerHealthRoutes(app: AdminApp, { readiness, metrics }: HealthRoutesOptions): void {
+export function registerHealthRoutes(
+  app: AdminApp,
+  { readiness, metrics, serveMetrics = true, metricsAuth }: HealthRoutesOptions,
+): void {
   app.get(
     '/healthz',
     { schema: { summary: 'Liveness', tags: ['health'], response: { 200: HealthResponse } } },
@@ -33,9 +41,11 @@ export function registerHealthRoutes(app: AdminApp, { readiness, metrics }: Heal
     },
   );
 
+  if (!serveMetrics) return;
   app.get(
     '/metrics',
     {
+      ...(metricsAuth !== undefined ? { onRequest: metricsAuth } : {}),
       schema: {
         summary: 'Prometheus metrics',
         tags: ['health'],

@@ -4,7 +4,14 @@
 import type { AdminApp } from './admin-app.js';
 import type { FastifyRequest, onRequestHookHandler } from 'fastify';
 import { z } from 'zod';
-import { BudgetPatch, PolicyList, PolicyParams, PolicyView, Problem } from '../../core/admin-wire.js';
+import {
+  BudgetPatch,
+  PolicyList,
+  PolicyParams,
+  PolicyView,
+  policyView,
+  Problem,
+} from '../../core/admin-wire.js';
 import type { Role } from '../auth/tokens.js';
 import { Errors } from '../errors.js';
 import type { PolicyStore, WriteContext } from '../policies/policy-store.js';
@@ -68,7 +75,7 @@ function condition(request: FastifyRequest, header: 'if-match' | 'if-none-match'
 
 function writeContext(request: FastifyRequest, precondition: Precondition): WriteContext {
   const { role, name } = principalOf(request);
-  return { actor: { role, name }, requestId: request.id, precondition };
+  return { actor: { role, name }, requestId: request.id, source: request.ip, precondition };
 }
 
 export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: PolicyRoutesOptions): void {
@@ -87,7 +94,7 @@ export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: Po
         response: { 200: PolicyList, 401: Problem, 503: Problem },
       },
     },
-    async () => ({ policies: (await store.list()).map((s) => s.policy) }),
+    async () => ({ policies: (await store.list()).map((s) => policyView(s.policy)) }),
   );
 
   app.get(
@@ -119,7 +126,7 @@ export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: Po
       if (ifNoneMatch !== undefined && failedPrecondition({ ifNoneMatch }, stored.revision) !== undefined) {
         return reply.code(304).send();
       }
-      return stored.policy;
+      return policyView(stored.policy);
     },
   );
 
@@ -150,7 +157,7 @@ export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: Po
       const result = await store.put(name, request.body, writeContext(request, precondition));
       reply.header('etag', etagOf(result.stored.revision));
       if (result.created) reply.code(201).header('location', `/v1/policies/${name}`);
-      return result.stored.policy;
+      return policyView(result.stored.policy);
     },
   );
 
@@ -180,7 +187,7 @@ export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: Po
         writeContext(request, precondition),
       );
       reply.header('etag', etagOf(stored.revision));
-      return stored.policy;
+      return policyView(stored.policy);
     },
   );
 

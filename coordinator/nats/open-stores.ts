@@ -11,6 +11,7 @@ import { ensureAuditStream, JetStreamAuditTrail } from '../audit/jetstream-audit
 import type { CoordinatorConfig } from '../config.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import { KvPolicyStore } from '../policies/kv-policy-store.js';
+import { KvGuard } from './kv-guard.js';
 import type { Logger, ReadinessProbe } from '../ports.js';
 
 /** Settings of the policies bucket. Fixed: agents bind to it as it is. */
@@ -25,6 +26,8 @@ export interface CoordinatorStores {
   readonly kv: KV;
   readonly policies: KvPolicyStore;
   readonly audit: JetStreamAuditTrail;
+  /** Restores policies someone else wrote; closed with `readiness`. */
+  readonly guard: KvGuard;
   readonly readiness: ReadinessProbe & { close(): void };
 }
 
@@ -39,7 +42,17 @@ export async function openStores(
   const kv = await new Kvm(js).create(names.policies, POLICY_BUCKET_OPTIONS);
   await ensureAuditStream(jsm, names, config.audit);
   const audit = new JetStreamAuditTrail({ js, jsm, names, metrics: deps.metrics, log: deps.log });
-  const policies = new KvPolicyStore({
+  const guard: KvGuard = new KvGuard({
+    nc,
+    bucket: names.policies,
+    timeoutMs: config.natsTimeoutMs,
+    registry: deps.metrics.registry,
+    log: deps.log,
+    clock: deps.clock,
+    audit,
+    restore: (key, payload) => policies.restore(key, payload),
+  });
+  const policies: KvPolicyStore = new KvPolicyStore({
     kv,
     js,
     bucket: names.policies,
@@ -49,9 +62,25 @@ export async function openStores(
     clock: deps.clock,
     metrics: deps.metrics,
     log: deps.log,
+    guard,
   });
   await policies.init();
-  return { names, kv, policies, audit, readiness: natsReadiness(nc) };
+  guard.start();
+  const readiness = natsReadiness(nc);
+  return {
+    names,
+    kv,
+    policies,
+    audit,
+    guard,
+    readiness: {
+      reasons: () => readiness.reasons(),
+      close: () => {
+        readiness.close();
+        void guard.close();
+      },
+    },
+  };
 }
 
 /** Ready while the connection is up; follows the client's status events. */

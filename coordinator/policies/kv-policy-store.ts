@@ -12,11 +12,18 @@ import {
   type JetStreamClient,
 } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
-import type { AuditRecord, BudgetPatch, PolicyBody, PolicyChangeKind } from '../../core/admin-wire.js';
+import {
+  policyView,
+  type AuditRecord,
+  type BudgetPatch,
+  type PolicyBody,
+  type PolicyChangeKind,
+} from '../../core/admin-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { Policy } from '../../core/policy.js';
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
 import type { AuditTrail } from '../audit/audit-trail.js';
+import type { KvGuard } from '../nats/kv-guard.js';
 import { Errors, withFieldProblems } from '../errors.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import type { Logger } from '../ports.js';
@@ -47,6 +54,11 @@ export interface KvPolicyStoreOptions {
   log: Logger;
   /** Deadline of one full listing, milliseconds. Default 10 s. */
   listTimeoutMs?: number;
+  /**
+   * Checks that nobody else writes the bucket (see kv-guard.ts); its `restore` should call `restore` here.
+   * Without one, foreign writes go unnoticed.
+   */
+  guard?: KvGuard;
 }
 
 /** The latest message of one key, as a listing or a get reads it. */
@@ -55,6 +67,7 @@ interface RawEntry {
   readonly revision: number;
   readonly operation: string;
   json(): unknown;
+  string(): string;
 }
 
 /** What the bucket holds under a key right now. */
@@ -82,6 +95,7 @@ export class KvPolicyStore implements PolicyStore {
   readonly #log: Logger;
   readonly #listTimeoutMs: number;
   readonly #listeners = new Set<(change: PolicyChange) => void>();
+  readonly #guard: KvGuard | undefined;
   #queue: Promise<unknown> = Promise.resolve();
 
   constructor(options: KvPolicyStoreOptions) {
@@ -95,11 +109,37 @@ export class KvPolicyStore implements PolicyStore {
     this.#metrics = options.metrics;
     this.#log = options.log;
     this.#listTimeoutMs = options.listTimeoutMs ?? 10_000;
+    this.#guard = options.guard;
   }
 
-  /** Count the stored policies, for the cap and the gauge. */
+  /** Count the stored policies, for the cap and the gauge; what the bucket holds now is taken as ours. */
   async init(): Promise<void> {
-    await this.#recount();
+    const entries = await this.#kvCall('count', () => this.#scan());
+    this.#setCount(entries.filter((e) => e.operation === 'PUT').length);
+    for (const e of entries) this.#guard?.seed(e.key, e.operation === 'PUT' ? e.string() : null, e.revision);
+  }
+
+  /**
+   * Put back what this store last wrote under `key` (delete the key when it wrote nothing there): the guard found
+   * an entry written by someone else. Serialized with every other write.
+   */
+  restore(key: string, payload: string | null): Promise<void> {
+    return this.#exclusive(async () => {
+      this.#guard?.writing(key, payload);
+      try {
+        if (payload === null) {
+          await this.#kvCall('restore', () => this.#kv.delete(key));
+          this.#guard?.wrote(key, undefined);
+        } else {
+          const revision = await this.#kvCall('restore', () => this.#kv.put(key, payload));
+          this.#guard?.wrote(key, revision);
+        }
+      } catch (error) {
+        this.#guard?.failed(key);
+        throw error;
+      }
+      await this.#recount();
+    });
   }
 
   async list(): Promise<StoredPolicy[]> {
@@ -191,6 +231,7 @@ export class KvPolicyStore implements PolicyStore {
         if (current?.stored === undefined) throw new Errors.POLICY_NOT_FOUND(name);
         this.#check(ctx, current.revision);
         const key = policyKey(name);
+        this.#guard?.writing(key, null);
         const deleted = await this.#kvCall('delete', async () => {
           try {
             await this.#kv.delete(key, { previousSeq: current.revision });
@@ -199,8 +240,12 @@ export class KvPolicyStore implements PolicyStore {
             if (isWrongLastSequence(error)) return false;
             throw error;
           }
+        }).catch((error: unknown) => {
+          this.#guard?.failed(key);
+          throw error;
         });
         if (!deleted) {
+          this.#guard?.failed(key);
           if (ctx.precondition?.ifMatch !== undefined || attempt >= WRITE_ATTEMPTS) {
             throw this.#raced(name, ctx);
           }
@@ -210,6 +255,7 @@ export class KvPolicyStore implements PolicyStore {
         // process wrote in between (then the newer revision is the one worth recording).
         const marker = await this.#kvCall('get', () => this.#kv.get(key));
         const revision = marker?.revision ?? current.revision + 1;
+        this.#guard?.wrote(key, revision);
         this.#setCount(this.#count - 1);
         await this.#changed('delete', name, current.stored.policy, null, revision, ctx);
         return { revision, before: current.stored };
@@ -238,16 +284,24 @@ export class KvPolicyStore implements PolicyStore {
   async #write(name: string, spec: StoredSpec, revision: number | undefined): Promise<number | undefined> {
     const key = policyKey(name);
     const value = JSON.stringify(spec);
-    return this.#kvCall(revision === undefined ? 'create' : 'update', async () => {
-      try {
-        return revision === undefined
-          ? await this.#kv.create(key, value)
-          : await this.#kv.update(key, value, revision);
-      } catch (error) {
-        if (isWrongLastSequence(error)) return undefined;
-        throw error;
-      }
-    });
+    this.#guard?.writing(key, value);
+    let written: number | undefined;
+    try {
+      written = await this.#kvCall(revision === undefined ? 'create' : 'update', async () => {
+        try {
+          return revision === undefined
+            ? await this.#kv.create(key, value)
+            : await this.#kv.update(key, value, revision);
+        } catch (error) {
+          if (isWrongLastSequence(error)) return undefined;
+          throw error;
+        }
+      });
+    } finally {
+      if (written === undefined) this.#guard?.failed(key);
+      else this.#guard?.wrote(key, written);
+    }
+    return written;
   }
 
   async #current(name: string): Promise<Current | undefined> {
@@ -305,6 +359,7 @@ export class KvPolicyStore implements PolicyStore {
             revision: m.seq,
             operation: m.headers?.get('KV-Operation') || 'PUT',
             json: () => m.json(),
+            string: () => m.string(),
           });
           if (m.info.pending === 0) {
             done = true;
@@ -346,9 +401,10 @@ export class KvPolicyStore implements PolicyStore {
       action: kind,
       policy: name,
       revision,
-      before,
-      after,
+      before: before === null ? null : policyView(before),
+      after: after === null ? null : policyView(after),
       requestId: ctx.requestId,
+      ...(ctx.source !== undefined ? { source: ctx.source } : {}),
     };
     await this.#appendAudit(record);
     const change: PolicyChange = { kind, name, before, after, revision, at };

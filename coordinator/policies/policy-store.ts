@@ -36,6 +36,8 @@ export interface PolicyChange {
 export interface WriteContext {
   readonly actor: AuditActor;
   readonly requestId: string;
+  /** Address the request came from, for the audit trail. */
+  readonly source?: string | undefined;
   readonly precondition?: Precondition | undefined;
 }
 

@@ -50,8 +50,13 @@ export function validateSpec(
 }
 
 const ORDER = [
+  'kind',
   'capacity',
   'refillPerSecond',
+  'windowSeconds',
+  'leaseSeconds',
+  'timeZone',
+  'shards',
   'maxCost',
   'mode',
   'homeRegion',
@@ -59,11 +64,19 @@ const ORDER = [
   'idleTtlSeconds',
   'version',
   'minShare',
+  'classes',
+  'subjects',
 ] as const;
 
-/** The spec with its name, keys in one fixed order, so equal specs serialize to equal bytes. */
+/**
+ * The spec with its name, keys in one fixed order, so equal specs serialize to equal bytes. The default kind is
+ * left out, so the specs stored before kinds existed stay byte for byte what a PUT of them writes now.
+ */
 export function canonicalSpec(name: string, body: PolicyBody): StoredSpec {
   const out: Record<string, unknown> = { name };
   for (const k of ORDER) if (body[k] !== undefined) out[k] = body[k];
+  if (out['kind'] === 'token_bucket') delete out['kind'];
+  // A sliding log's rate is derived from capacity and window: kept out, so a later budget change re-derives it.
+  if (out['kind'] === 'sliding_log') delete out['refillPerSecond'];
   return out as StoredSpec;
 }

@@ -1,0 +1,248 @@
+/**
+ * The protocol engine's JetStream KV side: the allocation and agent buckets loaded at start, the allocation
+ * records and agent registrations the lease coordinator asks for written back (a bounded number in flight), the
+ * guard that undoes foreign writes to the allocation bucket, and the audit record of every written share move.
+ */
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { z } from 'zod';
+import type { AuditRecord } from '../../core/admin-wire.js';
+import type { AllocationView } from '../../core/lease/allocation-views.js';
+import type { LeaseCoordinator, RecordWrite } from '../../core/lease/lease-coordinator.js';
+import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
+import { AgentRegistration, AllocationRecord } from '../../core/wire/protocol.js';
+import { KvGuard } from '../nats/kv-guard.js';
+import type { EngineContext } from '../ports.js';
+import type { AllocationInsight } from './allocation-insight.js';
+import type { WriteMetrics } from './protocol-metrics.js';
+
+/** Settings of the allocation and agent buckets (agents bind to the allocation bucket as it is). */
+export const ALLOCATION_BUCKET_OPTIONS = {
+  history: 1,
+  maxValueSize: 64 * 1024,
+  description: 'quotaplane allocation records (key: policy name with . as =)',
+} as const;
+export const AGENT_BUCKET_OPTIONS = {
+  history: 1,
+  description: 'quotaplane agents known to the coordinator',
+} as const;
+
+/** Most KV writes in flight at once, by default. */
+export const DEFAULT_WRITE_CONCURRENCY = 64;
+
+interface Loaded<T> {
+  key: string;
+  value: T;
+  raw: string;
+  revision: number;
+}
+
+export interface AllocationBuckets {
+  allocations: KV;
+  agents: KV;
+  /** Allocation records whose key names their policy. */
+  records: Loaded<AllocationRecord>[];
+  registrations: Loaded<AgentRegistration>[];
+}
+
+/** Create (or bind to) both buckets and read what they hold. */
+export async function openAllocationBuckets(context: EngineContext): Promise<AllocationBuckets> {
+  const { nc, names, config, log } = context;
+  const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs }));
+  const allocations = await kvm.create(names.allocations, ALLOCATION_BUCKET_OPTIONS);
+  const agents = await kvm.create(names.agents, AGENT_BUCKET_OPTIONS);
+  const loaded = await loadAll(allocations, AllocationRecord, log);
+  const records = loaded.filter(({ key, value }) => policyNameFromKey(key) === value.policy);
+  const registrations = await loadAll(agents, AgentRegistration, log);
+  return { allocations, agents, records, registrations };
+}
+
+export interface AllocationWriterOptions {
+  context: EngineContext;
+  engine: LeaseCoordinator;
+  buckets: Pick<AllocationBuckets, 'allocations' | 'agents'>;
+  insight: AllocationInsight;
+  metrics: WriteMetrics;
+  writeConcurrency: number;
+}
+
+/** Writes what the lease coordinator asks for, one flush at a time; retries a failed record on the next. */
+export class AllocationWriter {
+  readonly #context: EngineContext;
+  readonly #engine: LeaseCoordinator;
+  readonly #allocations: KV;
+  readonly #agents: KV;
+  readonly #insight: AllocationInsight;
+  readonly #metrics: WriteMetrics;
+  readonly #writeConcurrency: number;
+  /** The guard of the allocations bucket. */
+  readonly guard: KvGuard;
+  #writing: Promise<void> = Promise.resolve();
+  #flushQueued = false;
+  #lastWriteError: string | undefined;
+
+  constructor(options: AllocationWriterOptions) {
+    const { context } = options;
+    this.#context = context;
+    this.#engine = options.engine;
+    this.#allocations = options.buckets.allocations;
+    this.#agents = options.buckets.agents;
+    this.#insight = options.insight;
+    this.#metrics = options.metrics;
+    this.#writeConcurrency = options.writeConcurrency;
+    this.guard = new KvGuard({
+      nc: context.nc,
+      bucket: context.names.allocations,
+      timeoutMs: context.config.natsTimeoutMs,
+      registry: context.registry,
+      log: context.log,
+      clock: context.clock,
+      audit: context.audit,
+      // The record in force is the engine's, not the last one written: write it again (or delete a key the
+      // engine has no policy for).
+      restore: async (key) => {
+        const policy = policyNameFromKey(key);
+        if (policy === undefined) {
+          await this.#allocations.delete(key);
+          return;
+        }
+        this.#engine.writeFailed(policy);
+        this.schedule();
+        // The flush is chained in a microtask: wait for it to be, then for it.
+        await new Promise<void>((resolve) => queueMicrotask(resolve));
+        await this.#writing;
+      },
+    });
+  }
+
+  /** Why writes fail, while the last one failed. */
+  get lastError(): string | undefined {
+    return this.#lastWriteError;
+  }
+
+  /** Flush once the current task is done (many changes in one task make one flush). */
+  schedule(): void {
+    if (this.#flushQueued) return;
+    this.#flushQueued = true;
+    queueMicrotask(() => {
+      this.#flushQueued = false;
+      this.#writing = this.#writing.then(() => this.flushNow());
+    });
+  }
+
+  /** Stop guarding and wait for the writes under way. */
+  async close(): Promise<void> {
+    await this.guard.close();
+    await this.#writing;
+  }
+
+  /** Persist every record and registration the engine asked for, one write per policy in flight at a time. */
+  async flushNow(): Promise<void> {
+    const registry = this.#engine.takeRegistryWrites();
+    for (const change of registry) {
+      try {
+        if ('put' in change) await this.#agents.put(change.put.agentId, JSON.stringify(change.put));
+        else await this.#agents.delete(change.delete);
+      } catch (error) {
+        this.#context.log.warn({ err: error }, 'protocol: agent registry write failed');
+      }
+    }
+    const writes = this.#engine.takeWrites();
+    if (writes.length === 0) return;
+    // Views taken with the writes: the demand and epoch a move is recorded with.
+    const views = new Map(this.#engine.allocations().map((v) => [v.policy, v]));
+    for (let at = 0; at < writes.length; at += this.#writeConcurrency) {
+      await Promise.all(writes.slice(at, at + this.#writeConcurrency).map((w) => this.#write(w, views)));
+    }
+  }
+
+  /** A written record whose shares moved becomes an audit record (actor: the rebalancer). */
+  #recordMove(write: RecordWrite, view: AllocationView | undefined, revision: number): void {
+    if (write.record === null || view === undefined) return;
+    const now = this.#context.clock.now();
+    const move = this.#insight.written(
+      { ...view, shares: write.record.default.shares, epoch: write.record.epoch },
+      revision,
+      this.#engine.regionViews(),
+      now,
+    );
+    const audit = this.#context.audit;
+    if (move === undefined || audit === undefined) return;
+    const record: AuditRecord = {
+      at: move.at,
+      actor: { role: 'system', name: 'rebalancer' },
+      action: 'move',
+      policy: move.policy,
+      revision,
+      before: null,
+      after: null,
+      requestId: `allocation:${revision}`,
+      move: { epoch: move.epoch, from: move.from, to: move.to, reason: move.reason, demand: move.demand },
+    };
+    audit.record(record).catch((error: unknown) => {
+      this.#metrics.moveAuditFailures.inc();
+      this.#context.log.warn(
+        { err: error, move },
+        'protocol: a share move could not be recorded in the audit trail',
+      );
+    });
+  }
+
+  async #write(write: RecordWrite, views: ReadonlyMap<string, AllocationView>): Promise<void> {
+    const key = policyKey(write.policy);
+    const end = this.#metrics.writeSeconds.startTimer();
+    const payload = write.record === null ? null : JSON.stringify(write.record);
+    this.guard.writing(key, payload);
+    try {
+      if (payload === null) {
+        await this.#allocations.delete(key);
+        this.guard.wrote(key, undefined);
+      } else {
+        const revision = await this.#allocations.put(key, payload);
+        this.guard.wrote(key, revision);
+        this.#engine.written(write.policy, write.seq, revision);
+        this.#recordMove(write, views.get(write.policy), revision);
+      }
+      this.#metrics.writes.inc({ outcome: 'ok' });
+      this.#lastWriteError = undefined;
+    } catch (error) {
+      // The engine keeps counting the old shares until the write lands; retry on the next flush.
+      this.guard.failed(key);
+      this.#engine.writeFailed(write.policy);
+      this.#metrics.writes.inc({ outcome: 'error' });
+      this.#lastWriteError = error instanceof Error ? error.message : String(error);
+      this.#context.log.warn(
+        { err: error, policy: write.policy },
+        'protocol: allocation write failed; will retry',
+      );
+    } finally {
+      end();
+    }
+  }
+}
+
+/** Every entry of a bucket that parses, with its revision; bad ones are logged and skipped. */
+async function loadAll<T>(kv: KV, schema: z.ZodType<T>, log: EngineContext['log']): Promise<Loaded<T>[]> {
+  const out: Loaded<T>[] = [];
+  const keys = await kv.keys();
+  const all: string[] = [];
+  for await (const key of keys) all.push(key);
+  for (const key of all) {
+    const entry = await kv.get(key);
+    if (entry === null || entry.operation !== 'PUT') continue;
+    let value: unknown;
+    try {
+      value = entry.json();
+    } catch {
+      log.warn({ key }, 'protocol: skipped an unreadable KV entry');
+      continue;
+    }
+    const parsed = schema.safeParse(value);
+    if (!parsed.success) {
+      log.warn({ key }, 'protocol: skipped an invalid KV entry');
+      continue;
+    }
+    out.push({ key, value: parsed.data, raw: entry.string(), revision: entry.revision });
+  }
+  return out;
+}
