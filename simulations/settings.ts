@@ -5,6 +5,11 @@
  */
 import { z } from 'zod';
 import { FailureMode, MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../core/policy.js';
+import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
+import { DEFAULT_BORROW_PLANNER, MAX_LENDERS_LIMIT } from '../core/borrowing/planner.js';
+import { defaultLeaseSettings } from '../core/lease/settings.js';
+import { defaultRebalanceSettings } from '../core/rebalance/settings.js';
+import { DEFAULT_DECISION_DEADLINE_MS, DEFAULT_STORE_TIMEOUT_MS } from '../regional-agent/config.js';
 
 const num = () => z.coerce.number().refine(Number.isFinite, 'must be a finite number');
 const positive = (max: number) => num().pipe(z.number().positive().max(max));
@@ -37,6 +42,13 @@ export const SettingsObject = z.strictObject({
   failoverReset: z
     .enum(['snapshot', 'full'])
     .describe('redis-failover: replica holds an older snapshot, or nothing'),
+  homeSplit: z
+    .string()
+    .regex(/^\d+(\/\d+)*$/, 'homeSplit is weights by region, e.g. 70/20/10')
+    .describe("homed-tenants: how subjects' homes spread over the regions, in order (missing regions: none)"),
+  quietLoad: positive(1_000).describe('noisy-neighbour: demand of each quiet subject, in units of R'),
+  idleAtS: nonNegative(86_400).describe('cold-start: when all demand stops, s'),
+  idleForS: positive(86_400).describe('cold-start: how long it stays away before resuming as before, s'),
   oneShotRate: positive(1_000_000).describe('one-shot-identities: new identities per second'),
   retryIntervalMs: positive(3_600_000).describe('ignore-retry-after: ms between a client’s retries'),
   maxRetries: whole(0, 1_000).describe('retries per request before a client gives up'),
@@ -51,7 +63,24 @@ export const SettingsObject = z.strictObject({
       'links are A-B=delayMs/jitterMs/loss[,…]',
     )
     .describe('per-link overrides, both directions: us-ap=90/10/0.01,eu-ap=120/15/0'),
-  forwardTimeoutMs: positive(60_000).describe('strict: how long a forwarded decision may take'),
+  forwardTimeoutMs: positive(60_000).describe(
+    "a decision's deadline: how long a forwarded (strict) or borrowing (dynamic) decision may wait, ms",
+  ),
+  storeTimeoutMs: positive(60_000).describe(
+    'dynamic with borrowing: time a borrow keeps for the credit and the decision after it, ms',
+  ),
+  borrowing: z
+    .enum(['on', 'off'])
+    .describe("dynamic: a subject short of its region's tokens borrows its own from other regions"),
+  borrowMaxLenders: whole(1, MAX_LENDERS_LIMIT).describe(
+    'dynamic with borrowing: most regions asked per round',
+  ),
+  borrowLowWater: nonNegative(1).describe(
+    'dynamic with borrowing: top a bucket up once an admission leaves it below this fraction (0: never)',
+  ),
+  borrowBackoffMs: whole(0, 600_000).describe(
+    'dynamic with borrowing: how long a lender region that did not answer is skipped, ms',
+  ),
   emergencyShare: positive(1).describe(
     "strict with onStoreFailure=local: emergency bucket's share of C and R",
   ),
@@ -71,6 +100,12 @@ export const SettingsObject = z.strictObject({
   damping: num()
     .pipe(z.number().gt(0).max(1))
     .describe('dynamic strategies: fraction of the gap to the target covered per round'),
+  confirmMs: whole(0, 600_000).describe(
+    'dynamic strategies: the target must stay beyond the hysteresis band this long before a move, ms',
+  ),
+  unmetFraction: nonNegative(1).describe(
+    'dynamic strategies: a move starts only if a growing region lacks this fraction of its demand (refused or borrowed)',
+  ),
   demandHalfLifeMs: whole(1, 600_000).describe('dynamic strategies: half-life of smoothed demand, ms'),
   maxOverrides: whole(0, 1024).describe('dynamic: most per-subject overrides of the policy'),
   convergenceTolerance: positive(1).describe('convergence: admitted within this fraction of ideal'),
@@ -111,6 +146,10 @@ export const DEFAULT_SETTINGS: Settings = {
   faultForS: 60,
   failoverLagS: 5,
   failoverReset: 'snapshot',
+  homeSplit: '70/20/10',
+  quietLoad: 0.5,
+  idleAtS: 60,
+  idleForS: 30,
   oneShotRate: 200,
   retryIntervalMs: 50,
   maxRetries: 20,
@@ -119,20 +158,27 @@ export const DEFAULT_SETTINGS: Settings = {
   linkLoss: 0,
   localDelayMs: 0.25,
   links: '',
-  forwardTimeoutMs: 250,
+  forwardTimeoutMs: DEFAULT_DECISION_DEADLINE_MS,
+  storeTimeoutMs: DEFAULT_STORE_TIMEOUT_MS,
+  borrowing: 'on',
+  borrowMaxLenders: DEFAULT_BORROW_PLANNER.maxLenders,
+  borrowLowWater: DEFAULT_LOW_WATER,
+  borrowBackoffMs: DEFAULT_BORROW_PLANNER.unreachableBackoffMs,
   emergencyShare: 0.05,
   overcommit: 1,
   agentsPerRegion: 1,
-  roundMs: 1000,
-  reportIntervalMs: 1000,
-  leaseMs: 6000,
-  graceMs: 12_000,
-  skewMs: 1000,
-  minShare: 0.02,
-  hysteresis: 0.08,
-  damping: 0.85,
-  demandHalfLifeMs: 2000,
-  maxOverrides: 16,
+  roundMs: defaultRebalanceSettings.roundMs,
+  reportIntervalMs: defaultLeaseSettings.reportIntervalMs,
+  leaseMs: defaultLeaseSettings.leaseMs,
+  graceMs: defaultLeaseSettings.graceMs,
+  skewMs: defaultLeaseSettings.skewMs,
+  minShare: defaultRebalanceSettings.defaultMinShare,
+  hysteresis: defaultRebalanceSettings.hysteresis,
+  damping: defaultRebalanceSettings.damping,
+  confirmMs: defaultRebalanceSettings.confirmMs,
+  unmetFraction: defaultRebalanceSettings.unmetFraction,
+  demandHalfLifeMs: defaultRebalanceSettings.demandHalfLifeMs,
+  maxOverrides: defaultLeaseSettings.maxOverridesPerPolicy,
   convergenceTolerance: 0.1,
   convergenceWindowS: 5,
   convergenceHoldS: 30,

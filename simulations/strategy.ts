@@ -3,7 +3,7 @@
  * region's buckets are sized (through the region stores the engine hands it) and, optionally, a control loop
  * that exchanges messages over the simulated network (agents reporting to a coordinator, leases coming back).
  *
- * `dynamic` (strategies/dynamic.ts) is this interface around core/: one CoordinatorEngine on node
+ * `dynamic` (strategies/dynamic.ts) is this interface around core/: one LeaseCoordinator on node
  * `ctx.coordinator`, AgentLeases per region, heartbeats, usage, acknowledgements and allocation records carried by
  * `ctx.network.send(…, 'control', …)`; `decide` sizes the region's bucket from the agent's ShareView. Strategies
  * with moving shares report every change of the shares in force with `ctx.sharesInForce`, which is what
@@ -35,10 +35,17 @@ export interface SimRequest {
 }
 
 /**
- * Why a decision was not an ordinary one (DESIGN.md `reason`): the strict home did not answer, an emergency
+ * Why a decision was not an ordinary one (docs/design.md `reason`): the strict home did not answer, an emergency
  * bucket decided, or a regional agent held no lease for the policy (it then fails closed, as the agent does).
  */
 export type DegradedReason = 'home_unreachable' | 'emergency_bucket' | 'no_lease';
+
+/**
+ * Why a request was refused after its agent tried to borrow the subject's tokens from other regions:
+ * `subject_exhausted` (every other region is dry: the subject used its global budget, as the oracle would refuse
+ * it) or `share_exhausted` (budget may be left elsewhere but could not be had in time).
+ */
+export type RefusalReason = 'subject_exhausted' | 'share_exhausted';
 
 /** A strategy's answer to one request. */
 export interface Outcome {
@@ -49,6 +56,8 @@ export interface Outcome {
   decidedAt: number;
   /** Set for degraded decisions. */
   reason?: DegradedReason | undefined;
+  /** Set for a refusal after borrowing. */
+  refusal?: RefusalReason | undefined;
   /** True when the decision was forwarded to another region (strict mode). */
   forwarded?: boolean | undefined;
 }

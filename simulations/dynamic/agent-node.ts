@@ -5,12 +5,31 @@
  */
 import { AgentLease } from '../../core/lease/agent-lease.js';
 import type { Policy } from '../../core/policy.js';
+import type { RegionalShare } from '../../core/shares.js';
+import type { EncodedCheck } from '../../core/token-bucket.js';
 import type { Heartbeat, Usage } from '../../core/wire/protocol.js';
 import type { RegionStore } from '../engine/region-store.js';
 import type { Outcome, SimRequest } from '../strategy.js';
-import { ShareSizing } from './share-sizing.js';
-import { subjectName, UsageMeter } from './usage-meter.js';
+import { PolicyUsageCounter } from '../../core/usage-accounting.js';
+import { ShareSizing } from '../engine/bucket-sizing.js';
+import { subjectName } from './subject-name.js';
 import type { VirtualClock } from './virtual-clock.js';
+
+/** What a decision left in its bucket, as a fraction of its capacity (both micro-tokens), as the agent reports it. */
+export function remainingFraction(remaining: number, capacity: number): number {
+  return capacity > 0 ? remaining / capacity : 0;
+}
+
+/** One decision on the region's store, before it is counted. */
+export interface Evaluation {
+  outcome: Outcome;
+  /** What the bucket kept after the decision, as a fraction of its capacity. */
+  remainingFraction: number;
+  /** The bucket decided on (undefined without a lease): its check and what it held after the decision. */
+  bucket?: { check: EncodedCheck; remaining: number } | undefined;
+  /** True when the bucket lacked tokens but could take the cost once refilled: a borrow may cover it. */
+  short: boolean;
+}
 
 /** Retry-After of a decision without a lease (the agent fails closed), ms. */
 export const NO_LEASE_RETRY_MS = 1000;
@@ -44,7 +63,7 @@ export class SimAgent {
   graceMs: number;
   /** Lease end the expiry timers were set for (ms of the clock). */
   armedUntil = 0;
-  readonly #meter = new UsageMeter();
+  readonly #meter = new PolicyUsageCounter();
   readonly #sizing: ShareSizing;
   readonly #policy: Policy;
   readonly #clock: VirtualClock;
@@ -66,7 +85,7 @@ export class SimAgent {
       skewMs: o.skewMs,
       graceMs: o.graceMs,
     });
-    this.#sizing = new ShareSizing(o.policy, o.clock);
+    this.#sizing = new ShareSizing(o.policy, (ms) => o.clock.toStoreUs(ms));
     this.#lastReportAt = o.previousReportAt;
   }
 
@@ -96,24 +115,63 @@ export class SimAgent {
       intervalMs,
       chunk: 0,
       chunks: 1,
-      policies: [this.#meter.take(this.#policy.name, this.lease.watched(this.#policy.name))],
+      policies: [
+        this.#meter.take(
+          this.#policy.name,
+          intervalMs,
+          this.#policy.refillPerSecond,
+          this.lease.watched(this.#policy.name),
+        ),
+      ],
       dropped: 0,
     };
+  }
+
+  /** The share this agent's lease gives `subject` now (undefined: no lease, the policy fails closed). */
+  shareFor(subject: number): RegionalShare | undefined {
+    return this.lease.shareFor(this.#policy.name, subjectName(subject));
   }
 
   /**
    * Decide `request` on the region's store with the share the lease gives its subject, inside enter()/done() as
    * the agent's decision service does; without a lease the policy fails closed (`no_lease`), as the agent does.
+   * The decision is not counted in the usage report: `record` does that, once per request.
    */
-  decide(request: SimRequest, store: RegionStore): Outcome {
-    const share = this.lease.shareFor(this.#policy.name, subjectName(request.subject));
-    if (share === undefined)
-      return { allowed: false, retryAfterMs: NO_LEASE_RETRY_MS, decidedAt: request.at, reason: 'no_lease' };
+  evaluate(request: SimRequest, store: RegionStore, now: number): Evaluation {
+    const share = this.shareFor(request.subject);
+    if (share === undefined) {
+      return {
+        outcome: { allowed: false, retryAfterMs: NO_LEASE_RETRY_MS, decidedAt: now, reason: 'no_lease' },
+        remainingFraction: 0,
+        short: false,
+      };
+    }
     const done = this.lease.enter(this.#policy.name);
     const check = this.#sizing.check(share, request.cost);
-    const result = store.decide(request.subject, check, request.at);
+    const result = store.decide(request.subject, check, now);
     done();
-    this.#meter.record(request.subject, request.cost, result.allowed, result.remaining, check.capacity);
-    return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
+    return {
+      outcome: { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: now },
+      remainingFraction: remainingFraction(result.remaining, check.capacity),
+      bucket: { check, remaining: result.remaining },
+      short: !result.allowed && result.retryAfterMs > 0,
+    };
+  }
+
+  /** Count one request's final decision in the usage report, as the agent's recorder does. */
+  record(request: SimRequest, allowed: boolean, remainingFraction: number): void {
+    this.#meter.record(subjectName(request.subject), request.cost, allowed, remainingFraction);
+  }
+
+  /** Count tokens borrowed from other regions and credited here, as the agent's borrower does. */
+  imported(tokens: number): void {
+    this.#meter.imported(tokens);
+  }
+
+  /** Decide and count `request` at its arrival (no borrowing). */
+  decide(request: SimRequest, store: RegionStore): Outcome {
+    const evaluation = this.evaluate(request, store, request.at);
+    this.record(request, evaluation.outcome.allowed, evaluation.remainingFraction);
+    return evaluation.outcome;
   }
 }

@@ -1,5 +1,5 @@
 /**
- * The conservation protocol of core/ inside a run: one CoordinatorEngine on the coordinator node, one AgentLease
+ * The conservation protocol of core/ inside a run: one LeaseCoordinator on the coordinator node, one AgentLease
  * per agent (`agentsPerRegion` per region), and the JetStream KV they share, all talking over the simulated
  * network as `control` messages, so delay, jitter, loss, partitions and coordinator crashes apply to every one
  * of them and each counts in `controlMessagesPerSecond`.
@@ -18,13 +18,15 @@
  * first lease, as after any start. A crash drops the engine (its memory); the restart builds a new one from the
  * KV's records and agent registry, in learning mode.
  */
-import { CoordinatorEngine, zeroCounters, type EngineCounters } from '../../core/lease/coordinator-engine.js';
+import { zeroCounters, type EngineCounters } from '../../core/lease/engine-counters.js';
+import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettings } from '../../core/lease/settings.js';
 import type { Policy } from '../../core/policy.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
 import type { AgentRegistration, AllocationRecord, RenewalReply } from '../../core/wire/protocol.js';
 import type { Fault } from '../scenario.js';
-import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
+import type { Outcome, PENDING, SimRequest, StrategyContext } from '../strategy.js';
+import { SimBorrowing, type SimBorrowingOptions } from './sim-borrowing.js';
 import { SimAgent } from './agent-node.js';
 import { InForceTracker } from './in-force.js';
 import { SimKv } from './sim-kv.js';
@@ -37,6 +39,8 @@ export interface ControlPlaneOptions {
   lease: LeaseSettings;
   rebalance: RebalanceSettings;
   agentsPerRegion: number;
+  /** Borrow a short subject's tokens from other regions (sim-borrowing.ts); undefined: never. */
+  borrowing?: SimBorrowingOptions | undefined;
 }
 
 /** A message of the protocol, as the simulator sees it in flight (for tests that check the wire). */
@@ -57,7 +61,8 @@ export class DynamicControlPlane {
   readonly #turn: number[];
   readonly #kvNode: number;
   readonly #endUs: number;
-  #engine: CoordinatorEngine | undefined;
+  readonly #borrowing: SimBorrowing | undefined;
+  #engine: LeaseCoordinator | undefined;
   #incarnation = 0;
   readonly #counters: EngineCounters = zeroCounters();
   /** Sees every protocol message at the instant it is sent (tests). */
@@ -73,10 +78,14 @@ export class DynamicControlPlane {
     this.#tracker = new InForceTracker(ctx.regions.length, (unit, shares) => ctx.sharesInForce(unit, shares));
     this.#byRegion = ctx.regions.map(() => []);
     this.#turn = ctx.regions.map(() => 0);
+    this.#borrowing =
+      options.borrowing === undefined
+        ? undefined
+        : new SimBorrowing(ctx, this.#clock, this.#byRegion, options.borrowing);
   }
 
   /** The coordinator engine of the current incarnation; undefined while it is down. */
-  get engine(): CoordinatorEngine | undefined {
+  get engine(): LeaseCoordinator | undefined {
     return this.#engine;
   }
 
@@ -120,12 +129,22 @@ export class DynamicControlPlane {
     });
   }
 
-  /** Decide on one of the region's agents, in turn. */
-  decide(request: SimRequest): Outcome {
+  /**
+   * Decide on one of the region's agents, in turn; with borrowing, a request its region's bucket is short for
+   * waits for a borrow (PENDING) and completes later.
+   */
+  decide(request: SimRequest): Outcome | typeof PENDING {
     const agents = this.#byRegion[request.region]!;
     const turn = this.#turn[request.region]!;
     this.#turn[request.region] = turn + 1;
-    return agents[turn % agents.length]!.decide(request, this.#ctx.stores[request.region]!);
+    const agent = agents[turn % agents.length]!;
+    const store = this.#ctx.stores[request.region]!;
+    if (this.#borrowing === undefined) return agent.decide(request, store);
+    const evaluation = agent.evaluate(request, store, request.at);
+    if (evaluation.short) return this.#borrowing.cover(agent, request, evaluation);
+    agent.record(request, evaluation.outcome.allowed, evaluation.remainingFraction);
+    if (evaluation.outcome.allowed) this.#borrowing.topUp(agent, request.subject, evaluation);
+    return evaluation.outcome;
   }
 
   /** The policy's default vector in force at the agents, by region. */
@@ -143,6 +162,7 @@ export class DynamicControlPlane {
 
   /** Add the engines' counters and the control plane's to the run's counters. */
   finish(): void {
+    this.#borrowing?.finish();
     if (this.#engine !== undefined) this.#addCounters(this.#engine.counters);
     for (const name of Object.keys(this.#counters) as (keyof EngineCounters)[]) {
       const value = this.#counters[name];
@@ -155,7 +175,7 @@ export class DynamicControlPlane {
   #startEngine(): void {
     const incarnation = ++this.#incarnation;
     this.#ctx.count('coordinatorStarts');
-    this.#engine = new CoordinatorEngine({
+    this.#engine = new LeaseCoordinator({
       coordinatorId: `coordinator-${incarnation}`,
       regions: this.#ctx.regions,
       clock: this.#clock,

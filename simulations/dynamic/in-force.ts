@@ -1,5 +1,7 @@
+import { SharesInForce } from '../../core/lease/shares-in-force.js';
+
 /**
- * The shares in force, as the agents enforce them: for every allocation unit (the policy's default vector and
+ * The shares in force, as the agents enforce them (core/lease/shares-in-force.ts): for every allocation unit (the policy's default vector and
  * each subject's override) and every region, the largest share any agent of the region may be deciding with
  * (agents of one region share one Redis, so the largest bounds what the region admits). Fed by the agents'
  * in-force changes (AgentLease.onInForce, or a naive agent's applied share); every change of a unit's vector is
@@ -11,16 +13,14 @@ export const POLICY_UNIT = 'policy';
 /** Unit name of a subject's override. */
 export const overrideUnit = (subject: string): string => `override:${subject}`;
 
-interface TrackedAgent {
-  region: number;
-  /** Unit → share; '' is the default vector, anything else a subject with an override. */
-  units: Map<string, number>;
-}
+/** The one policy a run simulates, as the in-force rule names it. */
+const POLICY = 'sim';
 
 export class InForceTracker {
   readonly #regionCount: number;
   readonly #report: (unit: string, shares: readonly number[]) => void;
-  readonly #agents: TrackedAgent[] = [];
+  readonly #inForce = new SharesInForce();
+  #agents = 0;
   /** Last vector reported per unit key ('' = default). */
   readonly #reported = new Map<string, number[]>();
 
@@ -32,8 +32,8 @@ export class InForceTracker {
 
   /** Track an agent of `region`; returns its handle for `set`. */
   add(region: number): number {
-    this.#agents.push({ region, units: new Map() });
-    return this.#agents.length - 1;
+    this.#inForce.add(String(this.#agents), region);
+    return this.#agents++;
   }
 
   /**
@@ -41,10 +41,7 @@ export class InForceTracker {
    * `subject` is undefined); `removed` when that override is gone.
    */
   set(agent: number, subject: string | undefined, share: number, removed = false): void {
-    const units = this.#agents[agent]!.units;
-    const key = subject ?? '';
-    if (removed) units.delete(key);
-    else units.set(key, share);
+    this.#inForce.set(String(agent), POLICY, subject, share, removed);
     this.#publish();
   }
 
@@ -54,17 +51,11 @@ export class InForceTracker {
   }
 
   #vector(key: string): number[] {
-    const out = new Array<number>(this.#regionCount).fill(0);
-    for (const { region, units } of this.#agents) {
-      const share = (key === '' ? undefined : units.get(key)) ?? units.get('') ?? 0;
-      if (share > out[region]!) out[region] = share;
-    }
-    return out;
+    return this.#inForce.vector(POLICY, key === '' ? undefined : key, this.#regionCount);
   }
 
   #publish(): void {
-    const keys = new Set<string>(['']);
-    for (const { units } of this.#agents) for (const key of units.keys()) keys.add(key);
+    const keys = this.#inForce.overridden(POLICY).add('');
     for (const key of keys) {
       const vector = this.#vector(key);
       const before = this.#reported.get(key);

@@ -10,12 +10,14 @@
 import type { Policy } from '../../core/policy.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
-import { equalShares, idealShares, rebalanceRound, shareFloor } from '../../core/rebalance/target.js';
+import { equalShares, rebalanceRound, shareFloor, targetShares } from '../../core/rebalance/target.js';
+import { PolicyUsageCounter } from '../../core/usage-accounting.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import type { Fault } from '../scenario.js';
 import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
 import { InForceTracker } from './in-force.js';
-import { UsageMeter } from './usage-meter.js';
+import { remainingFraction } from './agent-node.js';
+import { subjectName } from './subject-name.js';
 
 export interface NaiveOptions {
   rebalance: RebalanceSettings;
@@ -32,6 +34,9 @@ interface NaiveCoordinator {
   /** The target of the last round, to tell whether it is still moving. */
   lastIdeal: number[] | undefined;
   demand: DemandTracker<string>;
+  unmet: DemandTracker<string>;
+  /** When each region's last usage report arrived (ms). */
+  lastUsageAt: (number | undefined)[];
 }
 
 interface NaiveAgent {
@@ -40,7 +45,7 @@ interface NaiveAgent {
   handle: number;
   epoch: number;
   sizing: BucketSizing;
-  meter: UsageMeter;
+  meter: PolicyUsageCounter;
   lastReportUs: number;
 }
 
@@ -83,7 +88,7 @@ export class NaiveControlPlane {
           handle: this.#tracker.add(region),
           epoch: 0,
           sizing: new BucketSizing(this.#policy, this.#persisted.shares[region]!),
-          meter: new UsageMeter(),
+          meter: new PolicyUsageCounter(),
           // Running before virtual time 0: the first report covers a whole interval, like the others.
           lastReportUs: first - interval,
         };
@@ -107,7 +112,12 @@ export class NaiveControlPlane {
     const agent = agents[turn % agents.length]!;
     const check = agent.sizing.check(request.cost);
     const result = this.#ctx.stores[request.region]!.decide(request.subject, check, request.at);
-    agent.meter.record(request.subject, request.cost, result.allowed, result.remaining, check.capacity);
+    agent.meter.record(
+      subjectName(request.subject),
+      request.cost,
+      result.allowed,
+      remainingFraction(result.remaining, check.capacity),
+    );
     return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
   }
 
@@ -130,6 +140,8 @@ export class NaiveControlPlane {
       moving: false,
       lastIdeal: undefined,
       demand: new DemandTracker(this.#options.rebalance.demandHalfLifeMs),
+      unmet: new DemandTracker(this.#options.rebalance.demandHalfLifeMs),
+      lastUsageAt: this.#ctx.regions.map(() => undefined),
     };
     const ctx = this.#ctx;
     const roundUs = this.#options.rebalance.roundMs * 1000;
@@ -146,9 +158,21 @@ export class NaiveControlPlane {
     const c = this.#coordinator!;
     const ctx = this.#ctx;
     const nowMs = ctx.now() / 1000;
-    const demand = c.demand.sumByTag(nowMs, new Array<number>(ctx.regions.length).fill(0));
-    // The engine's round (core/rebalance rebalanceRound), without the protocol around it.
-    const next = rebalanceRound(c, idealShares(demand, this.#floor), this.#floor, this.#options.rebalance);
+    const zeros = () => new Array<number>(ctx.regions.length).fill(0);
+    const stale = 3 * this.#options.reportIntervalMs;
+    const demand = {
+      demand: c.demand.sumByTag(nowMs, zeros()),
+      unmet: c.unmet.sumByTag(nowMs, zeros()),
+      known: c.lastUsageAt.map((at) => at !== undefined && nowMs - at <= stale),
+    };
+    // The engine's round (core/rebalance targetShares and rebalanceRound), without the protocol around it.
+    const next = rebalanceRound(
+      c,
+      targetShares(c.shares, demand, this.#floor),
+      this.#floor,
+      this.#options.rebalance,
+      { now: nowMs, demand },
+    );
     if (next !== undefined) {
       c.shares = next;
       c.epoch++;
@@ -176,17 +200,16 @@ export class NaiveControlPlane {
     const now = ctx.now();
     const intervalMs = Math.max(1, Math.round((now - agent.lastReportUs) / 1000));
     agent.lastReportUs = now;
-    const usage = agent.meter.take(this.#policy.name);
+    const usage = agent.meter.take(this.#policy.name, intervalMs, this.#policy.refillPerSecond);
     ctx.network.send(agent.region, ctx.coordinator, 'control', () => {
       const c = this.#coordinator;
       if (c === undefined) return;
-      c.demand.observe(
-        `${agent.region}/${agent.id}`,
-        usage.requested,
-        intervalMs,
-        ctx.now() / 1000,
-        agent.region,
-      );
+      const at = ctx.now() / 1000;
+      const key = `${agent.region}/${agent.id}`;
+      const demand = usage.demand ?? usage.requested;
+      c.lastUsageAt[agent.region] = at;
+      c.demand.observe(key, demand, intervalMs, at, agent.region);
+      c.unmet.observe(key, Math.max(0, demand - usage.admitted), intervalMs, at, agent.region);
     });
   }
 }

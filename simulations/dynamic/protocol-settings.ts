@@ -4,12 +4,15 @@
  * starts, so a bad combination is a clear SimConfigError and not a crash at virtual second 40.
  */
 import type { ZodError } from 'zod';
+import { borrowReserveMs } from '../../core/borrowing/borrow.js';
+import { BorrowPlannerSettings, DEFAULT_BORROW_PLANNER } from '../../core/borrowing/planner.js';
 import { LeaseSettings } from '../../core/lease/settings.js';
 import type { Policy } from '../../core/policy.js';
 import { RebalanceSettings } from '../../core/rebalance/settings.js';
 import { shareFloor } from '../../core/rebalance/target.js';
 import { SimConfigError } from '../errors.js';
 import type { Settings } from '../settings.js';
+import type { SimBorrowingOptions } from './sim-borrowing.js';
 
 const issues = (error: ZodError) =>
   error.issues.map((i) => `${i.path.join('.') || 'settings'}: ${i.message}`).join('; ');
@@ -21,6 +24,8 @@ export function rebalanceSettings(s: Settings): RebalanceSettings {
     demandHalfLifeMs: s.demandHalfLifeMs,
     damping: s.damping,
     hysteresis: s.hysteresis,
+    confirmMs: s.confirmMs,
+    unmetFraction: s.unmetFraction,
   });
   if (!parsed.success) throw new SimConfigError(`rebalance settings: ${issues(parsed.error)}`);
   return parsed.data;
@@ -37,6 +42,23 @@ export function leaseSettings(s: Settings): LeaseSettings {
   });
   if (!parsed.success) throw new SimConfigError(`lease settings: ${issues(parsed.error)}`);
   return parsed.data;
+}
+
+/** Borrowing settings of a run (undefined when off), the planner's parsed by its schema; throws SimConfigError. */
+export function borrowingSettings(s: Settings): SimBorrowingOptions | undefined {
+  if (s.borrowing === 'off') return undefined;
+  const parsed = BorrowPlannerSettings.safeParse({
+    ...DEFAULT_BORROW_PLANNER,
+    maxLenders: s.borrowMaxLenders,
+    unreachableBackoffMs: s.borrowBackoffMs,
+  });
+  if (!parsed.success) throw new SimConfigError(`borrowing settings: ${issues(parsed.error)}`);
+  return {
+    planner: parsed.data,
+    lowWater: s.borrowLowWater,
+    deadlineMs: s.forwardTimeoutMs,
+    reserveMs: borrowReserveMs(s.storeTimeoutMs),
+  };
 }
 
 /** Every region's floor must fit in the budget, or the rebalancer has nothing to follow demand with. */
@@ -57,13 +79,14 @@ export function checkFloor(
 export function validateProtocol(s: Settings, regions: readonly string[], policy: Policy): void {
   const rebalance = rebalanceSettings(s);
   const lease = leaseSettings(s);
-  // The engine's own rule (core/lease/coordinator-engine.ts): an agent that does not acknowledge a shrink must
+  // The engine's own rule (core/lease/lease-coordinator.ts): an agent that does not acknowledge a shrink must
   // lapse before a lapsed peer may settle at its safe share.
   if (lease.graceMs <= lease.leaseMs + 2 * lease.skewMs + rebalance.roundMs)
     throw new SimConfigError(
       `graceMs (${lease.graceMs}) must exceed leaseMs + 2 × skewMs + roundMs (${lease.leaseMs + 2 * lease.skewMs + rebalance.roundMs})`,
     );
   checkFloor(s, regions, policy, rebalance);
+  borrowingSettings(s);
 }
 
 /** The checks of `naive-dynamic` (the rebalancer alone). */

@@ -1,13 +1,20 @@
 /**
- * One region's Redis, as the simulator sees it: token buckets keyed by subject, decided with the exported
- * `refill` and `settle` of core/token-bucket.ts in exactly the order `BucketModel.evaluate` uses for a one-bucket,
- * non-dry-run call without idempotency (test/unit/sim-region-store.test.ts holds the two to identical replies,
- * and test/integration/token-bucket-lua-cases.test.ts holds the model to the Lua script). Keys carry the
- * policy's idle TTL; an expired key is a full bucket, as in Redis.
+ * One region's Redis, as the simulator sees it: token buckets keyed by subject, each decided by core's
+ * `decideBucket` (core/token-bucket.ts), the one-bucket decision `BucketModel.evaluate` makes
+ * (test/unit/sim-region-store.test.ts holds the two to identical replies, and
+ * test/integration/token-bucket-lua-cases.test.ts holds the model to the Lua script). Keys carry the policy's
+ * idle TTL; an expired key is a full bucket, as in Redis.
  */
 import {
-  refill,
-  settle,
+  creditBucket,
+  lendBucket,
+  type EncodedCredit,
+  type EncodedCreditResult,
+  type EncodedLend,
+  type EncodedLendResult,
+} from '../../core/borrowing/transfer.js';
+import {
+  decideBucket,
   type EncodedCheck,
   type EncodedResult,
   type StoredBucket,
@@ -40,10 +47,7 @@ export class RegionStore {
   decide(subject: number, check: EncodedCheck, now: number): EncodedResult {
     const entry = this.#buckets.get(subject);
     const stored = entry === undefined || entry.expiresAt <= now ? undefined : entry.state;
-    const state = refill(stored, check, now);
-    const fits = state.tokens >= check.cost;
-    const result = settle(state, check, fits, fits);
-    state.tokens = result.remaining;
+    const { state, result } = decideBucket(stored, check, now);
     // The hot path rewrites the entry in place rather than allocating one per decision; snapshots copy entries.
     if (entry === undefined) this.#buckets.set(subject, { state, expiresAt: now + check.ttlMs * 1000 });
     else {
@@ -51,6 +55,24 @@ export class RegionStore {
       entry.expiresAt = now + check.ttlMs * 1000;
     }
     return result;
+  }
+
+  /** Lend from `subject`'s bucket at `now` (µs), as lua/lend.lua does (core/borrowing/transfer.ts). */
+  lend(subject: number, lend: Omit<EncodedLend, 'key'>, now: number): EncodedLendResult {
+    const { next, result } = lendBucket(this.peek(subject, now), lend, now);
+    if (next !== undefined) this.#write(subject, next, now + lend.bucket.ttlMs * 1000);
+    return result;
+  }
+
+  /** Credit `subject`'s bucket at `now` (µs), as lua/credit.lua does. */
+  credit(subject: number, credit: Omit<EncodedCredit, 'key'>, now: number): EncodedCreditResult {
+    const { next, result } = creditBucket(this.peek(subject, now), credit, now);
+    if (next !== undefined) this.#write(subject, next, now + credit.bucket.ttlMs * 1000);
+    return result;
+  }
+
+  #write(subject: number, state: StoredBucket, expiresAt: number): void {
+    this.#buckets.set(subject, { state, expiresAt });
   }
 
   /** The stored bucket of `subject` at `now`, undefined when absent or expired. */

@@ -24,6 +24,9 @@ import { Network } from './network.js';
 import { Random } from './random.js';
 import { RegionStore, type StoreSnapshot } from './region-store.js';
 
+/** A subject counts for the worst-subject figure once the oracle admitted it this many largest requests. */
+export const WORST_SUBJECT_MIN_REQUESTS = 10;
+
 /** Virtual seconds between sweeps of expired keys (the peak-keys measure). */
 const SWEEP_EVERY_S = 10;
 
@@ -309,6 +312,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
       recorder.idealAdmittedCost === 0
         ? null
         : roundMetric(recorder.admittedCost / recorder.idealAdmittedCost),
+    worstSubject: recorder.worstSubject(WORST_SUBJECT_MIN_REQUESTS * settings.maxCost),
     falseDenialRate:
       recorder.measured.requests === 0
         ? 0

@@ -1,12 +1,12 @@
 /**
- * overAdmission (DESIGN.md): for every subject, the most it was granted in any window of W seconds, divided by
+ * overAdmission (docs/design.md): for every subject, the most it was granted in any window of W seconds, divided by
  * what the global budget allows in W (C + R·W), for W of 1, 10 and 60 s; the worst subject and window count.
  * Computed exactly over admission instants (µs) and costs (micro-tokens), not by sampling: the fullest closed
  * window [t, t + W] always starts at an admission, so a two-pointer pass over each subject's sorted admissions
  * visits every candidate.
  */
 
-/** Windows of DESIGN.md, seconds. */
+/** Windows of docs/design.md, seconds. */
 export const OVER_ADMISSION_WINDOWS_S = [1, 10, 60] as const;
 
 /** Admissions of every subject, appended in any order. */

@@ -2,6 +2,7 @@
  * Everything a run measures, fed by the engine as requests arrive and complete, turned into a StrategyResult and
  * the series the charts draw.
  */
+import { exceedsBudget, shareSum, sumExceedsBudget } from '../../core/lease/shares-in-force.js';
 import type { Outcome, SimRequest } from '../strategy.js';
 import { AdmissionLog, overAdmission } from './over-admission.js';
 import { percentile, Samples } from './percentiles.js';
@@ -22,9 +23,6 @@ export interface RunSeries {
    */
   shareSumMax: Float64Array | undefined;
 }
-
-/** Shares summing above 1 by more than this are over the budget (floating-point sums of exact splits). */
-export const SHARE_SUM_TOLERANCE = 1e-9;
 
 const round = (x: number) => Math.round(x * 1e6) / 1e6;
 const ms = (us: number) => round(us / 1000);
@@ -81,6 +79,42 @@ export class Recorder {
     };
   }
 
+  /** Per subject, cost admitted and cost the oracle admitted, after the warm-up: the worst subject. */
+  readonly #bySubject = new Map<number, { admitted: number; ideal: number }>();
+
+  #subject(subject: number): { admitted: number; ideal: number } {
+    let entry = this.#bySubject.get(subject);
+    if (entry === undefined) this.#bySubject.set(subject, (entry = { admitted: 0, ideal: 0 }));
+    return entry;
+  }
+
+  /**
+   * The subject that got the smallest fraction of what the ideal oracle admitted it after the warm-up, among
+   * subjects the oracle admitted at least `minCost` tokens (fewer says nothing about a budget); null when none.
+   */
+  worstSubject(
+    minCost: number,
+  ): { subject: number; admittedFraction: number; idealAdmittedCost: number } | null {
+    let worst: { subject: number; admittedFraction: number; idealAdmittedCost: number } | null = null;
+    for (const [subject, { admitted, ideal }] of this.#bySubject) {
+      if (ideal < minCost) continue;
+      const fraction = admitted / ideal;
+      if (
+        worst === null ||
+        fraction < worst.admittedFraction ||
+        (fraction === worst.admittedFraction && subject < worst.subject)
+      )
+        worst = { subject, admittedFraction: fraction, idealAdmittedCost: ideal };
+    }
+    return worst === null
+      ? null
+      : {
+          ...worst,
+          admittedFraction: round(worst.admittedFraction),
+          idealAdmittedCost: round(worst.idealAdmittedCost),
+        };
+  }
+
   /** A request reached its agent; the ideal oracle's decision on it is `idealAllowed`. */
   offered(request: SimRequest, idealAllowed: boolean): void {
     this.requests++;
@@ -90,7 +124,10 @@ export class Recorder {
     if (!idealAllowed) return;
     this.idealAdmitted++;
     this.idealAdmittedCost += request.cost;
-    if (measured) this.measured.idealAdmittedCost += request.cost;
+    if (measured) {
+      this.measured.idealAdmittedCost += request.cost;
+      this.#subject(request.subject).ideal += request.cost;
+    }
     const bin = Math.floor(request.at / this.#binUs);
     if (bin < this.series.ideal.length) {
       this.series.ideal[bin]! += request.cost;
@@ -114,7 +151,10 @@ export class Recorder {
     if (!idealAllowed) this.falseAdmissions++;
     if (!idealAllowed && measured) this.measured.falseAdmissions++;
     this.admittedCost += request.cost;
-    if (measured) this.measured.admittedCost += request.cost;
+    if (measured) {
+      this.measured.admittedCost += request.cost;
+      this.#subject(request.subject).admitted += request.cost;
+    }
     this.log.add(request.subject, outcome.decidedAt, request.cost * 1e6);
     const bin = Math.floor(outcome.decidedAt / this.#binUs);
     if (bin < this.series.admitted.length) {
@@ -143,15 +183,14 @@ export class Recorder {
 
   /** The shares in force of one allocation unit changed at `nowUs` (an empty vector: the unit is gone). */
   sharesInForce(unit: string, shares: readonly number[], nowUs: number): void {
-    let sum = 0;
-    for (const s of shares) sum += s;
+    const sum = shareSum(shares);
     const before = this.#unitSums.get(unit) ?? 0;
     if (shares.length === 0) this.#unitSums.delete(unit);
     else this.#unitSums.set(unit, sum);
     this.maxShareSum = Math.max(this.maxShareSum ?? 0, round(sum));
     this.#binMax(nowUs, sum);
-    const wasAbove = before > 1 + SHARE_SUM_TOLERANCE;
-    const isAbove = sum > 1 + SHARE_SUM_TOLERANCE;
+    const wasAbove = sumExceedsBudget(before);
+    const isAbove = exceedsBudget(shares);
     if (wasAbove === isAbove) return;
     // Time above the budget counts within the run only (not while in-flight work finishes past its end).
     const at = Math.min(nowUs, this.#endUs);

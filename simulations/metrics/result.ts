@@ -27,6 +27,14 @@ export const StrategyResult = z.strictObject({
   utilisation: z.number().nullable(),
   /** The same over the whole run, warm-up included. */
   utilisationWholeRun: z.number().nullable(),
+  /**
+   * The subject admitted the smallest fraction of what the ideal oracle (one global bucket per subject fed the
+   * same arrivals) admitted it after the warm-up, among subjects the oracle admitted at least 10 × maxCost;
+   * null when none qualifies. `admittedFraction` 0.9 means that tenant got 90% of its budget's worth.
+   */
+  worstSubject: z
+    .strictObject({ subject: z.number(), admittedFraction: z.number(), idealAdmittedCost: z.number() })
+    .nullable(),
   /** Requests denied that ideal admitted, over all requests. */
   falseDenialRate: z.number(),
   /**

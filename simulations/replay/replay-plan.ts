@@ -8,10 +8,12 @@
  * divided by K, the policy's refill is multiplied by K and its capacity kept, so C + R·W over a scenario window W
  * is the same number of tokens as C + (R·K)·(W/K) over the compressed window.
  */
+import { AgentConfig, DEFAULT_DECISION_DEADLINE_MS } from '../../regional-agent/config.js';
 import { ZodError } from 'zod';
-import { defaultLeaseSettings } from '../../core/lease/settings.js';
+import { defaultLeaseSettings, LeaseSettings } from '../../core/lease/settings.js';
 import { PolicySpec, type PolicyMode, type PolicySpecInput } from '../../core/policy.js';
-import { defaultRebalanceSettings } from '../../core/rebalance/settings.js';
+import { defaultRebalanceSettings, RebalanceSettings } from '../../core/rebalance/settings.js';
+import { settingRange } from '../../core/setting-range.js';
 import { STACK_REGIONS } from '../../scripts/stack/config.js';
 import { regionsOf, simPolicy, validateRun, type RunSpec } from '../engine/run.js';
 import { SimConfigError } from '../errors.js';
@@ -29,8 +31,6 @@ export const MAX_COMPRESSION = 100;
 export const MAX_WALL_SECONDS = 300;
 /** Highest mean request rate a replay may ask of the loopback stack, requests per wall second. */
 export const MAX_WALL_RATE = 1500;
-/** The agent's default decision deadline (regional-agent/config.ts), wall ms. */
-export const AGENT_DEFAULT_DEADLINE_MS = 50;
 
 /** Scenarios the replay refuses, and why. */
 export const UNSUPPORTED_SCENARIOS: Readonly<Record<string, string>> = {
@@ -56,15 +56,30 @@ const UNSUPPORTED_STRATEGIES: Readonly<Record<string, string>> = {
     'it exists in the simulator only (the rebalancer without the two-phase protocol, for comparison)',
 };
 
-/** Protocol timers the stack takes from its environment, with the coordinator's (or agent's) lowest value. */
+/** Protocol timers the stack takes from its environment, with the bounds the coordinator (or agent) accepts. */
 const TIMERS = [
-  { setting: 'roundMs', env: 'QP_COORDINATOR_ROUND_MS', min: 50, max: 60_000 },
-  { setting: 'reportIntervalMs', env: 'QP_COORDINATOR_REPORT_INTERVAL_MS', min: 50, max: 60_000 },
-  { setting: 'leaseMs', env: 'QP_COORDINATOR_LEASE_MS', min: 100, max: 600_000 },
-  { setting: 'graceMs', env: 'QP_COORDINATOR_GRACE_MS', min: 100, max: 3_600_000 },
-  { setting: 'skewMs', env: 'QP_COORDINATOR_SKEW_MS', min: 0, max: 60_000 },
-  { setting: 'forwardTimeoutMs', env: 'QP_AGENT_DECISION_DEADLINE_MS', min: 1, max: 10_000 },
+  { setting: 'roundMs', env: 'QP_COORDINATOR_ROUND_MS', ...settingRange(RebalanceSettings.shape.roundMs) },
+  {
+    setting: 'reportIntervalMs',
+    env: 'QP_COORDINATOR_REPORT_INTERVAL_MS',
+    ...settingRange(LeaseSettings.shape.reportIntervalMs),
+  },
+  { setting: 'leaseMs', env: 'QP_COORDINATOR_LEASE_MS', ...settingRange(LeaseSettings.shape.leaseMs) },
+  { setting: 'graceMs', env: 'QP_COORDINATOR_GRACE_MS', ...settingRange(LeaseSettings.shape.graceMs) },
+  { setting: 'skewMs', env: 'QP_COORDINATOR_SKEW_MS', ...settingRange(LeaseSettings.shape.skewMs) },
+  {
+    setting: 'forwardTimeoutMs',
+    env: 'QP_AGENT_DECISION_DEADLINE_MS',
+    ...settingRange(AgentConfig.shape.decisionDeadlineMs),
+  },
+  {
+    setting: 'confirmMs',
+    env: 'QP_COORDINATOR_CONFIRM_MS',
+    ...settingRange(RebalanceSettings.shape.confirmMs),
+  },
 ] as const satisfies readonly { setting: SettingName; env: string; min: number; max: number }[];
+/** The shortest override TTL the coordinator takes, ms. */
+const MIN_OVERRIDE_TTL_MS = settingRange(LeaseSettings.shape.overrideTtlMs).min;
 
 /** Variables the replay sets on the stack itself; the caller's environment may not set them. */
 export const REPLAY_STACK_VARS: readonly string[] = [
@@ -186,7 +201,7 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
   const user: Settings = {
     ...base,
     forwardTimeoutMs:
-      'forwardTimeoutMs' in o.overrides ? base.forwardTimeoutMs : AGENT_DEFAULT_DEADLINE_MS * K,
+      'forwardTimeoutMs' in o.overrides ? base.forwardTimeoutMs : DEFAULT_DECISION_DEADLINE_MS * K,
   };
 
   const wallOf: Record<string, number> = {};
@@ -207,9 +222,9 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
     effective[t.setting] = wall * K;
   }
   const overrideTtlMs = Math.round(defaultLeaseSettings.overrideTtlMs / K);
-  if (overrideTtlMs < 1000)
+  if (overrideTtlMs < MIN_OVERRIDE_TTL_MS)
     problems.push(
-      `--compress ${K} turns the ${defaultLeaseSettings.overrideTtlMs} ms override TTL into ${overrideTtlMs} ms of wall time, below the coordinator's 1000 ms: use --compress ≤ ${Math.floor(defaultLeaseSettings.overrideTtlMs / 1000)}`,
+      `--compress ${K} turns the ${defaultLeaseSettings.overrideTtlMs} ms override TTL into ${overrideTtlMs} ms of wall time, below the coordinator's ${MIN_OVERRIDE_TTL_MS} ms: use --compress ≤ ${Math.floor(defaultLeaseSettings.overrideTtlMs / MIN_OVERRIDE_TTL_MS)}`,
     );
   if (problems.length > 0) throw new SimConfigError(problems.join('\n'));
   stackEnv['QP_COORDINATOR_OVERRIDE_TTL_MS'] = String(overrideTtlMs);

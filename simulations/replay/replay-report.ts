@@ -28,7 +28,7 @@ export function replayTable(rows: readonly ReplayRow[]): string {
     lines.push(
       `${rowLabel(r)}: ${r.requests} requests in ${d.wallSeconds.toFixed(1)} s of wall time at ${d.compression}× ` +
         `(${d.wallRequestsPerSecond.toFixed(0)}/s), sent late by p50 ${d.sendLagMs.p50.toFixed(1)} / p99 ` +
-        `${d.sendLagMs.p99.toFixed(1)} ms, ${d.noDecision} without a decision` +
+        `${d.sendLagMs.p99.toFixed(1)} ms, ${d.noDecision} without a decision, ${d.shed} shed` +
         (Object.keys(r.degraded).length > 0
           ? `, degraded: ${Object.entries(r.degraded)
               .map(([k, v]) => `${k} ${v}`)

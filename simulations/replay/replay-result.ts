@@ -27,8 +27,10 @@ export const ReplayDetails = z.strictObject({
   wallRequestsPerSecond: z.number(),
   /** How late requests went out against their compressed arrival time, wall ms. */
   sendLagMs: latency,
-  /** Requests that got no decision (transport error, non-200 answer); counted as denied. */
+  /** Requests that got no answer at all (transport error, a non-200 answer other than a shed); counted as denied. */
   noDecision: z.number().int().min(0),
+  /** Requests the stack shed explicitly (503 AGT_ERR_OVERLOADED, an answer that says "busy"); counted as denied. */
+  shed: z.number().int().min(0),
   /** Control messages over the replay, from the coordinator's /metrics (recording.ts ControlCounts). */
   controlMessages: z
     .strictObject({
@@ -104,12 +106,20 @@ export function realRow(context: RealRowContext, recording: Recording): ReplayRo
   const forwardedLatencies: number[] = [];
   const degraded = new Map<string, number>();
   let noDecision = 0;
+  let shed = 0;
   recording.answers.forEach((answer, i) => {
     const ms = answer.answeredMs - answer.sentMs;
     latencies.push(ms);
     if (strictMode && recording.arrivals[i]!.region !== home) forwardedLatencies.push(ms);
-    if (answer.status !== 200) noDecision++;
-    const reason = answer.status === 200 ? answer.reason : `no_decision:${answer.error ?? answer.status}`;
+    const isShed = answer.status === 503 && answer.error === 'AGT_ERR_OVERLOADED';
+    if (isShed) shed++;
+    else if (answer.status !== 200) noDecision++;
+    const reason =
+      answer.status === 200
+        ? answer.reason
+        : isShed
+          ? 'shed:AGT_ERR_OVERLOADED'
+          : `no_decision:${answer.error ?? answer.status}`;
     if (reason !== undefined) degraded.set(reason, (degraded.get(reason) ?? 0) + 1);
   });
   latencies.sort((a, b) => a - b);
@@ -132,6 +142,7 @@ export function realRow(context: RealRowContext, recording: Recording): ReplayRo
       new Map([
         ...Object.entries(run.result.counters),
         ...(noDecision > 0 ? [['replay:noDecision', noDecision] as const] : []),
+        ...(shed > 0 ? [['replay:shed', shed] as const] : []),
       ]),
     ),
     network: {
@@ -149,6 +160,7 @@ export function realRow(context: RealRowContext, recording: Recording): ReplayRo
       wallRequestsPerSecond: wallSeconds > 0 ? roundMetric(recording.answers.length / wallSeconds) : 0,
       sendLagMs: summary(recording.sendLagMs),
       noDecision,
+      shed,
       controlMessages: control === undefined ? null : { ...control },
       shareSamples: recording.shares.length,
       wallTiming: context.wallTiming,

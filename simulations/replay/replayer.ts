@@ -9,7 +9,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { PolicyMode } from '../../core/policy.js';
-import { subjectName } from '../dynamic/usage-meter.js';
+import { subjectName } from '../dynamic/subject-name.js';
 import type { TimedFault } from '../scenario.js';
 import type { Arrival } from './arrivals.js';
 import type { DecisionClient } from './decision-client.js';

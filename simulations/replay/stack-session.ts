@@ -9,8 +9,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { dirname, join } from 'node:path';
 import { z } from 'zod';
-import { STACK_REGIONS } from '../../scripts/stack/config.js';
+import { STACK_PORT_VARS, STACK_REGIONS } from '../../scripts/stack/config.js';
 import { SimConfigError } from '../errors.js';
 import { ReplayError, ReplayInterrupted } from './replay-errors.js';
 
@@ -35,18 +36,6 @@ export interface StackSession {
   /** Stop what was started (nothing for an attached stack); safe to call twice. */
   stop(): Promise<void>;
 }
-
-/** The launcher's port variables: unset ones get 0 (any free port), so a replay never meets a stack on 7100. */
-const PORT_VARS = [
-  'QP_STACK_COORDINATOR_PORT',
-  'QP_STACK_US_PORT',
-  'QP_STACK_EU_PORT',
-  'QP_STACK_AP_PORT',
-  'QP_STACK_NATS_PORT',
-  'QP_STACK_US_REDIS_PORT',
-  'QP_STACK_EU_REDIS_PORT',
-  'QP_STACK_AP_REDIS_PORT',
-];
 
 /** The part of the launcher's state file the replay reads (scripts/stack/launcher.ts StackState). */
 const StateFile = z.object({
@@ -124,11 +113,14 @@ export async function startStack(o: StartOptions): Promise<StackSession> {
   const readToken = o.env['QP_READ_TOKEN'] || undefined;
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(o.env)) if (v !== undefined) env[k] = v;
-  for (const name of PORT_VARS) if (env[name] === undefined || env[name] === '') env[name] = '0';
+  // Unset ports get 0 (any free port), so a replay never meets a stack on 7100.
+  for (const name of STACK_PORT_VARS) if (env[name] === undefined || env[name] === '') env[name] = '0';
   Object.assign(env, o.stackEnv, {
     QP_ADMIN_TOKEN: adminToken,
     QP_STACK_SEED: 'false',
     QP_STACK_STATE_FILE: o.stateFile,
+    // Beside the state file, not in the directory it runs in, where a stack of the reader's may have its own.
+    QP_STACK_ENV_FILE: join(dirname(o.stateFile), 'stack.env'),
   });
 
   const log = openSync(o.logFile, 'a');

@@ -1,9 +1,10 @@
 /**
- * The scenarios of DESIGN.md "Simulation harness". Unless a scenario says otherwise: policy C = 100 tokens,
+ * The scenarios of docs/design.md "What the simulator measures". Unless a scenario says otherwise: policy C = 100 tokens,
  * R = 2 tokens/s, costs 1..maxCost, 300 simulated seconds, and `load` is a regular subject's demand in units of
  * its budget R (so load 2 asks twice what the policy allows over time).
  */
 import type { Scenario, ScenarioPlan, TimedFault, TrafficSource } from '../scenario.js';
+import { SimConfigError } from '../errors.js';
 import type { Settings } from '../settings.js';
 import {
   bursts,
@@ -208,6 +209,122 @@ export const hotTenant: Scenario = {
   },
 };
 
+/**
+ * Home region of each of `count` subjects, spread by `split` (weights by region, in order; regions past the list
+ * get none), by largest remainder so the counts are exact and the same for every seed: 10 subjects at 70/20/10
+ * are homed 7, 2 and 1.
+ */
+export function homesOf(count: number, split: string, regionCount: number): number[] {
+  const weights = split.split('/').map(Number).slice(0, regionCount);
+  const total = weights.reduce((a, b) => a + b, 0);
+  if (!(total > 0)) throw new SimConfigError(`homeSplit ${split} gives no region any subject`);
+  const exact = weights.map((w) => (count * w) / total);
+  const counts = exact.map(Math.floor);
+  let left = count - counts.reduce((a, b) => a + b, 0);
+  const order = exact
+    .map((x, r) => ({ r, rest: x - Math.floor(x) }))
+    .sort((a, b) => b.rest - a.rest || a.r - b.r);
+  for (const { r } of order) {
+    if (left-- <= 0) break;
+    counts[r]!++;
+  }
+  return counts.flatMap((c, r) => Array.from({ length: c }, () => r));
+}
+
+export const homedTenants: Scenario = {
+  name: 'homed-tenants',
+  description:
+    'each subject asks load × R from its home region only; homes spread over the regions by homeSplit (70/20/10)',
+  defaults: { subjects: 10, load: 1.5 },
+  uses: ['load', 'subjects', 'homeSplit'],
+  plan(regions, s) {
+    const homes = homesOf(s.subjects, s.homeSplit, regions.length);
+    const perSubject = requestRate(s, s.load * s.refillPerSecond);
+    const sources: TrafficSource[] = [];
+    homes.forEach((region, subject) =>
+      sources.push(
+        poisson({
+          region,
+          rate: () => perSubject,
+          maxRate: perSubject,
+          endS: s.durationS,
+          subjects: oneSubject(subject),
+          cost: uniformCost(s.maxCost),
+        }),
+      ),
+    );
+    // The chart follows a subject of the least populated home that has one.
+    return plan(sources, { focusSubject: homes.length - 1 });
+  },
+};
+
+export const noisyNeighbour: Scenario = {
+  name: 'noisy-neighbour',
+  description:
+    'subject 0 asks load × R (10×) from the first region only; the other subjects ask quietLoad × R each from the other regions',
+  defaults: { subjects: 10, load: 10 },
+  uses: ['load', 'subjects', 'quietLoad'],
+  plan(regions, s) {
+    const n = regions.length;
+    const noisy = requestRate(s, s.load * s.refillPerSecond);
+    const quiet = requestRate(s, s.quietLoad * s.refillPerSecond * Math.max(0, s.subjects - 1));
+    const sources = [
+      poisson({
+        region: 0,
+        rate: () => noisy,
+        maxRate: noisy,
+        endS: s.durationS,
+        subjects: oneSubject(0),
+        cost: uniformCost(s.maxCost),
+      }),
+    ];
+    if (s.subjects > 1) {
+      // With one region the quiet subjects share it with the noisy one.
+      const quietRegions = n === 1 ? [0] : regions.map((_, r) => r).slice(1);
+      for (const region of quietRegions)
+        sources.push(
+          poisson({
+            region,
+            rate: () => quiet / quietRegions.length,
+            maxRate: quiet / quietRegions.length,
+            endS: s.durationS,
+            subjects: uniformSubjects(s.subjects - 1, 1),
+            cost: uniformCost(s.maxCost),
+          }),
+        );
+    }
+    // The chart follows a quiet subject: what the noisy one must not take from it.
+    return plan(sources, { focusSubject: s.subjects > 1 ? 1 : 0 });
+  },
+};
+
+export const coldStart: Scenario = {
+  name: 'cold-start',
+  description:
+    'even traffic (load × R per subject) stops at idleAtS and resumes identically in every region idleForS later',
+  defaults: { load: 1.5 },
+  uses: ['load', 'subjects', 'idleAtS', 'idleForS'],
+  plan(regions, s) {
+    const perRegion = requestRate(s, s.load * s.refillPerSecond * s.subjects) / regions.length;
+    const resume = s.idleAtS + s.idleForS;
+    const on = (t: number) => t < s.idleAtS || t >= resume;
+    return plan(
+      regions.map((_, region) =>
+        poisson({
+          region,
+          rate: (t) => (on(t) ? perRegion : 0),
+          maxRate: perRegion,
+          endS: s.durationS,
+          subjects: uniformSubjects(s.subjects),
+          cost: uniformCost(s.maxCost),
+        }),
+      ),
+      // Convergence counts from the moment demand resumes.
+      { shiftsS: resume < s.durationS ? [resume] : [] },
+    );
+  },
+};
+
 /** Subject ids of one-shot identities start here, far above the regular subjects. */
 export const ONE_SHOT_FIRST_SUBJECT = 1_000_000;
 
@@ -302,6 +419,9 @@ export const scenarios: readonly Scenario[] = [
   stepShift,
   minuteBurst,
   hotTenant,
+  homedTenants,
+  noisyNeighbour,
+  coldStart,
   oneShotIdentities,
   ignoreRetryAfter,
   coordinatorCrash,

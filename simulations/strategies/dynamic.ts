@@ -1,10 +1,22 @@
 import { DynamicControlPlane } from '../dynamic/control-plane.js';
-import { leaseSettings, rebalanceSettings, validateProtocol } from '../dynamic/protocol-settings.js';
+import {
+  borrowingSettings,
+  leaseSettings,
+  rebalanceSettings,
+  validateProtocol,
+} from '../dynamic/protocol-settings.js';
 import type { Fault } from '../scenario.js';
-import type { Outcome, SimRequest, Strategy, StrategyContext, StrategyDefinition } from '../strategy.js';
+import type {
+  Outcome,
+  PENDING,
+  SimRequest,
+  Strategy,
+  StrategyContext,
+  StrategyDefinition,
+} from '../strategy.js';
 
 /**
- * This design: core's conservation protocol (CoordinatorEngine, AgentLease) moving shares toward demand, shrink
+ * This design: core's conservation protocol (LeaseCoordinator, AgentLease) moving shares toward demand, shrink
  * first and grow only after acknowledgement or expiry, over the simulated network. See dynamic/control-plane.ts.
  */
 export class DynamicStrategy implements Strategy {
@@ -21,11 +33,12 @@ export class DynamicStrategy implements Strategy {
       lease: leaseSettings(s),
       rebalance: rebalanceSettings(s),
       agentsPerRegion: s.agentsPerRegion,
+      borrowing: borrowingSettings(s),
     });
     this.#plane.start();
   }
 
-  decide(request: SimRequest): Outcome {
+  decide(request: SimRequest): Outcome | typeof PENDING {
     return this.#plane!.decide(request);
   }
 
@@ -45,7 +58,8 @@ export class DynamicStrategy implements Strategy {
 export const dynamic: StrategyDefinition = {
   name: 'dynamic',
   description:
-    "this design: core's lease protocol moves shares toward demand, shrink first, grow after acks or expiry",
+    "this design: core's lease protocol moves shares toward demand, shrink first, grow after acks or expiry; " +
+    'a short subject borrows its own tokens from other regions',
   mode: 'regional',
   uses: [
     'agentsPerRegion',
@@ -56,9 +70,17 @@ export const dynamic: StrategyDefinition = {
     'skewMs',
     'minShare',
     'hysteresis',
+    'confirmMs',
+    'unmetFraction',
     'damping',
     'demandHalfLifeMs',
     'maxOverrides',
+    'borrowing',
+    'borrowMaxLenders',
+    'borrowLowWater',
+    'borrowBackoffMs',
+    'forwardTimeoutMs',
+    'storeTimeoutMs',
   ],
   validate: validateProtocol,
   create: () => new DynamicStrategy(),

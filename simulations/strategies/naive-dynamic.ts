@@ -41,6 +41,8 @@ export const naiveDynamic: StrategyDefinition = {
     'reportIntervalMs',
     'minShare',
     'hysteresis',
+    'confirmMs',
+    'unmetFraction',
     'damping',
     'demandHalfLifeMs',
   ],
