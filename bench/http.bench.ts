@@ -35,7 +35,7 @@ const POLICIES = {
   endpoint: { capacity: 600, refillPerSecond: 10 },
 };
 
-interface Load {
+export interface Load {
   total: number;
   p50: number;
   p99: number;
@@ -44,7 +44,12 @@ interface Load {
   errors: number;
 }
 
-async function load(url: string, seconds: number, body: (i: number) => string, rate?: number): Promise<Load> {
+export async function load(
+  url: string,
+  seconds: number,
+  body: (i: number) => string,
+  rate?: number,
+): Promise<Load> {
   let i = 0;
   const result = await autocannon({
     url,
@@ -74,7 +79,7 @@ async function load(url: string, seconds: number, body: (i: number) => string, r
 const COST_RATE = 1500;
 
 /** CPU time (user + system) a process has used, in ms; undefined where /proc is not there. */
-function cpuMs(pid: number): number | undefined {
+export function cpuMs(pid: number): number | undefined {
   try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
     return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
@@ -112,7 +117,7 @@ async function cpuPerDecision(
 }
 
 /** Pin processes to cores with taskset when the machine has it and at least two cores. */
-function canPin(): boolean {
+export function canPin(): boolean {
   try {
     execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
     return execFileSync('nproc', { encoding: 'utf8' }).trim() !== '1';
@@ -121,18 +126,18 @@ function canPin(): boolean {
   }
 }
 
-function pinPid(pid: number, cores: string): void {
+export function pinPid(pid: number, cores: string): void {
   execFileSync('taskset', ['-a', '-cp', cores, String(pid)], { stdio: 'ignore' });
 }
 
-function redisPid(host: string, port: number): number {
+export function redisPid(host: string, port: number): number {
   const info = execFileSync('redis-cli', ['-h', host, '-p', String(port), 'INFO', 'server'], {
     encoding: 'utf8',
   });
   return Number(/process_id:(\d+)/.exec(info)?.[1]);
 }
 
-function spawnServer(args: string[], env: Record<string, string>, pin: boolean): ChildProcess {
+export function spawnServer(args: string[], env: Record<string, string>, pin: boolean): ChildProcess {
   const command = pin ? 'taskset' : process.execPath;
   const prefix = pin ? ['-c', '1', process.execPath] : [];
   const child = spawn(command, [...prefix, '--import', 'tsx', ...args], {
@@ -142,7 +147,7 @@ function spawnServer(args: string[], env: Record<string, string>, pin: boolean):
   return child;
 }
 
-async function stopServer(child: ChildProcess): Promise<void> {
+export async function stopServer(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGTERM');
@@ -176,39 +181,50 @@ export const httpSuite: BenchSuite = {
     const dir = mkdtempSync(join(tmpdir(), 'qp-bench-http-'));
     const policiesFile = join(dir, 'policies.json');
     writeFileSync(policiesFile, JSON.stringify({ policies: POLICIES }));
-    const [agentPort, rlfPort, frlPort] = await Promise.all([freePort(), freePort(), freePort()]);
+    const [agentPort, rlfPort, frlPort, autoPort] = await Promise.all([
+      freePort(),
+      freePort(),
+      freePort(),
+      freePort(),
+    ]);
+    const agentEnv = (port: number, batching: 'batch' | 'auto') => ({
+      QP_REGION: 'bench',
+      QP_REDIS_URL: redis.url,
+      QP_POLICIES_FILE: policiesFile,
+      QP_PORT: String(port),
+      QP_LOG_LEVEL: 'warn',
+      QP_LOG_SAMPLE_RATE: '0',
+      // The peers wait for Redis however long it takes; so does the agent here, so that every answer
+      // measured is a real decision and none a fast failure-mode answer (checked below).
+      QP_STORE_TIMEOUT_MS: '5000',
+      QP_MAX_IN_FLIGHT: '100000',
+      QP_STORE_BATCHING: batching,
+    });
+    const agentMain = join(THIS_FILE, '../../regional-agent/main.ts');
     const servers = [
-      spawnServer(
-        [join(THIS_FILE, '../../regional-agent/main.ts')],
-        {
-          QP_REGION: 'bench',
-          QP_REDIS_URL: redis.url,
-          QP_POLICIES_FILE: policiesFile,
-          QP_PORT: String(agentPort),
-          QP_LOG_LEVEL: 'warn',
-          QP_LOG_SAMPLE_RATE: '0',
-          // The peers wait for Redis however long it takes; so does the agent here, so that every answer
-          // measured is a real decision and none a fast failure-mode answer (checked below).
-          QP_DECISION_DEADLINE_MS: '5000',
-        },
-        pin,
-      ),
+      // The agent as it ships: concurrent decisions batched into one script call per event-loop turn.
+      spawnServer([agentMain], agentEnv(agentPort, 'batch'), pin),
       spawnServer([THIS_FILE, '--serve', 'rlf', '--port', String(rlfPort), '--redis', redis.url], {}, pin),
       spawnServer(
         [THIS_FILE, '--serve', 'fastify-rate-limit', '--port', String(frlPort), '--redis', redis.url],
         {},
         pin,
       ),
+      // The same agent with ioredis auto-pipelining instead of its own batcher: one script call per decision,
+      // the calls of one event-loop turn written together.
+      spawnServer([agentMain], agentEnv(autoPort, 'auto'), pin),
     ];
     try {
-      await Promise.all([agentPort, rlfPort, frlPort].map((p) => waitForPort('127.0.0.1', p, 30_000)));
+      await Promise.all(
+        [agentPort, rlfPort, frlPort, autoPort].map((p) => waitForPort('127.0.0.1', p, 30_000)),
+      );
       const url = (port: number) => `http://127.0.0.1:${port}`;
       progress('http: warming up');
       // Long enough for the JIT and for every subject's keys to exist, for each server alike.
-      for (const port of [agentPort, rlfPort, frlPort]) await load(url(port), 3, single);
+      for (const port of [agentPort, rlfPort, frlPort, autoPort]) await load(url(port), 3, single);
       for (const port of [agentPort, rlfPort]) await load(url(port), 2, layered);
 
-      const results = { ours: [] as Load[], rlf: [] as Load[], frl: [] as Load[] };
+      const results = { ours: [] as Load[], rlf: [] as Load[], frl: [] as Load[], auto: [] as Load[] };
       const measure = (name: keyof typeof results, port: number, body: (i: number) => string) => async () => {
         const r = await load(url(port), seconds, body);
         results[name].push(r);
@@ -219,6 +235,7 @@ export const httpSuite: BenchSuite = {
           ours: measure('ours', agentPort, single),
           'rate-limiter-flexible': measure('rlf', rlfPort, single),
           '@fastify/rate-limit': measure('frl', frlPort, single),
+          'ours, ioredis auto-pipelining': measure('auto', autoPort, single),
         },
         rounds,
         progress,
@@ -263,6 +280,7 @@ export const httpSuite: BenchSuite = {
       const ours = median(runs.ours);
       const rlf = median(runs['rate-limiter-flexible']);
       const frl = median(runs['@fastify/rate-limit']);
+      const auto = median(runs['ours, ioredis auto-pipelining']);
       const faster = rlf >= frl ? 'rate-limiter-flexible' : '@fastify/rate-limit';
       const peer = Math.max(rlf, frl);
       const peerP99 = faster === 'rate-limiter-flexible' ? p99(results.rlf) : p99(results.frl);
@@ -303,6 +321,14 @@ export const httpSuite: BenchSuite = {
           peer: faster,
           peerValue: peerP99,
           ratio: Number((peerP99 / Math.max(p99(results.ours), 1e-9)).toFixed(2)),
+        },
+        {
+          bench: 'http decisions/s: micro-batcher (ours) vs ioredis auto-pipelining (same agent)',
+          ours: Math.round(ours),
+          peer: 'QP_STORE_BATCHING=auto',
+          peerValue: Math.round(auto),
+          ratio: Number((ours / auto).toFixed(2)),
+          details: { p99Ms: { batch: p99(results.ours), auto: p99(results.auto) } },
         },
         {
           bench: 'http layered decisions/s (3 checks per request)',

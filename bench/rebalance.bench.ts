@@ -1,11 +1,11 @@
 /**
- * Time of one coordinator round (CoordinatorEngine.tick) for 10k regional policies across 5 regions, with fresh
+ * Time of one coordinator round (LeaseCoordinator.tick) for 10k regional policies across 5 regions, with fresh
  * demand that moves every share each round (the worst case: every policy rebalances). No peer does this job;
  * the figure is compared with the goal of 50 ms (ratio = goal / ours, > 1 is better than the goal). Measured as
  * CPU time of the round, so load from other processes does not inflate it.
  */
 import { ManualClock } from '../core/clock.js';
-import { CoordinatorEngine } from '../core/lease/coordinator-engine.js';
+import { LeaseCoordinator } from '../core/lease/lease-coordinator.js';
 import { parsePolicy } from '../core/policy.js';
 import { median, type BenchSuite } from './lib.js';
 
@@ -17,7 +17,7 @@ export const rebalanceSuite: BenchSuite = {
   name: 'rebalance',
   run({ rounds }, progress) {
     const clock = new ManualClock(1_750_000_000_000);
-    const engine = new CoordinatorEngine({ coordinatorId: 'bench', regions: REGIONS, clock });
+    const engine = new LeaseCoordinator({ coordinatorId: 'bench', regions: REGIONS, clock });
     const names = Array.from({ length: POLICIES }, (_, i) => `p${i}`);
     for (const name of names) engine.upsertPolicy(parsePolicy({ name, capacity: 1000, refillPerSecond: 10 }));
     const agents = REGIONS.map((region) => ({ agentId: `agent-${region}-bench`, region }));

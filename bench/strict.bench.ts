@@ -5,6 +5,7 @@
  */
 import { pino } from 'pino';
 import { protocolEngine } from '../coordinator/protocol/protocol-engine.js';
+import { grantsFromConfig } from '../coordinator/auth/tokens.js';
 import { startCoordinator } from '../coordinator/server.js';
 import { AgentConfig } from '../regional-agent/config.js';
 import { startAgent } from '../regional-agent/start.js';
@@ -28,8 +29,10 @@ export const strictSuite: BenchSuite = {
       {
         natsServers: [nats.url],
         regions: ['us', 'eu'],
-        adminToken: TOKEN,
-        readToken: undefined,
+        tokens: grantsFromConfig(TOKEN, undefined),
+        metricsAuth: 'none',
+        metricsListener: undefined,
+        auditRefusals: { windowMs: 10_000, perMinute: 60 },
         host: '127.0.0.1',
         port: 0,
         logLevel: 'silent',

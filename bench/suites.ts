@@ -1,3 +1,5 @@
+import { grpcSuite } from './grpc.bench.js';
+import { hotkeySuite } from './hotkey.bench.js';
 import { httpSuite } from './http.bench.js';
 import type { BenchSuite } from './lib.js';
 import { simSuite } from './sim.bench.js';
@@ -6,4 +8,12 @@ import { storeSuite } from './store.bench.js';
 import { strictSuite } from './strict.bench.js';
 
 /** Every benchmark suite, in the order `npm run bench` runs them. */
-export const suites: BenchSuite[] = [storeSuite, httpSuite, simSuite, rebalanceSuite, strictSuite];
+export const suites: BenchSuite[] = [
+  storeSuite,
+  httpSuite,
+  grpcSuite,
+  simSuite,
+  rebalanceSuite,
+  strictSuite,
+  hotkeySuite,
+];

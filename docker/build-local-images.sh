@@ -66,9 +66,11 @@ build_app() {
   local rootfs=$work/app app=$work/app/app
   add_binaries "$rootfs" node
   mkdir -p "$app"
-  # The same build as docker/Dockerfile: compiled JavaScript next to lua/, production dependencies only.
+  # The same build as docker/Dockerfile: compiled JavaScript next to lua/ and proto/, production dependencies only.
   npx tsc -p docker/tsconfig.build.json --outDir "$app"
   cp -r lua "$app/lua"
+  cp -r proto "$app/proto"
+  cp -r coordinator/dashboard "$app/coordinator/dashboard"
   cp package.json "$app/"
   npm ls --omit=dev --all --parseable | while read -r dir; do
     [ "$dir" = "$root" ] && continue

@@ -1,10 +1,11 @@
 /**
  * `node --import tsx scripts/stack-smoke.ts`: check a running stack end to end, whoever started it (`npm start`, docker compose):
  * every service ready, the demo policy present (created if not), one decision through each region's agent, a
- * budget change through the admin API, and that change seen by every agent. Reads the same variables as the
+ * budget change through the admin API, that change seen by every agent, and one gRPC rate-limit call per agent. Reads the same variables as the
  * launcher and docker-compose.multiregion.yml (QP_STACK_HOST, QP_STACK_*_PORT, QP_ADMIN_TOKEN). Exit 0 when
  * every step passed, 1 at the first that did not (named), 2 for a bad environment.
  */
+import { rlsClient } from '../regional-agent/grpc/rls-client.js';
 import { loadStackConfig, StackConfigError } from './stack/config.js';
 import { until } from './stack/probes.js';
 import { DEMO_POLICY, seedDemoPolicy } from './stack/seed.js';
@@ -114,6 +115,23 @@ async function main(): Promise<void> {
       throw new Error(`agent ${region} did not admit a first request: ${JSON.stringify(decision)}`);
     }
     say(`ok  agent ${region}: a decision, allowed, remaining ${result.remaining} of ${result.limit}`);
+  }
+
+  // Envoy's rate-limit service on each agent's gRPC listener, with the default descriptor rule.
+  for (const region of config.regions) {
+    const url = `grpc://${config.host}:${region.grpcPort}`;
+    const client = rlsClient(url);
+    try {
+      const entries = [
+        { key: 'policy', value: DEMO_POLICY.name },
+        { key: 'subject', value: `smoke-grpc-${region.name}-${run}` },
+      ];
+      const r = await client.shouldRateLimit({ domain: 'smoke', descriptors: [{ entries }] }, 5000);
+      if (r.overall_code !== 'OK') throw new Error(`agent ${region.name} gRPC answered ${JSON.stringify(r)}`);
+      say(`ok  agent ${region.name} at ${url}: ShouldRateLimit OK, ${r.statuses[0]?.limit_remaining} left`);
+    } finally {
+      client.close();
+    }
   }
   say('smoke test passed');
 }

@@ -3,8 +3,8 @@
  * (and as many `export-pages` as pages asked for); reading one is free. The tenant comes from `X-Tenant-Id`.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
-import type { AgentClient } from '../../regional-agent/sdk/agent-client.js';
-import { quotaplane } from '../../regional-agent/sdk/fastify-plugin.js';
+import type { AgentClient } from '@quotaplane/client';
+import { quotaplane } from '@quotaplane/client/fastify';
 
 export interface ReportsAppOptions {
   client: AgentClient;

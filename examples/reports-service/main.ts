@@ -3,7 +3,7 @@
  *   AGENT_URL=http://127.0.0.1:7101 PORT=8080 npx tsx examples/reports-service/main.ts
  *   curl -i -XPOST localhost:8080/reports -H 'x-tenant-id: acme' -H 'content-type: application/json' -d '{"pages":3}'
  */
-import { AgentClient } from '../../regional-agent/sdk/agent-client.js';
+import { AgentClient } from '@quotaplane/client';
 import { buildReportsApp } from './app.js';
 
 const client = new AgentClient({

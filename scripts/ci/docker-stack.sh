@@ -45,7 +45,8 @@ timeout 600 docker/build-local-images.sh || fail 'building the local images'
 # Ports off the defaults, so nothing a developer runs on this machine is in the way.
 export QP_STACK_HOST=127.0.0.1 QP_STACK_COORDINATOR_PORT=27100 QP_STACK_US_PORT=27101 QP_STACK_EU_PORT=27102 \
   QP_STACK_AP_PORT=27103 QP_STACK_NATS_PORT=27110 QP_STACK_NATS_MONITOR_PORT=27119 QP_STACK_US_REDIS_PORT=27111 \
-  QP_STACK_EU_REDIS_PORT=27121 QP_STACK_AP_REDIS_PORT=27131 QP_STACK_READY_TIMEOUT_MS=180000
+  QP_STACK_EU_REDIS_PORT=27121 QP_STACK_AP_REDIS_PORT=27131 QP_STACK_US_GRPC_PORT=27141 \
+  QP_STACK_EU_GRPC_PORT=27142 QP_STACK_AP_GRPC_PORT=27143 QP_STACK_READY_TIMEOUT_MS=180000
 QP_ADMIN_TOKEN=$(node -e 'console.log(require("node:crypto").randomBytes(24).toString("hex"))')
 export QP_ADMIN_TOKEN
 project=qpci$$
@@ -70,7 +71,7 @@ left=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
 
 say 'npm start with its servers in containers'
 state=$work/stack.json
-QP_STACK_SERVERS=docker QP_STACK_STATE_FILE=$state QP_STACK_CLUSTER_REGIONS=eu \
+QP_STACK_SERVERS=docker QP_STACK_STATE_FILE=$state QP_STACK_ENV_FILE=$work/stack.env QP_STACK_CLUSTER_REGIONS=eu \
   node --import tsx scripts/stack.ts >"$work/stack.log" 2>&1 &
 stack_pid=$!
 for _ in $(seq 1 360); do
@@ -89,7 +90,7 @@ wait "$stack_pid" || launcher_status=1
 cat "$work/stack.log"
 left=$(docker ps -aq --filter 'label=org.quotaplane.stack')
 [ -z "$left" ] || { echo "containers left: $left"; launcher_status=1; }
-for port in 27100 27101 27102 27103 27110 27111 27121 27122 27123 27131; do
+for port in 27100 27101 27102 27103 27110 27111 27121 27122 27123 27131 27141 27142 27143; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "port $port still answers"; launcher_status=1; fi
 done
 [ $launcher_status -eq 0 ] || fail 'npm start with containers'

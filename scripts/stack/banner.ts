@@ -15,12 +15,15 @@ export function banner(stack: Stack, tokenSources: { admin: boolean; read: boole
     'quotaplane stack is ready',
     `  ${pad('coordinator admin')}${stack.coordinatorUrl}   (OpenAPI: ${stack.coordinatorUrl}/docs)`,
     ...config.regions.map(
-      (r) => `  ${pad(`agent ${r.name}`)}${stack.agentUrl(r)}   (Redis: ${state.redis[r.name]})`,
+      (r) =>
+        `  ${pad(`agent ${r.name}`)}${stack.agentUrl(r)}   ${stack.grpcUrl(r)}   (Redis: ${state.redis[r.name]})`,
     ),
     `  ${pad('nats')}${state.nats}   (JetStream, namespace "${config.namespace}")`,
     `  ${pad('servers')}${state.servers}`,
     `  ${pad('admin token')}${tokens.admin}${tokenSources.admin ? '   (from QP_ADMIN_TOKEN)' : '   (generated)'}`,
     `  ${pad('read token')}${tokens.read}${tokenSources.read ? '   (from QP_READ_TOKEN)' : '   (generated)'}`,
+    `  ${pad('nats auth')}TLS and one nkey per process (${state.secretsDir}, kept across runs)`,
+    `  ${pad('subjects')}HMAC-hashed before Redis, NATS and logs (${config.hmacSecret !== undefined ? 'QP_HMAC_SECRET' : `secret in ${state.secretsDir}/subject-hmac.key`})`,
   ];
   const seed = stack.seed;
   if (seed !== undefined) {
@@ -30,6 +33,11 @@ export function banner(stack: Stack, tokenSources: { admin: boolean; read: boole
     );
   }
   lines.push(`  ${pad('logs')}${stack.dataDir}/logs`);
+  if (config.envFile !== undefined) {
+    lines.push(
+      `  ${pad('for another shell')}source ${config.envFile}   (the tokens, and QUOTAPLANE_URL for the CLI)`,
+    );
+  }
   lines.push(
     '',
     'Try:',

@@ -30,6 +30,9 @@ const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'use true or false' })
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
 
+/** Where `npm start` writes the running stack's tokens and coordinator address for another shell to source. */
+export const DEFAULT_ENV_FILE = '.quotaplane/stack.env';
+
 const Token = z
   .string()
   .min(MIN_TOKEN_LENGTH, `tokens must be at least ${MIN_TOKEN_LENGTH} characters`)
@@ -65,11 +68,18 @@ export const StackEnv = z
     QP_STACK_US_REDIS_PORT: Port.default(7111),
     QP_STACK_EU_REDIS_PORT: Port.default(7121),
     QP_STACK_AP_REDIS_PORT: Port.default(7131),
+    QP_STACK_US_GRPC_PORT: Port.default(7141),
+    QP_STACK_EU_GRPC_PORT: Port.default(7142),
+    QP_STACK_AP_GRPC_PORT: Port.default(7143),
     QP_STACK_CLUSTER_REGIONS: regionList.default([]),
     QP_STACK_SERVERS: ServerSource.default('auto'),
     QP_STACK_DATA_DIR: z.string().min(1).optional(),
+    QP_STACK_SECRETS_DIR: z.string().min(1).optional(),
+    QP_HMAC_SECRET: z.string().min(16, 'QP_HMAC_SECRET must be at least 16 characters').optional(),
     QP_STACK_KEEP_DATA: bool.default(false),
     QP_STACK_STATE_FILE: z.string().min(1).optional(),
+    // Empty: none. The default is relative to the directory the launcher runs in (the clone, for npm start).
+    QP_STACK_ENV_FILE: z.string().default(DEFAULT_ENV_FILE),
     QP_STACK_SEED: bool.default(true),
     QP_STACK_READY_TIMEOUT_MS: z.coerce.number().int().min(1000).max(600_000).default(90_000),
     QP_STACK_LOG_LEVEL: LogLevel.default('info'),
@@ -87,6 +97,11 @@ export const StackEnv = z
   });
 export type StackEnv = z.output<typeof StackEnv>;
 
+/** Every port variable of the launcher, for tools that start a stack off the defaults (0: any free port). */
+export const STACK_PORT_VARS: readonly string[] = Object.keys(StackEnv.shape).filter((k) =>
+  k.endsWith('_PORT'),
+);
+
 /** Where one region's buckets live. */
 export type RedisLayout =
   | { readonly kind: 'single'; readonly port: number }
@@ -95,6 +110,8 @@ export type RedisLayout =
 export interface RegionPlan {
   readonly name: StackRegion;
   readonly agentPort: number;
+  /** The agent's gRPC rate-limit service (Envoy's RLS). */
+  readonly grpcPort: number;
   readonly redis: RedisLayout;
 }
 
@@ -113,8 +130,14 @@ export interface StackConfig {
   readonly readToken: string | undefined;
   readonly namespace: string;
   readonly dataDir: string | undefined;
+  /** NATS credentials, TLS material and the subject secret, kept across runs; default `.quotaplane/secrets`. */
+  readonly secretsDir: string | undefined;
+  /** The operator's subject secret; the one kept in the secrets directory without it. */
+  readonly hmacSecret: string | undefined;
   readonly keepData: boolean;
   readonly stateFile: string | undefined;
+  /** The shell file of tokens and addresses another shell sources (`source .quotaplane/stack.env`); none if undefined. */
+  readonly envFile: string | undefined;
   readonly seed: boolean;
   readonly readyTimeoutMs: number;
   readonly logLevel: z.infer<typeof LogLevel>;
@@ -131,6 +154,8 @@ export const RESERVED_COORDINATOR_VARS = [
   'QP_ADMIN_TOKEN',
   'QP_READ_TOKEN',
   'QP_NATS_URL',
+  'QP_NATS_NKEY_FILE',
+  'QP_NATS_TLS_CA_FILE',
   'QP_HOST',
   'QP_PORT',
   'QP_KV_NAMESPACE',
@@ -140,8 +165,14 @@ export const RESERVED_AGENT_VARS = [
   'QP_REDIS_URL',
   'QP_REDIS_CLUSTER_NODES',
   'QP_NATS_URL',
+  'QP_NATS_NKEY_FILE',
+  'QP_NATS_TLS_CA_FILE',
+  'QP_HMAC_SECRET',
+  'QP_HMAC_SECRET_FILE',
   'QP_HOST',
   'QP_PORT',
+  'QP_GRPC_PORT',
+  'QP_GRPC_HOST',
   'QP_KV_NAMESPACE',
   'QP_INSTANCE',
 ] as const;
@@ -178,7 +209,7 @@ function passThrough(
   return out;
 }
 
-function regionPort(env: StackEnv, region: StackRegion, what: 'PORT' | 'REDIS_PORT'): number {
+function regionPort(env: StackEnv, region: StackRegion, what: 'PORT' | 'REDIS_PORT' | 'GRPC_PORT'): number {
   const key = `QP_STACK_${region.toUpperCase()}_${what}` as keyof StackEnv;
   return env[key] as number;
 }
@@ -199,6 +230,11 @@ export function plannedPorts(config: StackConfig): PlannedPort[] {
   for (const region of config.regions) {
     const upper = region.name.toUpperCase();
     out.push({ name: `agent ${region.name}`, env: `QP_STACK_${upper}_PORT`, port: region.agentPort });
+    out.push({
+      name: `agent ${region.name} gRPC`,
+      env: `QP_STACK_${upper}_GRPC_PORT`,
+      port: region.grpcPort,
+    });
     const env = `QP_STACK_${upper}_REDIS_PORT`;
     if (region.redis.kind === 'single') {
       out.push({ name: `redis ${region.name}`, env, port: region.redis.port });
@@ -241,7 +277,12 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
           ports: Array.from({ length: CLUSTER_MASTERS }, (_, i) => (base === 0 ? 0 : base + i)),
         }
       : { kind: 'single', port: base };
-    return { name, agentPort: regionPort(e, name, 'PORT'), redis };
+    return {
+      name,
+      agentPort: regionPort(e, name, 'PORT'),
+      grpcPort: regionPort(e, name, 'GRPC_PORT'),
+      redis,
+    };
   });
   for (const region of regions) {
     const top = region.redis.kind === 'cluster' ? Math.max(...region.redis.ports) : 0;
@@ -261,8 +302,11 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
     readToken: e.QP_READ_TOKEN,
     namespace: e.QP_KV_NAMESPACE,
     dataDir: e.QP_STACK_DATA_DIR,
+    secretsDir: e.QP_STACK_SECRETS_DIR,
+    hmacSecret: e.QP_HMAC_SECRET,
     keepData: e.QP_STACK_KEEP_DATA,
     stateFile: e.QP_STACK_STATE_FILE,
+    envFile: e.QP_STACK_ENV_FILE === '' ? undefined : e.QP_STACK_ENV_FILE,
     seed: e.QP_STACK_SEED,
     readyTimeoutMs: e.QP_STACK_READY_TIMEOUT_MS,
     logLevel: e.QP_STACK_LOG_LEVEL,

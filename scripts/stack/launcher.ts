@@ -6,16 +6,28 @@
  * reported through `failure`.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { ensureSecretsBundle, type SecretsBundle } from '../../coordinator/nats/secrets-bundle.js';
 import type { RegionPlan, StackConfig } from './config.js';
 import { ManagedProcess, type ExitStatus } from './managed-process.js';
 import { natsInfo, redisPing, until } from './probes.js';
 import { formCluster } from './redis-cluster.js';
 import { seedDemoPolicy, type SeedResult } from './seed.js';
 import type { ServerRunner } from './servers.js';
-import { agentEnv, baseEnv, coordinatorEnv, natsUrl, serviceCommand, type StackTokens } from './services.js';
+import {
+  agentEnv,
+  baseEnv,
+  coordinatorEnv,
+  natsUrl,
+  serviceCommand,
+  type StackSecrets,
+  type StackTokens,
+} from './services.js';
+
+/** Where `npm start` keeps its secrets unless QP_STACK_SECRETS_DIR says otherwise (gitignored). */
+export const DEFAULT_SECRETS_DIR = join('.quotaplane', 'secrets');
 
 export interface StackDeps {
   readonly runner: ServerRunner;
@@ -42,10 +54,14 @@ export interface StackState {
   readonly stackId: string;
   readonly pid: number;
   readonly dataDir: string;
+  /** NATS credentials, TLS material and the subject secret (`subject-hmac.key`), kept across runs. */
+  readonly secretsDir: string;
   readonly servers: ServerRunner['kind'];
   readonly coordinator: string;
   readonly nats: string;
   readonly agents: Record<string, string>;
+  /** Each agent's gRPC rate-limit service, `grpc://host:port`. */
+  readonly grpc: Record<string, string>;
   readonly redis: Record<string, string>;
   readonly processes: { name: string; pid: number | undefined }[];
 }
@@ -70,6 +86,8 @@ export class Stack {
   readonly stackId: string;
   readonly tokens: StackTokens;
   readonly dataDir: string;
+  /** NATS credentials and TLS material, one nkey per process, and the subject secret; kept across runs. */
+  readonly secretsDir: string;
   readonly #deps: StackDeps;
   readonly #ownDir: boolean;
   readonly #servers: ManagedProcess[] = [];
@@ -92,6 +110,7 @@ export class Stack {
     this.#ownDir = config.dataDir === undefined;
     this.dataDir = config.dataDir ?? mkdtempSync(join(tmpdir(), 'quotaplane-stack-'));
     mkdirSync(join(this.dataDir, 'logs'), { recursive: true });
+    this.secretsDir = resolve(deps.cwd, config.secretsDir ?? DEFAULT_SECRETS_DIR);
     this.#failure = new Promise((resolve) => (this.#onFailure = resolve));
   }
 
@@ -110,6 +129,11 @@ export class Stack {
 
   agentUrl(region: RegionPlan): string {
     return `http://${this.config.host}:${region.agentPort}`;
+  }
+
+  /** The agent's gRPC rate-limit service. */
+  grpcUrl(region: RegionPlan): string {
+    return `grpc://${this.config.host}:${region.grpcPort}`;
   }
 
   /** Every process started so far. */
@@ -140,7 +164,23 @@ export class Stack {
       logFile: this.#logFile(name),
       env: base,
     });
-    const nats = this.#track(runner.nats(spec('nats', config.natsPort)), this.#servers);
+    const natsSpec = spec('nats', config.natsPort);
+    const secrets = this.#secrets(
+      runner.natsView(natsSpec, this.secretsDir),
+      join(natsSpec.dir, 'nats.conf'),
+    );
+    const nats = this.#track(
+      runner.nats(natsSpec, { configFile: secrets.configFile, secretsDir: this.secretsDir }),
+      this.#servers,
+    );
+    const access: StackSecrets = {
+      caFile: secrets.caFile!,
+      nkeyFile: (identity) => secrets.nkeyFile(identity),
+      subjectSecret:
+        config.hmacSecret !== undefined
+          ? { QP_HMAC_SECRET: config.hmacSecret }
+          : { QP_HMAC_SECRET_FILE: secrets.hmacKeyFile },
+    };
     const waits: Promise<void>[] = [
       this.#ready(
         nats,
@@ -182,7 +222,7 @@ export class Stack {
     const coordinator = this.#service(
       'coordinator',
       'coordinator/main.ts',
-      coordinatorEnv(config, this.tokens, base),
+      coordinatorEnv(config, this.tokens, base, access),
     );
     this.#coordinator = coordinator;
     await this.#ready(coordinator, () => this.#httpReady(this.coordinatorUrl), config.readyTimeoutMs);
@@ -201,7 +241,7 @@ export class Stack {
       const agent = this.#service(
         `agent ${region.name}`,
         'regional-agent/main.ts',
-        agentEnv(config, region, base),
+        agentEnv(config, region, base, access),
       );
       this.#agents.push(agent);
       return { region, agent };
@@ -212,12 +252,30 @@ export class Stack {
       ),
     );
     this.#check();
-    if (config.stateFile !== undefined) {
-      // Written aside and renamed, so a reader polling for the file never sees half of it.
-      const partial = `${config.stateFile}.${process.pid}.tmp`;
-      writeFileSync(partial, JSON.stringify(this.state(), null, 2) + '\n', { mode: 0o600 });
-      renameSync(partial, config.stateFile);
+    if (config.envFile !== undefined) {
+      mkdirSync(dirname(config.envFile), { recursive: true, mode: 0o700 });
+      writeAtomically(config.envFile, this.envFile());
     }
+    if (config.stateFile !== undefined) {
+      writeAtomically(config.stateFile, JSON.stringify(this.state(), null, 2) + '\n');
+    }
+  }
+
+  /**
+   * The shell file another terminal sources to talk to this stack: its tokens (given or generated) and the
+   * coordinator's address, as the curl examples and the CLI read them.
+   */
+  envFile(): string {
+    const quote = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
+    return [
+      `# quotaplane stack ${this.stackId} (pid ${process.pid}): its tokens and coordinator, for another shell:`,
+      '#   source <this file>',
+      '# Removed when the stack stops.',
+      `export QP_ADMIN_TOKEN=${quote(this.tokens.admin)}`,
+      `export QP_READ_TOKEN=${quote(this.tokens.read)}`,
+      `export QUOTAPLANE_URL=${quote(this.coordinatorUrl)}`,
+      '',
+    ].join('\n');
   }
 
   /** Endpoints and process ids. */
@@ -227,10 +285,12 @@ export class Stack {
       stackId: this.stackId,
       pid: process.pid,
       dataDir: this.dataDir,
+      secretsDir: this.secretsDir,
       servers: this.#deps.runner.kind,
       coordinator: this.coordinatorUrl,
       nats: natsUrl(config),
       agents: Object.fromEntries(config.regions.map((r) => [r.name, this.agentUrl(r)])),
+      grpc: Object.fromEntries(config.regions.map((r) => [r.name, this.grpcUrl(r)])),
       redis: Object.fromEntries(
         config.regions.map((r) => [
           r.name,
@@ -254,6 +314,11 @@ export class Stack {
       await Promise.all(this.#servers.map((p) => p.stop(STOP_TIMEOUT.server)));
       await this.#deps.runner.cleanup();
       if (this.config.stateFile !== undefined) rmSync(this.config.stateFile, { force: true });
+      // Only our own: another stack started later in the same directory may have written its own since.
+      const env = this.config.envFile;
+      if (env !== undefined && existsSync(env) && readFileSync(env, 'utf8') === this.envFile()) {
+        rmSync(env, { force: true });
+      }
       if (this.#ownDir && !this.config.keepData && options.keepData !== true) {
         rmSync(this.dataDir, { recursive: true, force: true });
       }
@@ -263,6 +328,24 @@ export class Stack {
   /** SIGKILL everything at once (a second Ctrl-C). */
   kill(): void {
     for (const p of this.processes) p.kill();
+  }
+
+  /**
+   * The secrets bundle (made on the first start, kept after) and this run's NATS configuration, written in the
+   * run's own directory so stacks sharing the secrets directory never share a configuration.
+   */
+  #secrets(view: { secretsDir: string; storeDir: string }, configFile: string): SecretsBundle {
+    const { config } = this;
+    return ensureSecretsBundle(this.secretsDir, {
+      namespace: config.namespace,
+      regions: config.regions.map((r) => r.name),
+      tls: { altNames: [...new Set([config.host, '127.0.0.1', 'localhost'])] },
+      host: config.host,
+      port: config.natsPort,
+      serverDir: view.secretsDir,
+      jetstreamDir: view.storeDir,
+      configFile,
+    });
   }
 
   #check(): void {
@@ -340,4 +423,11 @@ export class Stack {
       `${child.name} was not ready in time; its log: ${child.logFile}`,
     );
   }
+}
+
+/** Written aside and renamed, so a reader polling for the file never sees half of it; only its owner reads it. */
+function writeAtomically(path: string, text: string): void {
+  const partial = `${path}.${process.pid}.tmp`;
+  writeFileSync(partial, text, { mode: 0o600 });
+  renameSync(partial, path);
 }

@@ -91,6 +91,7 @@ export async function resolvePorts(
   const regions: RegionPlan[] = [];
   for (const region of config.regions) {
     const agentPort = await pick(region.agentPort);
+    const grpcPort = await pick(region.grpcPort);
     let redis = region.redis;
     if (redis.kind === 'single') {
       redis = { kind: 'single', port: await pick(redis.port) };
@@ -100,7 +101,7 @@ export async function resolvePorts(
       for (const p of ports) used.add(p).add(p + CLUSTER_BUS_OFFSET);
       redis = { kind: 'cluster', ports };
     }
-    regions.push({ name: region.name, agentPort, redis });
+    regions.push({ name: region.name, agentPort, grpcPort, redis });
   }
   return Object.freeze({ ...config, coordinatorPort, natsPort, regions });
 }

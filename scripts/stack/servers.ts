@@ -24,13 +24,31 @@ export interface ServerSpec {
   readonly env: NodeJS.ProcessEnv;
 }
 
+/**
+ * The NATS server's configuration (coordinator/nats/secrets-bundle.ts writes it): the file, and the secrets
+ * directory its certificate paths point into.
+ */
+export interface NatsConfig {
+  readonly configFile: string;
+  readonly secretsDir: string;
+}
+
+/** Where a NATS server of a runner sees the secrets directory and keeps its JetStream data. */
+export interface NatsView {
+  readonly secretsDir: string;
+  readonly storeDir: string;
+}
+
 /** Starts servers of one kind; `cleanup()` removes whatever a killed launcher could have left behind. */
 export interface ServerRunner {
   readonly kind: 'binaries' | 'docker';
   /** One line for the banner: what runs the servers. */
   readonly description: string;
   redis(spec: ServerSpec, options: { cluster: boolean }): ManagedProcess;
-  nats(spec: ServerSpec): ManagedProcess;
+  /** Paths as the NATS server of `spec` will see them, for its configuration file. */
+  natsView(spec: ServerSpec, secretsDir: string): NatsView;
+  /** NATS with the configuration file (listen address, JetStream, users, TLS all in it). */
+  nats(spec: ServerSpec, config: NatsConfig): ManagedProcess;
   cleanup(): Promise<void>;
 }
 
@@ -50,9 +68,9 @@ function redisArgs(host: string, port: number, dir: string, cluster: boolean): s
   return args;
 }
 
-function natsArgs(host: string, port: number, storeDir: string): string[] {
-  return ['-a', host, '-p', String(port), '-js', '-sd', storeDir];
-}
+/** Where a container sees the secrets directory and the configuration file (both mounted read-only). */
+const CONTAINER_SECRETS = '/secrets';
+const CONTAINER_NATS_CONFIG = '/etc/quotaplane-nats.conf';
 
 /** Servers from PATH. */
 export function binaryServers(cwd: string): ServerRunner {
@@ -68,11 +86,12 @@ export function binaryServers(cwd: string): ServerRunner {
         cwd,
         logFile: spec.logFile,
       }),
-    nats: (spec) =>
+    natsView: (spec, secretsDir) => ({ secretsDir, storeDir: join(spec.dir, 'jetstream') }),
+    nats: (spec, config) =>
       new ManagedProcess({
         name: spec.name,
         command: 'nats-server',
-        args: natsArgs(spec.host, spec.port, join(spec.dir, 'jetstream')),
+        args: ['-c', config.configFile],
         env: spec.env,
         cwd,
         logFile: spec.logFile,
@@ -90,7 +109,7 @@ export function dockerServers(
   stackId: string,
   images: { redis: string; nats: string },
 ): ServerRunner {
-  const run = (spec: ServerSpec, image: string, command: string[]) =>
+  const run = (spec: ServerSpec, image: string, command: string[], mounts: string[] = []) =>
     new ManagedProcess({
       name: spec.name,
       command: 'docker',
@@ -103,6 +122,7 @@ export function dockerServers(
         `${STACK_LABEL}=${stackId}`,
         '--network',
         'host',
+        ...mounts.flatMap((m) => ['--volume', m]),
         image,
         ...command,
       ],
@@ -115,8 +135,15 @@ export function dockerServers(
     description: `containers (${images.redis}, ${images.nats}; host networking)`,
     redis: (spec, { cluster }) =>
       run(spec, images.redis, ['redis-server', ...redisArgs(spec.host, spec.port, '/data', cluster)]),
-    nats: (spec) =>
-      run(spec, images.nats, ['nats-server', ...natsArgs(spec.host, spec.port, '/data/jetstream')]),
+    // JetStream stays inside the container (removed with it), as the launcher's temporary data would be.
+    natsView: () => ({ secretsDir: CONTAINER_SECRETS, storeDir: '/data/jetstream' }),
+    nats: (spec, config) =>
+      run(
+        spec,
+        images.nats,
+        ['nats-server', '-c', CONTAINER_NATS_CONFIG],
+        [`${config.secretsDir}:${CONTAINER_SECRETS}:ro`, `${config.configFile}:${CONTAINER_NATS_CONFIG}:ro`],
+      ),
     async cleanup() {
       const { stdout } = await exec('docker', [
         'ps',

@@ -24,8 +24,9 @@ export function baseEnv(env: NodeJS.ProcessEnv, stackId: string): NodeJS.Process
   return out;
 }
 
+/** The stack's NATS always runs with TLS and per-process nkeys (docs/security.md). */
 export function natsUrl(config: StackConfig): string {
-  return `nats://${config.host}:${config.natsPort}`;
+  return `tls://${config.host}:${config.natsPort}`;
 }
 
 /** `redis://host:port` for one Redis, `host:port,…` seeds for a cluster. */
@@ -35,10 +36,27 @@ export function redisTarget(config: StackConfig, region: RegionPlan): Record<str
     : { QP_REDIS_CLUSTER_NODES: region.redis.ports.map((p) => `${config.host}:${p}`).join(',') };
 }
 
+/**
+ * What the services need from the stack's secrets bundle (coordinator/nats/secrets-bundle.ts): each its own nkey
+ * seed file, the CA of the NATS server's certificate, and the agents' subject secret, as a file unless the
+ * operator gave one in `QP_HMAC_SECRET`.
+ */
+export interface StackSecrets {
+  readonly caFile: string;
+  nkeyFile(identity: string): string;
+  readonly subjectSecret: { readonly QP_HMAC_SECRET: string } | { readonly QP_HMAC_SECRET_FILE: string };
+}
+
+/** The NATS identity of the agent of `region` (one agent per region on the local stack). */
+export function agentIdentity(region: string): string {
+  return `agent-${region}-1`;
+}
+
 export function coordinatorEnv(
   config: StackConfig,
   tokens: StackTokens,
   base: NodeJS.ProcessEnv,
+  secrets: StackSecrets,
 ): NodeJS.ProcessEnv {
   return {
     ...base,
@@ -48,6 +66,8 @@ export function coordinatorEnv(
     QP_ADMIN_TOKEN: tokens.admin,
     QP_READ_TOKEN: tokens.read,
     QP_NATS_URL: natsUrl(config),
+    QP_NATS_NKEY_FILE: secrets.nkeyFile('coordinator'),
+    QP_NATS_TLS_CA_FILE: secrets.caFile,
     QP_HOST: config.host,
     QP_PORT: String(config.coordinatorPort),
     QP_KV_NAMESPACE: config.namespace,
@@ -58,17 +78,24 @@ export function agentEnv(
   config: StackConfig,
   region: RegionPlan,
   base: NodeJS.ProcessEnv,
+  secrets: StackSecrets,
 ): NodeJS.ProcessEnv {
   return {
     ...base,
     QP_LOG_LEVEL: config.logLevel,
+    // Forward-auth answers trusted proxies only: on the local stack, whatever runs on its own address.
+    QP_TRUSTED_PROXIES: config.host,
     ...config.agentEnv,
+    ...secrets.subjectSecret,
     QP_REGION: region.name,
     ...redisTarget(config, region),
     QP_NATS_URL: natsUrl(config),
+    QP_NATS_NKEY_FILE: secrets.nkeyFile(agentIdentity(region.name)),
+    QP_NATS_TLS_CA_FILE: secrets.caFile,
     QP_KV_NAMESPACE: config.namespace,
     QP_HOST: config.host,
     QP_PORT: String(region.agentPort),
+    QP_GRPC_PORT: String(region.grpcPort),
     QP_INSTANCE: `${region.name}-${config.host}:${region.agentPort}`,
   };
 }

@@ -1,0 +1,126 @@
+/**
+ * `quotaplane explain POLICY SUBJECT`: asks every region's agent what it would decide for the subject now, and
+ * why (`GET /v1/explain`, a dry run: nothing charged), and prints one row per region. Agents are named with
+ * `--agent REGION=URL` (repeatable) or `QUOTAPLANE_AGENTS=us=http://…,eu=http://…`, or read from a stack's state
+ * file (`--stack-state FILE`, the QP_STACK_STATE_FILE of `npm start`).
+ */
+import { readFile } from 'node:fs/promises';
+import { ExplainResponse, Problem } from '../../core/agent-wire.js';
+import { UsageError, type Context } from '../context.js';
+import { numberFlag, parseFlags, positionals, stringFlag } from '../flags.js';
+import { percent, table } from '../table.js';
+
+export const EXPLAIN_USAGE = `usage:
+  quotaplane explain POLICY SUBJECT [--cost N] (--agent REGION=URL … | --stack-state FILE)
+    agents also from $QUOTAPLANE_AGENTS (us=http://127.0.0.1:7101,eu=…)`;
+
+async function agentsFrom(
+  ctx: Context,
+  values: Record<string, unknown>,
+  agentFlags: string[],
+): Promise<[string, string][]> {
+  const pairs = (text: string) =>
+    text
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '')
+      .map((s) => {
+        const at = s.indexOf('=');
+        if (at <= 0) throw new UsageError(`agents are REGION=URL, got "${s}"`, EXPLAIN_USAGE);
+        return [s.slice(0, at), s.slice(at + 1)] as [string, string];
+      });
+  if (agentFlags.length > 0) return agentFlags.flatMap(pairs);
+  const file = stringFlag(values['stack-state'] as string | undefined);
+  if (file !== undefined) {
+    let state: { agents?: Record<string, string> };
+    try {
+      state = JSON.parse(await readFile(file, 'utf8')) as { agents?: Record<string, string> };
+    } catch (error) {
+      throw new UsageError(`cannot read the stack state ${file}: ${(error as Error).message}`, EXPLAIN_USAGE);
+    }
+    return Object.entries(state.agents ?? {});
+  }
+  const env = ctx.io.env['QUOTAPLANE_AGENTS'];
+  if (env !== undefined && env !== '') return pairs(env);
+  throw new UsageError(
+    'name the agents: --agent REGION=URL, --stack-state FILE or QUOTAPLANE_AGENTS',
+    EXPLAIN_USAGE,
+  );
+}
+
+type Answer = { region: string; explain?: ExplainResponse; error?: string };
+
+export async function explainCommand(ctx: Context, argv: readonly string[]): Promise<number> {
+  const agentFlags: string[] = [];
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--agent') agentFlags.push(argv[++i] ?? '');
+    else if (a.startsWith('--agent=')) agentFlags.push(a.slice('--agent='.length));
+    else rest.push(a);
+  }
+  const parsed = parseFlags(
+    rest,
+    { cost: { type: 'string' }, 'stack-state': { type: 'string' } },
+    EXPLAIN_USAGE,
+  );
+  const [policy, subject] = positionals(parsed, ['POLICY', 'SUBJECT'], EXPLAIN_USAGE);
+  const cost = numberFlag(parsed.values['cost'], '--cost', EXPLAIN_USAGE);
+  const agents = await agentsFrom(ctx, parsed.values, agentFlags);
+  const fetcher = ctx.io.fetch ?? fetch;
+  const answers: Answer[] = await Promise.all(
+    agents.map(async ([region, url]): Promise<Answer> => {
+      const q = new URLSearchParams({
+        policy: policy!,
+        subject: subject!,
+        ...(cost !== undefined ? { cost: String(cost) } : {}),
+      });
+      try {
+        const res = await fetcher(`${url.replace(/\/+$/, '')}/v1/explain?${q.toString()}`, {
+          signal: AbortSignal.timeout(5000),
+        });
+        const body: unknown = await res.json().catch(() => undefined);
+        if (res.ok) {
+          const parsedBody = ExplainResponse.safeParse(body);
+          return parsedBody.success
+            ? { region, explain: parsedBody.data }
+            : { region, error: 'not an agent explain answer' };
+        }
+        const problem = Problem.safeParse(body);
+        return {
+          region,
+          error: problem.success
+            ? `${problem.data.code} (${res.status}): ${problem.data.detail ?? ''}`
+            : `HTTP ${res.status}`,
+        };
+      } catch (error) {
+        return { region, error: `unreachable: ${(error as Error).message}` };
+      }
+    }),
+  );
+  if (ctx.json) {
+    ctx.printJson({ policy, subject, regions: answers });
+  } else {
+    ctx.say(
+      table(
+        ['REGION', 'MODE', 'SHARE', 'LIMIT', 'REMAINING', 'WOULD ALLOW', 'RETRY AFTER MS', 'REASON'],
+        answers.map((a) =>
+          a.explain === undefined
+            ? [a.region, undefined, undefined, undefined, undefined, undefined, undefined, a.error]
+            : [
+                a.region,
+                a.explain.mode,
+                a.explain.share === null ? 'none' : percent(a.explain.share),
+                a.explain.limit,
+                a.explain.remaining,
+                a.explain.wouldAllow,
+                a.explain.retryAfterMs,
+                a.explain.reason ?? (a.explain.wouldAllow ? '' : 'bucket empty here'),
+              ],
+        ),
+      ),
+    );
+  }
+  // An agent that did not answer makes the explanation incomplete: say so in the status.
+  return answers.some((a) => a.explain === undefined) ? 1 : 0;
+}

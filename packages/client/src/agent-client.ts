@@ -1,0 +1,525 @@
+/**
+ * A typed client of the regional agent for services: keep-alive connections, a timeout on every call, a
+ * circuit breaker (opossum) so a hung agent stops costing every request the full timeout, and the policy's
+ * failure mode for every answer the agent could not give: `closed` denies, `open` admits, `local` decides on a
+ * small in-process fallback bucket. Such answers say what they are (`degraded`, `failure`) and carry no numbers
+ * the agent did not give. Answers the agent refuses (4xx: unknown policy, bad subject…) are programming errors
+ * of the service and throw AgentRequestError.
+ */
+import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
+import CircuitBreaker from 'opossum';
+import {
+  DecisionResponse,
+  Problem,
+  checksOf,
+  type DecisionRequest,
+  type WireCheckResult,
+  LeaseReleaseResponse,
+} from '../../../core/agent-wire.js';
+import {
+  ReservationResponse,
+  SettlementResponse,
+  type ReservationRequest,
+} from '../../../core/reservations.js';
+import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
+
+/** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
+export type FailureMode = 'closed' | 'open' | 'local';
+
+/**
+ * Why the agent gave no decision: no answer within the timeout, no connection, an overloaded agent (503
+ * `AGT_ERR_OVERLOADED`), an answer that is not a decision, the breaker open (the call was not made), or the agent
+ * refused the request (used by the Fastify plugin, which applies the failure mode to a refused check).
+ */
+export type AgentFailure =
+  'timeout' | 'connection' | 'overloaded' | 'bad_status' | 'bad_body' | 'breaker_open' | 'refused';
+export const AGENT_FAILURES: readonly AgentFailure[] = [
+  'timeout',
+  'connection',
+  'overloaded',
+  'bad_status',
+  'bad_body',
+  'breaker_open',
+  'refused',
+];
+
+/** Which failure mode answered a decision the agent did not make. */
+export type Degraded = 'fail_open' | 'fail_closed' | 'fallback';
+export const DEGRADED: readonly Degraded[] = ['fail_open', 'fail_closed', 'fallback'];
+
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/**
+ * One check's decision. From the agent it is exactly the wire's (whole tokens); made by the client, `remaining`
+ * and `limit` are present only when the fallback bucket decided (its own numbers), and `mode` is absent.
+ */
+export interface ClientCheckResult extends Omit<WireCheckResult, 'remaining' | 'limit' | 'mode'> {
+  remaining?: number;
+  limit?: number;
+  mode?: WireCheckResult['mode'];
+}
+
+/** A decision: the agent's answer, or the failure mode's when `degraded` is set. */
+export interface Decision extends Omit<DecisionResponse, 'results'> {
+  results: ClientCheckResult[];
+  /** Set when the agent did not decide: `fail_open`, `fail_closed`, or `fallback` (the fallback bucket decided). */
+  degraded?: Degraded;
+  /** Why the agent did not decide (with `degraded`). */
+  failure?: AgentFailure;
+}
+
+/** A policy's own failure handling, overriding the client's. */
+export interface PolicyFailureOptions {
+  onUnavailable?: FailureMode;
+  fallback?: FallbackBucket;
+}
+
+export interface BreakerOptions {
+  /** Calls in the window before the breaker may open. Default 5. */
+  volumeThreshold?: number;
+  /** Failed calls, in percent of the window's calls, that open it. Default 50. */
+  errorPercent?: number;
+  /** How long it stays open before one probe call is let through (half-open). Default 1000 ms. */
+  resetMs?: number;
+  /** The rolling window the failures are counted over. Default 10 000 ms. */
+  windowMs?: number;
+}
+
+export interface AgentClientOptions {
+  /** The agent's base URL, e.g. `http://127.0.0.1:7101`. */
+  baseUrl: string;
+  /** Longest wait for a decision, connection included. Default 100 ms. */
+  timeoutMs?: number;
+  /**
+   * What to answer when the agent cannot (default `closed`). Set it as the policy's `onStoreFailure` says, so a
+   * policy fails the same way whether its store or its agent is down. `local` needs `fallback`.
+   */
+  onUnavailable?: FailureMode;
+  /** Failure handling per policy name, overriding `onUnavailable` and `fallback`. */
+  policies?: Readonly<Record<string, PolicyFailureOptions>>;
+  /** The in-process fallback bucket of `local` policies (per subject, per process). */
+  fallback?: FallbackBucket;
+  /** Most fallback buckets kept (subjects × policies); new subjects beyond it fail closed. Default 10 000. */
+  fallbackMaxBuckets?: number;
+  /** Retry hint of a `closed` answer given for an unreachable agent. Default 1000 ms. */
+  unavailableRetryAfterMs?: number;
+  /** Most sockets kept open to the agent. Default 64. */
+  maxSockets?: number;
+  /** The client-side circuit breaker; `false` turns it off (every call waits up to the timeout). */
+  breaker?: BreakerOptions | false;
+  /** Told about every call the agent did not answer (for the service's own metrics and logs). */
+  onFailure?: (error: AgentUnavailableError) => void;
+  /** Told when the breaker opens, half-opens (a probe is let through) or closes. */
+  onBreakerChange?: (state: BreakerState) => void;
+}
+
+/** Per-call options. */
+export interface DecideOptions {
+  requestId?: string;
+  /** The failure mode for this call (for every check, or per policy), overriding the client's. */
+  onUnavailable?: FailureMode | Readonly<Record<string, FailureMode>>;
+}
+
+/** What the client has counted since it was made. */
+export interface ClientStats {
+  breaker: BreakerState;
+  /** Decisions the agent made. */
+  decided: number;
+  /** Calls the agent did not answer, by why. */
+  failures: Record<AgentFailure, number>;
+  /** Decisions made by a failure mode, by which. */
+  degraded: Record<Degraded, number>;
+  /** Requests the agent refused (4xx), by code. */
+  refused: Record<string, number>;
+}
+
+/** The agent refused the request (4xx): the problem document says why. */
+export class AgentRequestError extends Error {
+  readonly status: number;
+  readonly problem: Problem;
+  readonly code: string;
+  constructor(problem: Problem) {
+    super(`agent refused the request: ${problem.code} ${problem.detail ?? problem.title}`);
+    this.name = 'AgentRequestError';
+    this.status = problem.status;
+    this.problem = problem;
+    this.code = problem.code;
+  }
+}
+
+/** The agent gave no decision; `failure` says why. */
+export class AgentUnavailableError extends Error {
+  readonly failure: AgentFailure;
+  /** The agent's Retry-After, when it sent one (overload). */
+  readonly retryAfterMs: number | undefined;
+  constructor(failure: AgentFailure, message: string, retryAfterMs?: number) {
+    super(message);
+    this.name = 'AgentUnavailableError';
+    this.failure = failure;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+const OVERLOADED = 'AGT_ERR_OVERLOADED';
+
+interface Answer {
+  status: number;
+  text: string;
+  retryAfter: string | undefined;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+function counts<K extends string>(keys: readonly K[]): Record<K, number> {
+  return Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
+}
+
+function validMode(mode: FailureMode | undefined, fallback: FallbackBucket | undefined, where: string): void {
+  if (mode === 'local' && fallback === undefined)
+    throw new TypeError(`${where}: onUnavailable 'local' needs a fallback bucket`);
+  if (fallback !== undefined && !(fallback.capacity > 0 && fallback.refillPerSecond >= 0))
+    throw new TypeError(`${where}: a fallback bucket needs capacity > 0 and refillPerSecond >= 0`);
+}
+
+export class AgentClient {
+  readonly #url: URL;
+  readonly #agent: Agent;
+  readonly #timeoutMs: number;
+  readonly #mode: FailureMode;
+  readonly #policies: Readonly<Record<string, PolicyFailureOptions>>;
+  readonly #fallbackBucket: FallbackBucket | undefined;
+  readonly #fallback: FallbackBuckets;
+  readonly #retryAfterMs: number;
+  readonly #onFailure: ((error: AgentUnavailableError) => void) | undefined;
+  readonly #breaker: CircuitBreaker<[string, string | undefined], DecisionResponse> | undefined;
+  #state: BreakerState = 'closed';
+  readonly #stats = {
+    decided: 0,
+    failures: counts(AGENT_FAILURES),
+    degraded: counts(DEGRADED),
+    refused: {} as Record<string, number>,
+  };
+
+  constructor(options: AgentClientOptions) {
+    this.#url = new URL('/v1/decisions', options.baseUrl);
+    if (this.#url.protocol !== 'http:')
+      throw new TypeError('the agent listens on plain http on a private network');
+    this.#timeoutMs = options.timeoutMs ?? 100;
+    this.#mode = options.onUnavailable ?? 'closed';
+    this.#policies = options.policies ?? {};
+    this.#fallbackBucket = options.fallback;
+    validMode(this.#mode, this.#fallbackBucket, 'AgentClient');
+    for (const [name, p] of Object.entries(this.#policies))
+      validMode(p.onUnavailable, p.fallback ?? this.#fallbackBucket, `policy ${name}`);
+    this.#fallback = new FallbackBuckets(options.fallbackMaxBuckets ?? 10_000);
+    this.#retryAfterMs = options.unavailableRetryAfterMs ?? 1000;
+    this.#onFailure = options.onFailure;
+    this.#agent = new Agent({ keepAlive: true, maxSockets: options.maxSockets ?? 64, scheduling: 'lifo' });
+    if (options.breaker !== false) {
+      const b = options.breaker ?? {};
+      this.#breaker = new CircuitBreaker(
+        (payload: string, requestId: string | undefined) => this.#call(payload, requestId),
+        {
+          // Calls time themselves (the socket is destroyed at the timeout); opossum only counts.
+          timeout: false,
+          volumeThreshold: b.volumeThreshold ?? 5,
+          errorThresholdPercentage: b.errorPercent ?? 50,
+          resetTimeout: b.resetMs ?? 1000,
+          rollingCountTimeout: b.windowMs ?? 10_000,
+          rollingCountBuckets: 10,
+          // A refusal and an overloaded agent answered at once: neither is a reason to stop asking.
+          errorFilter: (error: unknown) =>
+            error instanceof AgentRequestError ||
+            (error instanceof AgentUnavailableError && error.failure === 'overloaded'),
+        },
+      );
+      const changed = (state: BreakerState) => () => {
+        this.#state = state;
+        options.onBreakerChange?.(state);
+      };
+      this.#breaker.on('open', changed('open'));
+      this.#breaker.on('halfOpen', changed('half_open'));
+      this.#breaker.on('close', changed('closed'));
+    }
+  }
+
+  /** The breaker's state now (`closed` when it is turned off). */
+  get breakerState(): BreakerState {
+    return this.#state;
+  }
+
+  /** Counts since the client was made. */
+  stats(): ClientStats {
+    return {
+      breaker: this.#state,
+      decided: this.#stats.decided,
+      failures: { ...this.#stats.failures },
+      degraded: { ...this.#stats.degraded },
+      refused: { ...this.#stats.refused },
+    };
+  }
+
+  /**
+   * Ask for a decision. Never throws for an agent that cannot answer (the failure mode answers, `degraded`
+   * set); throws AgentRequestError when the agent refuses the request (4xx).
+   */
+  async decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
+    const payload = JSON.stringify(body);
+    try {
+      const answer =
+        this.#breaker === undefined
+          ? await this.#call(payload, options.requestId)
+          : await this.#breaker.fire(payload, options.requestId);
+      this.#stats.decided++;
+      return answer;
+    } catch (error) {
+      if (error instanceof AgentRequestError) {
+        this.#stats.refused[error.code] = (this.#stats.refused[error.code] ?? 0) + 1;
+        throw error;
+      }
+      const unavailable =
+        error instanceof AgentUnavailableError
+          ? error
+          : (error as { code?: unknown }).code === 'EOPENBREAKER'
+            ? new AgentUnavailableError('breaker_open', 'the client breaker is open: the agent was not asked')
+            : new AgentUnavailableError('connection', (error as Error).message);
+      this.#stats.failures[unavailable.failure]++;
+      this.#onFailure?.(unavailable);
+      return this.failureDecision(body, unavailable, options.onUnavailable);
+    }
+  }
+
+  /** Shorthand for one check. */
+  check(policy: string, subject: string, cost?: number): Promise<Decision> {
+    return this.decide(cost === undefined ? { policy, subject } : { policy, subject, cost });
+  }
+
+  /**
+   * The failure modes' answer to `body` for a decision the agent did not make (`failure` says why), as `decide`
+   * gives it: each check by its policy's mode (or `override`), all-or-nothing.
+   */
+  failureDecision(
+    body: DecisionRequest,
+    failure: AgentUnavailableError,
+    override?: DecideOptions['onUnavailable'],
+  ): Decision {
+    const checks = checksOf(body);
+    const retryAfterMs = failure.retryAfterMs ?? this.#retryAfterMs;
+    const results: ClientCheckResult[] = [];
+    const local: { at: number; check: FallbackCheck }[] = [];
+    let closed = false;
+    checks.forEach((c, at) => {
+      const mode = typeof override === 'string' ? override : (override?.[c.policy] ?? this.#modeOf(c.policy));
+      const bucket = this.#policies[c.policy]?.fallback ?? this.#fallbackBucket;
+      if (mode === 'local' && bucket !== undefined) {
+        local.push({ at, check: { policy: c.policy, subject: c.subject, cost: c.cost ?? 1, bucket } });
+        results[at] = { policy: c.policy, allowed: false, resetMs: null, retryAfterMs: 0 };
+      } else if (mode === 'open') {
+        results[at] = {
+          policy: c.policy,
+          allowed: true,
+          resetMs: null,
+          retryAfterMs: 0,
+          reason: 'agent_unreachable',
+        };
+      } else {
+        closed = true;
+        results[at] = {
+          policy: c.policy,
+          allowed: false,
+          resetMs: null,
+          retryAfterMs,
+          reason: 'agent_unreachable',
+        };
+      }
+    });
+    let allowed = !closed;
+    if (local.length > 0) {
+      // A closed check denies the request: the fallback buckets are only looked at, not charged.
+      const decision = this.#fallback.decide(
+        local.map((l) => l.check),
+        body.dryRun === true || closed,
+      );
+      local.forEach((l, j) => {
+        const b = decision?.results[j];
+        if (decision === undefined || b === undefined) {
+          // The fallback table is full: this subject fails closed.
+          closed = true;
+          results[l.at] = {
+            policy: l.check.policy,
+            allowed: false,
+            resetMs: null,
+            retryAfterMs,
+            reason: 'agent_unreachable',
+          };
+          return;
+        }
+        results[l.at] = {
+          policy: l.check.policy,
+          allowed: false,
+          remaining: b.remaining > 0 ? Math.floor(b.remaining) : 0,
+          limit: Math.floor(l.check.bucket.capacity),
+          resetMs: b.resetMs,
+          retryAfterMs: b.retryAfterMs,
+          reason: 'emergency_bucket',
+        };
+      });
+      allowed = !closed && decision !== undefined && decision.allowed;
+    }
+    let wait: number | null = 0;
+    for (const r of results) {
+      r.allowed = allowed;
+      if (allowed || r.retryAfterMs === 0) continue;
+      wait = wait === null || r.retryAfterMs === null ? null : Math.max(wait, r.retryAfterMs);
+    }
+    const degraded: Degraded = closed ? 'fail_closed' : local.length > 0 ? 'fallback' : 'fail_open';
+    this.#stats.degraded[degraded]++;
+    const headers: Record<string, string> =
+      !allowed && wait !== null ? { 'Retry-After': String(Math.max(1, Math.ceil(wait / 1000))) } : {};
+    return {
+      allowed,
+      retryAfterMs: allowed ? 0 : wait,
+      results,
+      headers,
+      degraded,
+      failure: failure.failure,
+    };
+  }
+
+  /** Close the kept-alive sockets and stop the breaker's and the fallback's timers. */
+  close(): void {
+    this.#breaker?.shutdown();
+    this.#fallback.close();
+    this.#agent.destroy();
+  }
+
+  #modeOf(policy: string): FailureMode {
+    return this.#policies[policy]?.onUnavailable ?? this.#mode;
+  }
+
+  async #call(payload: string, requestId: string | undefined): Promise<DecisionResponse> {
+    const { status, text, retryAfter } = await this.#post(payload, requestId);
+    const json = parseJson(text);
+    if (status === 200) {
+      const parsed = DecisionResponse.safeParse(json);
+      if (parsed.success) return parsed.data;
+      throw new AgentUnavailableError('bad_body', `unexpected decision body: ${parsed.error.message}`);
+    }
+    const problem = Problem.safeParse(json);
+    if (status === 503 && problem.success && problem.data.code === OVERLOADED) {
+      const seconds = Number(retryAfter);
+      throw new AgentUnavailableError(
+        'overloaded',
+        'the agent is overloaded: nothing was decided',
+        Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : undefined,
+      );
+    }
+    if (status >= 400 && status < 500 && problem.success) throw new AgentRequestError(problem.data);
+    throw new AgentUnavailableError('bad_status', `agent answered ${status}`);
+  }
+
+  /**
+   * Release the slots a `concurrency` check acquired: `lease` is the token its result carried. Idempotent:
+   * `released` is false when they were already released or the lease ran out. Throws AgentRequestError when
+   * the agent refuses (a bad token, a lease of another region) and AgentUnavailableError when it cannot answer;
+   * a lease never released comes back by itself after the policy's `leaseSeconds`.
+   */
+  async releaseLease(lease: string): Promise<LeaseReleaseResponse> {
+    return this.#other('DELETE', `/v1/leases/${encodeURIComponent(lease)}`, undefined, LeaseReleaseResponse);
+  }
+
+  /**
+   * Reserve `amount` before irreversible work (`POST /v1/reservations`): a decision; when admitted,
+   * `reservation.id` is what `commitReservation` and `cancelReservation` take. Not retried and no failure mode:
+   * an agent that cannot answer throws AgentUnavailableError (a reservation whose answer was lost is refunded
+   * whole when it expires).
+   */
+  async reserve(body: ReservationRequest): Promise<ReservationResponse> {
+    return this.#other('POST', '/v1/reservations', body, ReservationResponse);
+  }
+
+  /** Commit what was used (`0..amount`); the rest is refunded. Idempotent (`replayed` on a repeat). */
+  async commitReservation(id: string, amount: number): Promise<SettlementResponse> {
+    return this.#other(
+      'POST',
+      `/v1/reservations/${encodeURIComponent(id)}/commit`,
+      { amount },
+      SettlementResponse,
+    );
+  }
+
+  /** Cancel: everything reserved is refunded. Idempotent. */
+  async cancelReservation(id: string): Promise<SettlementResponse> {
+    return this.#other('DELETE', `/v1/reservations/${encodeURIComponent(id)}`, undefined, SettlementResponse);
+  }
+
+  /** A call to another route than decisions: no breaker, no failure mode; the answer parsed by `schema`. */
+  async #other<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: Error } },
+  ): Promise<T> {
+    const payload = body === undefined ? '' : JSON.stringify(body);
+    const { status, text } = await this.#post(payload, undefined, method, new URL(path, this.#url));
+    const json = parseJson(text);
+    if (status >= 200 && status < 300) {
+      const parsed = schema.safeParse(json);
+      if (parsed.success) return parsed.data;
+      throw new AgentUnavailableError('bad_body', `unexpected body: ${parsed.error.message}`);
+    }
+    const problem = Problem.safeParse(json);
+    if (status >= 400 && status < 500 && problem.success) throw new AgentRequestError(problem.data);
+    if (status === 503 && problem.success) {
+      throw new AgentUnavailableError(
+        problem.data.code === OVERLOADED ? 'overloaded' : 'bad_status',
+        `${problem.data.code}: ${problem.data.detail ?? problem.data.title}`,
+      );
+    }
+    throw new AgentUnavailableError('bad_status', `agent answered ${status}`);
+  }
+
+  #post(payload: string, requestId: string | undefined, method = 'POST', url = this.#url): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const headers: Record<string, string | number> = {
+        'content-length': Buffer.byteLength(payload),
+      };
+      if (payload.length > 0) headers['content-type'] = 'application/json';
+      if (requestId !== undefined) headers['x-request-id'] = requestId;
+      const req = httpRequest(url, { method, agent: this.#agent, headers }, (res: IncomingMessage) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          clearTimeout(timer);
+          const retryAfter = res.headers['retry-after'];
+          resolve({
+            status: res.statusCode ?? 0,
+            text: Buffer.concat(chunks).toString('utf8'),
+            retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined,
+          });
+        });
+        res.on('error', reject);
+      });
+      const timer = setTimeout(() => {
+        req.destroy(
+          new AgentUnavailableError('timeout', `no answer from the agent within ${this.#timeoutMs} ms`),
+        );
+      }, this.#timeoutMs);
+      req.on('error', (error) => {
+        clearTimeout(timer);
+        reject(
+          error instanceof AgentUnavailableError
+            ? error
+            : new AgentUnavailableError('connection', error.message),
+        );
+      });
+      req.end(payload);
+    });
+  }
+}

@@ -1,0 +1,39 @@
+/**
+ * `@quotaplane/client`: the regional agent's client for services. The Fastify plugin is `@quotaplane/client/fastify`.
+ */
+export {
+  AGENT_FAILURES,
+  AgentClient,
+  AgentRequestError,
+  AgentUnavailableError,
+  DEGRADED,
+  type AgentClientOptions,
+  type AgentFailure,
+  type BreakerOptions,
+  type BreakerState,
+  type ClientCheckResult,
+  type ClientStats,
+  type Decision,
+  type DecideOptions,
+  type Degraded,
+  type FailureMode,
+  type PolicyFailureOptions,
+} from './agent-client.js';
+export type { FallbackBucket } from './fallback.js';
+export {
+  DecisionCheck,
+  DecisionRequest,
+  DecisionResponse,
+  LeaseReleaseResponse,
+  LIMITER_UNAVAILABLE,
+  Problem,
+  RATE_LIMITED,
+  type DecisionReason,
+  type WireCheckResult,
+} from '../../../core/agent-wire.js';
+export {
+  CommitRequest,
+  ReservationRequest,
+  ReservationResponse,
+  SettlementResponse,
+} from '../../../core/reservations.js';
