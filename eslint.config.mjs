@@ -1,6 +1,12 @@
 // Lint rules that keep the layering honest: core/ is pure and may not reach for I/O.
 import tseslint from 'typescript-eslint';
 import importX from 'eslint-plugin-import-x';
+import {
+  COPIED_RULE_EXCEPTIONS,
+  copiedRuleSelectors,
+  SHELL_FILES,
+  SIMULATOR_IMPORTS,
+} from './eslint.shell-rules.mjs';
 
 const ioModules = [
   'ioredis',
@@ -19,8 +25,19 @@ const ioModules = [
   'node:worker_threads',
 ];
 
+const noExportAll = {
+  selector: 'ExportAllDeclaration',
+  message: 'Use explicit named exports, not export *.',
+};
+
+/** Files allowed some copied-rule syntax (eslint.shell-rules.mjs), with the rules each may use. */
+const exceptions = new Map();
+for (const { files, rule } of COPIED_RULE_EXCEPTIONS) {
+  for (const file of files) exceptions.set(file, [...(exceptions.get(file) ?? []), rule]);
+}
+
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'dist/**', 'coverage/**', '.sim-out/**'] },
+  { ignores: ['node_modules/**', '**/dist/**', 'coverage/**', '.sim-out/**', 'coordinator/dashboard/**'] },
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: {
@@ -35,12 +52,15 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'import-x/no-cycle': 'error',
-      'no-restricted-syntax': [
-        'error',
-        { selector: 'ExportAllDeclaration', message: 'Use explicit named exports, not export *.' },
-      ],
+      'no-restricted-syntax': ['error', noExportAll],
     },
   },
+  // One copy of each rule, in core/: the shells write none of their own (test/unit/sim-runs-core.test.ts).
+  { files: SHELL_FILES, rules: { 'no-restricted-syntax': ['error', noExportAll, ...copiedRuleSelectors()] } },
+  ...[...exceptions].map(([file, rules]) => ({
+    files: [file],
+    rules: { 'no-restricted-syntax': ['error', noExportAll, ...copiedRuleSelectors(rules)] },
+  })),
   {
     files: ['core/**/*.ts'],
     rules: {
@@ -57,6 +77,13 @@ export default tseslint.config(
           ],
         },
       ],
+    },
+  },
+  {
+    // The simulator runs core/'s code, never the agent's or the coordinator's (it may read the agent's defaults).
+    files: ['simulations/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', SIMULATOR_IMPORTS],
     },
   },
   { files: ['**/*.mjs'], ...tseslint.configs.disableTypeChecked },

@@ -1,12 +1,42 @@
 import { defineConfig } from 'vitest/config';
 
+// Three tiers: `unit` is pure (no server, no socket beyond Fastify's inject) and starts nothing; `integration`
+// runs against real Redis and NATS processes that its global setup starts on free loopback ports; `wall-clock`
+// holds the tests whose figures are wall-clock behaviour of a whole stack (the real-stack replay compares its
+// utilisation with the simulator's prediction), run alone after the others so no other file competes for the
+// two cores while they measure. `npm run test:unit` runs the first alone; `npm test` runs all three.
+const WALL_CLOCK = ['test/integration/sim-replay.test.ts'];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    globalSetup: ['test/harness/global-setup.ts'],
     testTimeout: 20_000,
     hookTimeout: 30_000,
     // Integration tests hold real servers: keep parallelism to the machine's two cores.
     maxWorkers: 2,
+    projects: [
+      {
+        extends: true,
+        test: { name: 'unit', include: ['test/unit/**/*.test.ts'], sequence: { groupOrder: 0 } },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts'],
+          exclude: WALL_CLOCK,
+          globalSetup: ['test/harness/global-setup.ts'],
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'wall-clock',
+          include: WALL_CLOCK,
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
+        },
+      },
+    ],
   },
 });

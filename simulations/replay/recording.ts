@@ -44,7 +44,14 @@ export interface ControlCounts {
   recordDeliveries: number;
   /** `quotaplane_protocol_messages_dropped_total`. */
   dropped: number;
-  /** received + renewals + 2 × recordWrites + recordDeliveries: the simulator's count of the same messages. */
+  /**
+   * Loan traffic between agents, from their /metrics: requests sent (`quotaplane_loan_requests_total`) plus the
+   * answers lenders sent back (`quotaplane_loans_served_total`). The coordinator never sees these.
+   */
+  loans: number;
+  /**
+   * received + renewals + 2 × recordWrites + recordDeliveries + loans: the simulator's count of the same messages.
+   */
   total: number;
   /** Wall seconds between the two /metrics reads. */
   windowSeconds: number;

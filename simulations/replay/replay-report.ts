@@ -36,7 +36,7 @@ export function replayTable(rows: readonly ReplayRow[]): string {
           : '') +
         (control === null
           ? ''
-          : `; control messages ${control.total} (heartbeats ${control.heartbeat}, usage ${control.usage}, acks ${control.ack}, record writes ${control.recordWrites})`),
+          : `; control messages ${control.total} (heartbeats ${control.heartbeat}, usage ${control.usage}, acks ${control.ack}, record writes ${control.recordWrites}, loans ${control.loans})`),
     );
   }
   lines.push(

@@ -42,6 +42,7 @@ export const ReplayDetails = z.strictObject({
       recordWrites: z.number(),
       recordDeliveries: z.number(),
       dropped: z.number(),
+      loans: z.number(),
       total: z.number(),
       windowSeconds: z.number(),
     })

@@ -73,12 +73,15 @@ type ControlSnapshot = Awaited<ReturnType<typeof controlSnapshot>>;
 
 /** Control messages between two snapshots (recording.ts ControlCounts says what each term is). */
 export function controlCounts(
-  before: { coordinator: readonly MetricSample[]; at: number },
-  after: { coordinator: readonly MetricSample[]; at: number },
+  before: Pick<ControlSnapshot, 'coordinator' | 'agents' | 'at'>,
+  after: Pick<ControlSnapshot, 'coordinator' | 'agents' | 'at'>,
   agents: number,
 ): ControlCounts {
   const delta = (name: string, where: Record<string, string> = {}) =>
     sumOf(after.coordinator, name, where) - sumOf(before.coordinator, name, where);
+  const agentDelta = (name: string) =>
+    after.agents.reduce((n, samples, r) => n + sumOf(samples, name) - sumOf(before.agents[r] ?? [], name), 0);
+  const loans = agentDelta('quotaplane_loan_requests_total') + agentDelta('quotaplane_loans_served_total');
   const kind = (k: string) => delta('quotaplane_protocol_messages_total', { kind: k });
   const heartbeat = kind('heartbeat');
   const usage = kind('usage');
@@ -95,7 +98,8 @@ export function controlCounts(
     recordWrites,
     recordDeliveries,
     dropped: delta('quotaplane_protocol_messages_dropped_total'),
-    total: heartbeat + usage + ack + bye + heartbeat + 2 * recordWrites + recordDeliveries,
+    loans,
+    total: heartbeat + usage + ack + bye + heartbeat + 2 * recordWrites + recordDeliveries + loans,
     windowSeconds: (after.at - before.at) / 1000,
   };
 }

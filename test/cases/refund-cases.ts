@@ -26,7 +26,7 @@ export type RefundCaseStep =
       at: number;
       checks: RefundCaseBucket[];
       repeat?: number;
-      expect?: { allowed?: boolean; remaining?: number[] };
+      expect?: { allowed?: boolean; remaining?: number[] } | undefined;
     }
   | {
       op: 'refund';

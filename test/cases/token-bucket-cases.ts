@@ -21,16 +21,20 @@ export interface CaseStep {
   checks: CaseCheck[];
   dryRun?: boolean;
   idempotencyKey?: string;
+  /** Most live idempotency records the subject keeps (default: the store's default). */
+  maxRecords?: number;
   /** Repeat this step n times at the same instant (default 1); `expect` applies to the last. */
   repeat?: number;
-  expect?: {
-    allowed?: boolean;
-    replayed?: boolean;
-    conflict?: boolean;
-    remaining?: number[];
-    retryAfterMs?: (number | null)[];
-    resetMs?: (number | null)[];
-  };
+  expect?:
+    | {
+        allowed?: boolean;
+        replayed?: boolean;
+        conflict?: boolean;
+        remaining?: number[];
+        retryAfterMs?: (number | null)[];
+        resetMs?: (number | null)[];
+      }
+    | undefined;
 }
 
 export interface BucketCase {
@@ -210,7 +214,7 @@ export const tokenBucketCases: BucketCase[] = [
     ],
   },
   {
-    name: 'an idempotency key replays a denial even after the bucket refilled',
+    name: 'a refusal is not remembered: a retry with the same key after Retry-After is decided afresh',
     steps: [
       { at: 0, checks: [{ ...b10, cost: 10 }], expect: { allowed: true, remaining: [0] } },
       {
@@ -223,9 +227,19 @@ export const tokenBucketCases: BucketCase[] = [
         at: 6000,
         checks: [{ ...b10, cost: 5 }],
         idempotencyKey: 'k2',
-        expect: { allowed: false, replayed: true, retryAfterMs: [5000] },
+        expect: { allowed: true, replayed: false, remaining: [1] },
       },
-      { at: 6000, checks: [{ ...b10, cost: 5 }], expect: { allowed: true, remaining: [1] } },
+      {
+        at: 6000,
+        checks: [{ ...b10, cost: 5 }],
+        idempotencyKey: 'k2',
+        expect: { allowed: true, replayed: true, remaining: [1] },
+      },
+      {
+        at: 6000,
+        checks: [{ ...b10, cost: 5 }],
+        expect: { allowed: false, remaining: [1], retryAfterMs: [4000] },
+      },
     ],
   },
   {
@@ -251,6 +265,36 @@ export const tokenBucketCases: BucketCase[] = [
         expect: { allowed: true, replayed: true, conflict: false, remaining: [9] },
       },
       { at: 0, checks: [b10], expect: { remaining: [8] } },
+    ],
+  },
+  {
+    name: 'a subject keeps at most maxRecords idempotency records: the one closest to expiry goes first',
+    steps: [
+      { at: 0, checks: [b10], idempotencyKey: 'ka', maxRecords: 2, expect: { remaining: [9] } },
+      { at: 1000, checks: [b10], idempotencyKey: 'kb', maxRecords: 2, expect: { remaining: [9] } },
+      { at: 2000, checks: [b10], idempotencyKey: 'kc', maxRecords: 2, expect: { remaining: [9] } },
+      {
+        at: 2000,
+        checks: [b10],
+        idempotencyKey: 'kc',
+        maxRecords: 2,
+        expect: { allowed: true, replayed: true, remaining: [9] },
+      },
+      {
+        at: 2000,
+        checks: [b10],
+        idempotencyKey: 'kb',
+        maxRecords: 2,
+        expect: { allowed: true, replayed: true, remaining: [9] },
+      },
+      // ka's record was deleted for kc's: its retry is decided afresh and charged.
+      {
+        at: 2000,
+        checks: [b10],
+        idempotencyKey: 'ka',
+        maxRecords: 2,
+        expect: { allowed: true, replayed: false, remaining: [8] },
+      },
     ],
   },
   {

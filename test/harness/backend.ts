@@ -2,6 +2,8 @@
  * The servers integration tests run against, behind one interface so the backend can change (local processes
  * today; containers when Docker is available) without touching a test.
  */
+import type { ConnectionOptions } from '@nats-io/nats-core';
+import type { SecretsBundle } from '../../coordinator/nats/secrets-bundle.js';
 
 /** A server a test can break on purpose. */
 export interface ManagedServer extends AsyncDisposable {
@@ -24,8 +26,31 @@ export interface RedisServer extends ManagedServer {
 }
 
 export interface NatsServer extends ManagedServer {
-  /** `nats://host:port` */
+  /** `nats://host:port` (`tls://host:port` when the server is locked down with TLS). */
   readonly url: string;
+  /** The credentials of a locked-down server (`NatsOptions.secure`); undefined for an open one. */
+  readonly security: NatsSecurity | undefined;
+}
+
+/**
+ * A server locked down as a deployment is: nkey users with the permissions of their roles in one namespace
+ * (coordinator/nats/secrets-bundle.ts writes the same configuration for `npm start` and the compose file).
+ */
+export interface SecureNatsOptions {
+  readonly namespace: string;
+  readonly regions: readonly string[];
+  /** Agent identities per region, `agent-<region>-<n>`. Default 1. */
+  readonly agentsPerRegion?: number;
+  /** Serve TLS only, with a CA generated for the run. Default false. */
+  readonly tls?: boolean;
+}
+
+export interface NatsSecurity {
+  readonly bundle: SecretsBundle;
+  /** Connection options of one identity (`coordinator`, `agent-us-1`): authenticator, inbox prefix, TLS. */
+  connectOptions(
+    name: string,
+  ): Required<Pick<ConnectionOptions, 'authenticator' | 'inboxPrefix'>> & Pick<ConnectionOptions, 'tls'>;
 }
 
 /** A local Redis Cluster of `masters` nodes, no replicas. */
@@ -37,6 +62,8 @@ export interface RedisCluster extends AsyncDisposable {
 export interface NatsOptions {
   /** Enable JetStream (with its own storage directory). Default true. */
   jetstream?: boolean;
+  /** Lock the server down (nkeys, per-role permissions, optional TLS). Default: open, anonymous clients. */
+  secure?: SecureNatsOptions;
 }
 
 export interface ServerBackend {

@@ -1,11 +1,10 @@
 /**
- * The budget-conservation invariant, checked at every instant a share changes: for every policy, and for every
- * subject with an override, the shares in force summed over regions never exceed 1. A region's share is the
- * largest any of its agents may be deciding with (agents of one region share one Redis bucket).
+ * The budget-conservation invariant (core/lease/shares-in-force.ts), checked at every instant a share changes:
+ * for every policy, and for every subject with an override, the shares in force summed over regions never
+ * exceed 1. A region's share is the largest any of its agents may be deciding with.
  */
 import type { AgentLease, InForceChange } from '../../core/lease/agent-lease.js';
-
-const TOLERANCE = 1e-9;
+import { exceedsBudget, shareSum, SharesInForce } from '../../core/lease/shares-in-force.js';
 
 interface Violation {
   at: number;
@@ -16,10 +15,10 @@ interface Violation {
 }
 
 export class ConservationChecker {
-  /** agent → region */
-  readonly #regions = new Map<string, string>();
-  /** agent → unit key → share */
-  readonly #shares = new Map<string, Map<string, number>>();
+  readonly #inForce = new SharesInForce();
+  /** Region names by index, in the order agents of them were first watched. */
+  readonly #regions: string[] = [];
+  readonly #watched = new Set<string>();
   readonly violations: Violation[] = [];
   /** Largest sum seen per policy (default vector), for reporting. */
   readonly maxSum = new Map<string, number>();
@@ -27,17 +26,17 @@ export class ConservationChecker {
 
   /** Follow one agent's shares in force. */
   watch(agentId: string, region: string, lease: AgentLease): void {
-    this.#regions.set(agentId, region);
-    this.#shares.set(agentId, new Map());
+    let index = this.#regions.indexOf(region);
+    if (index < 0) index = this.#regions.push(region) - 1;
+    this.#inForce.add(agentId, index);
+    this.#watched.add(agentId);
     lease.onInForce((change) => this.#apply(agentId, change));
   }
 
   /** The agent stopped: it decides nothing any more. */
   unwatch(agentId: string): void {
-    const units = this.#shares.get(agentId);
-    this.#shares.delete(agentId);
-    this.#regions.delete(agentId);
-    for (const key of units?.keys() ?? []) this.#check(key.split('\u0000')[0]!, 0);
+    this.#watched.delete(agentId);
+    for (const policy of this.#inForce.remove(agentId)) this.#check(policy, 0);
   }
 
   /** Throw with every violation seen, if any. */
@@ -49,40 +48,21 @@ export class ConservationChecker {
   }
 
   #apply(agentId: string, change: InForceChange): void {
-    const units = this.#shares.get(agentId);
-    if (units === undefined) return;
+    if (!this.#watched.has(agentId)) return;
     this.events++;
-    const key = change.subject === undefined ? change.policy : `${change.policy}\u0000${change.subject}`;
-    if (change.removed) units.delete(key);
-    else units.set(key, change.share);
+    this.#inForce.set(agentId, change.policy, change.subject, change.share, change.removed === true);
     this.#check(change.policy, change.at);
   }
 
-  #share(units: Map<string, number>, policy: string, subject: string | undefined): number {
-    if (subject !== undefined) {
-      const own = units.get(`${policy}\u0000${subject}`);
-      if (own !== undefined) return own;
-    }
-    return units.get(policy) ?? 0;
-  }
-
   #check(policy: string, at: number): void {
-    const subjects = new Set<string | undefined>([undefined]);
-    for (const units of this.#shares.values()) {
-      for (const key of units.keys()) {
-        const [p, s] = key.split('\u0000');
-        if (p === policy && s !== undefined) subjects.add(s);
-      }
-    }
-    for (const subject of subjects) {
-      const byRegion: Record<string, number> = {};
-      for (const [agent, units] of this.#shares) {
-        const region = this.#regions.get(agent)!;
-        byRegion[region] = Math.max(byRegion[region] ?? 0, this.#share(units, policy, subject));
-      }
-      const sum = Object.values(byRegion).reduce((a, b) => a + b, 0);
+    for (const subject of [undefined, ...this.#inForce.overridden(policy)]) {
+      const vector = this.#inForce.vector(policy, subject, this.#regions.length);
+      const sum = shareSum(vector);
       if (subject === undefined) this.maxSum.set(policy, Math.max(this.maxSum.get(policy) ?? 0, sum));
-      if (sum > 1 + TOLERANCE) this.violations.push({ at, policy, subject, sum, byRegion });
+      if (exceedsBudget(vector)) {
+        const byRegion = Object.fromEntries(this.#regions.map((r, i) => [r, vector[i]!]));
+        this.violations.push({ at, policy, subject, sum, byRegion });
+      }
     }
   }
 }

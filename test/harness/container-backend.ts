@@ -11,8 +11,20 @@
  * (the reaper container needs a bridge network, which these machines do not allow): every container carries
  * the label `org.quotaplane.harness` so CI can remove any a crashed run left behind.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type Dockerode from 'dockerode';
-import type { NatsOptions, NatsServer, RedisCluster, RedisServer, ServerBackend } from './backend.js';
+import type { GenericContainer } from 'testcontainers';
+import type {
+  NatsOptions,
+  NatsSecurity,
+  NatsServer,
+  RedisCluster,
+  RedisServer,
+  ServerBackend,
+} from './backend.js';
+import { natsSecurity } from './nats-security.js';
 import { freeClusterPort, freePort, waitForPort } from './ports.js';
 import { natsInfo, redisPing, until } from '../../scripts/stack/probes.js';
 import { formCluster } from '../../scripts/stack/redis-cluster.js';
@@ -37,6 +49,10 @@ abstract class ContainerServer {
   protected abstract image(): string;
   protected abstract command(): string[];
   protected abstract ready(): Promise<void>;
+  /** Anything more the container needs before it first starts (files to copy in). */
+  protected prepare(container: GenericContainer): GenericContainer {
+    return container;
+  }
 
   async start(): Promise<void> {
     if (this.#running) throw new Error('already running');
@@ -44,7 +60,7 @@ abstract class ContainerServer {
       process.env['TESTCONTAINERS_HOST_OVERRIDE'] ??= HOST;
       process.env['TESTCONTAINERS_RYUK_DISABLED'] ??= 'true';
       const { GenericContainer, getContainerRuntimeClient } = await import('testcontainers');
-      const started = await new GenericContainer(this.image())
+      const started = await this.prepare(new GenericContainer(this.image()))
         .withNetworkMode('host')
         .withCommand(this.command())
         .withLabels({ [HARNESS_LABEL]: String(process.pid) })
@@ -64,12 +80,29 @@ abstract class ContainerServer {
     }
   }
 
-  async pause(): Promise<void> {
-    await this.#container?.pause();
+  // Docker refuses to pause a paused container or unpause a running one (HTTP 500 "is not paused"), where
+  // SIGSTOP and SIGCONT are idempotent: both ask for a state, so a test may thaw twice (in its body and in a
+  // `finally`), as it may with the process backend. Calls are chained so one never races the other.
+  #freezer: Promise<void> = Promise.resolve();
+
+  pause(): Promise<void> {
+    return this.#freeze(true);
   }
 
-  async resume(): Promise<void> {
-    await this.#container?.unpause();
+  resume(): Promise<void> {
+    return this.#freeze(false);
+  }
+
+  #freeze(paused: boolean): Promise<void> {
+    const next = this.#freezer.then(async () => {
+      const container = this.#container;
+      if (container === undefined) return;
+      const state = (await container.inspect()).State;
+      if (!state.Running || state.Paused === paused) return;
+      await (paused ? container.pause() : container.unpause());
+    });
+    this.#freezer = next.catch(() => undefined);
+    return next;
   }
 
   async stop(): Promise<void> {
@@ -156,26 +189,50 @@ class ContainerRedis extends ContainerServer implements RedisServer {
   }
 }
 
+/** Where a locked-down NATS container finds its secrets bundle. */
+const SECRETS_MOUNT = '/secrets';
+
 class ContainerNats extends ContainerServer implements NatsServer {
   readonly #jetstream: boolean;
+  readonly #dir: string | undefined;
+  readonly security: NatsSecurity | undefined;
 
   constructor(options: NatsOptions = {}) {
     super();
     this.#jetstream = options.jetstream ?? true;
+    if (options.secure !== undefined) {
+      this.#dir = mkdtempSync(join(tmpdir(), 'qp-nats-secrets-'));
+      this.security = natsSecurity(this.#dir, options.secure, {
+        serverDir: SECRETS_MOUNT,
+        ...(this.#jetstream ? { jetstreamDir: '/data/js' } : {}),
+      });
+    }
   }
 
   get url(): string {
-    return `nats://${this.host}:${this.port}`;
+    return `${this.security?.bundle.caFile !== undefined ? 'tls' : 'nats'}://${this.host}:${this.port}`;
   }
 
   protected image(): string {
     return images().nats;
   }
 
+  protected override prepare(container: GenericContainer): GenericContainer {
+    return this.#dir === undefined
+      ? container
+      : container.withCopyDirectoriesToContainer([{ source: this.#dir, target: SECRETS_MOUNT }]);
+  }
+
   protected command(): string[] {
     const args = ['nats-server', '-a', HOST, '-p', String(this.port)];
-    if (this.#jetstream) args.push('-js', '-sd', '/data/js');
+    if (this.security !== undefined) args.push('-c', `${SECRETS_MOUNT}/nats-server.conf`);
+    else if (this.#jetstream) args.push('-js', '-sd', '/data/js');
     return args;
+  }
+
+  override async [Symbol.asyncDispose](): Promise<void> {
+    await super[Symbol.asyncDispose]();
+    if (this.#dir !== undefined) rmSync(this.#dir, { recursive: true, force: true });
   }
 
   protected async ready(): Promise<void> {

@@ -21,7 +21,7 @@ function disposable<T extends Redis | Cluster>(client: T): Disposable<T> {
 }
 
 /** A client of the suite's shared Redis. */
-export function sharedRedis(options: RedisOptions = {}): Disposable<Redis> {
+export function sharedRedis(options: Omit<RedisOptions, 'replyMapping'> = {}): Disposable<Redis> {
   const { host, port } = inject('redis');
   return disposable(new Redis({ host, port, ...options }));
 }

@@ -1,8 +1,10 @@
 /**
  * Starts the servers the whole suite shares: one Redis, one NATS with JetStream and a 3-master Redis Cluster,
- * each on free loopback ports, and stops them afterwards. Tests that break a server start their own.
+ * each on free loopback ports, and stops them afterwards. Tests that break a server start their own. Builds
+ * `@quotaplane/client` first when its build is older than its sources.
  */
 import type { TestProject } from 'vitest/node';
+import { ensureClientBuilt } from './client-build.js';
 import { selectBackend } from './select-backend.js';
 
 export interface Endpoint {
@@ -21,6 +23,7 @@ declare module 'vitest' {
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  ensureClientBuilt();
   const backend = selectBackend();
   const [redis, nats, cluster] = await Promise.all([
     backend.startRedis(),

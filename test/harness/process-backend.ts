@@ -7,7 +7,15 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { NatsOptions, NatsServer, RedisCluster, RedisServer, ServerBackend } from './backend.js';
+import type {
+  NatsOptions,
+  NatsSecurity,
+  NatsServer,
+  RedisCluster,
+  RedisServer,
+  ServerBackend,
+} from './backend.js';
+import { natsSecurity } from './nats-security.js';
 import { freeClusterPort, freePort, waitForPort } from './ports.js';
 
 const exec = promisify(execFile);
@@ -151,20 +159,28 @@ class ProcessRedis extends ProcessServer implements RedisServer {
 
 class ProcessNats extends ProcessServer implements NatsServer {
   readonly #jetstream: boolean;
+  readonly security: NatsSecurity | undefined;
 
   constructor(options: NatsOptions = {}) {
     super('qp-nats-');
     this.#jetstream = options.jetstream ?? true;
+    this.security =
+      options.secure === undefined
+        ? undefined
+        : natsSecurity(join(this.dir, 'secrets'), options.secure, {
+            ...(this.#jetstream ? { jetstreamDir: join(this.dir, 'js') } : {}),
+          });
   }
 
   get url(): string {
-    return `nats://${this.host}:${this.port}`;
+    return `${this.security?.bundle.caFile !== undefined ? 'tls' : 'nats'}://${this.host}:${this.port}`;
   }
 
   protected command() {
     // First start: -p -1 lets the server pick a port and report it in a ports file; restarts reuse it.
     const args = ['-a', HOST, '-p', this.port === 0 ? '-1' : String(this.port), '--ports_file_dir', this.dir];
-    if (this.#jetstream) args.push('-js', '-sd', join(this.dir, 'js'));
+    if (this.security !== undefined) args.unshift('-c', this.security.bundle.configFile);
+    else if (this.#jetstream) args.push('-js', '-sd', join(this.dir, 'js'));
     return { bin: 'nats-server', args };
   }
 

@@ -38,7 +38,11 @@ export function prepareCase(prefix: string, c: BucketCase): PreparedStep[] {
       idempotency:
         step.idempotencyKey === undefined
           ? undefined
-          : { key: idempotencyRecordKey(prefix, step.idempotencyKey), ttlMs: 3_600_000 },
+          : {
+              key: idempotencyRecordKey(prefix, step.idempotencyKey),
+              ttlMs: 3_600_000,
+              ...(step.maxRecords === undefined ? {} : { maxRecords: step.maxRecords }),
+            },
     };
     const encoded = encodeRequest(request);
     const repeat = step.repeat ?? 1;
@@ -55,10 +59,14 @@ export function prepareCase(prefix: string, c: BucketCase): PreparedStep[] {
   return out;
 }
 
-/** The expectations of a step, checked against a reply; returns a list of mismatches (empty when it holds). */
-export function checkExpectations(step: CaseStep, reply: EncodedReply): string[] {
-  const e = step.expect;
-  if (e === undefined) return [];
+/**
+ * A list of mismatches and `same(what, want, got)` adding one when the JSON differs, with the outcome flags
+ * (`allowed`, `replayed`, `conflict`) every case table expects already compared.
+ */
+export function mismatches(
+  e: { allowed?: boolean; replayed?: boolean; conflict?: boolean },
+  reply: { allowed: boolean; replayed: boolean; conflict: boolean },
+): { problems: string[]; same: (what: string, want: unknown, got: unknown) => void } {
   const problems: string[] = [];
   const same = (what: string, want: unknown, got: unknown) => {
     if (JSON.stringify(want) !== JSON.stringify(got))
@@ -67,6 +75,14 @@ export function checkExpectations(step: CaseStep, reply: EncodedReply): string[]
   if (e.allowed !== undefined) same('allowed', e.allowed, reply.allowed);
   if (e.replayed !== undefined) same('replayed', e.replayed, reply.replayed);
   if (e.conflict !== undefined) same('conflict', e.conflict, reply.conflict);
+  return { problems, same };
+}
+
+/** The expectations of a step, checked against a reply; returns a list of mismatches (empty when it holds). */
+export function checkExpectations(step: CaseStep, reply: EncodedReply): string[] {
+  const e = step.expect;
+  if (e === undefined) return [];
+  const { problems, same } = mismatches(e, reply);
   if (e.remaining !== undefined)
     same(
       'remaining',

@@ -9,6 +9,7 @@ import { pino } from 'pino';
 import { inject } from 'vitest';
 import { systemClock, type Clock } from '../../core/clock.js';
 import { buildApp, type CoordinatorApp } from '../../coordinator/app.js';
+import { grantsFromConfig } from '../../coordinator/auth/tokens.js';
 import type { CoordinatorConfig } from '../../coordinator/config.js';
 import { CoordinatorMetrics } from '../../coordinator/metrics.js';
 import { openStores, type CoordinatorStores } from '../../coordinator/nats/open-stores.js';
@@ -40,6 +41,11 @@ export interface FixtureOptions {
   natsTimeoutMs?: number;
   /** Default: a silent pino logger. */
   logger?: FastifyBaseLogger;
+  /** Named tokens beside the admin and read tokens. */
+  tokens?: { name: string; role: 'read' | 'write'; token: string }[];
+  metricsAuth?: 'none' | 'read';
+  metricsListener?: { host: string; port: number };
+  refusalsPerMinute?: number;
 }
 
 /** A fresh namespace: lower-case, as JetStream names here require. */
@@ -51,8 +57,10 @@ export function testConfig(options: FixtureOptions = {}): CoordinatorConfig {
   return {
     natsServers: [options.natsUrl ?? inject('nats').url],
     regions: options.regions ?? ['us', 'eu', 'ap'],
-    adminToken: ADMIN_TOKEN,
-    readToken: READ_TOKEN,
+    tokens: grantsFromConfig(ADMIN_TOKEN, READ_TOKEN, options.tokens ?? []),
+    metricsAuth: options.metricsAuth ?? 'none',
+    metricsListener: options.metricsListener,
+    auditRefusals: { windowMs: 10_000, perMinute: options.refusalsPerMinute ?? 60 },
     host: '127.0.0.1',
     port: 0,
     logLevel: 'silent',
@@ -98,16 +106,4 @@ export async function coordinatorFixture(options: FixtureOptions = {}): Promise<
   return { app, nc, stores, config, metrics, close, [Symbol.asyncDispose]: close };
 }
 
-/** Poll `check` until it returns true or `timeoutMs` passes; resolves with the elapsed milliseconds. */
-export async function eventually(
-  check: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-  what: string,
-): Promise<number> {
-  const start = performance.now();
-  for (;;) {
-    if (await check()) return performance.now() - start;
-    if (performance.now() - start > timeoutMs) throw new Error(`not within ${timeoutMs} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+export { eventually } from './wait.js';

@@ -3,8 +3,10 @@
  * region, in one test process: the deployment `npm start` runs, minus the process boundaries. Lease timing is
  * compressed so failures play out in seconds.
  */
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { protocolEngine } from '../../coordinator/protocol/protocol-engine.js';
+import type { LeaseSettingsInput } from '../../core/lease/settings.js';
+import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
 import { startCoordinator, type RunningCoordinator } from '../../coordinator/server.js';
 import { AgentConfig } from '../../regional-agent/config.js';
 import { startAgent, type RunningAgent } from '../../regional-agent/start.js';
@@ -12,6 +14,15 @@ import type { NatsServer, RedisServer } from '../harness/backend.js';
 import { backend } from '../harness/fixtures.js';
 import { ADMIN_TOKEN, testConfig } from './coordinator-fixture.js';
 import { FAST_LEASE, FAST_REBALANCE } from './protocol-stack.js';
+
+/** A strict policy homed in us, 5 tokens with next to no refill: exact counts for the length of a test. */
+export const STRICT_REFUNDS = {
+  mode: 'strict',
+  homeRegion: 'us',
+  capacity: 5,
+  refillPerSecond: 0.001,
+  idleTtlSeconds: 10_000,
+} as const;
 
 export interface RegionAgent {
   region: string;
@@ -24,6 +35,14 @@ export interface MultiRegionOptions {
   agentsPerRegion?: number;
   /** Agent config overrides (deadline, …). */
   agent?: Partial<Record<string, unknown>>;
+  /** NATS locked down as a deployment runs it (nkeys, per-role permissions), with TLS when `tls`. */
+  secure?: { tls: boolean };
+  /** Rebalancing settings of the coordinator (default FAST_REBALANCE); a long round keeps shares still. */
+  rebalance?: RebalanceSettingsInput;
+  /** Lease settings of the coordinator over FAST_LEASE (e.g. a short forgetAfterMs). */
+  lease?: LeaseSettingsInput;
+  /** The agents' logger (default: silent), e.g. to read what they log. */
+  log?: Logger;
 }
 
 export class MultiRegion implements AsyncDisposable {
@@ -35,6 +54,7 @@ export class MultiRegion implements AsyncDisposable {
   readonly namespace = `m${Math.random().toString(36).slice(2, 10)}`;
   readonly #options: MultiRegionOptions;
   #instance = 0;
+  readonly #perRegion = new Map<string, number>();
 
   constructor(options: MultiRegionOptions = {}) {
     this.#options = options;
@@ -43,11 +63,36 @@ export class MultiRegion implements AsyncDisposable {
 
   async start(): Promise<this> {
     const b = backend();
-    this.nats = await b.startNats({ jetstream: true });
+    const secure = this.#options.secure;
+    this.nats = await b.startNats({
+      jetstream: true,
+      ...(secure !== undefined
+        ? {
+            secure: {
+              namespace: this.namespace,
+              regions: this.regions,
+              // Room for agents a test starts later (restarts, replacements).
+              agentsPerRegion: (this.#options.agentsPerRegion ?? 2) + 2,
+              tls: secure.tls,
+            },
+          }
+        : {}),
+    });
     for (const region of this.regions) this.redis.set(region, await b.startRedis());
+    const bundle = this.nats.security?.bundle;
     this.coordinator = await startCoordinator(
-      testConfig({ natsUrl: this.nats.url, regions: this.regions, namespace: this.namespace }),
-      { engine: protocolEngine({ lease: FAST_LEASE, rebalance: FAST_REBALANCE }) },
+      {
+        ...testConfig({ natsUrl: this.nats.url, regions: this.regions, namespace: this.namespace }),
+        ...(bundle !== undefined
+          ? { natsAuth: { nkeyFile: bundle.nkeyFile('coordinator'), tlsCaFile: bundle.caFile } }
+          : {}),
+      },
+      {
+        engine: protocolEngine({
+          lease: { ...FAST_LEASE, ...this.#options.lease },
+          rebalance: this.#options.rebalance ?? FAST_REBALANCE,
+        }),
+      },
     );
     for (const region of this.regions) {
       for (let i = 0; i < (this.#options.agentsPerRegion ?? 2); i++) await this.startAgent(region);
@@ -57,7 +102,13 @@ export class MultiRegion implements AsyncDisposable {
 
   async startAgent(region: string): Promise<RegionAgent> {
     const redis = this.redis.get(region)!;
+    const n = (this.#perRegion.get(region) ?? 0) + 1;
+    this.#perRegion.set(region, n);
+    const bundle = this.nats.security?.bundle;
     const config = AgentConfig.parse({
+      ...(bundle !== undefined
+        ? { natsNkeyFile: bundle.nkeyFile(`agent-${region}-${n}`), natsTlsCaFile: bundle.caFile }
+        : {}),
       region,
       redisUrl: redis.url,
       natsUrl: [this.nats.url],
@@ -67,7 +118,7 @@ export class MultiRegion implements AsyncDisposable {
       logLevel: 'silent',
       ...this.#options.agent,
     });
-    const running = await startAgent(config, pino({ level: 'silent' }));
+    const running = await startAgent(config, this.#options.log ?? pino({ level: 'silent' }));
     const agent = { region, running, url: running.url };
     this.agents.push(agent);
     return agent;
@@ -86,7 +137,7 @@ export class MultiRegion implements AsyncDisposable {
     return fetch(`${this.coordinator.url}${path}`, {
       method,
       headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined ? null : JSON.stringify(body),
     });
   }
 

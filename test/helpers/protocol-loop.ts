@@ -1,11 +1,11 @@
 /**
- * The conservation protocol on a virtual clock: one CoordinatorEngine and several AgentLeases wired by an
+ * The conservation protocol on a virtual clock: one LeaseCoordinator and several AgentLeases wired by an
  * in-memory bus and KV with per-message delay, partitions and crashes. Lets unit tests drive hours of rounds in
  * milliseconds and check the invariant at every instant.
  */
 import { ManualClock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
-import { CoordinatorEngine, type CoordinatorEngineOptions } from '../../core/lease/coordinator-engine.js';
+import { LeaseCoordinator, type LeaseCoordinatorOptions } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
 import type { Policy } from '../../core/policy.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
@@ -59,7 +59,7 @@ export class ProtocolLoop {
   readonly clock = new ManualClock(1_750_000_000_000);
   readonly checker = new ConservationChecker();
   readonly agents: LoopAgent[] = [];
-  engine: CoordinatorEngine | undefined;
+  engine: LeaseCoordinator | undefined;
   readonly kv = new Map<string, { record: AllocationRecord; revision: number }>();
   readonly registry = new Map<string, AgentRegistration>();
   revision = 0;
@@ -124,14 +124,16 @@ export class ProtocolLoop {
 
   // ---- coordinator --------------------------------------------------------------------------------------------
 
-  startCoordinator(extra: Partial<CoordinatorEngineOptions> = {}): void {
+  startCoordinator(extra: Partial<LeaseCoordinatorOptions> = {}): void {
     const incarnation = ++this.#coordinatorSeq;
-    this.engine = new CoordinatorEngine({
+    this.engine = new LeaseCoordinator({
       coordinatorId: `c${incarnation}`,
       regions: this.#options.regions,
       clock: this.clock,
-      rebalance: this.#options.rebalance,
-      lease: this.#options.lease,
+      // The protocol's mechanics, made quick to exercise: moves after 2 s beyond the band (the default waits a
+      // minute for a split of demand that lasts) and per-subject overrides on (off by default).
+      rebalance: { confirmMs: 2000, ...this.#options.rebalance },
+      lease: { maxOverridesPerPolicy: 16, ...this.#options.lease },
       records: [...this.kv.values()],
       agents: [...this.registry.values()],
       ...extra,
@@ -309,6 +311,13 @@ export class ProtocolLoop {
     for (const a of agents) a.demand.set(policy, perSecond / agents.length);
   }
 
+  /** Demand of `policy` summed over every live agent, cost per second. */
+  #totalDemand(policy: string): number {
+    let total = 0;
+    for (const a of this.agents) if (a.alive) total += a.demand.get(policy) ?? 0;
+    return total;
+  }
+
   #heartbeat(agent: LoopAgent, intervalMs: number): void {
     const sentAt = this.clock.now();
     agent.heartbeats++;
@@ -334,11 +343,19 @@ export class ProtocolLoop {
         const c = subjects.find((x) => x.subject === subject);
         return { subject, requested: (c?.requested ?? 0) * seconds, denied: (c?.denied ?? 0) * seconds };
       });
+      // The policy's budget is taken to be exactly its total demand (saturated): a region asking more than its
+      // share of that is refused the rest, which the coordinator sees as unmet demand (room needed).
+      const share = agent.lease.shareFor(policy, '')?.share ?? 0;
+      const peers = this.agents.filter((a) => a.alive && a.region === agent.region).length;
+      const admitted = Math.min(
+        requested,
+        (share * this.#totalDemand(policy) * seconds) / Math.max(1, peers),
+      );
       return {
         policy,
         requested,
-        admitted: requested,
-        denied: 0,
+        admitted,
+        denied: requested - admitted,
         constrained,
         ...(agent.truncated.has(policy) ? { truncated: true } : {}),
         ...(watched.length > 0 ? { watched } : {}),
@@ -364,7 +381,7 @@ export class ProtocolLoop {
     });
   }
 
-  #toCoordinator(agent: LoopAgent, run: (engine: CoordinatorEngine) => void, evenIfDead = false): void {
+  #toCoordinator(agent: LoopAgent, run: (engine: LeaseCoordinator) => void, evenIfDead = false): void {
     if (!agent.alive && !evenIfDead) return;
     const send = () => {
       this.messages++;

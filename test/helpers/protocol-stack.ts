@@ -22,6 +22,7 @@ import type { NatsServer, RedisServer } from '../harness/backend.js';
 import { ConservationChecker } from '../harness/conservation-checker.js';
 import { backend } from '../harness/fixtures.js';
 import { ADMIN_TOKEN, testConfig } from './coordinator-fixture.js';
+import { eventually } from './wait.js';
 
 export const FAST_LEASE: LeaseSettingsInput = {
   leaseMs: 1500,
@@ -29,7 +30,15 @@ export const FAST_LEASE: LeaseSettingsInput = {
   skewMs: 250,
   reportIntervalMs: 200,
 };
-export const FAST_REBALANCE: RebalanceSettingsInput = { roundMs: 200, demandHalfLifeMs: 400 };
+/**
+ * Rebalancing compressed for tests: short rounds and half-life, and moves confirmed after 2 s (a deployment waits
+ * a minute for a split of demand that lasts; these tests exercise the moves themselves).
+ */
+export const FAST_REBALANCE: RebalanceSettingsInput = {
+  roundMs: 200,
+  demandHalfLifeMs: 400,
+  confirmMs: 2000,
+};
 
 export interface Admission {
   at: number;
@@ -85,6 +94,8 @@ export class StackAgent {
     });
     this.store = new RedisBucketStore(
       new Redis({ host: this.#redis.host, port: this.#redis.port, enableOfflineQueue: false }),
+      // Exact counting under a busy machine: a slow reply is waited for, never counted as a failure here.
+      { timeoutMs: 5000 },
     );
     this.#stack.checker.watch(this.instance, this.region, this.holder.lease);
     await this.holder.start();
@@ -249,7 +260,7 @@ export class ProtocolStack implements AsyncDisposable {
     return fetch(`${this.coordinator!.url}${path}`, {
       method,
       headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json', ...headers },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined ? null : JSON.stringify(body),
     });
   }
 
@@ -284,18 +295,12 @@ export function sleep(ms: number): Promise<void> {
 }
 
 /** Poll `check` until it is true or `timeoutMs` passes; returns the time it took, or throws. */
-export async function waitFor(
+export function waitFor(
   what: string,
   check: () => boolean | Promise<boolean>,
   timeoutMs: number,
 ): Promise<number> {
-  const start = Date.now();
-  for (;;) {
-    if (await check()) return Date.now() - start;
-    if (Date.now() - start > timeoutMs)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(25);
-  }
+  return eventually(check, timeoutMs, what, 25);
 }
 
 /**

@@ -11,7 +11,20 @@ export interface TcpProxy extends AsyncDisposable {
   restore(): Promise<void>;
 }
 
-export async function tcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+/** `delayMs`: added to every chunk in each direction (a round trip costs twice that), order kept. */
+export async function tcpProxy(
+  target: { host: string; port: number },
+  options: { delayMs?: number } = {},
+): Promise<TcpProxy> {
+  const delayMs = options.delayMs ?? 0;
+  const relay = (from: Socket, to: Socket): void => {
+    if (delayMs <= 0) {
+      from.pipe(to);
+      return;
+    }
+    // Timers of equal delay fire in the order they were set: chunks arrive in order, each delayMs late.
+    from.on('data', (chunk: Buffer) => setTimeout(() => to.writable && to.write(chunk), delayMs));
+  };
   const sockets = new Set<Socket>();
   let server: Server | undefined;
   let port = 0;
@@ -21,11 +34,14 @@ export async function tcpProxy(target: { host: string; port: number }): Promise<
       const s = createServer((client) => {
         const upstream = connect(target);
         for (const sock of [client, upstream]) {
+          // No Nagle: a delayed small write must leave when it is due, not wait for an ACK.
+          sock.setNoDelay(true);
           sockets.add(sock);
           sock.on('close', () => sockets.delete(sock));
           sock.on('error', () => sock.destroy());
         }
-        client.pipe(upstream).pipe(client);
+        relay(client, upstream);
+        relay(upstream, client);
         client.on('close', () => upstream.destroy());
         upstream.on('close', () => client.destroy());
       });

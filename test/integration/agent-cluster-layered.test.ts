@@ -29,7 +29,7 @@ beforeAll(async () => {
   await whenReady(cluster, 10_000);
   agent = buildApp(
     {
-      store: new RedisDecisionStore(cluster),
+      store: new RedisDecisionStore(cluster, { timeoutMs: 2000 }),
       policies: new StaticPolicySource(policies),
       shares: new StaticShareView(),
       log: pino({ level: 'silent' }),
@@ -39,6 +39,7 @@ beforeAll(async () => {
       redisClusterNodes: nodes,
       policiesFile: 'unused',
       decisionDeadlineMs: 2000,
+      storeTimeoutMs: 2000,
     }),
   );
   await agent.ready;

@@ -61,7 +61,7 @@ async function startTarget(kind: 'redis' | 'cluster'): Promise<Target> {
   // cluster forms, a node that still answers CLUSTERDOWN, which the client retries after 100 ms). In CI that
   // once took the cluster's first decision past its 50 ms deadline; it is not what these tests are about. Dry
   // runs on 32 subjects (every master of a cluster, almost surely) pay it with no deadline and charge nothing.
-  const warm = new RedisDecisionStore(redis);
+  const warm = new RedisDecisionStore(redis, { timeoutMs: 10_000 });
   for (let i = 0; i < 32; i++) {
     await warm.decide({
       checks: [

@@ -2,7 +2,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, Problem } from '../../core/agent-wire.js';
-import { bucketKey } from '../../core/keys.js';
+import { bucketKey, idempotencyRecordKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
 import { StaticShareView } from '../../core/shares.js';
 import { buildApp, type AgentApp } from '../../regional-agent/app.js';
@@ -17,6 +17,7 @@ const policies = [
   parsePolicy({ name: 'writes', capacity: 3, refillPerSecond: 0.001, idleTtlSeconds: 3600 }),
   parsePolicy({ name: 'reports', capacity: 100, refillPerSecond: 1, maxCost: 10 }),
   parsePolicy({ name: 'halved', capacity: 10, refillPerSecond: 1, maxCost: 5 }),
+  parsePolicy({ name: 'shared', capacity: 288, refillPerSecond: 0.001, maxCost: 2, idleTtlSeconds: 300_000 }),
 ];
 
 const config = (over: Record<string, unknown> = {}) =>
@@ -51,9 +52,9 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
     redis.on('error', () => undefined);
     await whenReady(redis, 10_000);
     const deps = () => ({
-      store: new RedisDecisionStore(redis),
+      store: new RedisDecisionStore(redis, { timeoutMs: 500 }),
       policies: new StaticPolicySource(policies),
-      shares: new StaticShareView({ halved: 0.5 }),
+      shares: new StaticShareView({ halved: 0.5, shared: 0.6 }),
       log: pino({ level: 'silent' }),
     });
     agent = buildApp(deps(), config({ trustedProxies: ['127.0.0.1'], decisionDeadlineMs: 500 }));
@@ -89,6 +90,19 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
         RateLimit: '"writes";r=2;t=1000',
       });
       expect(first.headers['x-request-id']).toBeTruthy();
+    });
+
+    it('answers whole tokens: remaining and limit floored, as in the headers, without float noise', async () => {
+      const subject = uniquePrefix('tenant');
+      // 288 × 0.6 is 172.79999999999998 in doubles; a cost of 0.41 leaves 172.38999999999998.
+      const res = await decide({ policy: 'shared', subject, cost: 0.41 });
+      expect(res.body).toMatch(/"remaining":172,"limit":172,/);
+      const body = DecisionResponse.parse(res.json());
+      expect(body.results[0]).toMatchObject({ remaining: 172, limit: 172 });
+      expect(body.headers['RateLimit-Policy']).toBe('"shared";q=172;w=288000');
+      expect(body.headers['RateLimit']).toMatch(/^"shared";r=172;t=\d+$/);
+      const second = DecisionResponse.parse((await decide({ policy: 'shared', subject, cost: 2 })).json());
+      expect(second.results[0]).toMatchObject({ remaining: 170, limit: 172 });
     });
 
     it('denies once the bucket is empty: Retry-After in whole seconds, never before t', async () => {
@@ -168,6 +182,16 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
       expect(conflict.statusCode).toBe(409);
       expect(problemOf(conflict).code).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
       expect(Number(await redis.hget(bucketKey(1, subject, 'writes'), 'tk'))).toBe(2_000_000);
+    });
+
+    it("an idempotency record lives no longer than its bucket's idle TTL (not the 1 h bound)", async () => {
+      const subject = uniquePrefix('tenant');
+      const idle = policies[1]!.idleTtlSeconds * 1000;
+      expect(idle).toBeLessThan(3_600_000);
+      await decide({ policy: 'reports', subject, idempotencyKey: 'order-43' });
+      const ttl = await redis.pttl(idempotencyRecordKey(subject, 'order-43'));
+      expect(ttl).toBeGreaterThan(idle - 5000);
+      expect(ttl).toBeLessThanOrEqual(idle);
     });
 
     it('sends legacy X-RateLimit-* headers only when configured', async () => {
@@ -303,109 +327,12 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
     });
   });
 
-  describe('GET /v1/forward-auth', () => {
-    it('204 while allowed, 429 problem once over quota, headers on both', async () => {
-      const subject = uniquePrefix('fa');
-      for (let i = 0; i < 3; i++) {
-        const ok = await agent.app.inject({
-          method: 'GET',
-          url: '/v1/forward-auth?policy=writes',
-          headers: { 'x-quota-subject': subject },
-        });
-        expect(ok.statusCode).toBe(204);
-        expect(ok.headers['ratelimit']).toBe(`"writes";r=${2 - i};t=${1000 * (i + 1)}`);
-        expect(ok.headers['ratelimit-policy']).toBe('"writes";q=3;w=3000');
-      }
-      const over = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth?policy=writes',
-        headers: { 'x-quota-subject': subject },
-      });
-      expect(over.statusCode).toBe(429);
-      expect(Number(over.headers['retry-after'])).toBeGreaterThanOrEqual(1000);
-      const problem = problemOf(over);
-      expect(problem).toMatchObject({
-        type: 'https://iana.org/assignments/http-problem-types#quota-exceeded',
-        code: 'RATE_LIMITED',
-        status: 429,
-        'violated-policies': ['writes'],
-      });
-    });
-
-    it('takes the cost from the query and refuses a bad query', async () => {
-      const subject = uniquePrefix('fa');
-      const ok = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth?policy=reports&cost=7',
-        headers: { 'x-quota-subject': subject },
-      });
-      expect(ok.statusCode).toBe(204);
-      expect(ok.headers['ratelimit']).toMatch(/^"reports";r=93;/);
-      const bad = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth?policy=reports&cost=abc',
-        headers: { 'x-quota-subject': subject },
-      });
-      expect(bad.statusCode).toBe(400);
-      expect(problemOf(bad).code).toBe('AGT_ERR_INVALID_QUERY');
-    });
-
-    it('serves Envoy ext_authz: any method on /v1/forward-auth/<original path>, policy and cost in headers', async () => {
-      const subject = uniquePrefix('envoy');
-      const ok = await agent.app.inject({
-        method: 'POST',
-        url: '/v1/forward-auth/api/reports?page=2&anything=goes',
-        headers: { 'x-quota-subject': subject, 'x-quota-policy': 'reports', 'x-quota-cost': '4' },
-      });
-      expect(ok.statusCode).toBe(204);
-      expect(ok.headers['ratelimit']).toMatch(/^"reports";r=96;/);
-      const noPolicy = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth/api/reports',
-        headers: { 'x-quota-subject': subject },
-      });
-      expect(noPolicy.statusCode).toBe(400);
-      expect(problemOf(noPolicy).code).toBe('AGT_ERR_INVALID_QUERY');
-    });
-
-    it('uses the client address (IPv6 by /64) only behind a trusted proxy', async () => {
-      const base = uniquePrefix('net')
-        .replace(/[^0-9a-f]/g, '')
-        .slice(0, 4)
-        .padEnd(4, 'a');
-      const a = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth?policy=writes',
-        remoteAddress: '127.0.0.1',
-        headers: { 'x-forwarded-for': `2001:db8:${base}:7::1` },
-      });
-      expect(a.statusCode).toBe(204);
-      // Another address of the same /64 shares the bucket.
-      const b = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth?policy=writes',
-        remoteAddress: '127.0.0.1',
-        headers: { 'x-forwarded-for': `2001:db8:${base}:7:ffff::2` },
-      });
-      expect(b.headers['ratelimit']).toMatch(/^"writes";r=1;/);
-      expect(await redis.exists(bucketKey(1, `ip:2001:db8:${base}:7::/64`, 'writes'))).toBe(1);
-      const untrusted = await agent.app.inject({
-        method: 'GET',
-        url: '/v1/forward-auth?policy=writes',
-        remoteAddress: '10.1.2.3',
-        headers: { 'x-forwarded-for': '2001:db8::1' },
-      });
-      expect(untrusted.statusCode).toBe(400);
-      expect(problemOf(untrusted).code).toBe('AGT_ERR_MISSING_SUBJECT');
-    });
-  });
-
   describe('health, readiness, metrics', () => {
     it('answers /healthz and /readyz, and /readyz turns 503 while draining', async () => {
       expect((await agent.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
       const ready = await legacy.app.inject({ method: 'GET', url: '/readyz' });
       expect(ready.statusCode).toBe(200);
-      expect(ready.json()).toMatchObject({ status: 'ready', policies: 3, store: 'closed' });
+      expect(ready.json()).toMatchObject({ status: 'ready', policies: 4, store: 'closed' });
       legacy.drain();
       const draining = await legacy.app.inject({ method: 'GET', url: '/readyz' });
       expect(draining.statusCode).toBe(503);

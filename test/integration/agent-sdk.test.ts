@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import type { FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -12,7 +12,8 @@ import { parsePoliciesFile } from '../../regional-agent/policies/file-policy-sou
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
-import { AgentClient, AgentRequestError } from '../../regional-agent/sdk/agent-client.js';
+import { AgentClient, AgentRequestError } from '@quotaplane/client';
+import { quotaplane } from '@quotaplane/client/fastify';
 import { buildReportsApp } from '../../examples/reports-service/app.js';
 import { uniquePrefix } from '../harness/fixtures.js';
 
@@ -33,7 +34,7 @@ beforeAll(async () => {
   await whenReady(redis, 5000);
   agent = buildApp(
     {
-      store: new RedisDecisionStore(redis),
+      store: new RedisDecisionStore(redis, { timeoutMs: 500 }),
       policies: new StaticPolicySource([...policies.values()]),
       shares: new StaticShareView(),
       log: pino({ level: 'silent' }),
@@ -43,6 +44,7 @@ beforeAll(async () => {
       redisUrl: 'redis://127.0.0.1:1',
       policiesFile: 'unused',
       decisionDeadlineMs: 500,
+      storeTimeoutMs: 500,
     }),
   );
   await agent.ready;
@@ -166,5 +168,108 @@ describe('the client when the agent cannot answer', () => {
       results: [{ allowed: true, reason: 'agent_unreachable' }],
     });
     open.close();
+  });
+});
+
+describe('the plugin never shows the agent internals to end users', () => {
+  interface Line {
+    level: number;
+    msg: string;
+    code?: string;
+  }
+  async function serviceWith(client: AgentClient, refused: AgentRequestError[], lines: Line[]) {
+    const app = Fastify({
+      loggerInstance: pino(
+        { level: 'info' },
+        { write: (line: string) => void lines.push(JSON.parse(line) as Line) },
+      ),
+    });
+    await app.register(quotaplane, {
+      client,
+      subject: (request) =>
+        typeof request.headers['x-tenant-id'] === 'string'
+          ? `tenant:${request.headers['x-tenant-id']}`
+          : undefined,
+      onRefused: (error) => refused.push(error),
+    });
+    app.get('/gone', { config: { quota: { policy: 'deleted-policy' } } }, () => ({ ran: true }));
+    app.get('/gone-open', { config: { quota: { policy: 'deleted-policy', onUnavailable: 'open' } } }, () => ({
+      ran: true,
+    }));
+    app.get(
+      '/gone-local',
+      { config: { quota: { policy: 'deleted-policy', onUnavailable: 'local' } } },
+      () => ({
+        ran: true,
+      }),
+    );
+    app.get('/reports', { config: { quota: { policy: 'reports' } } }, () => ({ ran: true }));
+    return app;
+  }
+
+  it('an unknown policy is a loud log, a count and a callback; the caller gets the route failure mode', async () => {
+    const own = new AgentClient({
+      baseUrl: agentUrl,
+      timeoutMs: 2000,
+      fallback: { capacity: 2, refillPerSecond: 0.001 },
+    });
+    const refused: AgentRequestError[] = [];
+    const lines: Line[] = [];
+    const app = await serviceWith(own, refused, lines);
+    const headers = { 'x-tenant-id': uniquePrefix('gone') };
+    // The operator's view: the agent counts every check of an unknown policy (QuotaplaneUnknownPolicy).
+    const unknownOnAgent = async () => {
+      const text = (await agent.app.inject({ url: '/metrics' })).body;
+      return Number(
+        /^quotaplane_request_errors_total\{code="AGT_ERR_UNKNOWN_POLICY"\} (\d+)/m.exec(text)?.[1] ?? 0,
+      );
+    };
+    const unknownBefore = await unknownOnAgent();
+    const closed = await app.inject({ url: '/gone', headers });
+    expect(closed.statusCode).toBe(503);
+    expect(closed.json()).toEqual({
+      type: 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
+      title: 'Temporary Reduced Capacity',
+      status: 503,
+      code: 'LIMITER_UNAVAILABLE',
+      detail: 'the rate limiter cannot decide deleted-policy right now and the policy fails closed',
+      'violated-policies': ['deleted-policy'],
+    });
+    expect(closed.body).not.toMatch(/AGT_ERR|Unknown policy/);
+    expect(closed.headers['retry-after']).toBe('1');
+    const open = await app.inject({ url: '/gone-open', headers });
+    expect(open.statusCode).toBe(200);
+    expect(open.json()).toEqual({ ran: true });
+    const local = await Promise.all([1, 2, 3].map(() => app.inject({ url: '/gone-local', headers })));
+    expect(local.map((r) => r.statusCode).sort()).toEqual([200, 200, 429]);
+    expect(refused.map((e) => e.code)).toEqual(Array(5).fill('AGT_ERR_UNKNOWN_POLICY'));
+    expect(own.stats().refused).toEqual({ AGT_ERR_UNKNOWN_POLICY: 5 });
+    expect(own.stats().failures.refused).toBe(0);
+    expect(own.stats().degraded).toEqual({ fail_closed: 1, fail_open: 1, fallback: 3 });
+    const loud = lines.filter((l) => l.level === 50);
+    expect(loud).toHaveLength(5);
+    expect(loud[0]).toMatchObject({ code: 'AGT_ERR_UNKNOWN_POLICY' });
+    expect(loud[0]!.msg).toContain('the agent refused this route');
+    expect((await unknownOnAgent()) - unknownBefore).toBe(5);
+    // A known policy is still decided by the agent.
+    expect((await app.inject({ url: '/reports', headers })).statusCode).toBe(200);
+    await app.close();
+    own.close();
+  });
+
+  it("a subject the agent finds invalid is the caller's 400, without the agent's message", async () => {
+    const refused: AgentRequestError[] = [];
+    const app = await serviceWith(client, refused, []);
+    const res = await app.inject({ url: '/reports', headers: { 'x-tenant-id': 'has spaces {and braces}' } });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toEqual({
+      type: 'about:blank',
+      title: 'Bad Request',
+      status: 400,
+      code: 'AGT_ERR_INVALID_SUBJECT',
+      detail: 'the subject of this request is not valid',
+    });
+    expect(refused).toEqual([]);
+    await app.close();
   });
 });

@@ -15,6 +15,7 @@ import type { DecisionStore } from '../../regional-agent/decisions/decision-stor
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { freePort } from '../harness/ports.js';
+import { eventually } from '../helpers/wait.js';
 
 /** The model store, answering after `delayMs`: decisions that are still in flight when shutdown begins. */
 class SlowStore implements DecisionStore {
@@ -39,15 +40,22 @@ class SlowStore implements DecisionStore {
   claim(...a: Parameters<DecisionStore['claim']>) {
     return this.inner.claim(...a);
   }
-}
-
-async function until(check: () => boolean | Promise<boolean>, withinMs: number): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`condition not met within ${withinMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
+  decideLog(...a: Parameters<DecisionStore['decideLog']>) {
+    return this.inner.decideLog(...a);
+  }
+  refundLog(...a: Parameters<DecisionStore['refundLog']>) {
+    return this.inner.refundLog(...a);
+  }
+  decideDay(...a: Parameters<DecisionStore['decideDay']>) {
+    return this.inner.decideDay(...a);
+  }
+  refundDay(...a: Parameters<DecisionStore['refundDay']>) {
+    return this.inner.refundDay(...a);
   }
 }
+
+const until = (check: () => boolean | Promise<boolean>, withinMs: number) =>
+  eventually(check, withinMs, 'the condition', 20);
 
 describe('graceful shutdown', () => {
   it('stops taking requests, finishes the ones in flight, then closes the store', async () => {
@@ -69,6 +77,7 @@ describe('graceful shutdown', () => {
         redisUrl: 'redis://127.0.0.1:1',
         policiesFile: 'x',
         decisionDeadlineMs: 2000,
+        storeTimeoutMs: 2000,
       }),
     );
     await agent.ready;

@@ -1,12 +1,16 @@
 import { Redis } from 'ioredis';
-import { afterAll, describe, expect, it } from 'vitest';
-import { InvalidBucketRequestError, type BucketCheck } from '../../core/bucket-wire.js';
-import { bucketKey, idempotencyRecordKey } from '../../core/keys.js';
-import { RedisBucketStore } from '../../regional-agent/redis/bucket-store.js';
-import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { InvalidBucketRequestError, type BucketCheck, type Decision } from '../../core/bucket-wire.js';
+import { bucketKey, idempotencyIndexKey, idempotencyRecordKey } from '../../core/keys.js';
+import { CallerDeadlineError } from '../../regional-agent/decisions/decision-store.js';
+import { RedisBucketStore, type RedisBucketStoreOptions } from '../../regional-agent/redis/bucket-store.js';
+import { agentMicros, RedisClock } from '../../regional-agent/redis/redis-clock.js';
+import type { RedisServer } from '../harness/backend.js';
+import { backend, sharedRedis, uniquePrefix } from '../harness/fixtures.js';
+import { eventually } from '../helpers/wait.js';
 
 const redis = sharedRedis();
-const store = new RedisBucketStore(redis);
+const store = new RedisBucketStore(redis, { timeoutMs: 10_000 });
 afterAll(() => redis.disconnect());
 
 function bucket(subject: string, policy: string, over: Partial<BucketCheck> = {}): BucketCheck {
@@ -24,7 +28,10 @@ function bucket(subject: string, policy: string, over: Partial<BucketCheck> = {}
 /** Several connections, so racing callers really race inside Redis rather than queue on one socket. */
 function clients(n: number): RedisBucketStore[] {
   const { host, port } = redis.options;
-  return Array.from({ length: n }, () => new RedisBucketStore(new Redis({ host: host!, port: port! })));
+  return Array.from(
+    { length: n },
+    () => new RedisBucketStore(new Redis({ host: host!, port: port! }), { timeoutMs: 10_000 }),
+  );
 }
 
 describe('RedisBucketStore on a real Redis', () => {
@@ -102,6 +109,30 @@ describe('RedisBucketStore on a real Redis', () => {
     expect(ttl).toBeLessThanOrEqual(60_000);
   });
 
+  it('keeps at most the set number of idempotency records per subject: 300 keys leave 100 records', async () => {
+    const subject = uniquePrefix();
+    const check = bucket(subject, 'idem-cap', { capacity: 1000 });
+    for (let i = 0; i < 300; i++) {
+      const idempotency = {
+        key: idempotencyRecordKey(subject, `order-${i}`),
+        ttlMs: 60_000,
+        maxRecords: 100,
+      };
+      expect((await store.decide({ checks: [check], idempotency })).allowed).toBe(true);
+    }
+    const records = await redis.keys(`rl:idem:{${subject}}:*`);
+    expect(records).toHaveLength(100);
+    const index = idempotencyIndexKey(idempotencyRecordKey(subject, 'order-0'));
+    expect(await redis.zcard(index)).toBe(100);
+    expect((await redis.zrange(index, '0', '-1')).sort()).toEqual(records.sort());
+    const ttl = await redis.pttl(index);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+    // The newest records are the ones kept: order-299 replays, order-0 is decided afresh.
+    const newest = { key: idempotencyRecordKey(subject, 'order-299'), ttlMs: 60_000, maxRecords: 100 };
+    expect((await store.decide({ checks: [check], idempotency: newest })).replayed).toBe(true);
+  });
+
   it('keeps deciding after SCRIPT FLUSH (EVALSHA falls back to EVAL)', async () => {
     const check = bucket(uniquePrefix(), 'flush');
     expect((await store.decide({ checks: [check] })).allowed).toBe(true);
@@ -119,8 +150,7 @@ describe('RedisBucketStore on a real Redis', () => {
     const pttl = await redis.pttl(check.key);
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(150);
-    await new Promise((r) => setTimeout(r, 250));
-    expect(await redis.exists(check.key)).toBe(0);
+    await eventually(async () => (await redis.exists(check.key)) === 0, 5000, 'the key expires');
     const first = await store.decide({ checks: [check] });
     expect(first.allowed).toBe(true);
     expect(first.results[0]!.remaining).toBe(0);
@@ -136,8 +166,7 @@ describe('RedisBucketStore on a real Redis', () => {
     const moved = await store.decide({ checks: [v2] });
     expect(moved.allowed).toBe(true);
     expect(await redis.exists(v1.key, v2.key)).toBe(2);
-    await new Promise((r) => setTimeout(r, 400));
-    expect(await redis.exists(v1.key)).toBe(0);
+    await eventually(async () => (await redis.exists(v1.key)) === 0, 5000, 'the old key expires');
     expect(await redis.exists(v2.key)).toBe(1);
   });
 
@@ -151,32 +180,45 @@ describe('RedisBucketStore on a real Redis', () => {
 });
 
 describe('lua/token_bucket.lua refuses every bad argument and changes nothing', () => {
-  // One request of one bucket with a floor: G, then n flags idem_ttl, then 7 values.
-  const good = ['1', '1', '2', '0', '10000000', '1', '1000000', '60000', '0', '0', '0'];
+  // One request of one bucket with a floor: G, the deadline (0: none), then n flags idem_ttl, then 7 values.
+  const good = ['1', '0', '1', '2', '0', '10000000', '1', '1000000', '60000', '0', '0', '0'];
   const at = (i: number, v: string) => good.map((x, j) => (j === i ? v : x));
   const cases: [string, string[], number, RegExp][] = [
     ['request count 0', at(0, '0'), 1, /QP_BADARG request count must be >= 1/],
     ['request count 257', at(0, '257'), 1, /QP_BADARG request count must be <= 256/],
     ['request count not a number', at(0, 'x'), 1, /QP_BADARG request count is not a finite number/],
-    ['bucket count 0', at(1, '0'), 1, /QP_BADARG bucket count must be >= 1/],
-    ['bucket count 17', at(1, '17'), 1, /QP_BADARG bucket count must be <= 16/],
-    ['flags 4', at(2, '4'), 1, /QP_BADARG flags must be 0..3/],
-    ['flags negative', at(2, '-1'), 1, /QP_BADARG flags must be >= 0/],
-    ['flags without floors, 7 values', at(2, '0'), 1, /QP_BADARG expected 8 arguments, got 11/],
-    ['negative idempotency TTL', at(3, '-5'), 1, /QP_BADARG idempotency TTL must be >= 0/],
-    ['missing idempotency key', at(3, '500'), 1, /QP_BADARG expected 2 keys, got 1/],
-    ['too few arguments', good.slice(0, 9), 1, /QP_BADARG expected 11 arguments, got 9/],
-    ['too many arguments', [...good, '1'], 1, /QP_BADARG expected 11 arguments, got 12/],
+    ['negative deadline', at(1, '-1'), 1, /QP_BADARG deadline must be >= 0/],
+    ['fractional deadline', at(1, '1.5'), 1, /QP_BADARG deadline must be an integer/],
+    ['bucket count 0', at(2, '0'), 1, /QP_BADARG bucket count must be >= 1/],
+    ['bucket count 17', at(2, '17'), 1, /QP_BADARG bucket count must be <= 16/],
+    ['flags 4', at(3, '4'), 1, /QP_BADARG flags must be 0..3/],
+    ['flags negative', at(3, '-1'), 1, /QP_BADARG flags must be >= 0/],
+    ['flags without floors, 7 values', at(3, '0'), 1, /QP_BADARG expected 9 arguments, got 12/],
+    ['negative idempotency TTL', at(4, '-5'), 1, /QP_BADARG idempotency TTL must be >= 0/],
+    [
+      'missing idempotency keys',
+      [...good.slice(0, 4), '500', '8', ...good.slice(5)],
+      1,
+      /QP_BADARG expected 3 keys, got 1/,
+    ],
+    [
+      'zero records per subject',
+      [...good.slice(0, 4), '500', '0', ...good.slice(5)],
+      3,
+      /QP_BADARG records per subject must be >= 1/,
+    ],
+    ['too few arguments', good.slice(0, 10), 1, /QP_BADARG expected 12 arguments, got 10/],
+    ['too many arguments', [...good, '1'], 1, /QP_BADARG expected 12 arguments, got 13/],
     ['a second request promised but missing', at(0, '2'), 1, /QP_BADARG bucket count is not a finite number/],
     ['too many keys', good, 2, /QP_BADARG expected 1 keys, got 2/],
-    ['fractional capacity', at(4, '1.5'), 1, /QP_BADARG capacity must be an integer/],
-    ['negative rate', at(5, '-1'), 1, /QP_BADARG rate must be >= 0/],
-    ['infinite rate', at(5, 'inf'), 1, /QP_BADARG rate is not a finite number/],
-    ['nan rate', at(5, 'nan'), 1, /QP_BADARG rate is not a finite number/],
-    ['zero cost', at(6, '0'), 1, /QP_BADARG cost must be >= 1/],
-    ['zero ttl', at(7, '0'), 1, /QP_BADARG ttl must be >= 1/],
-    ['negative floor', at(8, '-1'), 1, /QP_BADARG floor-before must be >= 0/],
-    ['bad floor capacity', at(10, '0.5'), 1, /QP_BADARG floor capacity must be an integer/],
+    ['fractional capacity', at(5, '1.5'), 1, /QP_BADARG capacity must be an integer/],
+    ['negative rate', at(6, '-1'), 1, /QP_BADARG rate must be >= 0/],
+    ['infinite rate', at(6, 'inf'), 1, /QP_BADARG rate is not a finite number/],
+    ['nan rate', at(6, 'nan'), 1, /QP_BADARG rate is not a finite number/],
+    ['zero cost', at(7, '0'), 1, /QP_BADARG cost must be >= 1/],
+    ['zero ttl', at(8, '0'), 1, /QP_BADARG ttl must be >= 1/],
+    ['negative floor', at(9, '-1'), 1, /QP_BADARG floor-before must be >= 0/],
+    ['bad floor capacity', at(11, '0.5'), 1, /QP_BADARG floor capacity must be an integer/],
   ];
   for (const [name, argv, keyCount, message] of cases) {
     it(name, async () => {
@@ -184,7 +226,7 @@ describe('lua/token_bucket.lua refuses every bad argument and changes nothing', 
       // Seed the bucket so "changes nothing" means the stored state stays byte for byte.
       await store.decide({ checks: [bucket('x', 'y', { key })] });
       const before = await redis.hgetall(key);
-      const keys = [key, bucketKey(1, 'other', 'bad')].slice(0, keyCount);
+      const keys = [key, bucketKey(1, 'other', 'bad'), bucketKey(1, 'third', 'bad')].slice(0, keyCount);
       await expect(redis.qpTokenBucket(keys.length, ...keys, ...argv)).rejects.toThrow(message);
       expect(await redis.hgetall(key)).toEqual(before);
     });
@@ -194,10 +236,103 @@ describe('lua/token_bucket.lua refuses every bad argument and changes nothing', 
     const key = bucketKey(1, uniquePrefix(), 'bad');
     await store.decide({ checks: [bucket('x', 'y', { key })] });
     const before = await redis.hgetall(key);
-    const second = good.slice(1).map((v, j) => (j === 5 ? '0' : v)); // cost 0
-    await expect(redis.qpTokenBucket(2, key, key, '2', ...good.slice(1), ...second)).rejects.toThrow(
+    const second = good.slice(2).map((v, j) => (j === 5 ? '0' : v)); // cost 0
+    await expect(redis.qpTokenBucket(2, key, key, '2', '0', ...good.slice(2), ...second)).rejects.toThrow(
       /QP_BADARG cost must be >= 1/,
     );
     expect(await redis.hgetall(key)).toEqual(before);
+  });
+});
+
+describe('RedisBucketStore on the wire, on a Redis of its own (frozen at will)', () => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await backend().startRedis();
+  });
+  afterAll(async () => {
+    await server[Symbol.asyncDispose]();
+  });
+
+  /** A store on its own connection, the script already loaded, its command counts reset. */
+  async function connected(options: RedisBucketStoreOptions) {
+    const r = new Redis({ host: server.host, port: server.port });
+    const clock = new RedisClock(r);
+    const s = new RedisBucketStore(r, { clock, ...options });
+    await s.decide({ checks: [bucket(uniquePrefix(), 'warm')] });
+    await clock.sample();
+    await r.config('RESETSTAT');
+    return {
+      store: s,
+      redis: r,
+      scriptCalls: async () =>
+        Number(/cmdstat_evalsha:calls=(\d+)/.exec(await r.info('commandstats'))?.[1] ?? 0),
+      [Symbol.dispose]: () => {
+        clock.close();
+        r.disconnect();
+      },
+    };
+  }
+
+  /** Poll until `n` commands wait for their replies on the connection. */
+  async function onTheWire(r: Redis, n: number): Promise<void> {
+    const deadline = performance.now() + 5000;
+    while (r.commandQueue.length < n && performance.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    expect(r.commandQueue.length).toBe(n);
+  }
+
+  it('keeps at most callsInFlight script calls on the wire; what arrives meanwhile leaves in the next calls', async () => {
+    using c = await connected({ timeoutMs: 10_000, callsInFlight: 2, maxBatch: 64 });
+    const prefix = uniquePrefix('window');
+    await server.pause();
+    const pending: Promise<Decision>[] = [];
+    try {
+      // Ten event-loop turns of ten decisions each: unbounded, ten calls would queue inside Redis.
+      for (let turn = 0; turn < 10; turn++) {
+        for (let i = 0; i < 10; i++) {
+          pending.push(c.store.decide({ checks: [bucket(`${prefix}-${turn}-${i}`, 'window')] }));
+        }
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await onTheWire(c.redis, 2);
+    } finally {
+      await server.resume();
+    }
+    const decisions = await Promise.all(pending);
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(100);
+    // Two calls of ten while Redis was frozen, then the eighty that waited here: one call of 64, one of 16.
+    expect(await c.scriptCalls()).toBe(4);
+  });
+
+  it("a call with its caller's deadline charges nothing after it; calls without one are not held to it", async () => {
+    using c = await connected({ timeoutMs: 10_000 });
+    const subject = uniquePrefix('caller-deadline');
+    await server.pause();
+    let timed: Promise<unknown>;
+    let plain: Promise<Decision>;
+    // On the store's clock (agentMicros, ms here); in Redis time the deadline can only come earlier.
+    const chargeBy = agentMicros() / 1000 + 100;
+    try {
+      timed = c.store
+        .decide({ checks: [bucket(subject, 'timed')] }, { chargeBy })
+        .catch((error: unknown) => error);
+      plain = c.store.decide({ checks: [bucket(subject, 'plain')] });
+      await onTheWire(c.redis, 2);
+      // Redis stays frozen until the caller's deadline has passed.
+      await eventually(() => agentMicros() / 1000 > chargeBy, 5000, "the caller's deadline passes");
+    } finally {
+      await server.resume();
+    }
+    expect(await timed).toBeInstanceOf(CallerDeadlineError);
+    expect(await plain).toMatchObject({ allowed: true, results: [{ remaining: 99 }] });
+    const left = await c.store.decide({ checks: [bucket(subject, 'timed')], dryRun: true });
+    expect(left.results[0]!.remaining).toBe(99); // a dry run reports what is left after its cost: full
+    // A deadline already passed is refused before anything is sent.
+    const calls = await c.scriptCalls();
+    await expect(
+      c.store.decide({ checks: [bucket(subject, 'timed')] }, { chargeBy: Date.now() - 1 }),
+    ).rejects.toBeInstanceOf(CallerDeadlineError);
+    expect(await c.scriptCalls()).toBe(calls);
   });
 });

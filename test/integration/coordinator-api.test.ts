@@ -291,6 +291,7 @@ describe('coordinator docs, probes and metrics', () => {
         'PATCH /v1/policies/{name}/budget',
         'GET /v1/audit',
         'GET /v1/allocations',
+        'GET /v1/allocations/history',
         'GET /v1/regions',
       ].sort(),
     );

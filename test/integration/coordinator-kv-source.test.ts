@@ -52,6 +52,15 @@ async function put(f: CoordinatorFixture, name: string, body: unknown): Promise<
 
 const capacityOf = (s: KvPolicySource, name: string): number | undefined => s.current().get(name)?.capacity;
 
+/** Every status event type the connection reports from now on (`disconnect`, `reconnecting`, …). */
+function statusSeen(nc: NatsConnection): Set<string> {
+  const seen = new Set<string>();
+  void (async () => {
+    for await (const s of nc.status()) seen.add(s.type);
+  })();
+  return seen;
+}
+
 describe('KvPolicySource', { timeout: 30_000 }, () => {
   it('loads what is there, then follows PUT, budget PATCH and DELETE within the stated time', async () => {
     await using f = await coordinatorFixture();
@@ -68,6 +77,7 @@ describe('KvPolicySource', { timeout: 30_000 }, () => {
     expect([...s.current().keys()].sort()).toEqual(['a.b-c_d', 'writes']);
     expect(s.current().get('writes')).toEqual({
       name: 'writes',
+      kind: 'token_bucket',
       capacity: 10,
       refillPerSecond: 2,
       maxCost: 1,
@@ -119,6 +129,8 @@ describe('KvPolicySource', { timeout: 30_000 }, () => {
 
   it('counts and skips bad entries, keeping the last good value of a policy', async () => {
     await using f = await coordinatorFixture();
+    // This test writes the bad entries itself; the coordinator's guard would put its own back at once.
+    await f.stores.guard.close();
     await put(f, 'good', { capacity: 10, refillPerSecond: 1 });
     await put(f, 'victim', { capacity: 7, refillPerSecond: 1 });
     const registry = new Registry();
@@ -171,9 +183,9 @@ describe('KvPolicySource', { timeout: 30_000 }, () => {
     await using s = source(nc, { namespace });
     let ready = false;
     void s.ready().then(() => (ready = true));
-    await new Promise((r) => setTimeout(r, 300));
+    // It tries, fails (no bucket yet), and stays not ready meanwhile.
+    await eventually(() => s.stats().failures > 0, 5000, 'a failed attempt to open the missing bucket');
     expect(ready).toBe(false);
-    expect(s.stats().failures).toBeGreaterThan(0);
     await using f = await coordinatorFixture({ namespace });
     await put(f, 'late', { capacity: 1, refillPerSecond: 1 });
     await s.ready();
@@ -200,8 +212,14 @@ describe('KvPolicySource', { timeout: 30_000 }, () => {
     await s.ready();
     expect(capacityOf(s, 'p')).toBe(10);
 
+    const seen = statusSeen(nc);
     await nats.stop();
-    await new Promise((r) => setTimeout(r, 300));
+    // Down for the source's client too (it lost the server and is retrying): what it holds stays.
+    await eventually(
+      () => seen.has('disconnect') && seen.has('reconnecting'),
+      10_000,
+      'the client notices NATS is gone and tries to reconnect',
+    );
     expect(capacityOf(s, 'p')).toBe(10);
     await nats.start();
 
@@ -241,12 +259,24 @@ describe('KvPolicySource', { timeout: 30_000 }, () => {
     await s.ready();
     expect([...s.current().keys()].sort()).toEqual(['changes', 'goes', 'stays']);
 
+    // A second source, not behind the proxy, shows when the changes have reached a connected watcher.
+    await using direct = await agentConnection(`nats://${host}:${port}`);
+    await using witness = source(direct, { namespace: f.config.kvNamespace });
+    await witness.ready();
+
     await proxy.cut();
     await f.app.inject({ method: 'DELETE', url: '/v1/policies/goes', headers: admin });
     await put(f, 'changes', { capacity: 30, refillPerSecond: 1 });
     await put(f, 'arrives', { capacity: 4, refillPerSecond: 1 });
-    await new Promise((r) => setTimeout(r, 200));
+    await eventually(
+      () =>
+        [...witness.current().keys()].sort().join() === 'arrives,changes,stays' &&
+        capacityOf(witness, 'changes') === 30,
+      PROPAGATION_MS,
+      'a connected source sees the changes',
+    );
     expect([...s.current().keys()].sort()).toEqual(['changes', 'goes', 'stays']);
+    expect(capacityOf(s, 'changes')).toBe(3);
 
     await proxy.restore();
     await eventually(

@@ -8,6 +8,7 @@ import { policyKey } from '../../core/wire/kv.js';
 import {
   admin,
   coordinatorFixture,
+  eventually,
   reader,
   type CoordinatorFixture,
 } from '../helpers/coordinator-fixture.js';
@@ -50,6 +51,7 @@ describe('coordinator policies API', () => {
     expect(created.headers.location).toBe('/v1/policies/writes');
     const filled = {
       name: 'writes',
+      kind: 'token_bucket',
       capacity: 10,
       refillPerSecond: 2,
       maxCost: 1,
@@ -77,6 +79,112 @@ describe('coordinator policies API', () => {
       'a.reads',
       'writes',
     ]);
+  });
+
+  it('creates a sliding-log policy: its rate is derived, a budget change moves the limit, misfits are refused', async () => {
+    await using f = await coordinatorFixture();
+    const created = await put(f, 'login-guesses', { kind: 'sliding_log', capacity: 5, windowSeconds: 600 });
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toEqual({
+      name: 'login-guesses',
+      kind: 'sliding_log',
+      capacity: 5,
+      refillPerSecond: 0.00833, // 5 / 600, shown to 3 significant digits (core/admin-numbers.ts)
+      windowSeconds: 600,
+      maxCost: 1,
+      mode: 'regional',
+      onStoreFailure: 'closed',
+      idleTtlSeconds: 600,
+      version: 1,
+    });
+    // What the API shows can be sent back (derived defaults then pinned, as for any policy): the same policy.
+    const { name: _name, ...shown } = created.json<Record<string, unknown>>();
+    const again = await put(f, 'login-guesses', shown);
+    expect(again.statusCode, again.body).toBe(200);
+    expect(again.json()).toEqual(created.json());
+    const budget = await patch(f, 'login-guesses', { capacity: 10 });
+    expect(budget.statusCode, budget.body).toBe(200);
+    expect(budget.json()).toMatchObject({ capacity: 10, refillPerSecond: 0.0167, windowSeconds: 600 });
+    const before = await state(f);
+    const bad = await put(f, 'login-guesses', { kind: 'sliding_log', capacity: 5, onStoreFailure: 'local' });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json<{ code: string }>().code).toBe('COORD_ERR_VALIDATION');
+    expect(await state(f)).toEqual(before);
+  });
+
+  it('creates a concurrency policy with its lease; a strict one, or a lease on another kind, is refused', async () => {
+    await using f = await coordinatorFixture();
+    const created = await put(f, 'exports-running', { kind: 'concurrency', capacity: 30, leaseSeconds: 300 });
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toEqual({
+      name: 'exports-running',
+      kind: 'concurrency',
+      capacity: 30,
+      refillPerSecond: 0.1,
+      leaseSeconds: 300,
+      maxCost: 1,
+      mode: 'regional',
+      onStoreFailure: 'closed',
+      idleTtlSeconds: 300,
+      version: 1,
+    });
+    const before = await state(f);
+    const strict = await put(f, 'exports-running', {
+      kind: 'concurrency',
+      capacity: 30,
+      leaseSeconds: 300,
+      mode: 'strict',
+      homeRegion: 'us',
+    });
+    expect(strict.statusCode).toBe(400);
+    const misplaced = await put(f, 'exports-running', {
+      capacity: 30,
+      refillPerSecond: 1,
+      leaseSeconds: 300,
+    });
+    expect(misplaced.statusCode).toBe(400);
+    expect(misplaced.json<{ errors: { path: string }[] }>().errors.map((e) => e.path)).toEqual([
+      'body.leaseSeconds',
+    ]);
+    expect(await state(f)).toEqual(before);
+  });
+
+  it('subject classes: stored, versioned and audited like the rest of the policy; a class that does not hold is refused', async () => {
+    await using f = await coordinatorFixture();
+    const spec = {
+      capacity: 10,
+      refillPerSecond: 1,
+      classes: { enterprise: { capacity: 100, refillPerSecond: 10 } },
+      subjects: { 'tenant-42': 'enterprise' },
+    };
+    const created = await put(f, 'api', spec);
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toMatchObject({
+      classes: { enterprise: { capacity: 100, refillPerSecond: 10, maxCost: 1 } },
+      subjects: { 'tenant-42': 'enterprise' },
+    });
+    const before = await state(f);
+    const bad = await put(f, 'api', {
+      ...spec,
+      classes: { enterprise: { capacity: 100 } },
+      subjects: { x: 'gold' },
+    });
+    expect(bad.statusCode).toBe(400);
+    expect(
+      bad
+        .json<{ errors: { path: string }[] }>()
+        .errors.map((e) => e.path)
+        .sort(),
+    ).toEqual(['body.classes.enterprise.refillPerSecond', 'body.subjects.x']);
+    expect(await state(f)).toEqual(before);
+    const upgraded = await put(f, 'api', {
+      ...spec,
+      subjects: { 'tenant-42': 'enterprise', 'tenant-7': 'enterprise' },
+    });
+    expect(upgraded.statusCode).toBe(200);
+    const after = await state(f);
+    expect(after.audit).toBe(before.audit + 1);
+    expect(after.revision).toBeGreaterThan(before.revision);
   });
 
   it('stores the operator spec: derived defaults stay derived, constant defaults are pinned', async () => {
@@ -348,19 +456,24 @@ describe('coordinator policies API', () => {
     ]);
   });
 
-  it('detects a writer that slips in between read and write (another coordinator)', async () => {
+  it('an old ETag loses to a writer that slips in behind its back, and the guard puts its own policy back', async () => {
     await using f = await coordinatorFixture();
     await put(f, 'p', { capacity: 10, refillPerSecond: 1 });
     // Another process writes behind this coordinator's back; an If-Match with the old ETag must lose.
     await f.stores.kv.put(policyKey('p'), JSON.stringify({ name: 'p', capacity: 50, refillPerSecond: 1 }));
     const r = await patch(f, 'p', { capacity: 20 }, { 'if-match': '"1"' });
     expect(r.statusCode).toBe(412);
-    expect((await f.app.inject({ url: '/v1/policies/p', headers: reader })).json()).toMatchObject({
-      capacity: 50,
-    });
+    await eventually(
+      async () =>
+        (await f.app.inject({ url: '/v1/policies/p', headers: reader })).json<{ capacity: number }>()
+          .capacity === 10,
+      5000,
+      'the coordinator restores its own policy',
+    );
+    expect(f.stores.guard.found).toBe(1);
   });
 
-  it('leaves no consumer on the server after listing, counting or reading the audit trail', async () => {
+  it('leaves no consumer on the server after listing, counting or reading the audit trail (the guard watches with one)', async () => {
     await using f = await coordinatorFixture({ maxPolicies: 3 });
     const { jetstreamManager } = await import('@nats-io/jetstream');
     const jsm = await jetstreamManager(f.nc);
@@ -370,7 +483,7 @@ describe('coordinator policies API', () => {
       expect((await f.app.inject({ url: '/v1/audit?policy=a', headers: reader })).statusCode).toBe(200);
     }
     const consumers = async (stream: string) => (await jsm.streams.info(stream)).state.consumer_count;
-    expect(await consumers(`KV_${f.stores.names.policies}`)).toBe(0);
+    expect(await consumers(`KV_${f.stores.names.policies}`)).toBe(1);
     expect(await consumers(f.stores.names.auditStream)).toBe(0);
   });
 });

@@ -11,13 +11,23 @@ import { within } from '../helpers/within.js';
 const near = (shares: Record<string, number>, want: Record<string, number>, tolerance = 0.06) =>
   Object.entries(want).every(([r, s]) => Math.abs((shares[r] ?? 0) - s) <= tolerance);
 
+/**
+ * Let the stack keep deciding under the checker until `n` more decisions were admitted everywhere: a soak bounded
+ * by progress, not by a fixed sleep (every share change it makes meanwhile goes through the checker).
+ */
+async function keepDeciding(stack: ProtocolStack, n: number, what: string): Promise<void> {
+  const from = stack.admissions.length;
+  await waitFor(`${n} more admitted decisions ${what}`, () => stack.admissions.length >= from + n, 15_000);
+}
+
 describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)', () => {
   let stack: ProtocolStack;
 
   beforeAll(async () => {
     stack = await new ProtocolStack().start();
     // 60 per second, burst 30: demand below will exceed the budget so shares matter.
-    await stack.createPolicy('writes', { capacity: 30, refillPerSecond: 60 });
+    // Idle TTL compressed like the timers: a region that shrank may grow again 2.5 s later (the cool-down).
+    await stack.createPolicy('writes', { capacity: 30, refillPerSecond: 60, idleTtlSeconds: 2 });
     stack.setDemand('us', 80);
     stack.setDemand('eu', 10);
     stack.setDemand('ap', 10);
@@ -88,26 +98,31 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
       () => stack.agents.filter((x) => x.region === 'eu').every((x) => x.holder.ready()),
       10_000,
     );
-    await sleep(2000);
+    await keepDeciding(stack, 40, 'after the restart');
     stack.checker.assertHeld();
   }, 30_000);
 
   it('stays within the budget through a coordinator kill and restart', async () => {
     await stack.killCoordinator();
-    await sleep(5000); // past lease and grace: every agent settles at its safe share
-    for (const a of stack.agents) expect(['lapsed', 'settled']).toContain(a.holder.lease.mode());
+    // Past lease and grace every agent settles at its safe share; none may keep its lease.
+    await waitFor(
+      'every agent lapsed or settled without a coordinator',
+      () => stack.agents.every((a) => ['lapsed', 'settled'].includes(a.holder.lease.mode())),
+      10_000,
+    );
     await stack.startCoordinator();
     await waitFor(
       'agents renewed again',
       () => stack.agents.every((a) => a.holder.lease.mode() === 'valid'),
       10_000,
     );
-    await sleep(2000);
+    await keepDeciding(stack, 40, 'after the coordinator came back');
     stack.checker.assertHeld();
   }, 30_000);
 
   it('stays within the budget through a NATS restart', async () => {
     await stack.nats.stop();
+    // The fault itself: NATS stays down for one second (two heartbeat intervals).
     await sleep(1000);
     await stack.nats.start();
     await waitFor(
@@ -115,7 +130,7 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
       () => stack.agents.every((a) => a.holder.lease.mode() === 'valid'),
       15_000,
     );
-    await sleep(1000);
+    await keepDeciding(stack, 20, 'after NATS came back');
     stack.checker.assertHeld();
   }, 30_000);
 
@@ -128,12 +143,20 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
         );
       return { heartbeat: value('heartbeat'), usage: value('usage'), text };
     };
+    const agents = stack.agents.length;
     const before = await count();
     const started = Date.now();
-    await sleep(3000);
-    const after = await count();
+    // Measure over at least 15 heartbeats per agent (about 3 s), counted rather than slept.
+    let after = before;
+    await waitFor(
+      '15 heartbeats per agent',
+      async () => {
+        after = await count();
+        return after.heartbeat - before.heartbeat >= 15 * agents;
+      },
+      10_000,
+    );
     const seconds = (Date.now() - started) / 1000;
-    const agents = stack.agents.length;
     // Heartbeats every 200 ms here (1 s by default): 5 per agent per second, give or take timer jitter.
     const perAgent = (after.heartbeat - before.heartbeat) / seconds / agents;
     expect(perAgent).toBeGreaterThan(3.5);

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, describe, expect, it, onTestFailed } from 'vitest';
 import type { StackState } from '../../scripts/stack/launcher.js';
+import { DEFAULT_DECISION_DEADLINE_MS } from '../../regional-agent/config.js';
 import { parseCli } from '../../simulations/cli-args.js';
 import { KeyCounter } from '../../simulations/replay/key-counter.js';
 import { planReplay } from '../../simulations/replay/replay-plan.js';
@@ -22,6 +23,7 @@ import { predictedRow, ReplayResults, type ReplayResult } from '../../simulation
 import { backend } from '../harness/fixtures.js';
 import { freePort } from '../harness/ports.js';
 import { leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
+import { eventually } from '../helpers/wait.js';
 import { within } from '../helpers/within.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -106,12 +108,14 @@ function simulate(args: readonly string[], out?: string, env = cleanEnv()): CliR
   return run;
 }
 
-async function eventually(probe: () => boolean, ms: number, what: string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!probe()) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
+/** Decisions the stack's agents hold right now, admitted and not yet answered (their in-flight gauge). */
+async function inFlight(state: StackState): Promise<number> {
+  let sum = 0;
+  for (const url of Object.values(state.agents)) {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    sum += Number(/^quotaplane_in_flight_decisions (\d+)/m.exec(text)?.[1] ?? 0);
   }
+  return sum;
 }
 
 /**
@@ -197,8 +201,9 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     const ideal = row('ideal', 'simulator');
     for (const name of ['dynamic', 'strict']) {
       const real = row(name, 'real-stack');
-      // Every arrival was sent and answered: the same requests as the prediction, none without a decision (the
-      // agents answer each one within their 50 ms deadline, denial included; a transport error would count).
+      // Every arrival was sent and answered: the same requests as the prediction, none without an answer (a
+      // decision, denial included, or on a busy machine an explicit shed, counted apart as `shed`; a transport
+      // error would count).
       expect(real.requests).toBe(ideal.requests);
       expect(real.arrivals).toBe(ideal.arrivals);
       expect(real.requests).toBeGreaterThan(4000);
@@ -214,7 +219,7 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
           graceMs: 1200,
           skewMs: 100,
           overrideTtlMs: 3000,
-          decisionDeadlineMs: 50,
+          decisionDeadlineMs: DEFAULT_DECISION_DEADLINE_MS,
         },
       });
       expect(real.replay!.controlMessages!.heartbeat).toBeGreaterThan(0);
@@ -223,6 +228,8 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     // Conservation, exactly: the shares the coordinator issued never summed above the budget.
     const dynamic = row('dynamic', 'real-stack');
     expect(dynamic.replay!.shareSamples).toBeGreaterThan(100); // one per scenario second, 150 s
+    // After the shift the new region's subjects borrow from the others: loan traffic is counted with the rest.
+    expect(dynamic.replay!.controlMessages!.loans).toBeGreaterThan(0);
     expect(dynamic.maxShareSum).not.toBeNull();
     expect(dynamic.maxShareSum!).toBeLessThanOrEqual(1);
 
@@ -244,19 +251,19 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     ).toBeLessThanOrEqual((C + R * (1 + e)) / (C + R * 1));
     expect(strict.overAdmission).toBeGreaterThan(0.9);
 
-    // Utilisation of dynamic after the shift: the real stack within 0.15 of the prediction (0.586001, exact:
-    // the simulator is deterministic). Eight runs of this command by hand on the 2-core machine, five idle
-    // and three beside the unit suite, measured 0.513, 0.562, 0.566, 0.542, 0.604 and 0.581, 0.600, 0.556:
-    // gaps from -0.073 to +0.018. In CI's containers pass, beside the other integration files and the server
-    // containers, one run of about thirty measured 0.471618 (-0.114). The real agents report on real 100 ms timers, HTTP and NATS add
-    // milliseconds per decision (×10 in scenario time), and a busy machine delays the coordinator's rounds;
-    // docs/simulations.md ("How far real and predicted agree") says more.
+    // Utilisation of dynamic after the shift: the real stack within 0.05 of the prediction (0.976526, exact: the
+    // simulator is deterministic; it borrows as the agents do, and predicts with the coordinator's fixed 2 s
+    // confirmMs × K). Measured with this command by hand on the 2-core machine, four runs idle and one beside the
+    // unit suite: 0.960, 0.956, 0.957, 0.956 and 0.958, gaps from -0.021 to -0.017. The real agents report on real
+    // 100 ms timers, a loan costs a NATS round trip where the simulator's costs its modelled latency, and HTTP adds
+    // milliseconds per decision (×10 in scenario time); docs/simulations.md ("How far real and predicted agree")
+    // says more.
     const predicted = row('dynamic', 'simulator').utilisation!;
-    expect(predicted).toBe(0.586001);
+    expect(predicted).toBe(0.976526);
     expect(
       Math.abs(dynamic.utilisation! - predicted),
       `real ${dynamic.utilisation} against predicted ${predicted}`,
-    ).toBeLessThanOrEqual(0.15);
+    ).toBeLessThanOrEqual(0.05);
 
     expect(state, 'the state file was read while the stack ran').toBeDefined();
     await expectStackGone(state!, out, true);
@@ -287,7 +294,9 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
       120_000,
       'the replay starts',
     );
-    await new Promise((r) => setTimeout(r, 250));
+    const started = run.state();
+    expect(started).toBeDefined();
+    await eventually(async () => (await inFlight(started!)) > 0, 10_000, 'answers are in flight');
     const signalled = Date.now();
     run.child.kill('SIGINT');
     const exit = await within(run.exited, 60_000, 'the replay stops after SIGINT');

@@ -5,17 +5,24 @@
  * process and no port behind. Failures: a process dying, a signal during the start, a taken port, no servers,
  * a bad environment.
  */
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../harness/ports.js';
+import { STACK_PORT_VARS } from '../../scripts/stack/config.js';
 import type { StackState } from '../../scripts/stack/launcher.js';
+import { normalizeSubject } from '../../core/subject.js';
+import { rlsClient } from '../../regional-agent/grpc/rls-client.js';
+import { natsCredentials } from '../../regional-agent/nats/credentials.js';
+import { protocolSubjects } from '../../core/wire/protocol.js';
+import { connect } from '@nats-io/transport-node';
 import { carryingId, leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
 import { within } from '../helpers/within.js';
+import { eventually as poll } from '../helpers/wait.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const ADMIN_TOKEN = 'stack-admin-token-0123456789';
@@ -70,30 +77,20 @@ function scratch(): string {
   return dir;
 }
 
-async function eventually(probe: () => Promise<boolean> | boolean, ms: number, what: string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+/** Every 100 ms: the probes read /proc and try ports. */
+const eventually = (probe: () => Promise<boolean> | boolean, ms: number, what: string) =>
+  poll(probe, ms, what, 100);
 
 /** Every port the launcher may use, moved off the defaults; the eu region on a cluster picked by the launcher. */
 async function stackEnv(dir: string): Promise<Record<string, string>> {
-  const names = [
-    'QP_STACK_COORDINATOR_PORT',
-    'QP_STACK_US_PORT',
-    'QP_STACK_EU_PORT',
-    'QP_STACK_AP_PORT',
-    'QP_STACK_NATS_PORT',
-    'QP_STACK_US_REDIS_PORT',
-    'QP_STACK_AP_REDIS_PORT',
-  ];
+  const names = STACK_PORT_VARS.filter((name) => name !== 'QP_STACK_EU_REDIS_PORT');
   const env: Record<string, string> = {
     QP_STACK_EU_REDIS_PORT: '0',
     QP_STACK_CLUSTER_REGIONS: 'eu',
     QP_STACK_SERVERS: 'binaries',
     QP_STACK_STATE_FILE: join(dir, 'state.json'),
+    QP_STACK_SECRETS_DIR: join(dir, 'secrets'),
+    QP_STACK_ENV_FILE: join(dir, 'env', 'stack.env'),
     QP_ADMIN_TOKEN: ADMIN_TOKEN,
   };
   const ports = new Set<number>();
@@ -150,7 +147,40 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       eu: `http://127.0.0.1:${env['QP_STACK_EU_PORT']}`,
       ap: `http://127.0.0.1:${env['QP_STACK_AP_PORT']}`,
     });
+    expect(state.grpc).toEqual({
+      us: `grpc://127.0.0.1:${env['QP_STACK_US_GRPC_PORT']}`,
+      eu: `grpc://127.0.0.1:${env['QP_STACK_EU_GRPC_PORT']}`,
+      ap: `grpc://127.0.0.1:${env['QP_STACK_AP_GRPC_PORT']}`,
+    });
+    // The banner follows the state file (scripts/stack/launcher.ts writes it last of start()); a busy machine
+    // may read the file before the banner is out.
+    const line = `${state.agents['eu']}   ${state.grpc['eu']}   (Redis: cluster`;
+    await eventually(() => run.output().includes(line), 10_000, 'the banner names the eu agent');
     expect(state.redis['us']).toBe(`redis://127.0.0.1:${env['QP_STACK_US_REDIS_PORT']}`);
+    // NATS is locked down: TLS with the stack's own CA, and nobody without one of its nkeys gets in.
+    expect(state.nats).toBe(`tls://127.0.0.1:${env['QP_STACK_NATS_PORT']}`);
+    expect(state.secretsDir).toBe(env['QP_STACK_SECRETS_DIR']);
+    const ca = readFileSync(join(state.secretsDir, 'tls', 'ca.pem'), 'utf8');
+    await expect(
+      connect({ servers: state.nats, tls: { ca }, maxReconnectAttempts: 0, timeout: 5000 }),
+    ).rejects.toThrow(/Authorization Violation/);
+    const agent = await connect({
+      servers: state.nats,
+      ...natsCredentials(
+        join(state.secretsDir, 'nkeys', 'agent-us-1.nk'),
+        join(state.secretsDir, 'tls', 'ca.pem'),
+      ),
+      maxReconnectAttempts: 0,
+    });
+    try {
+      // Its own credential, with its region's permissions: another region's usage is refused by the server.
+      const eu = protocolSubjects('qp').usage('eu');
+      await expect(agent.request(eu, '{}', { timeout: 2000 })).rejects.toThrow(
+        `Permissions Violation for Publish to "${eu}"`,
+      );
+    } finally {
+      await agent.close();
+    }
     expect(state.redis['eu']).toMatch(/^cluster 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+$/);
     expect(state.processes.map((p) => p.name)).toEqual([
       'nats',
@@ -172,6 +202,21 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     const readToken = /read token\s+(\S+)\s+\(generated\)/.exec(out)?.[1];
     expect(readToken).toMatch(/^[0-9a-f]{48}$/);
     expect(out).toContain('"demo": capacity 90, refill 1.5/s, shared by 3 regions');
+    // …and writes them, with the coordinator, to a file for another shell, readable by its owner alone.
+    const envFile = env['QP_STACK_ENV_FILE']!;
+    expect(out).toContain(`source ${envFile}`);
+    expect(statSync(envFile).mode & 0o777).toBe(0o600);
+    const sourced = execFileSync(
+      'bash',
+      [
+        '-c',
+        `source "$1" && printf '%s\\n' "$QP_ADMIN_TOKEN" "$QP_READ_TOKEN" "$QUOTAPLANE_URL"`,
+        '-',
+        envFile,
+      ],
+      { encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '' } },
+    );
+    expect(sourced.split('\n')).toEqual([ADMIN_TOKEN, readToken, state.coordinator, '']);
 
     // Before any traffic the budget is split evenly: each region enforces a third of 90. Dry runs report no
     // demand, so the shares stay where they are while the test looks.
@@ -187,7 +232,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       (await allocations.json()) as { policies: { policy: string; shares: Record<string, number> }[] }
     ).policies.find((p) => p.policy === 'demo')!.shares;
     expect(Object.keys(shares).sort()).toEqual(['ap', 'eu', 'us']);
-    for (const share of Object.values(shares)) expect(share).toBeCloseTo(1 / 3, 9);
+    for (const share of Object.values(shares)) expect(share).toBe(0.3333); // a third, rounded to the 4 decimals admin answers carry
 
     // A budget change through the admin API reaches every region: twice the capacity, twice each limit.
     const patch = await fetch(`${state.coordinator}/v1/policies/demo/budget`, {
@@ -219,6 +264,27 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       sum += r.limit;
     }
     expect(sum).toBeLessThanOrEqual(180 + 1e-6);
+    // Every agent serves Envoy's rate-limit service on the gRPC listener the banner names.
+    for (const [region, url] of Object.entries(state.grpc)) {
+      const client = rlsClient(url);
+      try {
+        const r = await client.shouldRateLimit({
+          domain: 'stack',
+          descriptors: [
+            {
+              entries: [
+                { key: 'policy', value: 'demo' },
+                { key: 'subject', value: subject(`grpc-${region}`) },
+              ],
+            },
+          ],
+        });
+        expect(r.overall_code).toBe('OK');
+        expect(r.statuses[0]!.current_limit?.name).toBe('demo');
+      } finally {
+        client.close();
+      }
+    }
     const us = new Redis(state.redis['us']!);
     const eu = new Cluster(
       state.redis['eu']!.slice('cluster '.length)
@@ -226,10 +292,18 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
         .map((n) => ({ host: '127.0.0.1', port: Number(n.split(':')[1]) })),
     );
     try {
-      expect(await us.exists(`rl:v1:{${subject('us')}}:demo`)).toBe(1);
-      expect(await us.exists(`rl:v1:{${subject('eu')}}:demo`)).toBe(0);
-      expect(await eu.exists(`rl:v1:{${subject('eu')}}:demo`)).toBe(1);
-      expect(await eu.exists(`rl:v1:{${subject('us')}}:demo`)).toBe(0);
+      // Subjects reach Redis HMAC-hashed with the secret the stack generated and keeps in its secrets directory.
+      const secret = readFileSync(join(state.secretsDir, 'subject-hmac.key'), 'utf8').trim();
+      const hashed = (raw: string) => {
+        const n = normalizeSubject(raw, { hmacSecret: secret });
+        if (!n.ok) throw new Error(n.reason);
+        return n.subject;
+      };
+      expect(await us.exists(`rl:v1:{${hashed(subject('us'))}}:demo`)).toBe(1);
+      expect(await us.exists(`rl:v1:{${subject('us')}}:demo`)).toBe(0);
+      expect(await us.exists(`rl:v1:{${hashed(subject('eu'))}}:demo`)).toBe(0);
+      expect(await eu.exists(`rl:v1:{${hashed(subject('eu'))}}:demo`)).toBe(1);
+      expect(await eu.exists(`rl:v1:{${hashed(subject('us'))}}:demo`)).toBe(0);
     } finally {
       us.disconnect();
       eu.disconnect();
@@ -244,6 +318,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     expect(await takenOf(portsOf(state))).toEqual([]);
     expect(existsSync(state.dataDir)).toBe(false);
     expect(existsSync(env['QP_STACK_STATE_FILE']!)).toBe(false);
+    expect(existsSync(env['QP_STACK_ENV_FILE']!)).toBe(false);
   });
 
   it('stops everything and exits 1 when one of its processes dies, keeping the logs', async () => {
@@ -293,7 +368,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     const fixed = Object.entries(env)
       .filter(([k]) => k.endsWith('_PORT'))
       .map(([, v]) => Number(v));
-    expect(fixed).toHaveLength(8);
+    expect(fixed).toHaveLength(STACK_PORT_VARS.length);
     expect(await takenOf(fixed)).toEqual([]);
     expect(carryingId(stackId![1]!)).toEqual([]);
     expect(existsSync(stackId![2]!)).toBe(false);

@@ -11,7 +11,7 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
   beforeAll(async () => {
     // A generous deadline: under 600 concurrent callers on two cores a 50 ms deadline would fail some forwarded
     // decisions closed, which is the point of another test below, not of this one.
-    stack = await new MultiRegion({ agent: { decisionDeadlineMs: 5000 } }).start();
+    stack = await new MultiRegion({ agent: { decisionDeadlineMs: 5000, storeTimeoutMs: 5000 } }).start();
     // 100 with next to no refill (1 a day): exact counts for the length of the test.
     await stack.putPolicy('payments', {
       mode: 'strict',

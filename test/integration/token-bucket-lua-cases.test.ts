@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import {
+  DeadlinePassedError,
   encodeRequest,
   parseReplies,
   parseReply,
@@ -113,5 +114,44 @@ describe('batched calls: the script and the model agree on random batches', () =
       }),
       { numRuns: 60 },
     );
+  });
+});
+
+describe('the call deadline (Redis time)', () => {
+  it('a call that runs after its deadline changes nothing; one that runs in time decides', async () => {
+    const prefix = uniquePrefix('deadline');
+    const bucketKey = `rl:v1:{${prefix}}:p`;
+    const idem = idempotencyRecordKey(prefix, 'late');
+    const request = encodeRequest({
+      checks: [{ key: bucketKey, capacity: 5, refillPerSecond: 1, cost: 2, ttlMs: 60_000 }],
+      idempotency: { key: idem, ttlMs: 60_000 },
+    });
+    const now = CASE_EPOCH_MICROS;
+    const late = scriptCall([request], now - 1);
+    const raw = await run(late.keys.length, ...late.keys, ...late.argv, String(now));
+    expect(raw).toEqual([-1]);
+    expect(() => parseReplies(raw, [1])).toThrow(DeadlinePassedError);
+    expect(await redis.exists(bucketKey, idem)).toBe(0);
+
+    const onTime = scriptCall([request], now);
+    const reply = parseReplies(
+      await run(onTime.keys.length, ...onTime.keys, ...onTime.argv, String(now)),
+      [1],
+    );
+    expect(reply[0]).toMatchObject({ allowed: true, results: [{ remaining: 3_000_000 }] });
+    expect(await redis.exists(bucketKey, idem)).toBe(2);
+  });
+
+  it('refuses a malformed deadline before reading anything', async () => {
+    const prefix = uniquePrefix('deadline-bad');
+    const request = encodeRequest({
+      checks: [{ key: `rl:v1:{${prefix}}:p`, capacity: 5, refillPerSecond: 1, cost: 1, ttlMs: 60_000 }],
+    });
+    const { keys, argv } = scriptCall([request]);
+    argv[1] = '-5';
+    await expect(run(keys.length, ...keys, ...argv, String(CASE_EPOCH_MICROS))).rejects.toThrow(
+      'QP_BADARG deadline must be >= 0',
+    );
+    expect(() => scriptCall([request], 1.5)).toThrow(RangeError);
   });
 });

@@ -22,7 +22,12 @@ describe('agent configuration', () => {
     const c = loadConfig(base);
     expect(c).toMatchObject({
       region: 'us',
-      decisionDeadlineMs: 50,
+      decisionDeadlineMs: 250,
+      storeTimeoutMs: 50,
+      storeBatching: 'batch',
+      maxInFlight: 1024,
+      maxEventLoopDelayMs: 0,
+      overloadRetryAfterMs: 1000,
       subjectHeader: 'x-quota-subject',
       trustedProxies: [],
       legacyHeaders: false,
@@ -117,6 +122,27 @@ describe('agent configuration', () => {
     expect(problems({ ...base, QP_CONFIG_FILE: 'x.json' }, { 'x.json': '{"unknownField":1}' })[0]).toMatch(
       /unknownField/,
     );
+  });
+
+  it('reads the subject secret from QP_HMAC_SECRET_FILE, never beside QP_HMAC_SECRET', () => {
+    const files = { 'hmac.key': 'a-secret-of-enough-length\n', 'short.key': 'short\n' };
+    const read = (p: string) => {
+      const text = files[p as keyof typeof files];
+      if (text === undefined) throw new Error(`ENOENT ${p}`);
+      return text;
+    };
+    expect(loadConfig({ ...base, QP_HMAC_SECRET_FILE: 'hmac.key' }, read).hmacSecret).toBe(
+      'a-secret-of-enough-length',
+    );
+    expect(problems({ ...base, QP_HMAC_SECRET_FILE: 'short.key' }, files)).toEqual([
+      'QP_HMAC_SECRET (hmacSecret): hmacSecret must be at least 16 characters',
+    ]);
+    expect(problems({ ...base, QP_HMAC_SECRET_FILE: 'gone.key' }, files)[0]).toMatch(
+      /^QP_HMAC_SECRET_FILE gone.key: /,
+    );
+    expect(
+      problems({ ...base, QP_HMAC_SECRET_FILE: 'hmac.key', QP_HMAC_SECRET: 'another-secret-long' }, files),
+    ).toEqual(['QP_HMAC_SECRET_FILE and QP_HMAC_SECRET exclude each other']);
   });
 
   it('names environment variables from fields', () => {

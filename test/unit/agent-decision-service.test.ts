@@ -12,8 +12,10 @@ import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
 import type { DecisionStore } from '../../regional-agent/decisions/decision-store.js';
 import type { Forwarder, ForwardRequest } from '../../regional-agent/decisions/forwarder.js';
+import type { ShortfallHandler } from '../../regional-agent/decisions/store-group.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { onTheWire } from '../../regional-agent/resilience/wire-timeout.js';
 
 const clock = new ManualClock(1_750_000_000_000);
 
@@ -52,7 +54,8 @@ class FlakyStore implements DecisionStore {
   decide(request: DecideRequest): Promise<Decision> {
     this.calls.push(request);
     if (this.mode === 'fail') return Promise.reject(new Error('ECONNREFUSED'));
-    if (this.mode === 'hang') return new Promise(() => undefined);
+    // A reply that never arrives: the store times the call on the wire, as the Redis store does.
+    if (this.mode === 'hang') return onTheWire(new Promise<Decision>(() => undefined), 40, 'decide');
     return this.inner.decide(request);
   }
   slotOf(key: string) {
@@ -64,9 +67,30 @@ class FlakyStore implements DecisionStore {
   claim(...a: Parameters<DecisionStore['claim']>) {
     return this.inner.claim(...a);
   }
+  decideLog(...a: Parameters<DecisionStore['decideLog']>) {
+    if (this.mode === 'fail') return Promise.reject(new Error('ECONNREFUSED'));
+    return this.inner.decideLog(...a);
+  }
+  refundLog(...a: Parameters<DecisionStore['refundLog']>) {
+    return this.inner.refundLog(...a);
+  }
+  decideDay(...a: Parameters<DecisionStore['decideDay']>) {
+    if (this.mode === 'fail') return Promise.reject(new Error('ECONNREFUSED'));
+    return this.inner.decideDay(...a);
+  }
+  refundDay(...a: Parameters<DecisionStore['refundDay']>) {
+    return this.inner.refundDay(...a);
+  }
 }
 
-function agent(options: { shares?: ShareView; store?: DecisionStore; forwarder?: Forwarder } = {}) {
+function agent(
+  options: {
+    shares?: ShareView;
+    store?: DecisionStore;
+    forwarder?: Forwarder;
+    shortfall?: ShortfallHandler;
+  } = {},
+) {
   const built = buildApp(
     {
       store: options.store ?? new ModelDecisionStore(clock),
@@ -76,6 +100,7 @@ function agent(options: { shares?: ShareView; store?: DecisionStore; forwarder?:
       clock,
       random: () => 1,
       ...(options.forwarder ? { forwarder: options.forwarder } : {}),
+      ...(options.shortfall ? { shortfall: options.shortfall } : {}),
     },
     AgentConfig.parse({
       region: 'us',
@@ -95,17 +120,25 @@ function agent(options: { shares?: ShareView; store?: DecisionStore; forwarder?:
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     return DecisionResponse.parse(r.body);
   };
-  return { built, decide, decision };
+  /** The decision before the HTTP answer floors its tokens: the exact values the buckets hold. */
+  const exact = async (body: object) => {
+    await built.ready;
+    return built.service.decideBody(body, 'exact');
+  };
+  return { built, decide, decision, exact };
 }
 
 describe('sizing buckets from the ShareView', () => {
   it('enforces capacity × share and refill × share', async () => {
-    const { decision } = agent({ shares: new StaticShareView({ closed: 0.3 }) });
+    const { decision, exact } = agent({ shares: new StaticShareView({ closed: 0.3 }) });
     const d = await decision({ policy: 'closed', subject: 's1', cost: 3 });
     expect(d.results[0]).toMatchObject({ allowed: true, remaining: 0, limit: 3, resetMs: 10_000 });
     clock.advance(3333);
-    const again = await decision({ policy: 'closed', subject: 's1' });
+    const again = await exact({ policy: 'closed', subject: 's1' });
     expect(again.results[0]).toMatchObject({ allowed: false, retryAfterMs: 1, remaining: 0.9999 });
+    // The answer floors it: 0.9999 tokens admit nothing of cost 1.
+    const wire = await decision({ policy: 'closed', subject: 's1' });
+    expect(wire.results[0]).toMatchObject({ allowed: false, retryAfterMs: 1, remaining: 0, limit: 3 });
   });
 
   it('passes a share floor to the script: an idle bucket refills at the lowest share since the dip', async () => {
@@ -113,21 +146,22 @@ describe('sizing buckets from the ShareView', () => {
     const shares = new RecordingShares({
       closed: { share: 1, epoch: 3, floor: { sinceMs: since + 1, share: 0.1 } },
     });
-    const { decision } = agent({ shares });
+    const { decision, exact } = agent({ shares });
     const subject = 'floored';
     await decision({ policy: 'closed', subject, cost: 10 });
     clock.advance(5000);
     // At share 1 the bucket would hold 5; written before the floor instant, it refilled at 0.1/s: 0.5.
-    const d = await decision({ policy: 'closed', subject, dryRun: true });
+    const d = await exact({ policy: 'closed', subject, dryRun: true });
     expect(d.results[0]!.remaining).toBeCloseTo(0.5, 6);
   });
 
   it('says cost_exceeds_share when the share is too small for the cost, instead of denying in silence', async () => {
-    const { decision } = agent({ shares: new StaticShareView({ closed: 0.05 }) });
+    const { decision, exact } = agent({ shares: new StaticShareView({ closed: 0.05 }) });
+    expect((await exact({ policy: 'closed', subject: 'tiny', dryRun: true })).results[0]!.limit).toBe(0.5);
     const d = await decision({ policy: 'closed', subject: 'tiny' });
     expect(d.allowed).toBe(false);
     expect(d.retryAfterMs).toBeNull();
-    expect(d.results[0]).toMatchObject({ reason: 'cost_exceeds_share', retryAfterMs: null, limit: 0.5 });
+    expect(d.results[0]).toMatchObject({ reason: 'cost_exceeds_share', retryAfterMs: null, limit: 0 });
     expect(d.headers['Retry-After']).toBeUndefined();
   });
 
@@ -177,6 +211,44 @@ describe('sizing buckets from the ShareView', () => {
       mode: 'strict',
     });
     expect((await decision({ policy: 'closed', subject: 'a' })).results[0]).toMatchObject({ limit: 1 });
+  });
+});
+
+describe('a refusal for lack of local tokens', () => {
+  it('is offered to the shortfall handler, and decided once more when it brought tokens', async () => {
+    const store = new ModelDecisionStore(clock);
+    const offered: string[][] = [];
+    let give = 2;
+    const shortfall: ShortfallHandler = {
+      async cover(short) {
+        offered.push(short.map((s) => s.check.policy.name));
+        if (give === 0) return { covered: false, reasons: short.map(() => 'subject_exhausted' as const) };
+        await store.refund({
+          checks: short.map((s) => ({
+            key: s.check.bucket.key,
+            cost: give,
+            capacity: s.check.bucket.capacity,
+          })),
+        });
+        give = 0;
+        return { covered: true, reasons: short.map(() => undefined) };
+      },
+    };
+    const { decision } = agent({ store, shortfall });
+    expect((await decision({ policy: 'closed', subject: 'short', cost: 10 })).allowed).toBe(true);
+    expect(offered).toEqual([]);
+    const covered = await decision({ policy: 'closed', subject: 'short', cost: 2 });
+    expect(covered.allowed).toBe(true);
+    expect(covered.results[0]).toMatchObject({ remaining: 0 });
+    const refused = await decision({ policy: 'closed', subject: 'short', cost: 2 });
+    expect(refused.allowed).toBe(false);
+    expect(refused.results[0]).toMatchObject({ reason: 'subject_exhausted' });
+    expect(offered).toEqual([['closed'], ['closed']]);
+    // A dry run and a check that can never fit are not offered.
+    await decision({ policy: 'closed', subject: 'short', dryRun: true });
+    await decision({ policy: 'everywhere', subject: 'short', cost: 10 });
+    await decision({ policy: 'everywhere', subject: 'short', cost: 10 });
+    expect(offered).toHaveLength(2);
   });
 });
 
@@ -302,7 +374,7 @@ describe('store failures and the deadline', () => {
     });
   });
 
-  it('a store that never answers: the decision returns at its deadline', async () => {
+  it('a store whose reply never arrives: the decision answers when the store call times out', async () => {
     const store = new FlakyStore();
     store.mode = 'hang';
     const { decision } = agent({ store });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
+import { defaultRenewalBounds } from '../../core/lease/trust-checks.js';
 import type { AllocationRecord, Renewal } from '../../core/wire/protocol.js';
 
 const renewal: Renewal = {
@@ -14,7 +15,12 @@ const renewal: Renewal = {
 
 function setup() {
   const clock = new ManualClock(1_750_000_000_000);
-  const lease = new AgentLease({ region: 'us', clock, skewMs: 1000 });
+  const lease = new AgentLease({
+    region: 'us',
+    clock,
+    skewMs: 1000,
+    renewalBounds: { ...defaultRenewalBounds, maxLeaseMs: 600_000, maxGraceMs: 1_200_000 },
+  });
   let revision = 0;
   const apply = (us: number) => {
     revision++;
@@ -44,7 +50,8 @@ describe('agent lease: refill floors', () => {
     clock.advance(3000);
     apply(0.4);
     clock.advance(500);
-    expect(lease.shareFor('p', 't')).toEqual({ share: 0.4, epoch: 3 });
+    // No floor for buckets; a sliding log, whose window still holds entries admitted at 0.2, enforces `lowest`.
+    expect(lease.shareFor('p', 't')).toEqual({ share: 0.4, epoch: 3, lowest: 0.2 });
   });
 
   it('after a dip, buckets written before the dip refill at most at the lowest share in force since', () => {
@@ -62,6 +69,7 @@ describe('agent lease: refill floors', () => {
       share: 0.6,
       epoch: 3,
       floor: { sinceMs: dipAt + 1000, share: 0.1 },
+      lowest: 0.1,
     });
   });
 
@@ -76,6 +84,7 @@ describe('agent lease: refill floors', () => {
     expect(lease.shareFor('p', 't')!.floor).toBeDefined();
     clock.advance(62_000);
     expect(lease.shareFor('p', 't')!.floor).toBeUndefined();
+    expect(lease.shareFor('p', 't')!.lowest).toBeUndefined();
   });
 
   it('a lapse dips the share to the safe share; a renewal after it floors older buckets at that', () => {
@@ -91,6 +100,7 @@ describe('agent lease: refill floors', () => {
       share: 0.9,
       epoch: 1,
       floor: { sinceMs: lapsedAt + 1000, share: 0.5 },
+      lowest: 0.5,
     });
   });
 });
@@ -101,14 +111,14 @@ describe('agent lease: stale renewals', () => {
     apply(0.9);
     lease.recordsLoaded();
     const short = { ...renewal, leaseMs: 5000, graceMs: 20_000 };
-    expect(lease.renewed(short, clock.now(), 7)).toBe(true);
+    expect(lease.renewed(short, clock.now(), 7)).toBe('accepted');
     expect(lease.renewedSeq).toBe(7);
     clock.advance(6000);
     expect(lease.mode()).toBe('lapsed');
     // A reply to a heartbeat sent 1001 ms ago: the coordinator may think this renewal ran out already.
     const sentAt = clock.now();
     clock.advance(1001);
-    expect(lease.renewed(short, sentAt, 8)).toBe(false);
+    expect(lease.renewed(short, sentAt, 8)).toBe('stale');
     expect(lease.staleRenewals).toBe(1);
     expect(lease.renewedSeq).toBe(7);
     expect(lease.mode()).toBe('lapsed');
@@ -116,7 +126,7 @@ describe('agent lease: stale renewals', () => {
     // Exactly one interval is still in time.
     const again = clock.now();
     clock.advance(1000);
-    expect(lease.renewed(short, again, 9)).toBe(true);
+    expect(lease.renewed(short, again, 9)).toBe('accepted');
     expect(lease.renewedSeq).toBe(9);
     expect(lease.mode()).toBe('valid');
   });

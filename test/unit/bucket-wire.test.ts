@@ -1,11 +1,16 @@
 import fc from 'fast-check';
+import { DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT } from '../../core/keys.js';
 import { describe, expect, it } from 'vitest';
 import {
   DecideRequest,
   InvalidBucketRequestError,
   decodeReply,
   encodeRequest,
+  isTokenCost,
   looksValid,
+  MAX_COST,
+  MIN_COST,
+  TokenCost,
   parseReply,
   scriptArguments,
 } from '../../core/bucket-wire.js';
@@ -26,16 +31,18 @@ describe('bucket wire format', () => {
         check,
         { ...check, key: 'rl:v1:{s}:q', floor: { beforeMicros: 5, refillPerSecond: 1, capacity: 3 } },
       ],
-      idempotency: { key: 'rl:idem:{s}:x', ttlMs: 1000 },
+      idempotency: { key: 'rl:idem:{s}:x', ttlMs: 1000, maxRecords: 7 },
       dryRun: true,
     });
     expect(scriptArguments(e)).toEqual({
-      keys: ['rl:v1:{s}:p', 'rl:v1:{s}:q', 'rl:idem:{s}:x'],
+      keys: ['rl:v1:{s}:p', 'rl:v1:{s}:q', 'rl:idem:{s}:x', 'rl:idem-index:{s}'],
       argv: [
         '1',
+        '0',
         '2',
         '3',
         '1000',
+        '7',
         '10000000',
         '2',
         '1000000',
@@ -54,9 +61,20 @@ describe('bucket wire format', () => {
     });
   });
 
+  it('an idempotency record without its own bound carries the default most records per subject', () => {
+    const e = encodeRequest({ checks: [check], idempotency: { key: 'rl:idem:{s}:x', ttlMs: 1000 } });
+    expect(scriptArguments(e).argv.slice(2, 6)).toEqual([
+      '1',
+      '0',
+      '1000',
+      String(DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT),
+    ]);
+  });
+
   it('sends no floor values when no bucket has a floor', () => {
     expect(scriptArguments(encodeRequest({ checks: [check] })).argv).toEqual([
       '1',
+      '0',
       '1',
       '0',
       '0',
@@ -70,7 +88,7 @@ describe('bucket wire format', () => {
   it.each([
     [{ checks: [] }, 'checks: Too small: expected array to have >=1 items'],
     [{ checks: Array(17).fill(check) }, 'checks: Too big: expected array to have <=16 items'],
-    [{ checks: [{ ...check, cost: 0 }] }, 'checks.0.cost: Too small: expected number to be >=0.000001'],
+    [{ checks: [{ ...check, cost: 0 }] }, 'checks.0.cost: cost must be at least 0.000001 (one micro-token)'],
     [{ checks: [{ ...check, capacity: -1 }] }, 'checks.0.capacity: Too small: expected number to be >=0'],
     [{ checks: [{ ...check, ttlMs: 0.5 }] }, 'checks.0.ttlMs: Invalid input: expected int, received number'],
     [{ checks: [{ ...check, key: '' }] }, 'checks.0.key: Too small: expected string to have >=1 characters'],
@@ -174,6 +192,26 @@ describe('the fast validity check', () => {
       { requiredKeys: ['checks'] },
     ),
   );
+
+  it('isTokenCost accepts exactly the costs TokenCost accepts', () => {
+    const near = (x: number) => fc.constantFrom(x, x * (1 - Number.EPSILON), x * (1 + Number.EPSILON));
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.double(),
+          fc.double({ min: 0, max: 2 * MAX_COST }),
+          near(MIN_COST),
+          near(MAX_COST),
+          fc.constantFrom(0, -0, NaN, Infinity, -Infinity, '1', null, 1n),
+          fc.anything(),
+        ),
+        (v) => {
+          expect(isTokenCost(v)).toBe(TokenCost.safeParse(v).success);
+        },
+      ),
+      { numRuns: 20_000 },
+    );
+  });
 
   it('accepts only what the zod schema accepts, and accepts most valid shapes', () => {
     let agreed = 0;

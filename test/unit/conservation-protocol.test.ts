@@ -15,7 +15,11 @@ function converged(loop: ProtocolLoop, want: Record<string, number>, tolerance =
   return regions.every((r) => Math.abs((shares[r] ?? 0) - want[r]!) <= tolerance);
 }
 
-/** A loop past learning mode with shares settled on the given demand. */
+/**
+ * A loop past learning mode with shares settled on the given demand, and past the regrowth cool-down of the
+ * regions that shrank to get there (the policy's idle TTL, 60 s, plus the skew margins): a region that shrank
+ * may grow again at once.
+ */
 function settled(
   demand: Record<string, number>,
   options: Partial<ConstructorParameters<typeof ProtocolLoop>[0]> = {},
@@ -23,7 +27,7 @@ function settled(
   const loop = new ProtocolLoop({ regions, agentsPerRegion: 2, ...options });
   loop.upsertPolicy(policy);
   for (const r of regions) loop.setDemand(r, 'writes', demand[r]!);
-  loop.advance(30_000);
+  loop.advance(75_000);
   return loop;
 }
 
@@ -65,6 +69,22 @@ describe('rebalancing', () => {
     loop.advance(300_000);
     expect(loop.shares('writes')).toEqual(before);
     expect(loop.kv.get('writes')!.record.epoch).toBe(epoch);
+    loop.checker.assertHeld();
+  });
+
+  it('does not grow a region again within the cool-down after it shrank; borrowing serves it meanwhile', () => {
+    const loop = new ProtocolLoop({ regions, agentsPerRegion: 1 });
+    loop.upsertPolicy(policy);
+    for (const [r, d] of Object.entries({ us: 80, eu: 10, ap: 10 })) loop.setDemand(r, 'writes', d);
+    loop.advance(20_000);
+    expect(loop.shares('writes')['eu']).toBeLessThan(0.2);
+    loop.setDemand('us', 'writes', 10);
+    loop.setDemand('eu', 'writes', 80);
+    // eu shrank at about 8 s (after learning); it may grow once 60 s + 2 × 1 s have passed since.
+    loop.advance(40_000);
+    expect(loop.shares('writes')['eu']).toBeLessThan(0.2);
+    loop.advance(20_000);
+    expect(loop.shares('writes')['eu']).toBeGreaterThan(0.6);
     loop.checker.assertHeld();
   });
 });
@@ -323,5 +343,37 @@ describe('messages the coordinator must not trust', () => {
     loop.advance(100);
     expect(loop.kv.has('writes')).toBe(false);
     for (const a of loop.agents) expect(a.lease.shareFor('writes', 't')).toBeUndefined();
+  });
+});
+
+describe('shed reported in heartbeats', () => {
+  it('turns the requests an agent shed since its previous heartbeat into a rate per agent', () => {
+    const loop = settled({ us: 40, eu: 40, ap: 20 });
+    const engine = loop.engine!;
+    const us = loop.agents.find((a) => a.region === 'us')!;
+    const view = () =>
+      engine
+        .regionViews()
+        .find((r) => r.region === 'us')!
+        .agents.find((a) => a.agentId === us.id)!;
+    const heartbeat = (seq: number) => ({
+      agentId: us.id,
+      instance: view().instance,
+      region: 'us',
+      seq,
+      appliedRevision: view().appliedRevision,
+      ackRevision: view().ackRevision,
+      mode: 'valid' as const,
+      renewedSeq: -1,
+    });
+    expect(view().shedPerSecond).toBe(0);
+    const last = view().lastHeartbeatAt!;
+    loop.clock.set(Math.max(loop.clock.now(), last + 500));
+    const since = loop.clock.now() - last;
+    engine.heartbeat({ ...heartbeat(1_000_000), shed: 30 });
+    expect(view().shedPerSecond).toBeCloseTo(30 / (since / 1000), 9);
+    // A heartbeat without the field (an older agent) leaves the rate as it was.
+    engine.heartbeat(heartbeat(1_000_001));
+    expect(view().shedPerSecond).toBeCloseTo(30 / (since / 1000), 9);
   });
 });

@@ -19,9 +19,12 @@ describe('coordinator configuration', () => {
     const c = loadConfig(base);
     expect(c).toEqual({
       natsServers: ['nats://127.0.0.1:4222'],
+      natsAuth: { nkeyFile: undefined, tlsCaFile: undefined },
       regions: ['us', 'eu', 'ap'],
-      adminToken: ADMIN,
-      readToken: undefined,
+      tokens: [{ token: ADMIN, principal: { role: 'write', name: 'admin' } }],
+      metricsAuth: 'none',
+      metricsListener: undefined,
+      auditRefusals: { windowMs: 10_000, perMinute: 60 },
       host: '127.0.0.1',
       port: 7100,
       logLevel: 'info',
@@ -32,14 +35,16 @@ describe('coordinator configuration', () => {
       audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
       shutdownGraceMs: 0,
       protocol: {
-        rebalance: { roundMs: 1000 },
+        rebalance: { roundMs: 1000, confirmMs: 60_000 },
         lease: {
           leaseMs: 6000,
           graceMs: 12_000,
           skewMs: 1000,
           reportIntervalMs: 1000,
-          maxOverridesPerPolicy: 16,
+          maxOverridesPerPolicy: 0,
           overrideTtlMs: 30_000,
+          forgetAfterMs: 600_000,
+          maxAgentsPerRegion: 64,
         },
         safeShares: undefined,
       },
@@ -66,11 +71,24 @@ describe('coordinator configuration', () => {
       QP_AUDIT_MAX_AGE_DAYS: '30',
       QP_AUDIT_MAX_BYTES: '2097152',
       QP_SHUTDOWN_GRACE_MS: '1500',
+      QP_ADMIN_TOKENS: 'alice:write:alice-secret-0123456789,\n# CI\n grafana:read:grafana-secret-012345 ',
+      QP_METRICS_AUTH: 'read',
+      QP_METRICS_PORT: '9100',
+      QP_AUDIT_REFUSALS_WINDOW_MS: '5000',
+      QP_AUDIT_REFUSALS_PER_MINUTE: '10',
     });
     expect(c).toMatchObject({
       natsServers: ['nats://a:4222', 'nats://b:4222'],
       regions: ['us', 'eu-west'],
-      readToken: 'read-secret-0123456789',
+      tokens: [
+        { token: ADMIN, principal: { role: 'write', name: 'admin' } },
+        { token: 'read-secret-0123456789', principal: { role: 'read', name: 'reader' } },
+        { token: 'alice-secret-0123456789', principal: { role: 'write', name: 'alice' } },
+        { token: 'grafana-secret-012345', principal: { role: 'read', name: 'grafana' } },
+      ],
+      metricsAuth: 'read',
+      metricsListener: { host: '0.0.0.0', port: 9100 },
+      auditRefusals: { windowMs: 5000, perMinute: 10 },
       host: '0.0.0.0',
       port: 8100,
       logLevel: 'debug',
@@ -111,6 +129,32 @@ describe('coordinator configuration', () => {
     expect(problems({ ...base, QP_READ_TOKEN: ADMIN })).toEqual([
       'QP_READ_TOKEN: the read token must differ from the admin token',
     ]);
+  });
+
+  it('named tokens: a write token is required, names and tokens are unique, each is name:role:token', () => {
+    const { QP_REGIONS } = base;
+    expect(problems({ QP_REGIONS })).toEqual([
+      'QP_ADMIN_TOKEN: set QP_ADMIN_TOKEN or a write token in QP_ADMIN_TOKENS',
+    ]);
+    expect(problems({ QP_REGIONS, QP_ADMIN_TOKENS: 'ci:write:ci-secret-0123456789abc' })).toEqual([]);
+    expect(problems({ QP_REGIONS, QP_ADMIN_TOKENS: 'grafana:read:grafana-secret-012345' })).toEqual([
+      'QP_ADMIN_TOKEN: set QP_ADMIN_TOKEN or a write token in QP_ADMIN_TOKENS',
+    ]);
+    expect(problems({ ...base, QP_ADMIN_TOKENS: 'admin:read:other-secret-0123456789' })).toEqual([
+      'QP_ADMIN_TOKENS: token name admin is used twice (admin and reader name QP_ADMIN_TOKEN and QP_READ_TOKEN)',
+    ]);
+    expect(problems({ ...base, QP_ADMIN_TOKENS: `ci:read:${ADMIN}` })).toEqual([
+      'QP_ADMIN_TOKENS: every token must differ',
+    ]);
+    expect(problems({ ...base, QP_ADMIN_TOKENS: 'ci:root:ci-secret-0123456789abc' })[0]).toMatch(
+      /^QP_ADMIN_TOKENS\.0\.role:/,
+    );
+    expect(problems({ ...base, QP_ADMIN_TOKENS: 'just-a-token-0123456789' })).toEqual([
+      'QP_ADMIN_TOKENS.0: named tokens look like name:role:token',
+    ]);
+    expect(problems({ ...base, QP_ADMIN_TOKENS: 'ci:write:short' })[0]).toMatch(
+      /^QP_ADMIN_TOKENS\.0\.token:/,
+    );
   });
 
   it('never repeats a token in its messages', () => {

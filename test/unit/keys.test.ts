@@ -1,6 +1,6 @@
 import calculateSlot from 'cluster-key-slot';
 import { describe, expect, it } from 'vitest';
-import { bucketKey, hashTag, idempotencyRecordKey } from '../../core/keys.js';
+import { bucketKey, hashTag, idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
 
 describe('keys', () => {
   it('builds rl:v{version}:{subject}:{policy} with the subject as hash tag', () => {
@@ -22,5 +22,13 @@ describe('keys', () => {
     const k = idempotencyRecordKey('t', 'x'.repeat(500));
     expect(k).toMatch(/^rl:idem:\{t\}:[A-Za-z0-9_-]{22}$/);
     expect(idempotencyRecordKey('t', 'a')).not.toBe(idempotencyRecordKey('t', 'b'));
+  });
+});
+
+describe('idempotency records', () => {
+  it('live no longer than the shortest idle TTL of the policies checked, nor than the configured bound', () => {
+    expect(idempotencyTtlMs(3_600_000, [60])).toBe(60_000);
+    expect(idempotencyTtlMs(3_600_000, [600, 45, 120])).toBe(45_000);
+    expect(idempotencyTtlMs(30_000, [60])).toBe(30_000);
   });
 });

@@ -11,6 +11,7 @@ function issues(input: unknown): string[] {
 describe('policy schema', () => {
   it('fills every default', () => {
     expect(parsePolicy(base)).toEqual({
+      kind: 'token_bucket',
       name: 'writes',
       capacity: 10,
       refillPerSecond: 2,

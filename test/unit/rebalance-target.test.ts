@@ -2,7 +2,14 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import { defaultRebalanceSettings as settings } from '../../core/rebalance/settings.js';
-import { idealShares, nextShares, shareFloor } from '../../core/rebalance/target.js';
+import {
+  idealShares,
+  nextShares,
+  rebalanceRound,
+  roomNeeded,
+  shareFloor,
+  targetShares,
+} from '../../core/rebalance/target.js';
 
 describe('target shares', () => {
   it('gives every region its floor and the rest in proportion to demand', () => {
@@ -61,5 +68,54 @@ describe('demand tracker', () => {
     t.observe('a', 100, 1000, 0);
     expect(t.rate('a', 2000)).toBe(100);
     expect(t.rate('a', 3000)).toBeCloseTo(50, 6);
+  });
+});
+
+describe('what a round knows of demand', () => {
+  const known = [true, true, true];
+  it('a region not heard from is unknown, not zero: it keeps its share and the others share the rest', () => {
+    const current = [0.325, 0.35, 0.325];
+    const d = { demand: [60, 60, 0], unmet: [10, 10, 0], known: [true, true, false] };
+    const ideal = targetShares(current, d, 0.02)!;
+    expect(ideal[2]).toBe(0.325);
+    expect(ideal[0]).toBeCloseTo(0.3375, 12);
+    expect(ideal[1]).toBeCloseTo(0.3375, 12);
+    // Known zero is zero: the region goes to its floor.
+    expect(targetShares(current, { ...d, known }, 0.02)![2]).toBeCloseTo(0.02, 12);
+  });
+
+  it('room is needed only where a region the target grows has demand refused', () => {
+    const current = [1 / 3, 1 / 3, 1 / 3];
+    const ideal = [0.6, 0.2, 0.2];
+    const served = { demand: [60, 20, 20], unmet: [0, 0, 0], known };
+    expect(roomNeeded(current, ideal, served, settings)).toBe(false);
+    const short = { ...served, unmet: [6, 0, 0] };
+    expect(roomNeeded(current, ideal, short, settings)).toBe(true);
+    // Refusals only in regions that would shrink do not count.
+    expect(roomNeeded(current, ideal, { ...served, unmet: [0, 5, 5] }, settings)).toBe(false);
+    expect(roomNeeded(current, ideal, served, { ...settings, unmetFraction: 0 })).toBe(true);
+  });
+
+  it('a move at rest waits until the target stayed beyond the band for confirmMs, with room needed', () => {
+    const s = { ...settings, confirmMs: 2000 };
+    const state = { shares: [1 / 3, 1 / 3, 1 / 3], moving: false };
+    const ideal = [0.6, 0.2, 0.2];
+    const demand = { demand: [60, 20, 20], unmet: [6, 0, 0], known };
+    expect(rebalanceRound(state, ideal, 0.02, s, { now: 0, demand })).toBeUndefined();
+    expect(rebalanceRound(state, ideal, 0.02, s, { now: 1000, demand })).toBeUndefined();
+    // One round back inside the band (or without refusals) starts the wait again.
+    expect(
+      rebalanceRound(state, ideal, 0.02, s, { now: 1500, demand: { ...demand, unmet: [0, 0, 0] } }),
+    ).toBeUndefined();
+    expect(rebalanceRound(state, ideal, 0.02, s, { now: 2000, demand })).toBeUndefined();
+    expect(rebalanceRound(state, ideal, 0.02, s, { now: 3000, demand })).toBeUndefined();
+    const next = rebalanceRound(state, ideal, 0.02, s, { now: 4000, demand })!;
+    expect(next[0]).toBeCloseTo(1 / 3 + 0.85 * (0.6 - 1 / 3), 12);
+    expect(state.moving).toBe(true);
+    // Once moving, no gate: it finishes the move.
+    state.shares = next;
+    expect(
+      rebalanceRound(state, ideal, 0.02, s, { now: 5000, demand: { ...demand, unmet: [0, 0, 0] } }),
+    ).toBeDefined();
   });
 });

@@ -1,5 +1,5 @@
 /**
- * The dynamic strategies in the simulator: `dynamic` runs core's conservation protocol (CoordinatorEngine,
+ * The dynamic strategies in the simulator: `dynamic` runs core's conservation protocol (LeaseCoordinator,
  * AgentLease) over the simulated network; `naive-dynamic` the same rebalancer without the two-phase protocol.
  * The checks of issue 5 (minute-burst, step-shift, coordinator crash, region partition), what naive-dynamic
  * costs, the wire, the message count and the settings.
@@ -55,6 +55,13 @@ function watched(seen: (m: ProtocolMessage) => void): StrategyDefinition {
   };
 }
 
+/**
+ * The protocol's machinery at full stretch: by default a move waits a minute for a split of demand that lasts
+ * (borrowing serves the subjects meanwhile) and per-subject overrides are off; the checks of the protocol itself
+ * want moves and overrides within these short runs.
+ */
+const MOVING = { confirmMs: 2000, maxOverrides: 16 };
+
 /** Conservation as the run measured it: never above 1, not for an instant. */
 function conserved(r: StrategyResult): void {
   expect(r.maxShareSum, `${r.scenario}/${r.strategy}`).toBeLessThanOrEqual(1);
@@ -76,13 +83,14 @@ describe('dynamic: the checks of issue 5', () => {
     const { result: r, series } = run('step-shift', 'dynamic');
     const staticRun = result('step-shift', 'static');
     expect(r.utilisation!).toBeGreaterThan(staticRun.utilisation! + 0.3);
-    // Issue 5's check: at least 0.9 of ideal (counted from warmupS = 120 s, once ideal's initial burst is spent:
-    // a split can never hold that burst in one region; over the whole run it is lower, and said so).
-    expect(r.utilisation!).toBeGreaterThanOrEqual(0.9);
-    expect(r.utilisationWholeRun!).toBeLessThan(r.utilisation!);
-    // Before the shift (all demand in us) and 30 s after it (all in eu), at the floor elsewhere.
+    // Issue 5's check: at least 0.9 of ideal (counted from warmupS = 120 s); borrowing delivers the start-up
+    // burst too (the other regions lend their thirds of it), so the whole run reaches it as well.
+    expect(r.utilisation!).toBeGreaterThanOrEqual(0.95);
+    expect(r.utilisationWholeRun!).toBeGreaterThanOrEqual(0.95);
+    // Before the shift (all demand in us) and once the move is confirmed after it (a minute beyond the band: all
+    // in eu), at the floor elsewhere; borrowing served eu meanwhile.
     const before = series.shares![140]!;
-    const after = series.shares![180]!;
+    const after = series.shares![230]!;
     expect(before[0]).toBeGreaterThan(0.9);
     expect(after[1]).toBeGreaterThan(0.85);
     expect(after[2]).toBeCloseTo(0.02, 9);
@@ -91,7 +99,7 @@ describe('dynamic: the checks of issue 5', () => {
   });
 
   it('through a coordinator crash: leases lapse to the safe shares, learning mode, then shares follow demand again', () => {
-    const { result: r, series } = run('coordinator-crash', 'dynamic');
+    const { result: r, series } = run('coordinator-crash', 'dynamic', MOVING);
     conserved(r);
     expect(r.counters['coordinatorStarts']).toBe(2);
     // Down from 120 s to 180 s: after lease (6 s) and grace (12 s) every agent decides at its safe share.
@@ -118,6 +126,7 @@ describe('dynamic: the checks of issue 5', () => {
   it('conserves the budget under loss and jitter, with several agents per region', () => {
     for (const scenario of ['follow-the-sun', 'region-partition', 'coordinator-crash']) {
       const r = result(scenario, 'dynamic', {
+        ...MOVING,
         durationS: 240,
         linkLoss: 0.2,
         linkJitterMs: 40,
@@ -133,21 +142,20 @@ describe('dynamic: the checks of issue 5', () => {
 
 describe('naive-dynamic: what the two-phase protocol buys', () => {
   it('puts shares in force above 1 from message delay alone, where dynamic never does', () => {
-    const naive = result('follow-the-sun', 'naive-dynamic', { durationS: 150 });
+    const naive = result('follow-the-sun', 'naive-dynamic', { ...MOVING, durationS: 150 });
     expect(naive.maxShareSum!).toBeGreaterThan(1.2);
     expect(naive.shareSumAboveOneS!).toBeGreaterThan(0);
-    conserved(result('follow-the-sun', 'dynamic', { durationS: 150 }));
+    conserved(result('follow-the-sun', 'dynamic', { ...MOVING, durationS: 150 }));
   });
 
-  it('over-admits when a partitioned region keeps its share while the coordinator gives it away', () => {
-    // Refill large against burst, so a long window shows the extra refill; even demand above the budget.
+  it('keeps a partitioned region at its share: its demand is unknown, not zero, so nothing is given away', () => {
+    // Refill large against burst, so a long window would show extra refill; even demand above the budget.
+    // Before demand knew "unknown", naive-dynamic handed the cut region's share to the others (sum 1.4, 1.2×).
     const set = { capacity: 50, refillPerSecond: 20, load: 3, durationS: 150, faultAtS: 60 };
     const naive = result('region-partition', 'naive-dynamic', set);
-    expect(naive.maxShareSum!).toBeGreaterThan(1.2);
-    // The whole partition (60 s, from 60 s) and beyond, until the healed region hears its new share.
-    expect(naive.shareSumAboveOneS!).toBeGreaterThan(50);
-    expect(naive.overAdmission).toBeGreaterThan(1.1);
-    expect(naive.worstWindow?.windowS).toBe(60);
+    expect(naive.maxShareSum).toBe(1);
+    expect(naive.shareSumAboveOneS).toBe(0);
+    expect(naive.overAdmission).toBeLessThanOrEqual(1);
     const protocol = result('region-partition', 'dynamic', set);
     conserved(protocol);
     expect(protocol.overAdmission).toBeLessThanOrEqual(1);
@@ -168,7 +176,7 @@ describe('the protocol on the wire', () => {
       }[m.kind];
       schema.parse(m.body);
     };
-    run('follow-the-sun', watched(check), { durationS: 60, agentsPerRegion: 2 });
+    run('follow-the-sun', watched(check), { ...MOVING, durationS: 60, agentsPerRegion: 2 });
     for (const kind of ['heartbeat', 'usage', 'ack', 'renewal', 'record'])
       expect(counts.get(kind), kind).toBeGreaterThan(0);
   });
@@ -187,7 +195,7 @@ describe('the protocol on the wire', () => {
     const r = run(
       'step-shift',
       watched((m) => kinds.set(m.kind, (kinds.get(m.kind) ?? 0) + 1)),
-      { durationS: 30, shiftAtS: 29, warmupS: 0 },
+      { ...MOVING, durationS: 30, shiftAtS: 29, warmupS: 0 },
       2,
     ).result;
     const writes = r.counters['recordWrites']! - 1; // the first is written before the run
@@ -195,7 +203,11 @@ describe('the protocol on the wire', () => {
     // Each write: coordinator → KV, KV → coordinator (its revision), and one delivery per agent.
     expect(kinds.get('record')).toBe(2 * writes);
     const perAgent = 30 * 3 + 30 / 5;
-    expect(r.network.control).toBe(2 * perAgent + 2 * writes + kinds.get('record')! + kinds.get('ack')!);
+    // And loans: a request and its reply each.
+    const loans = r.counters['loanMessages'] ?? 0;
+    expect(r.network.control).toBe(
+      2 * perAgent + 2 * writes + kinds.get('record')! + kinds.get('ack')! + loans,
+    );
   });
 });
 
@@ -233,6 +245,8 @@ describe('settings', () => {
       'leaseMs=5000,20000',
       '--set',
       'graceMs=60000',
+      '--set',
+      'confirmMs=2000',
     ]);
     if (p.help) throw new Error('help');
     expect(p.warnings).toEqual([]);

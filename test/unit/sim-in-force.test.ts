@@ -1,13 +1,11 @@
 /**
  * The pieces the dynamic strategies measure and report with: the shares in force per allocation unit (the
- * largest share any agent of a region may decide with), the run's share-sum accounting, and the usage an agent
- * reports (bounded, most constrained subjects first).
+ * largest share any agent of a region may decide with), and the run's share-sum accounting (the usage an agent
+ * reports: test/unit/usage-accounting.test.ts).
  */
 import { describe, expect, it } from 'vitest';
-import { MAX_CONSTRAINED_PER_POLICY, PolicyUsage } from '../../core/wire/protocol.js';
 import { InForceTracker, POLICY_UNIT, overrideUnit } from '../../simulations/dynamic/in-force.js';
 import { SimKv } from '../../simulations/dynamic/sim-kv.js';
-import { subjectName, UsageMeter } from '../../simulations/dynamic/usage-meter.js';
 import { VIRTUAL_EPOCH_MS, VirtualClock } from '../../simulations/dynamic/virtual-clock.js';
 import { Recorder } from '../../simulations/metrics/recorder.js';
 
@@ -83,34 +81,6 @@ describe('share-sum accounting of a run', () => {
     r.sharesInForce('policy', [0.1, 0.2, 0.7000000000000001], 0);
     r.closeShares();
     expect(r.shareSumAboveOneUs).toBe(0);
-  });
-});
-
-describe('usage reports', () => {
-  it('sums requested, admitted and denied cost and resets at each report', () => {
-    const m = new UsageMeter();
-    m.record(1, 2, true, 50, 100);
-    m.record(1, 3, false, 1, 100);
-    m.record(2, 1, true, 99, 100);
-    const u = m.take('p');
-    expect([u.requested, u.admitted, u.denied]).toEqual([6, 3, 3]);
-    expect(PolicyUsage.parse(u)).toEqual(u);
-    expect(m.take('p')).toEqual({ policy: 'p', requested: 0, admitted: 0, denied: 0, constrained: [] });
-  });
-
-  it('reports subjects denied or left under a tenth of their bucket, most denied first, at most the wire bound', () => {
-    const m = new UsageMeter();
-    m.record(1, 1, true, 99, 100); // comfortable: not constrained
-    m.record(2, 1, true, 9, 100); // under 10% left: near capacity
-    for (let s = 10; s < 20; s++) for (let k = 0; k <= s - 10; k++) m.record(s, 1, false, 0, 100);
-    const { constrained } = m.take('p');
-    expect(constrained).toHaveLength(MAX_CONSTRAINED_PER_POLICY);
-    expect(constrained[0]).toEqual({ subject: subjectName(19), requested: 10, denied: 10 });
-    expect(constrained.map((c) => c.subject)).not.toContain(subjectName(1));
-    expect(constrained.map((c) => c.subject)).not.toContain(subjectName(2)); // crowded out by denials
-    const lone = new UsageMeter();
-    lone.record(2, 1, true, 9, 100);
-    expect(lone.take('p').constrained).toEqual([{ subject: 's2', requested: 1, denied: 0 }]);
   });
 });
 

@@ -62,7 +62,7 @@ describe('planReplay at --compress 10 with default settings', () => {
       skewMs: 100,
       overrideTtlMs: 3000,
       // The agent's own default deadline, not the simulator's forwardTimeoutMs / K.
-      decisionDeadlineMs: 50,
+      decisionDeadlineMs: 250,
     });
     expect(p.stackEnv).toEqual({
       QP_COORDINATOR_ROUND_MS: '100',
@@ -70,9 +70,10 @@ describe('planReplay at --compress 10 with default settings', () => {
       QP_COORDINATOR_LEASE_MS: '600',
       QP_COORDINATOR_GRACE_MS: '1200',
       QP_COORDINATOR_SKEW_MS: '100',
-      QP_AGENT_DECISION_DEADLINE_MS: '50',
+      QP_AGENT_DECISION_DEADLINE_MS: '250',
+      QP_COORDINATOR_CONFIRM_MS: '6000',
       QP_COORDINATOR_OVERRIDE_TTL_MS: '3000',
-      QP_COORDINATOR_MAX_OVERRIDES: '16',
+      QP_COORDINATOR_MAX_OVERRIDES: '0',
     });
     // The caller may set none of them: the replay refuses to start a stack over them (conflictingEnv).
     expect([...REPLAY_STACK_VARS].sort()).toEqual(Object.keys(p.stackEnv).sort());
@@ -86,8 +87,8 @@ describe('planReplay at --compress 10 with default settings', () => {
       leaseMs: 6000,
       graceMs: 12_000,
       skewMs: 1000,
-      // The agents' 50 ms deadline is 500 ms of scenario time (the simulator's own default is 250).
-      forwardTimeoutMs: 500,
+      // The agents' 250 ms deadline is 2500 ms of scenario time (the simulator's own default is 250).
+      forwardTimeoutMs: 2500,
       // The coordinator's fixed 2000 ms of wall time.
       demandHalfLifeMs: 20_000,
       // Loopback, one agent per region, the coordinator's fixed rebalancing.
@@ -104,7 +105,9 @@ describe('planReplay at --compress 10 with default settings', () => {
       durationS: 300,
       capacity: 100,
       refillPerSecond: 2,
-      maxOverrides: 16,
+      maxOverrides: 0,
+      // The coordinator's confirmMs, a minute, is a timer like the others: 6 s of wall time.
+      confirmMs: 60_000,
     });
     expect(DEFAULT_SETTINGS.forwardTimeoutMs).toBe(250);
     expect(p.predictions.map((s) => s.strategy.name)).toEqual(['ideal', 'dynamic', 'strict', 'independent']);
@@ -168,7 +171,7 @@ describe('planReplay: compression rule', () => {
       graceMs: 1714,
       skewMs: 143,
       overrideTtlMs: 4286,
-      decisionDeadlineMs: 50,
+      decisionDeadlineMs: 250,
     });
     expect(p.settings).toMatchObject({
       roundMs: 1001,
@@ -176,7 +179,7 @@ describe('planReplay: compression rule', () => {
       leaseMs: 5999,
       graceMs: 11_998,
       skewMs: 1001,
-      forwardTimeoutMs: 350,
+      forwardTimeoutMs: 1750,
       demandHalfLifeMs: 14_000,
     });
     // 60 s / 7 = 8.57 → 9 s: rounded up, never below what the bucket needs to refill (100 / 14 = 7.1 s).

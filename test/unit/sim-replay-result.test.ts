@@ -141,6 +141,7 @@ describe('realRow: the simulator’s metrics on the stack’s answers', () => {
       wallRequestsPerSecond: 75,
       sendLagMs: { p50: 0, p99: 0, max: 0 },
       noDecision: 0,
+      shed: 0,
       controlMessages: null,
       shareSamples: 0,
       wallTiming: plan.wall,
@@ -189,8 +190,10 @@ describe('realRow: the simulator’s metrics on the stack’s answers', () => {
         const base = { sentMs: dueMs(a), answeredMs: dueMs(a) + latency };
         if (i === 0 || i >= 410)
           return { ...base, status: 0, allowed: false, retryAfterMs: null, error: 'ECONNREFUSED' };
-        if (i >= 400)
+        if (i >= 405)
           return { ...base, status: 503, allowed: false, retryAfterMs: null, error: 'AGT_ERR_DRAINING' };
+        if (i >= 400)
+          return { ...base, status: 503, allowed: false, retryAfterMs: null, error: 'AGT_ERR_OVERLOADED' };
         if (i < 100) return { ...base, ...(i % 2 === 1 ? { reason: 'emergency_bucket' } : {}) };
         return { ...base, allowed: false, retryAfterMs: 500 };
       }),
@@ -207,12 +210,16 @@ describe('realRow: the simulator’s metrics on the stack’s answers', () => {
       forwarded: 0,
       degraded: {
         emergency_bucket: 50,
-        'no_decision:AGT_ERR_DRAINING': 10,
+        'no_decision:AGT_ERR_DRAINING': 5,
         'no_decision:ECONNREFUSED': 41,
+        // An explicit shed is an answer ("busy"), denied like the others, but not a request left without one.
+        'shed:AGT_ERR_OVERLOADED': 5,
       },
     });
-    expect(result.counters['replay:noDecision']).toBe(51);
-    expect(result.replay!.noDecision).toBe(51);
+    expect(result.counters['replay:noDecision']).toBe(46);
+    expect(result.replay!.noDecision).toBe(46);
+    expect(result.counters['replay:shed']).toBe(5);
+    expect(result.replay!.shed).toBe(5);
   });
 
   it('takes maxShareSum and the time above 1 from the shares the coordinator issued', () => {
@@ -243,6 +250,7 @@ describe('realRow: the simulator’s metrics on the stack’s answers', () => {
       recordWrites: 10,
       recordDeliveries: 30,
       dropped: 3,
+      loans: 0,
       total: 650,
       windowSeconds: 6.5,
     };
@@ -355,7 +363,14 @@ describe('the Prometheus text the replay reads', () => {
     expect(sumOf(samples, 'absent_total')).toBe(0);
   });
 
-  it('controlCounts: differences of the coordinator’s counters, the renewals and deliveries derived', () => {
+  it('controlCounts: differences of the coordinator’s counters, the renewals and deliveries derived, loans from the agents', () => {
+    const agent = (requests: number, served: number) =>
+      parsePrometheusText(
+        [
+          `quotaplane_loan_requests_total{lender="eu",answer="grant"} ${requests}`,
+          `quotaplane_loans_served_total{from="eu",outcome="granted"} ${served}`,
+        ].join('\n'),
+      );
     const snapshot = (
       at: number,
       hb: number,
@@ -363,8 +378,10 @@ describe('the Prometheus text the replay reads', () => {
       ack: number,
       writes: number,
       dropped: number,
+      loans = 0,
     ) => ({
       at,
+      agents: [agent(loans, 0), agent(0, loans), agent(1, 1)],
       coordinator: parsePrometheusText(
         [
           `quotaplane_protocol_messages_total{kind="heartbeat"} ${hb}`,
@@ -375,19 +392,23 @@ describe('the Prometheus text the replay reads', () => {
         ].join('\n'),
       ),
     });
-    expect(controlCounts(snapshot(1000, 40, 40, 1, 2, 0), snapshot(7500, 70, 70, 5, 7, 1), 3)).toEqual({
-      heartbeat: 30,
-      usage: 30,
-      ack: 4,
-      bye: 0,
-      renewals: 30,
-      recordWrites: 5,
-      recordDeliveries: 15,
-      dropped: 1,
-      // 30 + 30 + 4 + 0 received, 30 renewals, 2 × 5 writes, 15 deliveries.
-      total: 119,
-      windowSeconds: 6.5,
-    });
+    expect(controlCounts(snapshot(1000, 40, 40, 1, 2, 0, 3), snapshot(7500, 70, 70, 5, 7, 1, 11), 3)).toEqual(
+      {
+        heartbeat: 30,
+        usage: 30,
+        ack: 4,
+        bye: 0,
+        renewals: 30,
+        recordWrites: 5,
+        recordDeliveries: 15,
+        dropped: 1,
+        // 8 loan requests from us, 8 answers from eu; ap's counters did not move.
+        loans: 16,
+        // 30 + 30 + 4 + 0 received, 30 renewals, 2 × 5 writes, 15 deliveries, 16 loan messages.
+        total: 135,
+        windowSeconds: 6.5,
+      },
+    );
   });
 });
 
@@ -415,6 +436,7 @@ describe('the replay table and its labels', () => {
             recordWrites: 12,
             recordDeliveries: 36,
             dropped: 0,
+            loans: 0,
             total: 607,
             windowSeconds: 6.2,
           },
@@ -429,7 +451,7 @@ describe('the replay table and its labels', () => {
     expect(table.filter((l) => l.startsWith('| strict (real stack) '))).toHaveLength(1);
     expect(table).toContain(
       'strict (real stack): 450 requests in 6.0 s of wall time at 10× (75/s), sent late by p50 0.5 / p99 3.0 ms, ' +
-        '1 without a decision, degraded: no_decision:ECONNRESET 1; control messages 607 (heartbeats 180, usage 180, acks 7, record writes 12)',
+        '1 without a decision, 0 shed, degraded: no_decision:ECONNRESET 1; control messages 607 (heartbeats 180, usage 180, acks 7, record writes 12, loans 0)',
     );
   });
 });

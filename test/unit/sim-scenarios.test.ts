@@ -1,5 +1,5 @@
 /**
- * The checks that keep the simulator honest: known outcomes of known strategies on the scenarios of DESIGN.md,
+ * The checks that keep the simulator honest: known outcomes of known strategies on the scenarios of docs/design.md,
  * with bounds that follow from the bucket arithmetic, on short runs (seconds of CPU in all).
  */
 import { describe, expect, it } from 'vitest';
@@ -88,8 +88,11 @@ describe('every scenario under every strategy', () => {
       expect(byStrategy.get('naive-dynamic')!.maxShareSum).toBeGreaterThanOrEqual(1 - 1e-9);
       for (const name of ['dynamic', 'naive-dynamic']) {
         expect(byStrategy.get(name)!.controlMessagesPerSecond, name).toBeGreaterThan(0);
-        expect(byStrategy.get(name)!.latencyMs.max, name).toBe(0);
       }
+      // Only a request that waits for a borrow waits at all, and never past its decision deadline.
+      expect(byStrategy.get('naive-dynamic')!.latencyMs.max).toBe(0);
+      expect(byStrategy.get('dynamic')!.latencyMs.max).toBeLessThanOrEqual(DEFAULT_SETTINGS.forwardTimeoutMs);
+      expect(byStrategy.get('dynamic')!.network.data).toBe(0);
       expect(ideal.maxShareSum).toBeNull();
       expect(ideal.shareSumAboveOneS).toBeNull();
       for (const name of ['ideal', 'independent', 'static']) {

@@ -18,9 +18,9 @@ describe('stack configuration', () => {
     expect(c.coordinatorPort).toBe(7100);
     expect(c.natsPort).toBe(7110);
     expect(c.regions).toEqual([
-      { name: 'us', agentPort: 7101, redis: { kind: 'single', port: 7111 } },
-      { name: 'eu', agentPort: 7102, redis: { kind: 'single', port: 7121 } },
-      { name: 'ap', agentPort: 7103, redis: { kind: 'single', port: 7131 } },
+      { name: 'us', agentPort: 7101, grpcPort: 7141, redis: { kind: 'single', port: 7111 } },
+      { name: 'eu', agentPort: 7102, grpcPort: 7142, redis: { kind: 'single', port: 7121 } },
+      { name: 'ap', agentPort: 7103, grpcPort: 7143, redis: { kind: 'single', port: 7131 } },
     ]);
     expect(c).toMatchObject({
       servers: 'auto',
@@ -46,6 +46,9 @@ describe('stack configuration', () => {
       QP_STACK_US_REDIS_PORT: '8111',
       QP_STACK_EU_REDIS_PORT: '8121',
       QP_STACK_AP_REDIS_PORT: '0',
+      QP_STACK_US_GRPC_PORT: '8141',
+      QP_STACK_EU_GRPC_PORT: '8142',
+      QP_STACK_AP_GRPC_PORT: '8143',
       QP_ADMIN_TOKEN: 'admin-token-0123456789',
       QP_READ_TOKEN: 'read-token-0123456789',
       QP_STACK_SERVERS: 'docker',
@@ -56,10 +59,13 @@ describe('stack configuration', () => {
       ['coordinator admin API', 8100],
       ['nats', 8110],
       ['agent us', 8101],
+      ['agent us gRPC', 8141],
       ['redis us', 8111],
       ['agent eu', 8102],
+      ['agent eu gRPC', 8142],
       ['redis eu', 8121],
       ['agent ap', 8103],
+      ['agent ap gRPC', 8143],
       ['redis ap', 0],
     ]);
     expect(c.adminToken).toBe('admin-token-0123456789');

@@ -1,4 +1,8 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ensureSecretsBundle } from '../../coordinator/nats/secrets-bundle.js';
 import { loadStackConfig } from '../../scripts/stack/config.js';
 import { slotRanges } from '../../scripts/stack/redis-cluster.js';
 import {
@@ -7,7 +11,13 @@ import {
   type ServerRunner,
   type Toolbox,
 } from '../../scripts/stack/servers.js';
-import { agentEnv, baseEnv, coordinatorEnv, STACK_ID_VAR } from '../../scripts/stack/services.js';
+import {
+  agentEnv,
+  baseEnv,
+  coordinatorEnv,
+  STACK_ID_VAR,
+  type StackSecrets,
+} from '../../scripts/stack/services.js';
 
 const runner = (kind: ServerRunner['kind']): ServerRunner => ({
   kind,
@@ -15,6 +25,7 @@ const runner = (kind: ServerRunner['kind']): ServerRunner => ({
   redis: () => {
     throw new Error('not started in unit tests');
   },
+  natsView: () => ({ secretsDir: '/s', storeDir: '/d' }),
   nats: () => {
     throw new Error('not started in unit tests');
   },
@@ -87,6 +98,11 @@ describe('service environments', () => {
     QP_STACK_LOG_LEVEL: 'warn',
   });
   const tokens = { admin: 'admin-token-0123456789', read: 'read-token-0123456789' };
+  const secrets: StackSecrets = {
+    caFile: '/secrets/tls/ca.pem',
+    nkeyFile: (identity) => `/secrets/nkeys/${identity}.nk`,
+    subjectSecret: { QP_HMAC_SECRET_FILE: '/secrets/subject-hmac.key' },
+  };
 
   it('children inherit the environment without any QP_ or image variable, and carry the stack id', () => {
     const base = baseEnv(
@@ -97,7 +113,7 @@ describe('service environments', () => {
   });
 
   it('the coordinator gets the regions, both tokens, NATS, its port and its pass-through settings', () => {
-    const env = coordinatorEnv(config, tokens, { PATH: '/bin' });
+    const env = coordinatorEnv(config, tokens, { PATH: '/bin' }, secrets);
     expect(env).toEqual({
       PATH: '/bin',
       QP_LOG_LEVEL: 'warn',
@@ -105,29 +121,95 @@ describe('service environments', () => {
       QP_REGIONS: 'us,eu,ap',
       QP_ADMIN_TOKEN: tokens.admin,
       QP_READ_TOKEN: tokens.read,
-      QP_NATS_URL: 'nats://127.0.0.1:7110',
+      QP_NATS_URL: 'tls://127.0.0.1:7110',
+      QP_NATS_NKEY_FILE: '/secrets/nkeys/coordinator.nk',
+      QP_NATS_TLS_CA_FILE: '/secrets/tls/ca.pem',
       QP_HOST: '127.0.0.1',
       QP_PORT: '7100',
       QP_KV_NAMESPACE: 'qp',
     });
   });
 
-  it('an agent gets its region, its Redis (one URL or cluster seeds), NATS and its port', () => {
-    const us = agentEnv(config, config.regions[0]!, {});
+  it('an agent gets its region, its Redis (one URL or cluster seeds), NATS, its port and trusts its host', () => {
+    const us = agentEnv(config, config.regions[0]!, {}, secrets);
     expect(us).toEqual({
       QP_LOG_LEVEL: 'warn',
+      QP_TRUSTED_PROXIES: '127.0.0.1',
       QP_DECISION_DEADLINE_MS: '80',
+      QP_HMAC_SECRET_FILE: '/secrets/subject-hmac.key',
       QP_REGION: 'us',
       QP_REDIS_URL: 'redis://127.0.0.1:7111',
-      QP_NATS_URL: 'nats://127.0.0.1:7110',
+      QP_NATS_URL: 'tls://127.0.0.1:7110',
+      QP_NATS_NKEY_FILE: '/secrets/nkeys/agent-us-1.nk',
+      QP_NATS_TLS_CA_FILE: '/secrets/tls/ca.pem',
       QP_KV_NAMESPACE: 'qp',
       QP_HOST: '127.0.0.1',
       QP_PORT: '7101',
+      QP_GRPC_PORT: '7141',
       QP_INSTANCE: 'us-127.0.0.1:7101',
     });
-    const eu = agentEnv(config, config.regions[1]!, {});
+    const eu = agentEnv(config, config.regions[1]!, {}, secrets);
     expect(eu['QP_REDIS_CLUSTER_NODES']).toBe('127.0.0.1:7121,127.0.0.1:7122,127.0.0.1:7123');
     expect(eu['QP_REDIS_URL']).toBeUndefined();
+    expect(eu['QP_NATS_NKEY_FILE']).toBe('/secrets/nkeys/agent-eu-1.nk');
+    const given = agentEnv(
+      config,
+      config.regions[1]!,
+      {},
+      {
+        ...secrets,
+        subjectSecret: { QP_HMAC_SECRET: 'secret-0123456789abcdef' },
+      },
+    );
+    expect(given['QP_HMAC_SECRET']).toBe('secret-0123456789abcdef');
+    expect(given['QP_HMAC_SECRET_FILE']).toBeUndefined();
+  });
+
+  it('the secrets bundle: generated once, kept across runs, the configuration written where the run says', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qp-secrets-'));
+    try {
+      const make = (configFile: string) =>
+        ensureSecretsBundle(join(dir, 'secrets'), {
+          namespace: 'qp',
+          regions: ['us', 'eu', 'ap'],
+          tls: { altNames: ['127.0.0.1', 'localhost'] },
+          host: '127.0.0.1',
+          port: 7110,
+          jetstreamDir: join(dir, 'js'),
+          configFile,
+        });
+      const first = make(join(dir, 'run-1.conf'));
+      const key = readFileSync(first.hmacKeyFile, 'utf8');
+      const seed = readFileSync(first.nkeyFile('agent-us-1'), 'utf8');
+      const ca = readFileSync(first.caFile!, 'utf8');
+      expect(key.trim()).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      for (const file of [first.hmacKeyFile, first.nkeyFile('coordinator'), first.caFile!]) {
+        expect(statSync(file).mode & 0o777).toBe(0o600);
+      }
+      const second = make(join(dir, 'run-2.conf'));
+      expect(readFileSync(second.hmacKeyFile, 'utf8')).toBe(key);
+      expect(readFileSync(second.nkeyFile('agent-us-1'), 'utf8')).toBe(seed);
+      expect(readFileSync(second.caFile!, 'utf8')).toBe(ca);
+      expect(existsSync(join(dir, 'run-1.conf')) && existsSync(join(dir, 'run-2.conf'))).toBe(true);
+      expect(existsSync(join(dir, 'secrets', 'nats-server.conf'))).toBe(false);
+      const conf = JSON.parse(readFileSync(second.configFile, 'utf8')) as Record<string, unknown>;
+      expect(conf).toMatchObject({
+        host: '127.0.0.1',
+        port: 7110,
+        jetstream: { store_dir: join(dir, 'js') },
+      });
+      expect((conf['authorization'] as { users: unknown[] }).users).toHaveLength(4);
+      // A certificate that does not cover the names asked for is made afresh.
+      const moved = ensureSecretsBundle(join(dir, 'secrets'), {
+        namespace: 'qp',
+        regions: ['us', 'eu', 'ap'],
+        tls: { altNames: ['127.0.0.2'] },
+        configFile: join(dir, 'run-3.conf'),
+      });
+      expect(readFileSync(moved.caFile!, 'utf8')).not.toBe(ca);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

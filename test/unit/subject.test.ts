@@ -41,8 +41,10 @@ describe('subject normalization', () => {
   });
 
   it('fingerprints are short, stable and one-way', () => {
-    expect(subjectFingerprint('tenant-42')).toHaveLength(12);
-    expect(subjectFingerprint('tenant-42')).toBe(subjectFingerprint('tenant-42'));
-    expect(subjectFingerprint('tenant-42')).not.toContain('42');
+    expect(subjectFingerprint('tenant-42', 'k1')).toHaveLength(12);
+    expect(subjectFingerprint('tenant-42', 'k1')).toBe(subjectFingerprint('tenant-42', 'k1'));
+    expect(subjectFingerprint('tenant-42', 'k1')).not.toContain('42');
+    // Keyed: without the key a dictionary of identities cannot be matched against the logs.
+    expect(subjectFingerprint('tenant-42', 'k2')).not.toBe(subjectFingerprint('tenant-42', 'k1'));
   });
 });

@@ -17,12 +17,22 @@ describe('usage recorder', () => {
           requested: 5,
           admitted: 2,
           denied: 3,
+          demand: 5,
           constrained: [{ subject: 'b', requested: 3, denied: 3 }],
         },
-        { policy: 'reads', requested: 1, admitted: 1, denied: 0, constrained: [] },
+        { policy: 'reads', requested: 1, admitted: 1, denied: 0, demand: 1, constrained: [] },
       ],
     ]);
     expect(u.take(1500)).toEqual({ intervalMs: 500, chunks: [[]], dropped: 0 });
+  });
+
+  it("counts refusals as demand only within each subject's own rate, by the policy's refill", () => {
+    const u = new UsageRecorder(0, { limitPerSecond: (p) => (p === 'writes' ? 4 : undefined) });
+    for (let i = 0; i < 40; i++) u.record('writes', 'noisy', 1, i === 0, 0);
+    for (let i = 0; i < 40; i++) u.record('unknown-here', 'noisy', 1, i === 0, 0);
+    const [writes, unknown] = u.take(500).chunks[0]!;
+    expect([writes!.requested, writes!.admitted, writes!.demand]).toEqual([40, 1, 2]); // 4/s over 0.5 s
+    expect(unknown!.demand).toBe(40);
   });
 
   it('reports subjects near their capacity even when admitted', () => {

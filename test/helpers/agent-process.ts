@@ -1,0 +1,77 @@
+/**
+ * A real regional agent in its own process (`regional-agent/main.ts`, standalone on a policies file), for tests
+ * that need to freeze it (SIGSTOP) or talk to it from other processes.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from '../harness/ports.js';
+
+export interface AgentProcess extends AsyncDisposable {
+  readonly url: string;
+  readonly child: ChildProcess;
+  /** What the agent printed so far (for failure messages). */
+  output(): string;
+  /** Freeze the agent (SIGSTOP): connections are accepted by the kernel, nothing answers. */
+  pause(): void;
+  /** Thaw it (SIGCONT). */
+  resume(): void;
+}
+
+export async function startAgentProcess(options: {
+  redisUrl: string;
+  policies: Record<string, Record<string, unknown>>;
+  env?: Record<string, string>;
+}): Promise<AgentProcess> {
+  const dir = mkdtempSync(join(tmpdir(), 'qp-agent-'));
+  const policiesFile = join(dir, 'policies.json');
+  writeFileSync(policiesFile, JSON.stringify({ policies: options.policies }));
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--import', 'tsx', 'regional-agent/main.ts'], {
+    env: {
+      ...process.env,
+      QP_REGION: 'us',
+      QP_REDIS_URL: options.redisUrl,
+      QP_POLICIES_FILE: policiesFile,
+      QP_PORT: String(port),
+      QP_LOG_LEVEL: 'warn',
+      ...options.env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async (): Promise<void> => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGCONT');
+      child.kill('SIGKILL');
+      await exited;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const deadline = performance.now() + 30_000;
+  for (;;) {
+    try {
+      if ((await fetch(`${url}/readyz`)).status === 200) break;
+    } catch {
+      // not listening yet
+    }
+    if (child.exitCode !== null || performance.now() > deadline) {
+      await stop();
+      throw new Error(`the agent did not become ready:\n${output}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    url,
+    child,
+    output: () => output,
+    pause: () => void child.kill('SIGSTOP'),
+    resume: () => void child.kill('SIGCONT'),
+    [Symbol.asyncDispose]: stop,
+  };
+}

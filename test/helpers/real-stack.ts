@@ -1,0 +1,115 @@
+/**
+ * The stack as `npm start` starts it (scripts/stack.ts as a child process, real redis-server, nats-server,
+ * coordinator and agents), every port chosen free by the launcher (port 0), for tests that load it from outside
+ * as a user would. `await using` stops it with SIGTERM and waits for it to exit.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { StackState } from '../../scripts/stack/launcher.js';
+import { STACK_PORT_VARS } from '../../scripts/stack/config.js';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+
+export interface RealStack extends AsyncDisposable {
+  readonly state: StackState;
+  readonly adminToken: string;
+  /** Agent URL per region. */
+  readonly agents: Readonly<Record<string, string>>;
+  /** Pid of the launcher (its children are the stack's processes). */
+  readonly pid: number;
+  /** Call the admin API; throws on a status other than `expect`. */
+  admin(method: string, path: string, body?: unknown, expect?: number): Promise<unknown>;
+  /** Create a policy and wait until every agent decides it (a dry run answers 200). */
+  createPolicy(name: string, body: Record<string, unknown>): Promise<void>;
+  output(): string;
+}
+
+/** Start the stack; resolves once it is ready (its state file exists). `env` adds to (or overrides) the defaults. */
+export async function startRealStack(
+  env: Record<string, string> = {},
+  readyMs = 180_000,
+): Promise<RealStack> {
+  const dir = mkdtempSync(join(tmpdir(), 'qp-real-stack-'));
+  const stateFile = join(dir, 'state.json');
+  const adminToken = `load-admin-${Math.random().toString(36).slice(2)}-token`;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/stack.ts'], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env['PATH'] ?? '',
+      HOME: process.env['HOME'] ?? '/root',
+      ...Object.fromEntries(STACK_PORT_VARS.map((v) => [v, '0'])),
+      QP_STACK_SERVERS: 'binaries',
+      QP_STACK_STATE_FILE: stateFile,
+      QP_STACK_ENV_FILE: join(dir, 'stack.env'),
+      QP_STACK_LOG_LEVEL: 'warn',
+      QP_ADMIN_TOKEN: adminToken,
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  let exit: number | null | undefined;
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', (code) => {
+      exit = code;
+      resolve();
+    }),
+  );
+  const stop = async () => {
+    if (exit === undefined) child.kill('SIGTERM');
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + readyMs;
+  while (!existsSync(stateFile)) {
+    if (exit !== undefined || Date.now() > deadline) {
+      await stop();
+      throw new Error(`the stack did not become ready (exit ${String(exit)}):\n${out.slice(-4000)}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const state = JSON.parse(readFileSync(stateFile, 'utf8')) as StackState;
+  const admin = async (method: string, path: string, body?: unknown, expect = 200): Promise<unknown> => {
+    const r = await fetch(`${state.coordinator}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${adminToken}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await r.text();
+    if (r.status !== expect) throw new Error(`${method} ${path}: ${r.status} ${text}`);
+    return text === '' ? undefined : (JSON.parse(text) as unknown);
+  };
+  return {
+    state,
+    adminToken,
+    agents: state.agents,
+    pid: child.pid ?? 0,
+    admin,
+    output: () => out,
+    async createPolicy(name, body) {
+      await admin('PUT', `/v1/policies/${name}`, body, 201);
+      const until = Date.now() + 30_000;
+      for (const url of Object.values(state.agents)) {
+        for (;;) {
+          const r = await fetch(`${url}/v1/decisions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ policy: name, subject: 'probe', dryRun: true }),
+          });
+          await r.arrayBuffer();
+          if (r.status === 200) break;
+          if (Date.now() > until) throw new Error(`${url} does not know ${name} after 30 s (${r.status})`);
+          await new Promise((res) => setTimeout(res, 100));
+        }
+      }
+    },
+    [Symbol.asyncDispose]: stop,
+  };
+}

@@ -1,0 +1,63 @@
+/**
+ * Shed work is visible to operators: each agent counts the decision requests its admission control refused and
+ * reports them in its heartbeats; the coordinator turns them into a rate per agent and per region in
+ * `GET /v1/regions` (the dashboard's Shed/s columns).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RegionsResponse } from '../../core/admin-wire.js';
+import { decide, MultiRegion } from '../helpers/multi-region.js';
+
+let stack: MultiRegion;
+
+beforeAll(async () => {
+  // One decision in flight at most: a burst of concurrent requests is mostly shed.
+  stack = await new MultiRegion({ agentsPerRegion: 1, agent: { maxInFlight: 1 } }).start();
+  await stack.putPolicy('shed-writes', { capacity: 1000, refillPerSecond: 100 });
+  await stack.ready(['shed-writes']);
+}, 60_000);
+afterAll(async () => {
+  await stack?.[Symbol.asyncDispose]();
+});
+
+async function regions() {
+  return RegionsResponse.parse(await (await stack.admin('GET', '/v1/regions')).json()).regions;
+}
+
+describe('shed decisions reach the coordinator', () => {
+  it('counts what eu shed, reports it as a rate for eu only, and returns to zero when the burst is over', async () => {
+    const eu = stack.inRegion('eu')[0]!;
+    const answers = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        decide(eu.url, { policy: 'shed-writes', subject: `s-${i % 20}` }),
+      ),
+    );
+    const shed = answers.filter((a) => a.status === 503 && a.body.code === 'AGT_ERR_OVERLOADED').length;
+    const decided = answers.filter((a) => a.status === 200).length;
+    expect(shed + decided).toBe(200);
+    expect(shed).toBeGreaterThan(0);
+
+    // The next heartbeat carries them: eu's rate is positive, the quiet regions' zero.
+    const deadline = Date.now() + 10_000;
+    let seen: Awaited<ReturnType<typeof regions>> = [];
+    while (Date.now() < deadline) {
+      seen = await regions();
+      if ((seen.find((r) => r.region === 'eu')?.shedPerSecond ?? 0) > 0) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const byRegion = Object.fromEntries(seen.map((r) => [r.region, r]));
+    expect(byRegion['eu']!.shedPerSecond).toBeGreaterThan(0);
+    expect(byRegion['eu']!.agentDetails![0]!.shedPerSecond).toBe(byRegion['eu']!.shedPerSecond);
+    expect(byRegion['us']!.shedPerSecond).toBe(0);
+    expect(byRegion['ap']!.shedPerSecond).toBe(0);
+    // Whole requests over a heartbeat interval: a clean number, at most three decimals.
+    expect(String(byRegion['eu']!.shedPerSecond).split('.')[1]?.length ?? 0).toBeLessThanOrEqual(3);
+
+    // With nothing shed since, a later heartbeat brings eu back to zero.
+    const calm = Date.now() + 10_000;
+    while (Date.now() < calm) {
+      if ((await regions()).find((r) => r.region === 'eu')!.shedPerSecond === 0) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect.unreachable('eu still reports shedding 10 s after the burst');
+  });
+});

@@ -1,0 +1,78 @@
+/**
+ * `npm run test:load [-- --short] [--only campaign,hotTenant,…]`: the load suite. Starts the stack as `npm start` does (free ports, loopback
+ * only), runs every seed scenario in turn, prints one table row per scenario and, for the full run, writes the
+ * table to docs/reliability.md. Exits 1 when a row breaks its own check (admitted above its bound, a false
+ * denial, an answer that is neither a decision nor an explicit shed), 0 otherwise. Every loop is bounded in
+ * count and time; the whole suite stops by itself (the short one in about a minute).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { startRealStack } from '../helpers/real-stack.js';
+import { closeLoadPool, scenarios, type Row } from './scenarios.js';
+
+const { values } = parseArgs({
+  options: { short: { type: 'boolean', default: false }, only: { type: 'string' } },
+});
+const short = values.short;
+const only = values.only?.split(',');
+const chosen = scenarios.filter((s) => only === undefined || only.includes(s.name));
+if (chosen.length === 0) {
+  console.error(`no scenario named ${values.only ?? ''}; known: ${scenarios.map((s) => s.name).join(', ')}`);
+  process.exit(2);
+}
+
+const header =
+  '| scenario | offered | admitted | bound | false denials by reason | shed | p50 ms | p99 ms | errors |';
+const rule = '| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |';
+const line = (r: Row) => {
+  const denials = Object.entries(r.falseDenials)
+    .map(([why, n]) => `${why}: ${n}`)
+    .join(', ');
+  return `| ${r.scenario} | ${r.offered} | ${r.admitted} | ${r.bound ?? '—'} | ${denials || 'none'} | ${r.shed} | ${r.p50} | ${r.p99} | ${r.errors} |`;
+};
+
+const started = Date.now();
+const stack = await startRealStack();
+const rows: Row[] = [];
+console.log(header);
+console.log(rule);
+try {
+  for (const scenario of chosen) {
+    const row = await scenario({ stack, short });
+    rows.push(row);
+    console.log(line(row));
+  }
+} finally {
+  closeLoadPool();
+  await stack[Symbol.asyncDispose]();
+}
+for (const r of rows) if (r.notes !== undefined) console.log(`\n${r.scenario}: ${r.notes}`);
+const failed = rows.filter((r) => r.problems.length > 0);
+for (const r of failed) console.log(`\nFAILED ${r.scenario}: ${r.problems.join('; ')}`);
+const seconds = Math.round((Date.now() - started) / 1000);
+console.log(`\n${rows.length - failed.length} passed, ${failed.length} failed (${seconds} s)`);
+
+if (!short && only === undefined) {
+  const path = new URL('../../docs/reliability.md', import.meta.url);
+  const doc = readFileSync(path, 'utf8');
+  const begin = '<!-- load-table:begin -->';
+  const end = '<!-- load-table:end -->';
+  const at = doc.indexOf(begin);
+  const until = doc.indexOf(end);
+  if (at >= 0 && until > at) {
+    const notes = rows.filter((r) => r.notes !== undefined).map((r) => `- ${r.scenario}: ${r.notes}`);
+    const table = [
+      begin,
+      `Measured ${new Date().toISOString().slice(0, 16)} UTC by \`npm run test:load\` (load average at start: see the run's output).`,
+      '',
+      header,
+      rule,
+      ...rows.map(line),
+      '',
+      ...notes,
+      end,
+    ].join('\n');
+    writeFileSync(path, doc.slice(0, at) + table + doc.slice(until + end.length));
+  }
+}
+process.exit(failed.length > 0 ? 1 : 0);

@@ -1,0 +1,205 @@
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { DecisionResponse } from '../../core/agent-wire.js';
+import { ManualClock } from '../../core/clock.js';
+import { DailyBudgetModel, dayBoundariesMs, DayWindowError } from '../../core/daily-budget.js';
+import { parsePolicy, PolicySpec } from '../../core/policy.js';
+import { StaticShareView } from '../../core/shares.js';
+import { buildApp } from '../../regional-agent/app.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
+import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { checkDayExpectations, dailyBudgetCases, prepareDayCase } from '../cases/daily-budget-cases.js';
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+describe('calendar days in a time zone (Intl)', () => {
+  it.each([
+    [
+      'UTC',
+      '2026-12-04T10:00:00Z',
+      [
+        '2026-12-03T00:00:00.000Z',
+        '2026-12-04T00:00:00.000Z',
+        '2026-12-05T00:00:00.000Z',
+        '2026-12-06T00:00:00.000Z',
+      ],
+    ],
+    // Spring forward: 8 March 2026 is 23 h long in New York; fall back: 1 November is 25 h.
+    [
+      'America/New_York',
+      '2026-03-08T12:00:00Z',
+      [
+        '2026-03-07T05:00:00.000Z',
+        '2026-03-08T05:00:00.000Z',
+        '2026-03-09T04:00:00.000Z',
+        '2026-03-10T04:00:00.000Z',
+      ],
+    ],
+    [
+      'America/New_York',
+      '2026-11-01T12:00:00Z',
+      [
+        '2026-10-31T04:00:00.000Z',
+        '2026-11-01T04:00:00.000Z',
+        '2026-11-02T05:00:00.000Z',
+        '2026-11-03T05:00:00.000Z',
+      ],
+    ],
+    [
+      'Asia/Kolkata',
+      '2026-12-04T18:29:59.999Z',
+      [
+        '2026-12-02T18:30:00.000Z',
+        '2026-12-03T18:30:00.000Z',
+        '2026-12-04T18:30:00.000Z',
+        '2026-12-05T18:30:00.000Z',
+      ],
+    ],
+    // Lord Howe moves its clocks by half an hour: a day of 23.5 h.
+    [
+      'Australia/Lord_Howe',
+      '2026-10-04T12:00:00Z',
+      [
+        '2026-10-02T13:30:00.000Z',
+        '2026-10-03T13:30:00.000Z',
+        '2026-10-04T13:00:00.000Z',
+        '2026-10-05T13:00:00.000Z',
+      ],
+    ],
+    // Santiago skips midnight: 6 September 2026 begins at 01:00 local.
+    [
+      'America/Santiago',
+      '2026-09-06T12:00:00Z',
+      [
+        '2026-09-05T04:00:00.000Z',
+        '2026-09-06T04:00:00.000Z',
+        '2026-09-07T03:00:00.000Z',
+        '2026-09-08T03:00:00.000Z',
+      ],
+    ],
+  ])('%s around %s', (zone, at, want) => {
+    expect(dayBoundariesMs(zone, Date.parse(at)).map(iso)).toEqual(want);
+  });
+
+  it('the exact instant a day starts belongs to it; the one before to the day before', () => {
+    const start = Date.parse('2026-03-09T04:00:00Z');
+    expect(iso(dayBoundariesMs('America/New_York', start)[1])).toBe('2026-03-09T04:00:00.000Z');
+    expect(iso(dayBoundariesMs('America/New_York', start - 1)[1])).toBe('2026-03-08T05:00:00.000Z');
+  });
+});
+
+describe('daily policies: the schema', () => {
+  it('derives the rate from the day; the zone defaults to UTC', () => {
+    expect(
+      parsePolicy({ name: 'd', kind: 'daily', capacity: 86_400, timeZone: 'Europe/Paris' }),
+    ).toMatchObject({
+      kind: 'daily',
+      refillPerSecond: 1,
+      idleTtlSeconds: 86_400,
+      timeZone: 'Europe/Paris',
+    });
+  });
+
+  it('refuses an unknown zone, a rate of its own, a local failure mode, a zone on another kind', () => {
+    const r = PolicySpec.safeParse({
+      kind: 'daily',
+      capacity: 100,
+      timeZone: 'Mars/Olympus',
+      refillPerSecond: 5,
+      onStoreFailure: 'local',
+    });
+    expect(r.error?.issues.map((i) => i.path.join('.')).sort()).toEqual([
+      'onStoreFailure',
+      'refillPerSecond',
+      'timeZone',
+    ]);
+    expect(
+      PolicySpec.safeParse({ capacity: 1, refillPerSecond: 1, timeZone: 'UTC' }).error?.issues[0]?.path,
+    ).toEqual(['timeZone']);
+  });
+});
+
+describe('daily-budget model: the case table', () => {
+  for (const c of dailyBudgetCases) {
+    it(c.name, () => {
+      const model = new DailyBudgetModel();
+      const problems: string[] = [];
+      prepareDayCase('p', c).forEach(({ step, request, nowMicros }, i) => {
+        let reply;
+        try {
+          reply = model.evaluate(request, nowMicros);
+        } catch (error) {
+          if (!(error instanceof DayWindowError)) throw error;
+          reply = 'no_day' as const;
+        }
+        for (const p of checkDayExpectations(step, reply)) problems.push(`call ${i} (at ${step.at}): ${p}`);
+      });
+      expect(problems).toEqual([]);
+    });
+  }
+});
+
+describe('daily budgets in decisions', () => {
+  const daily = parsePolicy({
+    name: 'daily',
+    kind: 'daily',
+    capacity: 5,
+    timeZone: 'America/New_York',
+    maxCost: 5,
+  });
+  const rate = parsePolicy({ name: 'rate', capacity: 3, refillPerSecond: 1e-4, maxCost: 3 });
+
+  function agent() {
+    // 23:00 in New York on 3 December 2026.
+    const clock = new ManualClock(Date.parse('2026-12-04T04:00:00Z'));
+    const store = new ModelDecisionStore(clock);
+    const built = buildApp(
+      {
+        store,
+        policies: new StaticPolicySource([daily, rate]),
+        shares: new StaticShareView({ daily: 0.6 }),
+        log: pino({ level: 'silent' }),
+        clock,
+      },
+      AgentConfig.parse({
+        region: 'us',
+        redisUrl: 'redis://127.0.0.1:1',
+        policiesFile: 'unused',
+        reservationSweepMs: 0,
+      }),
+    );
+    const post = async (body: object) => {
+      await built.ready;
+      const res = await built.app.inject({ method: 'POST', url: '/v1/decisions', payload: body });
+      expect(res.statusCode, res.body).toBe(200);
+      return DecisionResponse.parse(res.json());
+    };
+    return { clock, post };
+  }
+
+  it("a region's share of the day: floor(5 × 0.6) = 3; the day ends at New York's midnight", async () => {
+    const { clock, post } = agent();
+    const first = await post({ policy: 'daily', subject: 't', cost: 2 });
+    expect(first.results[0]).toMatchObject({ allowed: true, limit: 3, remaining: 1, resetMs: 3_600_000 });
+    const over = await post({ policy: 'daily', subject: 't', cost: 2 });
+    expect(over.results[0]).toMatchObject({ allowed: false, retryAfterMs: 3_600_000 });
+    clock.advance(3_600_000);
+    expect((await post({ policy: 'daily', subject: 't', cost: 3 })).allowed).toBe(true);
+  });
+
+  it('layered with a rate in one all-or-nothing decision: a denial by the rate charges nothing of the day', async () => {
+    const { post } = agent();
+    const body = (cost: number) => ({
+      checks: [
+        { policy: 'daily', subject: 't2', cost },
+        { policy: 'rate', subject: 't2', cost },
+      ],
+    });
+    expect((await post(body(2))).allowed).toBe(true);
+    const denied = await post(body(2));
+    expect(denied.allowed).toBe(false);
+    expect(denied.results.map((r) => r.remaining)).toEqual([1, 1]);
+    expect((await post({ policy: 'daily', subject: 't2', dryRun: true })).results[0]!.remaining).toBe(0);
+  });
+});
