@@ -14,7 +14,7 @@ import type { TimedFault } from '../scenario.js';
 import type { Arrival } from './arrivals.js';
 import type { DecisionClient } from './decision-client.js';
 import { KeyCounter } from './key-counter.js';
-import { sumOf, type MetricSample } from './prometheus-text.js';
+import { sumOf } from './prometheus-text.js';
 import type { ControlCounts, RealAnswer, Recording, ShareSample } from './recording.js';
 import { RedisFailover, type KeySnapshot } from './redis-failover.js';
 import { ReplayError, ReplayInterrupted } from './replay-errors.js';
