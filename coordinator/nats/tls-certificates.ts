@@ -26,9 +26,16 @@ const bits = (b: Buffer): Buffer => tlv(0x03, Buffer.from([0]), b);
 const utf8 = (s: string): Buffer => tlv(0x0c, Buffer.from(s, 'utf8'));
 const bool = (v: boolean): Buffer => tlv(0x01, Buffer.from([v ? 0xff : 0]));
 
-function integer(b: Buffer): Buffer {
-  // Positive: a leading 0 when the high bit is set.
-  return tlv(0x02, b[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), b]) : b);
+/**
+ * A non-negative DER INTEGER from big-endian bytes, minimal as DER requires: redundant leading zero bytes dropped
+ * (Go's x509, which nats-server uses, refuses a serial number encoded with one), a leading 0 added when the high
+ * bit is set.
+ */
+export function derInteger(b: Buffer): Buffer {
+  let start = 0;
+  while (start < b.length - 1 && b[start] === 0) start++;
+  const bytes = b.subarray(start);
+  return tlv(0x02, bytes[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), bytes]) : bytes);
 }
 
 function oid(dotted: string): Buffer {
@@ -104,8 +111,8 @@ function certificate(spec: CertificateSpec): string {
   const serial = randomBytes(16);
   serial[0] = serial[0]! & 0x7f;
   const tbs = seq(
-    tlv(0xa0, integer(Buffer.from([2]))),
-    integer(serial),
+    tlv(0xa0, derInteger(Buffer.from([2]))),
+    derInteger(serial),
     ECDSA_SHA256,
     name(spec.issuer),
     seq(time(spec.notBefore), time(spec.notAfter)),
