@@ -265,6 +265,17 @@ export function scriptArguments(request: EncodedRequest): { keys: string[]; argv
   return scriptCall([request]);
 }
 
+/**
+ * A script's flat reply of exactly `length` integers, as the Lua scripts answer; throws a TypeError naming `what`
+ * when its shape is not that.
+ */
+export function integerReply(reply: unknown, length: number, what: string): number[] {
+  if (!Array.isArray(reply) || reply.length !== length || !reply.every((v) => Number.isInteger(v))) {
+    throw new TypeError(`unexpected ${what}: ${JSON.stringify(reply)?.slice(0, 200)}`);
+  }
+  return reply as number[];
+}
+
 /** The script ran after the call's deadline and changed nothing (its reply was `{-1}`). */
 export class DeadlinePassedError extends Error {
   readonly code = 'QP_DEADLINE_PASSED';

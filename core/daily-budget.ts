@@ -10,7 +10,7 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { DeadlinePassedError } from './bucket-wire.js';
+import { DeadlinePassedError, integerReply } from './bucket-wire.js';
 import { idempotencyRecordKey } from './keys.js';
 import { MAX_CAPACITY } from './policy.js';
 import type { RegionalShare } from './shares.js';
@@ -214,10 +214,7 @@ export function dayRefundArguments(refund: DayRefund): { keys: string[]; argv: s
 export function parseDayReply(reply: unknown, checks: number): DayReply {
   if (Array.isArray(reply) && reply.length === 1 && reply[0] === -1) throw new DeadlinePassedError();
   if (Array.isArray(reply) && reply.length === 1 && reply[0] === -2) throw new DayWindowError();
-  if (!Array.isArray(reply) || reply.length !== 2 + 5 * checks || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected daily-budget reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
-  }
-  const v = reply as number[];
+  const v = integerReply(reply, 2 + 5 * checks, 'daily-budget reply');
   const results: DayResult[] = [];
   for (let i = 0; i < checks; i++) {
     const at = 2 + 5 * i;
@@ -237,10 +234,7 @@ export function parseDayRefundReply(
   reply: unknown,
   checks: number,
 ): { refunded: number[]; recordDeleted: boolean } {
-  if (!Array.isArray(reply) || reply.length !== checks + 1 || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected daily-budget refund reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
-  }
-  const v = reply as number[];
+  const v = integerReply(reply, checks + 1, 'daily-budget refund reply');
   return { refunded: v.slice(0, checks), recordDeleted: v[checks] === 1 };
 }
 

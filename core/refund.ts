@@ -8,7 +8,7 @@
  * bucket missing, because a missing bucket is already full.
  */
 import { z } from 'zod';
-import { encodeRequest, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
+import { encodeRequest, integerReply, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
 import { MAX_CAPACITY } from './policy.js';
 import {
   BucketModel,
@@ -89,10 +89,7 @@ export function refundArguments(refund: EncodedRefund): { keys: string[]; argv: 
 
 /** Parse the script's reply for `checks` buckets; throws when its shape is not the documented one. */
 export function parseRefundReply(reply: unknown, checks: number): EncodedRefundReply {
-  if (!Array.isArray(reply) || reply.length !== 2 * checks + 1 || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected refund reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
-  }
-  const values = reply as number[];
+  const values = integerReply(reply, 2 * checks + 1, 'refund reply');
   const results: EncodedRefundResult[] = [];
   for (let i = 0; i < checks; i++) results.push({ refunded: values[2 * i]!, tokens: values[2 * i + 1]! });
   return { results, recordDeleted: values[2 * checks] === 1 };

@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { DeadlinePassedError, validStoreRequest } from './bucket-wire.js';
+import { DeadlinePassedError, integerReply, validStoreRequest } from './bucket-wire.js';
 import { idempotencyRecordKey } from './keys.js';
 import { logWindowSeconds, MAX_LOG_LIMIT, MAX_WINDOW_SECONDS, type Policy } from './policy.js';
 import type { RegionalShare } from './shares.js';
@@ -147,10 +147,7 @@ export function logRefundArguments(refund: LogRefund): { keys: string[]; argv: s
 /** Parse the script's flat integer reply for `checks` logs; throws when its shape is not the documented one. */
 export function parseLogReply(reply: unknown, checks: number): LogReply {
   if (Array.isArray(reply) && reply.length === 1 && reply[0] === -1) throw new DeadlinePassedError();
-  if (!Array.isArray(reply) || reply.length !== 2 + 6 * checks || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected sliding-log reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
-  }
-  const v = reply as number[];
+  const v = integerReply(reply, 2 + 6 * checks, 'sliding-log reply');
   const results: LogResult[] = [];
   for (let i = 0; i < checks; i++) {
     const at = 2 + 6 * i;
@@ -171,10 +168,7 @@ export function parseLogRefundReply(
   reply: unknown,
   checks: number,
 ): { removed: number[]; recordDeleted: boolean } {
-  if (!Array.isArray(reply) || reply.length !== checks + 1 || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected sliding-log refund reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
-  }
-  const v = reply as number[];
+  const v = integerReply(reply, checks + 1, 'sliding-log refund reply');
   return { removed: v.slice(0, checks), recordDeleted: v[checks] === 1 };
 }
 
