@@ -1,7 +1,7 @@
 import type { CheckResult } from '../../core/agent-wire.js';
-import { DAY_MICRO, dayRecordKey, type DayReply } from '../../core/daily-budget.js';
+import { DAY_MICRO, dayRecordKey } from '../../core/daily-budget.js';
 import type { DayGroup } from './check-groups.js';
-import { newRun, settleRun, type GroupRun } from './group-run.js';
+import { decideSlotGroup, type GroupRun } from './group-run.js';
 import type { LogGroupDeps } from './log-group.js';
 import type { DecisionSheet } from './prepared.js';
 
@@ -25,24 +25,19 @@ export async function runDayGroup(
   sheet: DecisionSheet,
 ): Promise<GroupRun> {
   const { group, lookOnly } = call;
-  const dryRun = call.dryRun || lookOnly;
-  const run = newRun(group);
-  const recordKey =
-    call.idempotencyKey === undefined ? undefined : dayRecordKey(group.slotSubject, call.idempotencyKey);
-  let reply: DayReply;
-  try {
-    reply = await deps.guard.run('decide', () =>
+  const { run, reply } = await decideSlotGroup(
+    deps,
+    call,
+    dayRecordKey,
+    (dryRun, idempotency) =>
       deps.store.decideDay({
         checks: group.checks.map((p) => p.day),
         dryRun,
-        ...(recordKey === undefined ? {} : { idempotency: { key: recordKey, ttlMs: deps.idempotencyTtlMs } }),
+        ...(idempotency === undefined ? {} : { idempotency }),
       }),
-    );
-  } catch {
-    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
-    return run;
-  }
-  if (!settleRun(run, reply, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
+    sheet,
+  );
+  if (reply === undefined) return run;
   run.dayStarts = reply.results.map((r) => r.start);
   group.checks.forEach((p, j) => {
     const at = group.indexes[j] ?? j;

@@ -1,5 +1,8 @@
 import type { AgentMetrics } from '../observability/metrics.js';
-import type { CheckGroup } from './check-groups.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { CheckGroup, DayGroup, LogGroup } from './check-groups.js';
+import type { FailureModes } from './failure-modes.js';
+import type { DecisionSheet } from './prepared.js';
 
 /** How one group of checks went. */
 export interface GroupRun {
@@ -58,4 +61,42 @@ export function settleRun(
   run.charged = answer.allowed && !call.dryRun;
   run.recordKey = call.recordKey;
   return true;
+}
+
+/** A store's answer as settleRun reads it. */
+type SettledAnswer = { allowed: boolean; replayed: boolean; conflict: boolean };
+
+/**
+ * One slot group's script call (sliding logs, daily budgets): behind the store guard, with the group's
+ * idempotency record, settled into a new run. `reply` is undefined when nothing is left to write: the store did
+ * not answer (every check took its policy's failure mode) or the key answers another request.
+ */
+export async function decideSlotGroup<R extends SettledAnswer>(
+  deps: { guard: StoreGuard; failures: FailureModes; metrics: AgentMetrics; idempotencyTtlMs: number },
+  call: {
+    group: LogGroup | DayGroup;
+    idempotencyKey: string | undefined;
+    dryRun: boolean;
+    lookOnly: boolean;
+  },
+  recordKeyOf: (slotSubject: string, idempotencyKey: string) => string,
+  decide: (dryRun: boolean, idempotency: { key: string; ttlMs: number } | undefined) => Promise<R>,
+  sheet: DecisionSheet,
+): Promise<{ run: GroupRun; reply: R | undefined }> {
+  const { group, lookOnly } = call;
+  const dryRun = call.dryRun || lookOnly;
+  const run = newRun(group);
+  const recordKey =
+    call.idempotencyKey === undefined ? undefined : recordKeyOf(group.slotSubject, call.idempotencyKey);
+  let reply: R;
+  try {
+    reply = await deps.guard.run('decide', () =>
+      decide(dryRun, recordKey === undefined ? undefined : { key: recordKey, ttlMs: deps.idempotencyTtlMs }),
+    );
+  } catch {
+    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
+    return { run, reply: undefined };
+  }
+  if (!settleRun(run, reply, { dryRun, lookOnly, recordKey }, deps.metrics)) return { run, reply: undefined };
+  return { run, reply };
 }

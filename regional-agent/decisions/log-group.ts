@@ -1,12 +1,12 @@
 import type { CheckResult } from '../../core/agent-wire.js';
 import { leaseToken } from '../../core/concurrency.js';
-import { logRecordKey, type LogReply } from '../../core/sliding-log.js';
+import { logRecordKey } from '../../core/sliding-log.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { LogGroup } from './check-groups.js';
 import type { DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
-import { newRun, settleRun, type GroupRun } from './group-run.js';
+import { decideSlotGroup, type GroupRun } from './group-run.js';
 import type { DecisionSheet } from './prepared.js';
 
 export interface LogGroupDeps {
@@ -39,24 +39,19 @@ export async function runLogGroup(
   sheet: DecisionSheet,
 ): Promise<GroupRun> {
   const { group, lookOnly } = call;
-  const dryRun = call.dryRun || lookOnly;
-  const run = newRun(group);
-  const recordKey =
-    call.idempotencyKey === undefined ? undefined : logRecordKey(group.slotSubject, call.idempotencyKey);
-  let reply: LogReply;
-  try {
-    reply = await deps.guard.run('decide', () =>
+  const { run, reply } = await decideSlotGroup(
+    deps,
+    call,
+    logRecordKey,
+    (dryRun, idempotency) =>
       deps.store.decideLog({
         checks: group.checks.map((p) => p.log),
         dryRun,
-        ...(recordKey === undefined ? {} : { idempotency: { key: recordKey, ttlMs: deps.idempotencyTtlMs } }),
+        ...(idempotency === undefined ? {} : { idempotency }),
       }),
-    );
-  } catch {
-    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
-    return run;
-  }
-  if (!settleRun(run, reply, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
+    sheet,
+  );
+  if (reply === undefined) return run;
   run.written = reply.results.map((r) => ({ stamp: r.stamp, seq: r.seq }));
   group.checks.forEach((p, j) => {
     const at = group.indexes[j] ?? j;
