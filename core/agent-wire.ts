@@ -356,5 +356,25 @@ export const ExplainResponse = z.object({
   wouldAllow: z.boolean(),
   retryAfterMs: z.number().min(0).nullable(),
   reason: DecisionReason.optional(),
+  /**
+   * The subject's most recent refusal by this region for the policy (charging decisions only: dry runs and
+   * explanations are not remembered), or null when none is remembered (never refused here, forgotten by the
+   * bounded memory `QP_EXPLAIN_REFUSALS`, or the agent restarted). Absent from agents before 2026-12-04.
+   */
+  lastRefusal: z
+    .object({
+      /** When it was refused, ISO 8601 from the agent's clock. */
+      at: z.string(),
+      /** The reason the refusal carried; null for a refusal without one (an agent's own empty bucket). */
+      reason: DecisionReason.nullable(),
+      cost: z.number().positive(),
+      /** Whole tokens, floored as in decision JSON. */
+      limit: z.number().int().min(0),
+      remaining: z.number().int().min(0),
+      retryAfterMs: z.number().min(0).nullable(),
+    })
+    .nullable()
+    .optional(),
 });
 export type ExplainResponse = z.infer<typeof ExplainResponse>;
+export type LastRefusal = NonNullable<ExplainResponse['lastRefusal']>;
