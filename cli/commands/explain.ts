@@ -153,6 +153,7 @@ function refusalReason(refusal: LastRefusal): string {
  */
 export function summarize(policy: string, subject: string, answers: readonly Answer[], now: number): string {
   const answered = answers.filter((a) => a.explain !== undefined);
+  const silent = answers.filter((a) => a.explain === undefined).map((a) => a.region);
   const counted = answered.every((a) => a.explain!.mode === 'strict') ? answered.slice(0, 1) : answered;
   const left = counted.reduce((sum, a) => sum + a.explain!.remaining, 0);
   const limit = counted.reduce((sum, a) => sum + a.explain!.limit, 0);
@@ -161,7 +162,7 @@ export function summarize(policy: string, subject: string, answers: readonly Ans
       ? 'no region answered'
       : `${left} of ${limit} tokens left ${
           counted.length === 1 && answered.length > 1 ? 'at its home' : 'across regions'
-        }${answered.length < answers.length ? ` (${answers.length - answered.length} region(s) did not answer)` : ''}`;
+        }${silent.length > 0 ? ` (${silent.join(', ')} did not answer)` : ''}`;
   let latest: { region: string; refusal: LastRefusal } | undefined;
   for (const a of answered) {
     const r = a.explain!.lastRefusal;
