@@ -54,7 +54,8 @@ export function explainRoute(
     const outcome = await service.decide(prepared, request.id);
     const result = outcome.results[0]!;
     const check = prepared.checks[0]!;
-    const share = result.mode === 'regional' ? shares.shareFor(policy, subject) : undefined;
+    // The subject as the router sized its bucket: a subject's own share is keyed by its normalized (or hashed) form.
+    const share = result.mode === 'regional' ? shares.shareFor(policy, check.subject) : undefined;
     return {
       region,
       policy,
