@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { DecisionResponse, ExplainResponse } from '../../core/agent-wire.js';
 import { ManualClock } from '../../core/clock.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
+import { StaticShareView, type ShareView } from '../../core/shares.js';
 import { normalizeSubject } from '../../core/subject.js';
 import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig, ConfigError, loadConfig } from '../../regional-agent/config.js';
@@ -17,7 +17,9 @@ import { StaticPolicySource } from '../../regional-agent/policies/static-policy-
 const START = Date.parse('2026-12-04T10:00:00.000Z');
 const SECRET = 'a-secret-of-enough-length';
 
-function agent(options: { share?: number; explainRefusals?: number; hmacSecret?: string } = {}) {
+function agent(
+  options: { share?: number; shares?: ShareView; explainRefusals?: number; hmacSecret?: string } = {},
+) {
   const clock = new ManualClock(START);
   const built = buildApp(
     {
@@ -34,7 +36,7 @@ function agent(options: { share?: number; explainRefusals?: number; hmacSecret?:
           maxCost: 4,
         }),
       ]),
-      shares: new StaticShareView({ writes: options.share ?? 1 }),
+      shares: options.shares ?? new StaticShareView({ writes: options.share ?? 1 }),
       log: pino({ level: 'silent' }),
       clock,
       random: () => 1,
@@ -142,6 +144,16 @@ describe('the last refusal of a subject', () => {
     expect(hashed.ok).toBe(true);
     expect(text).not.toContain('alice');
     expect(text).not.toContain(hashed.ok ? hashed.subject : '?');
+  });
+
+  it("shows the share of the subject as the agent keys it: a hashed subject's own share", async () => {
+    // A share of its own for the hashed subject (as the coordinator keys overrides), the policy's for any other.
+    const shares: ShareView = {
+      shareFor: (_policy, subject) => ({ share: subject.startsWith('h.') ? 0.5 : 1, epoch: 1 }),
+      enter: () => () => undefined,
+    };
+    const a = agent({ shares, hmacSecret: SECRET });
+    expect(await a.explain('writes', 'bob')).toMatchObject({ share: 0.5, limit: 5, remaining: 5 });
   });
 
   it('is bounded by QP_EXPLAIN_REFUSALS: the least recently refused subject is forgotten first', async () => {
