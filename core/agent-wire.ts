@@ -71,10 +71,12 @@ export type DecisionRequest = z.infer<typeof DecisionRequest>;
  * - `home_unreachable`: a strict policy's home region could not decide; the policy fails closed.
  * - `no_lease`: this region holds no share of the policy; the policy fails closed.
  * - `cost_exceeds_share`: the cost can never fit this region's share of the bucket.
- * - `subject_exhausted`: refused after borrowing: every other region was asked or is known dry, so the subject
- *   has used its global budget (what one global bucket would refuse too).
- * - `share_exhausted`: refused after borrowing: budget may be left in another region but could not be borrowed
- *   in time (a lender unreachable or backed off, the deadline, the lender limit).
+ * - `subject_exhausted`: the subject used its budget: after borrowing, every other region was asked or is known
+ *   dry (what one global bucket would refuse too); without borrowing, the bucket holds the whole budget (a
+ *   regional share of 1, strict, local).
+ * - `share_exhausted`: this region's part is used and budget may be left in another region: after borrowing, it
+ *   could not be borrowed in time (a lender unreachable or backed off, the deadline, the lender limit); without
+ *   borrowing, the bucket holds a part of the budget (share < 1) and the agent cannot see the rest.
  * - `shard_exhausted`: a sharded policy's check landed on a sub-bucket that is empty; others may hold tokens
  *   (the price of spreading a hot key: at most (K-1)/K of the budget idle under an uneven draw).
  * - `fail_open`: one of the above happened and the policy fails open (admitted, counted).
@@ -356,5 +358,28 @@ export const ExplainResponse = z.object({
   wouldAllow: z.boolean(),
   retryAfterMs: z.number().min(0).nullable(),
   reason: DecisionReason.optional(),
+  /**
+   * The subject's most recent refusal by this region for the policy (charging decisions only: dry runs and
+   * explanations are not remembered), or null when none is remembered (never refused here, forgotten by the
+   * bounded memory `QP_EXPLAIN_REFUSALS`, or the agent restarted). Absent from agents before 2026-12-04.
+   */
+  lastRefusal: z
+    .object({
+      /** When it was refused, ISO 8601 from the agent's clock. */
+      at: z.string(),
+      /** The reason the refusal carried; null for a refusal without one (an agent's own empty bucket). */
+      reason: DecisionReason.nullable(),
+      cost: z.number().positive(),
+      /** Whole tokens, floored as in decision JSON. */
+      limit: z.number().int().min(0),
+      remaining: z.number().int().min(0),
+      retryAfterMs: z.number().min(0).nullable(),
+    })
+    .nullable()
+    .optional()
+    .describe(
+      "The subject's most recent refusal by this agent for the policy (charging decisions only), or null when none is remembered",
+    ),
 });
 export type ExplainResponse = z.infer<typeof ExplainResponse>;
+export type LastRefusal = NonNullable<ExplainResponse['lastRefusal']>;

@@ -16,6 +16,7 @@ import type { AgentConfig } from './config.js';
 import type { DecisionStore } from './decisions/decision-store.js';
 import { DecisionService, type ShortfallHandler, type UsageSink } from './decisions/decision-service.js';
 import { EmergencyBuckets } from './decisions/emergency-buckets.js';
+import { RefusalMemory, refusalMemoryGauge } from './decisions/refusal-memory.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { AgentErrors } from './errors.js';
 import { decisionsRoute } from './http/decisions-route.js';
@@ -91,6 +92,7 @@ export type AgentAppConfig = Pick<
   | 'emergencyMaxBuckets'
   | 'rlsRules'
   | 'reservationSweepMs'
+  | 'explainRefusals'
 >;
 
 export interface AgentApp {
@@ -149,6 +151,8 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     fraction: config.emergencyFraction,
     maxBuckets: config.emergencyMaxBuckets,
   });
+  const refusals = new RefusalMemory(config.explainRefusals);
+  refusalMemoryGauge(metrics.registry, refusals);
   const service = new DecisionService(
     {
       store: deps.store,
@@ -163,6 +167,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       forwarder: deps.forwarder,
       usage: deps.usage,
       shortfall: deps.shortfall,
+      refusals,
     },
     {
       region: config.region,
@@ -251,7 +256,13 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       trust: forwardAuthTrust(config, (address) => trusted !== undefined && trusted(address, 0)),
       assertServing,
     });
-    explainRoute(scope, { service, shares: deps.shares, region: config.region, assertServing });
+    explainRoute(scope, {
+      service,
+      shares: deps.shares,
+      refusals,
+      region: config.region,
+      assertServing,
+    });
     reservationsRoute(scope, { reservations, legacyHeaders: config.legacyHeaders, assertServing });
     leasesRoute(scope, {
       store: deps.store,

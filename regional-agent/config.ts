@@ -12,6 +12,7 @@ import {
   MAX_LENDERS_LIMIT,
 } from '../core/borrowing/planner.js';
 import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
+import { MAX_LRU_ENTRIES } from '../core/bounded-lru.js';
 import {
   DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT,
   MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT,
@@ -110,6 +111,8 @@ export const AgentConfig = z
     borrowMemory: int(1, MAX_DRY_MEMORY_LIMIT).default(DEFAULT_BORROW_PLANNER.maxEntries),
     /** How long a lender region that did not answer is skipped, for every subject, ms. */
     borrowBackoffMs: int(0, 600_000).default(DEFAULT_BORROW_PLANNER.unreachableBackoffMs),
+    /** Most (policy, subject) last refusals kept for `GET /v1/explain` (LRU), 0..1,000,000; 0 keeps none. */
+    explainRefusals: int(0, MAX_LRU_ENTRIES).default(10_000),
     /** How concurrent store calls are sent: `batch` (one script call per slot per event-loop turn), `auto` (ioredis auto-pipelining) or `off`. */
     storeBatching: z.enum(['batch', 'auto', 'off']).default('batch'),
     /** Admission control: most decision requests in flight (HTTP and forwarded); beyond it 503 AGT_ERR_OVERLOADED. */

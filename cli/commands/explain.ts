@@ -1,14 +1,15 @@
 /**
  * `quotaplane explain POLICY SUBJECT`: asks every region's agent what it would decide for the subject now, and
- * why (`GET /v1/explain`, a dry run: nothing charged), and prints one row per region. Agents are named with
+ * why (`GET /v1/explain`, a dry run: nothing charged), and prints one row per region with the subject's last
+ * refusal there, then one line: the tokens left across regions and the latest refusal. Agents are named with
  * `--agent REGION=URL` (repeatable) or `QUOTAPLANE_AGENTS=us=http://…,eu=http://…`, or read from a stack's state
  * file (`--stack-state FILE`, the QP_STACK_STATE_FILE of `npm start`).
  */
 import { readFile } from 'node:fs/promises';
-import { ExplainResponse, Problem } from '../../core/agent-wire.js';
+import { ExplainResponse, Problem, type LastRefusal } from '../../core/agent-wire.js';
 import { UsageError, type Context } from '../context.js';
 import { numberFlag, parseFlags, positionals, stringFlag } from '../flags.js';
-import { percent, table } from '../table.js';
+import { percent, relative, table } from '../table.js';
 
 export const EXPLAIN_USAGE = `usage:
   quotaplane explain POLICY SUBJECT [--cost N] (--agent REGION=URL … | --stack-state FILE)
@@ -98,15 +99,27 @@ export async function explainCommand(ctx: Context, argv: readonly string[]): Pro
       }
     }),
   );
+  const now = ctx.now();
+  const summary = summarize(policy!, subject!, answers, now);
   if (ctx.json) {
-    ctx.printJson({ policy, subject, regions: answers });
+    ctx.printJson({ policy, subject, regions: answers, summary });
   } else {
     ctx.say(
       table(
-        ['REGION', 'MODE', 'SHARE', 'LIMIT', 'REMAINING', 'WOULD ALLOW', 'RETRY AFTER MS', 'REASON'],
+        [
+          'REGION',
+          'MODE',
+          'SHARE',
+          'LIMIT',
+          'REMAINING',
+          'WOULD ALLOW',
+          'RETRY AFTER MS',
+          'REASON',
+          'LAST REFUSAL',
+        ],
         answers.map((a) =>
           a.explain === undefined
-            ? [a.region, undefined, undefined, undefined, undefined, undefined, undefined, a.error]
+            ? [a.region, undefined, undefined, undefined, undefined, undefined, undefined, a.error, undefined]
             : [
                 a.region,
                 a.explain.mode,
@@ -116,11 +129,50 @@ export async function explainCommand(ctx: Context, argv: readonly string[]): Pro
                 a.explain.wouldAllow,
                 a.explain.retryAfterMs,
                 a.explain.reason ?? (a.explain.wouldAllow ? '' : 'bucket empty here'),
+                a.explain.lastRefusal == null
+                  ? 'none'
+                  : `${relative(a.explain.lastRefusal.at, now)}: ${refusalReason(a.explain.lastRefusal)}`,
               ],
         ),
       ),
     );
+    ctx.say(summary);
   }
   // An agent that did not answer makes the explanation incomplete: say so in the status.
   return answers.some((a) => a.explain === undefined) ? 1 : 0;
+}
+
+/** A remembered refusal's reason as printed: an agent before reasons on every refusal gave none. */
+function refusalReason(refusal: LastRefusal): string {
+  return refusal.reason ?? 'bucket empty';
+}
+
+/**
+ * One line for people: the tokens left of the limits across the regions that answered (a strict policy's
+ * regions all show its home bucket: counted once) and the latest refusal remembered by any region.
+ */
+export function summarize(policy: string, subject: string, answers: readonly Answer[], now: number): string {
+  const answered = answers.filter((a) => a.explain !== undefined);
+  const silent = answers.filter((a) => a.explain === undefined).map((a) => a.region);
+  const counted = answered.every((a) => a.explain!.mode === 'strict') ? answered.slice(0, 1) : answered;
+  const left = counted.reduce((sum, a) => sum + a.explain!.remaining, 0);
+  const limit = counted.reduce((sum, a) => sum + a.explain!.limit, 0);
+  const where =
+    answered.length === 0
+      ? 'no region answered'
+      : `${left} of ${limit} tokens left ${
+          counted.length === 1 && answered.length > 1 ? 'at its home' : 'across regions'
+        }${silent.length > 0 ? ` (${silent.join(', ')} did not answer)` : ''}`;
+  let latest: { region: string; refusal: LastRefusal } | undefined;
+  for (const a of answered) {
+    const r = a.explain!.lastRefusal;
+    if (r == null) continue;
+    if (latest === undefined || Date.parse(r.at) > Date.parse(latest.refusal.at))
+      latest = { region: a.region, refusal: r };
+  }
+  const last =
+    latest === undefined
+      ? 'no refusal remembered'
+      : `last refused in ${latest.region} ${relative(latest.refusal.at, now)}: ${refusalReason(latest.refusal)}`;
+  return `${subject} on ${policy}: ${where}; ${last}`;
 }

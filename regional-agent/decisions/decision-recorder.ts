@@ -4,6 +4,7 @@ import type { Clock } from '../../core/clock.js';
 import { subjectFingerprint } from '../../core/subject.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { DecisionOutcome, PreparedRequest } from './prepared.js';
+import type { RefusalMemory } from './refusal-memory.js';
 
 /** Where decided checks are counted for usage reports (regional-agent/reporting/usage-recorder.ts). */
 export interface UsageSink {
@@ -16,7 +17,12 @@ export interface DecisionRecorderDeps {
   clock: Clock;
   random: () => number;
   usage?: UsageSink | undefined;
+  /** Where each (policy, subject)'s last refusal is kept for `GET /v1/explain`. */
+  refusals?: RefusalMemory | undefined;
 }
+
+/** Reasons that name why a bucket was empty (a refusal for quota): not counted as degraded decisions. */
+const QUOTA_REASONS: ReadonlySet<string> = new Set(['subject_exhausted', 'share_exhausted']);
 
 /** Key of the log fingerprints: the HMAC secret when there is one, else a random key of this process. */
 export function fingerprintKey(hmacSecret: string | undefined): string | Uint8Array {
@@ -25,7 +31,8 @@ export function fingerprintKey(hmacSecret: string | undefined): string | Uint8Ar
 
 /**
  * What a finished decision leaves behind: decision and degraded counters, the retry-after histogram, the usage
- * the coordinator rebalances on, and a sampled log line with a one-way subject fingerprint.
+ * the coordinator rebalances on, the last refusal of each refused check's subject (for explanations), and a
+ * sampled log line with a one-way subject fingerprint.
  */
 export class DecisionRecorder {
   readonly #deps: DecisionRecorderDeps;
@@ -41,6 +48,30 @@ export class DecisionRecorder {
     this.#region = config.region;
     this.#logSampleRate = config.logSampleRate;
     this.#fingerprintKey = fingerprintKey(config.hmacSecret);
+  }
+
+  /**
+   * Remember the checks a charging decision refused (those that did not fit: the ones it was refused for). A dry
+   * run, an explanation and a replayed answer refuse nothing new; a decision forwarded here from another region
+   * is remembered there, by the region that answered the caller.
+   */
+  #noteRefusals(request: PreparedRequest, outcome: DecisionOutcome): void {
+    const memory = this.#deps.refusals;
+    if (memory === undefined || outcome.allowed || outcome.replayed) return;
+    if (request.dryRun || request.forwarded === true) return;
+    const at = new Date(this.#deps.clock.now()).toISOString();
+    request.checks.forEach((p, i) => {
+      const r = outcome.results[i];
+      if (r === undefined || outcome.violated[i] !== true) return;
+      memory.note(p.policy.name, p.subject, {
+        at,
+        reason: r.reason ?? null,
+        cost: p.cost,
+        limit: Math.floor(r.limit),
+        remaining: Math.floor(r.remaining),
+        retryAfterMs: r.retryAfterMs,
+      });
+    });
   }
 
   record(request: PreparedRequest, outcome: DecisionOutcome, requestId: string, started: number): void {
@@ -63,9 +94,11 @@ export class DecisionRecorder {
         const left = outcome.violated[i] === true || r.limit <= 0 ? 0 : r.remaining / r.limit;
         usage.record(p.policy.name, p.subject, p.cost, outcome.allowed, left);
       }
-      if (r.reason !== undefined)
+      // `subject_exhausted` and `share_exhausted` say why a bucket was empty: an ordinary refusal, not degraded.
+      if (r.reason !== undefined && !QUOTA_REASONS.has(r.reason))
         metrics.degraded.labels(p.policy.name, region, r.reason, r.cause ?? '').inc();
     });
+    this.#noteRefusals(request, outcome);
     if (!outcome.allowed && outcome.retryAfterMs !== null && !request.dryRun) {
       const first = Math.max(0, outcome.violated.indexOf(true));
       const policy = request.checks[first]?.policy.name ?? '';

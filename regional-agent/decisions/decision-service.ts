@@ -25,6 +25,7 @@ import { FailureModes } from './failure-modes.js';
 import type { Forwarder } from './forwarder.js';
 import { LayeredRunner } from './layered-runner.js';
 import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
+import type { RefusalMemory } from './refusal-memory.js';
 import { parseDecisionRequest } from './request-parser.js';
 import type { ShortfallHandler } from './store-group.js';
 
@@ -59,6 +60,8 @@ export interface DecisionServiceDeps {
   usage?: UsageSink | undefined;
   /** Tries to cover a regional check refused for lack of this region's tokens (store-group.ts). */
   shortfall?: ShortfallHandler | undefined;
+  /** Keeps each (policy, subject)'s last refusal for `GET /v1/explain`. */
+  refusals?: RefusalMemory | undefined;
 }
 
 export class DecisionService {
@@ -169,7 +172,7 @@ export class DecisionService {
     }
     try {
       const outcome = await this.decide(
-        { checks, idempotencyKey: request.idempotencyKey, dryRun: request.dryRun },
+        { checks, idempotencyKey: request.idempotencyKey, dryRun: request.dryRun, forwarded: true },
         requestId,
         request.budgetMs,
         request.deadlineAtMs,

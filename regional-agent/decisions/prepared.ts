@@ -76,6 +76,8 @@ export interface PreparedRequest {
   checks: PreparedCheck[];
   idempotencyKey: string | undefined;
   dryRun: boolean;
+  /** Decided here for another region (strict mode's home), which answers the caller and remembers a refusal. */
+  forwarded?: boolean | undefined;
 }
 
 /** The decision, before it is put on the wire. */

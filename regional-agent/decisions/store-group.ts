@@ -184,13 +184,35 @@ export async function runStoreGroup(
     };
     if (b.retryAfterMs === null) result.reason = 'cost_exceeds_share';
     else if (!decision.allowed && b.retryAfterMs > 0) {
-      const reason = reasons?.get(j);
+      const reason = reasons?.get(j) ?? unborrowedReason(p, deps.shortfall);
       if (reason !== undefined) result.reason = reason;
     }
     sheet.results[at] = result;
     sheet.fits[at] = b.retryAfterMs === 0;
   });
   return run;
+}
+
+/**
+ * Why a check is refused for lack of tokens when no shortfall handler tried to cover it: the check's bucket is
+ * all that can be known. A bucket holding the subject's whole budget (a strict or local policy, or a regional one
+ * at a share of 1) is `subject_exhausted`: the subject used its own budget. A regional bucket holding a part
+ * (share < 1) is `share_exhausted`: this region's part is used, and the rest of the budget, in other regions this
+ * agent cannot see (borrowing off: `QP_BORROWING=false`, or no coordinator), may still hold tokens. Undefined
+ * for a regional check when there is a handler (a charging decision has its reason; a dry run cannot know what
+ * borrowing would find) and for a sharded check (`shard_exhausted`, outcome.ts).
+ */
+export function unborrowedReason(
+  check: StoreCheck,
+  handler: ShortfallHandler | undefined,
+): DecisionReason | undefined {
+  if (check.policy.shards !== undefined) return undefined;
+  const regional = check.policy.mode === 'regional';
+  if (regional && handler !== undefined) return undefined;
+  // The router sizes a regional bucket as capacity × share (core/share-sizing.ts): exact at a share of 1.
+  return !regional || check.bucket.capacity >= check.policy.capacity
+    ? 'subject_exhausted'
+    : 'share_exhausted';
 }
 
 /** Tell the shortfall handler what an admission left in the group's regional buckets. */

@@ -1,13 +1,15 @@
 /**
  * `GET /v1/explain?policy=P&subject=S[&cost=N]`: what this region would decide for one subject now, and why, by
  * a dry run of the real decision path (nothing charged, nothing written): the share and the limit it gives, the
- * tokens left, and the reason a refusal would carry. Operators fan it out over regions (`quotaplane explain`).
+ * tokens left, the reason a refusal would carry, and the subject's last refusal here (regional-agent/decisions/
+ * refusal-memory.ts). Operators fan it out over regions (`quotaplane explain`).
  */
 import type { FastifyInstance } from 'fastify';
 import { roundShare } from '../../core/admin-numbers.js';
 import { ExplainQuery, ExplainResponse } from '../../core/agent-wire.js';
 import type { ShareView } from '../../core/shares.js';
 import type { DecisionService } from '../decisions/decision-service.js';
+import type { RefusalMemory } from '../decisions/refusal-memory.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
 
@@ -28,13 +30,15 @@ const schema = {
 export interface ExplainOptions {
   service: DecisionService;
   shares: ShareView;
+  /** Last refusals of this agent; without one, `lastRefusal` is null. */
+  refusals?: RefusalMemory | undefined;
   region: string;
   assertServing: () => void;
 }
 
 export function explainRoute(
   app: FastifyInstance,
-  { service, shares, region, assertServing }: ExplainOptions,
+  { service, shares, refusals, region, assertServing }: ExplainOptions,
 ): void {
   app.get('/v1/explain', { schema }, async (request): Promise<ExplainResponse> => {
     assertServing();
@@ -45,9 +49,13 @@ export function explainRoute(
     }
     const { policy, subject } = query.data;
     const cost = query.data.cost ?? 1;
-    const outcome = await service.decideBody({ policy, subject, cost, dryRun: true }, request.id);
+    // Prepared as a decision is, so the subject is normalized (or hashed) as the refusal memory keeps it.
+    const prepared = service.prepare(service.parse({ policy, subject, cost, dryRun: true }));
+    const outcome = await service.decide(prepared, request.id);
     const result = outcome.results[0]!;
-    const share = result.mode === 'regional' ? shares.shareFor(policy, subject) : undefined;
+    const check = prepared.checks[0]!;
+    // The subject as the router sized its bucket: a subject's own share is keyed by its normalized (or hashed) form.
+    const share = result.mode === 'regional' ? shares.shareFor(policy, check.subject) : undefined;
     return {
       region,
       policy,
@@ -62,6 +70,7 @@ export function explainRoute(
       wouldAllow: outcome.allowed,
       retryAfterMs: result.retryAfterMs,
       ...(result.reason !== undefined ? { reason: result.reason } : {}),
+      lastRefusal: refusals?.last(check.policy.name, check.subject) ?? null,
     };
   });
 }

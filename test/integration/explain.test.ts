@@ -11,9 +11,14 @@ let stack: MultiRegion;
 let agentsEnv: string;
 
 beforeAll(async () => {
-  stack = await new MultiRegion({ agentsPerRegion: 1 }).start();
+  // Rounds a minute apart: shares stay at their first thirds for the whole file, so counts are exact.
+  stack = await new MultiRegion({
+    agentsPerRegion: 1,
+    rebalance: { roundMs: 60_000 },
+    lease: { graceMs: 65_000 },
+  }).start();
   // 9 tokens, a slow refill: each region starts with a third (3 tokens).
-  await stack.putPolicy('explain-a', { capacity: 9, refillPerSecond: 0.01 });
+  await stack.putPolicy('explain-a', { capacity: 9, refillPerSecond: 0.01, maxCost: 9 });
   await stack.ready(['explain-a']);
   agentsEnv = stack.agents.map((a) => `${a.region}=${a.url}`).join(',');
 }, 60_000);
@@ -57,7 +62,47 @@ describe('GET /v1/explain', () => {
     const empty = ExplainResponse.parse((await explain(us.url, 'policy=explain-a&subject=t-1')).body);
     expect(empty).toMatchObject({ remaining: 0, wouldAllow: false });
     expect(empty.retryAfterMs).toBeGreaterThan(0);
+    // With borrowing on, a refusal would borrow first: what it would find, a dry run cannot know.
     expect(empty.reason).toBeUndefined();
+  });
+
+  it('shows the last refusal where it happened and null elsewhere', async () => {
+    const us = stack.inRegion('us')[0]!;
+    const before = Date.now();
+    await exhaust(us.url, 't-4');
+    const here = ExplainResponse.parse((await explain(us.url, 'policy=explain-a&subject=t-4')).body);
+    // us borrowed the other regions' thirds before refusing: the subject used its whole budget.
+    expect(here.lastRefusal).toMatchObject({
+      reason: 'subject_exhausted',
+      cost: 1,
+      limit: 3,
+      remaining: 0,
+    });
+    expect(here.lastRefusal!.retryAfterMs).toBeGreaterThan(0);
+    const at = Date.parse(here.lastRefusal!.at);
+    expect(at).toBeGreaterThanOrEqual(before - 1000);
+    expect(at).toBeLessThanOrEqual(Date.now() + 1000);
+    for (const region of ['eu', 'ap']) {
+      const there = ExplainResponse.parse(
+        (await explain(stack.inRegion(region)[0]!.url, 'policy=explain-a&subject=t-4')).body,
+      );
+      expect(there.lastRefusal).toBeNull();
+    }
+  });
+
+  it('remembers no refusal of a dry run or of an explanation', async () => {
+    const eu = stack.inRegion('eu')[0]!;
+    // 4 tokens can never fit a third of 9: refused by a dry run and by an explanation, nothing remembered.
+    const dry = await decide(eu.url, { policy: 'explain-a', subject: 't-5', cost: 4, dryRun: true });
+    expect(dry.body.allowed).toBe(false);
+    expect(dry.body.results![0]!.reason).toBe('cost_exceeds_share');
+    const looked = ExplainResponse.parse((await explain(eu.url, 'policy=explain-a&subject=t-5&cost=4')).body);
+    expect(looked).toMatchObject({ wouldAllow: false, reason: 'cost_exceeds_share', lastRefusal: null });
+    // The same refusal in earnest is remembered.
+    const real = await decide(eu.url, { policy: 'explain-a', subject: 't-5', cost: 4 });
+    expect(real.body.allowed).toBe(false);
+    const after = ExplainResponse.parse((await explain(eu.url, 'policy=explain-a&subject=t-5')).body);
+    expect(after.lastRefusal).toMatchObject({ reason: 'cost_exceeds_share', cost: 4, retryAfterMs: null });
   });
 
   it('refuses bad queries with the agent codes', async () => {
@@ -78,22 +123,33 @@ describe('quotaplane explain', () => {
   it('asks every region and prints one row each: empty in us, full elsewhere', async () => {
     const us = stack.inRegion('us')[0]!;
     await exhaust(us.url, 't-2');
-    const r = await cli(['explain', 'explain-a', 't-2'], { env: { QUOTAPLANE_AGENTS: agentsEnv } });
+    const at = ExplainResponse.parse((await explain(us.url, 'policy=explain-a&subject=t-2')).body)
+      .lastRefusal!.at;
+    // The CLI reads its clock 3 s after the refusal: ages are exact.
+    const r = await cli(['explain', 'explain-a', 't-2'], {
+      env: { QUOTAPLANE_AGENTS: agentsEnv },
+      now: () => Date.parse(at) + 3000,
+    });
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
     const rows = r.stdout.trimEnd().split('\n');
     expect(rows[0]).toMatch(
-      /^REGION\s+MODE\s+SHARE\s+LIMIT\s+REMAINING\s+WOULD ALLOW\s+RETRY AFTER MS\s+REASON$/,
+      /^REGION\s+MODE\s+SHARE\s+LIMIT\s+REMAINING\s+WOULD ALLOW\s+RETRY AFTER MS\s+REASON\s+LAST REFUSAL$/,
     );
     expect(rows.find((l) => l.startsWith('us '))).toMatch(
-      /^us\s+regional\s+[\d.]+%\s+\d+\s+0\s+no\s+\d+\s+bucket empty here$/,
+      /^us\s+regional\s+[\d.]+%\s+3\s+0\s+no\s+\d+\s+bucket empty here\s+3\.0s ago: subject_exhausted$/,
     );
     // eu and ap never saw a request of the subject, but us borrowed their thirds before it was refused: the
-    // subject used its whole global budget, and every region reads empty.
+    // subject used its whole global budget, and every region reads empty; neither refused it.
     for (const region of ['eu', 'ap'])
       expect(rows.find((l) => l.startsWith(`${region} `))).toMatch(
-        new RegExp(`^${region}\\s+regional\\s+[\\d.]+%\\s+\\d+\\s+0\\s+no\\s+\\d+\\s+bucket empty here$`),
+        new RegExp(
+          `^${region}\\s+regional\\s+[\\d.]+%\\s+3\\s+0\\s+no\\s+\\d+\\s+bucket empty here\\s+none$`,
+        ),
       );
+    expect(rows.at(-1)).toBe(
+      't-2 on explain-a: 0 of 9 tokens left across regions; last refused in us 3.0s ago: subject_exhausted',
+    );
 
     const json = await cli([
       'explain',
@@ -103,11 +159,20 @@ describe('quotaplane explain', () => {
       ...stack.agents.flatMap((a) => ['--agent', `${a.region}=${a.url}`]),
     ]);
     const parsed = JSON.parse(json.stdout) as {
-      regions: { region: string; explain: { remaining: number } }[];
+      regions: { region: string; explain: ExplainResponse }[];
+      summary: string;
     };
     expect(parsed.regions.map((x) => x.region).sort()).toEqual(['ap', 'eu', 'us']);
     expect(parsed.regions.find((x) => x.region === 'us')!.explain.remaining).toBe(0);
     expect(parsed.regions.find((x) => x.region === 'eu')!.explain.remaining).toBe(0);
+    expect(parsed.regions.find((x) => x.region === 'us')!.explain.lastRefusal).toMatchObject({
+      at,
+      reason: 'subject_exhausted',
+    });
+    expect(parsed.regions.find((x) => x.region === 'eu')!.explain.lastRefusal).toBeNull();
+    expect(parsed.summary).toMatch(
+      /^t-2 on explain-a: 0 of 9 tokens left across regions; last refused in us [\d.]+s ago: subject_exhausted$/,
+    );
   });
 
   it('reports an agent that does not answer and exits 1', async () => {
@@ -126,5 +191,92 @@ describe('quotaplane explain', () => {
     const none = await cli(['explain', 'explain-a', 't-3']);
     expect(none.status).toBe(2);
     expect(none.stderr).toContain('name the agents');
+  });
+});
+
+describe('borrowing off (QP_BORROWING=false): the reasons an agent that sees only its own bucket gives', () => {
+  let off: MultiRegion;
+
+  beforeAll(async () => {
+    off = await new MultiRegion({
+      regions: ['us', 'eu'],
+      agentsPerRegion: 1,
+      rebalance: { roundMs: 60_000 },
+      lease: { graceMs: 65_000 },
+      agent: { borrowing: false },
+    }).start();
+    // 8 tokens, a slow refill: each region holds half (4 tokens).
+    await off.putPolicy('halves', { capacity: 8, refillPerSecond: 0.01 });
+    await off.putPolicy('homed', {
+      mode: 'strict',
+      homeRegion: 'us',
+      capacity: 2,
+      refillPerSecond: 0.01,
+      maxCost: 2,
+    });
+    await off.ready(['halves', 'homed']);
+  }, 60_000);
+  afterAll(async () => {
+    await off?.[Symbol.asyncDispose]();
+  });
+
+  it('a regional part used up is share_exhausted, in decision JSON, the explanation and the last refusal', async () => {
+    const us = off.inRegion('us')[0]!;
+    const eu = off.inRegion('eu')[0]!;
+    for (let i = 0; i < 4; i++)
+      expect((await decide(us.url, { policy: 'halves', subject: 'b-1' })).body.allowed).toBe(true);
+    const refused = await decide(us.url, { policy: 'halves', subject: 'b-1' });
+    expect(refused.body).toMatchObject({
+      allowed: false,
+      results: [{ allowed: false, remaining: 0, limit: 4, reason: 'share_exhausted' }],
+    });
+    const here = ExplainResponse.parse((await explain(us.url, 'policy=halves&subject=b-1')).body);
+    expect(here).toMatchObject({
+      share: 0.5,
+      limit: 4,
+      remaining: 0,
+      wouldAllow: false,
+      reason: 'share_exhausted',
+      lastRefusal: { reason: 'share_exhausted', cost: 1, limit: 4, remaining: 0 },
+    });
+    // The other half is still there, untouched: the reason told the truth.
+    const there = ExplainResponse.parse((await explain(eu.url, 'policy=halves&subject=b-1')).body);
+    expect(there).toMatchObject({ share: 0.5, limit: 4, remaining: 4, wouldAllow: true, lastRefusal: null });
+    expect(there.reason).toBeUndefined();
+
+    const at = here.lastRefusal!.at;
+    const r = await cli(['explain', 'halves', 'b-1', '--agent', `us=${us.url}`, '--agent', `eu=${eu.url}`], {
+      now: () => Date.parse(at) + 12_000,
+    });
+    expect(r.status).toBe(0);
+    expect(r.stdout.trimEnd().split('\n').at(-1)).toBe(
+      'b-1 on halves: 4 of 8 tokens left across regions; last refused in us 12s ago: share_exhausted',
+    );
+  });
+
+  it('a bucket that holds the whole budget (a strict policy) used up is subject_exhausted, wherever asked', async () => {
+    const us = off.inRegion('us')[0]!;
+    const eu = off.inRegion('eu')[0]!;
+    expect((await decide(us.url, { policy: 'homed', subject: 'b-2', cost: 2 })).body.allowed).toBe(true);
+    for (const agent of [us, eu]) {
+      const refused = await decide(agent.url, { policy: 'homed', subject: 'b-2' });
+      expect(refused.body).toMatchObject({
+        allowed: false,
+        results: [{ mode: 'strict', remaining: 0, limit: 2, reason: 'subject_exhausted' }],
+      });
+    }
+    // Both regions answered a refusal to their callers: each remembers its own (eu's was decided in us).
+    for (const agent of [us, eu]) {
+      const seen = ExplainResponse.parse((await explain(agent.url, 'policy=homed&subject=b-2')).body);
+      expect(seen).toMatchObject({
+        mode: 'strict',
+        reason: 'subject_exhausted',
+        lastRefusal: { reason: 'subject_exhausted', limit: 2, remaining: 0 },
+      });
+    }
+    const r = await cli(['explain', 'homed', 'b-2', '--agent', `us=${us.url}`, '--agent', `eu=${eu.url}`]);
+    expect(r.stdout.trimEnd().split('\n').at(-1)).toMatch(
+      /^b-2 on homed: 0 of 2 tokens left at its home; last refused in eu [\d.]+s ago: subject_exhausted$/,
+    );
   });
 });

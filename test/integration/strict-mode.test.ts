@@ -48,9 +48,9 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
     );
     expect(answers.every((a) => a.status === 200)).toBe(true);
     expect(answers.filter((a) => a.body.allowed)).toHaveLength(100);
-    // Every denial is the quota's, not a failure mode's.
+    // Every denial is the quota's, not a failure mode's: the home bucket holds the whole budget, used up.
     expect(
-      answers.filter((a) => !a.body.allowed).every((a) => a.body.results![0]!.reason === undefined),
+      answers.filter((a) => !a.body.allowed).every((a) => a.body.results![0]!.reason === 'subject_exhausted'),
     ).toBe(true);
     const byRegion = Object.fromEntries(
       stack.regions.map((r) => [
