@@ -86,26 +86,25 @@ export class SubjectCreationModel {
 
   /** Decide one check of `policy` at `now` (µs). */
   decide(
-    policy: { name: string; newSubjects: NewSubjects },
+    policy: { name: string; newSubjects?: NewSubjects | undefined },
     subjectBucket: BucketCheck,
     sharedBucket: BucketCheck,
     now: number,
     dryRun = false,
   ): CappedDecision {
+    const cap = policy.newSubjects;
+    if (cap === undefined) throw new RangeError(`policy ${policy.name} has no subject-creation cap`);
     const guarded = encodeRequest({ checks: [{ ...subjectBucket, mustExist: true }], dryRun });
     const first = this.buckets.evaluate(guarded, now);
     if (first.missing === undefined) {
       return { step: 'known', key: subjectBucket.key, reply: first, creation: undefined };
     }
-    const creation = this.logs.evaluate(
-      { checks: [creationCheck(policy.name, policy.newSubjects)], dryRun },
-      now,
-    );
+    const creation = this.logs.evaluate({ checks: [creationCheck(policy.name, cap)], dryRun }, now);
     if (creation.allowed) {
       const reply = this.buckets.evaluate(unguarded(guarded), now);
       return { step: 'created', key: subjectBucket.key, reply, creation };
     }
-    if (policy.newSubjects.flood === 'deny') return { step: 'flood', key: undefined, reply: undefined, creation };
+    if (cap.flood === 'deny') return { step: 'flood', key: undefined, reply: undefined, creation };
     const reply = this.buckets.evaluate(encodeRequest({ checks: [sharedBucket], dryRun }), now);
     return { step: 'flood', key: sharedBucket.key, reply, creation };
   }

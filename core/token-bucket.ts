@@ -255,7 +255,8 @@ export class BucketModel {
     // A bucket that must exist and does not: nothing is decided, the caller takes a creation first.
     const missing: number[] = [];
     request.checks.forEach((c, i) => {
-      if (c.mustExist === true && this.#live(this.#buckets, request.keys[i]!, now) === undefined) missing.push(i);
+      if (c.mustExist === true && this.#live(this.#buckets, request.keys[i]!, now) === undefined)
+        missing.push(i);
     });
     if (missing.length > 0) return missingReply(n, missing);
     const states: StoredBucket[] = new Array<StoredBucket>(n);

@@ -79,7 +79,11 @@ export class LayeredRunner {
           // loop goes on from there. A shared check is never missing, so this happens at most once per check.
           denied = this.#reroute(checks, run.reroute, dryRun, sheet) || denied;
           const pending = new Set(groups.slice(next).flatMap((g) => g.indexes));
-          const regrouped = groupChecks(checks, (key) => this.#deps.store.slotOf(key), (i) => pending.has(i));
+          const regrouped = groupChecks(
+            checks,
+            (key) => this.#deps.store.slotOf(key),
+            (i) => pending.has(i),
+          );
           groups.splice(next, groups.length - next, ...regrouped);
           next--;
           continue;
@@ -116,7 +120,12 @@ export class LayeredRunner {
    * Move the checks at `indexes` to their policies' shared buckets; one that lands on a failure mode (no share
    * of it here) is answered now. True when such an answer denies.
    */
-  #reroute(checks: PreparedCheck[], indexes: readonly number[], dryRun: boolean, sheet: DecisionSheet): boolean {
+  #reroute(
+    checks: PreparedCheck[],
+    indexes: readonly number[],
+    dryRun: boolean,
+    sheet: DecisionSheet,
+  ): boolean {
     let denied = false;
     for (const i of indexes) {
       const shared = this.#deps.sharedCheck(checks[i]!);

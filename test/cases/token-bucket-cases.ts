@@ -71,7 +71,12 @@ export const tokenBucketCases: BucketCase[] = [
   {
     name: 'a dry run of a missing bucket that must exist answers missing too; a replay does not look',
     steps: [
-      { at: 0, checks: [{ ...b10, mustExist: true }], dryRun: true, expect: { allowed: false, missing: [0] } },
+      {
+        at: 0,
+        checks: [{ ...b10, mustExist: true }],
+        dryRun: true,
+        expect: { allowed: false, missing: [0] },
+      },
       { at: 0, checks: [b10], idempotencyKey: 'm1', expect: { allowed: true, remaining: [9] } },
       {
         at: 0,

@@ -23,9 +23,9 @@ describe('newSubjects: the schema', () => {
   it('fills the flood answer (deny) and keeps the cap', () => {
     const p = parsePolicy({ name: 'api', ...base, newSubjects: { perMinute: 100 } });
     expect(p.newSubjects).toEqual({ perMinute: 100, flood: 'deny' });
-    expect(parsePolicy({ name: 'a', ...base, newSubjects: { perMinute: 1, flood: 'shared' } }).newSubjects).toEqual(
-      { perMinute: 1, flood: 'shared' },
-    );
+    expect(
+      parsePolicy({ name: 'a', ...base, newSubjects: { perMinute: 1, flood: 'shared' } }).newSubjects,
+    ).toEqual({ perMinute: 1, flood: 'shared' });
   });
 
   it('refuses bad values, listing every problem', () => {
@@ -44,7 +44,9 @@ describe('newSubjects: the schema', () => {
     );
     expect(problems).toHaveLength(3);
     for (const perMinute of [0, -1, 100_001]) {
-      expect(PolicySpec.safeParse({ ...base, newSubjects: { perMinute } }).success, String(perMinute)).toBe(false);
+      expect(PolicySpec.safeParse({ ...base, newSubjects: { perMinute } }).success, String(perMinute)).toBe(
+        false,
+      );
     }
   });
 
@@ -56,7 +58,12 @@ describe('newSubjects: the schema', () => {
       newSubjects: { perMinute: 10 },
     });
     expect(log.error?.issues.map((i) => i.message)).toEqual(['newSubjects is for token buckets only']);
-    const sharded = PolicySpec.safeParse({ ...base, capacity: 100, shards: 4, newSubjects: { perMinute: 10 } });
+    const sharded = PolicySpec.safeParse({
+      ...base,
+      capacity: 100,
+      shards: 4,
+      newSubjects: { perMinute: 10 },
+    });
     expect(sharded.error?.issues.map((i) => i.path.join('.'))).toEqual(['newSubjects']);
   });
 });
@@ -108,10 +115,7 @@ describe('SubjectCreationModel: the reference model', () => {
 
 function agent(over: Partial<PolicyInput>) {
   const clock = new ManualClock(1_750_000_000_000);
-  const policies = [
-    parsePolicy({ name: 'api', ...base, ...over }),
-    parsePolicy({ name: 'plain', ...base }),
-  ];
+  const policies = [parsePolicy({ name: 'api', ...base, ...over }), parsePolicy({ name: 'plain', ...base })];
   const store = new ModelDecisionStore(clock, (key) => (key.includes('{#') ? 2 : key.includes('{t') ? 1 : 0));
   const built = buildApp(
     {
@@ -155,7 +159,8 @@ describe('the agent with a subject-creation cap (model store)', () => {
       retryAfterMs: 60_000,
     });
     // ta keeps its whole quota: 4 more of 5, then its own bucket refuses (no flood reason).
-    for (let i = 0; i < 4; i++) expect((await decide({ policy: 'api', subject: 'ta' })).body.allowed).toBe(true);
+    for (let i = 0; i < 4; i++)
+      expect((await decide({ policy: 'api', subject: 'ta' })).body.allowed).toBe(true);
     const empty = await decide({ policy: 'api', subject: 'ta' });
     expect(empty.body.allowed).toBe(false);
     expect(empty.body.results[0]?.reason).toBeUndefined();
