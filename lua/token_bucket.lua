@@ -177,7 +177,7 @@ local now = clock()
 if deadline > 0 and now > deadline then return { -1 } end
 local reply = {}
 local out = 0
-local s_tokens, s_carry, s_ts, s_fits, s_same = {}, {}, {}, {}, {}
+local s_tokens, s_carry, s_ts, s_fits, s_same, s_absent = {}, {}, {}, {}, {}, {}
 
 for r = 1, g do
   local first, last, dry, idem = q_first[r], q_first[r] + q_n[r] - 1, q_dry[r], q_idem[r]
@@ -208,61 +208,55 @@ for r = 1, g do
       out = out + 4
     end
   else
-    -- Buckets that must exist (a subject-creation cap): one missing, and the request decides nothing.
-    local guard, missing = q_guard[r], false
-    local absent = {}
-    if guard > 0 then
-      local bit = 1
-      for b = first, last do
-        absent[b] = guard % (bit * 2) >= bit and call('EXISTS', KEYS[b_key[b]]) == 0
-        if absent[b] then missing = true end
-        bit = bit * 2
+    -- Read every bucket first. A bucket that must exist (a subject-creation cap) and is missing: the request
+    -- decides and writes nothing (answered 3), so only the caller's creation step makes it.
+    local guard, missing, bit = q_guard[r], false, 1
+    local allowed = true
+    for b = first, last do
+      local cap = b_cap[b]
+      local h = call('HMGET', KEYS[b_key[b]], 'tk', 'fr', 'ts', 'rt', 'cp')
+      s_absent[b] = not h[1] and guard % (bit * 2) >= bit
+      if s_absent[b] then missing = true end
+      bit = bit * 2
+      local tokens, carry, ts
+      -- same: the stored rate and capacity equal the new ones and there is no carry to clear, so a write
+      -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
+      local same = false
+      if not h[1] then
+        tokens = cap; carry = 0; ts = now
+      else
+        tokens = tonumber(h[1])
+        ts = tonumber(h[3])
+        local stored_rate, stored_cap, stored_carry = tonumber(h[4]), tonumber(h[5]), tonumber(h[2])
+        same = stored_rate == b_rate[b] and stored_cap == cap and stored_carry == 0
+        local rate = min(stored_rate, b_rate[b])
+        local ceiling = min(stored_cap, cap)
+        if ts < b_fb[b] then
+          rate = min(rate, b_fr[b])
+          tokens = min(tokens, b_fc[b])
+        end
+        local gained = max(0, now - ts) * rate + stored_carry
+        local whole = floor(gained)
+        carry = gained - whole
+        tokens = tokens + whole
+        if tokens >= ceiling then
+          tokens = ceiling; carry = 0
+        end
+        ts = max(ts, now)
       end
+      local fits = tokens >= b_cost[b]
+      if not fits then allowed = false end
+      s_tokens[b] = tokens; s_carry[b] = carry; s_ts[b] = ts; s_fits[b] = fits; s_same[b] = same
     end
     if missing then
       reply[out + 1] = 0
       reply[out + 2] = 3
       out = out + 2
       for b = first, last do
-        reply[out + 1] = absent[b] and 1 or 0; reply[out + 2] = 0; reply[out + 3] = 0; reply[out + 4] = 0
+        reply[out + 1] = s_absent[b] and 1 or 0; reply[out + 2] = 0; reply[out + 3] = 0; reply[out + 4] = 0
         out = out + 4
       end
     else
-      local allowed = true
-      for b = first, last do
-        local cap = b_cap[b]
-        local h = call('HMGET', KEYS[b_key[b]], 'tk', 'fr', 'ts', 'rt', 'cp')
-        local tokens, carry, ts
-        -- same: the stored rate and capacity equal the new ones and there is no carry to clear, so a write
-        -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
-        local same = false
-        if not h[1] then
-          tokens = cap; carry = 0; ts = now
-        else
-          tokens = tonumber(h[1])
-          ts = tonumber(h[3])
-          local stored_rate, stored_cap, stored_carry = tonumber(h[4]), tonumber(h[5]), tonumber(h[2])
-          same = stored_rate == b_rate[b] and stored_cap == cap and stored_carry == 0
-          local rate = min(stored_rate, b_rate[b])
-          local ceiling = min(stored_cap, cap)
-          if ts < b_fb[b] then
-            rate = min(rate, b_fr[b])
-            tokens = min(tokens, b_fc[b])
-          end
-          local gained = max(0, now - ts) * rate + stored_carry
-          local whole = floor(gained)
-          carry = gained - whole
-          tokens = tokens + whole
-          if tokens >= ceiling then
-            tokens = ceiling; carry = 0
-          end
-          ts = max(ts, now)
-        end
-        local fits = tokens >= b_cost[b]
-        if not fits then allowed = false end
-        s_tokens[b] = tokens; s_carry[b] = carry; s_ts[b] = ts; s_fits[b] = fits; s_same[b] = same
-      end
-
       local start = out
       reply[out + 1] = allowed and 1 or 0
       reply[out + 2] = 0
