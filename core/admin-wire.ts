@@ -71,6 +71,10 @@ export const PolicyView = z
       .optional()
       .describe('subject classes and their limits (refill and maxCost filled)'),
     subjects: z.record(z.string(), z.string()).optional().describe('named subjects and their class'),
+    newSubjects: z
+      .strictObject({ perMinute: z.number().int(), flood: z.enum(['deny', 'shared']) })
+      .optional()
+      .describe('subject-creation cap: new buckets per rolling minute per region, and the flood answer'),
   })
   .register(adminSchemas, { id: 'Policy' });
 export type PolicyView = z.infer<typeof PolicyView>;

@@ -79,6 +79,9 @@ export type DecisionRequest = z.infer<typeof DecisionRequest>;
  *   borrowing, the bucket holds a part of the budget (share < 1) and the agent cannot see the rest.
  * - `shard_exhausted`: a sharded policy's check landed on a sub-bucket that is empty; others may hold tokens
  *   (the price of spreading a hot key: at most (K-1)/K of the budget idle under an uneven draw).
+ * - `subject_flood`: the subject has no bucket yet and the policy's subject-creation cap (`newSubjects`) is
+ *   used up for this minute in this region; the policy's flood answer is to deny.
+ * - `shared_bucket`: as above, but the flood answer is `shared`: decided on the policy's one shared bucket.
  * - `fail_open`: one of the above happened and the policy fails open (admitted, counted).
  * - `emergency_bucket`: one of the above happened and the policy decided from the in-process emergency bucket.
  * - `agent_unreachable`: set by the client SDK when the agent itself could not answer.
@@ -91,6 +94,8 @@ export const DecisionReason = z.enum([
   'subject_exhausted',
   'share_exhausted',
   'shard_exhausted',
+  'subject_flood',
+  'shared_bucket',
   'fail_open',
   'emergency_bucket',
   'agent_unreachable',

@@ -76,6 +76,11 @@ export const BucketCheck = z.strictObject({
       capacity: nonNegative(MAX_CAPACITY),
     })
     .optional(),
+  /**
+   * The bucket must already exist: when it is missing, the call decides nothing for the request and says so
+   * (`Decision.missing`). A policy with a subject-creation cap sets it, so only a creation makes a bucket.
+   */
+  mustExist: z.boolean().optional(),
 });
 export type BucketCheck = z.infer<typeof BucketCheck>;
 
@@ -120,6 +125,11 @@ export interface Decision {
   conflict: boolean;
   /** Milliseconds until every bucket could take its cost: the largest of the buckets'; null when never. */
   retryAfterMs: number | null;
+  /**
+   * Indexes of `mustExist` checks whose bucket was missing: nothing was decided or charged, every result is
+   * zero. Absent when no such bucket was missing.
+   */
+  missing?: number[] | undefined;
   results: BucketDecision[];
 }
 
@@ -157,7 +167,7 @@ const text = (v: unknown): boolean => typeof v === 'string' && v.length >= 1 && 
 const onlyKeys = (o: object, allowed: ReadonlySet<string>): boolean =>
   Object.keys(o).every((k) => allowed.has(k));
 
-const CHECK_KEYS = new Set(['key', 'capacity', 'refillPerSecond', 'cost', 'ttlMs', 'floor']);
+const CHECK_KEYS = new Set(['key', 'capacity', 'refillPerSecond', 'cost', 'ttlMs', 'floor', 'mustExist']);
 const FLOOR_KEYS = new Set(['beforeMicros', 'refillPerSecond', 'capacity']);
 const REQUEST_KEYS = new Set(['checks', 'idempotency', 'dryRun']);
 const IDEMPOTENCY_KEYS = new Set(['key', 'ttlMs', 'maxRecords']);
@@ -169,7 +179,9 @@ function isObject(v: unknown): v is Record<string, unknown> {
 function looksValidCheck(c: unknown): boolean {
   if (!isObject(c) || !onlyKeys(c, CHECK_KEYS)) return false;
   const floor = c['floor'];
+  const mustExist = c['mustExist'];
   return (
+    (mustExist === undefined || typeof mustExist === 'boolean') &&
     text(c['key']) &&
     within(c['capacity'], 0, MAX_CAPACITY) &&
     within(c['refillPerSecond'], 0, MAX_REFILL_PER_SECOND) &&
@@ -219,6 +231,7 @@ export function encodeRequest(input: DecideRequest): EncodedRequest {
       floorBefore: c.floor?.beforeMicros ?? 0,
       floorRate: c.floor?.refillPerSecond ?? 0,
       floorCapacity: c.floor === undefined ? 0 : microDown(c.floor.capacity),
+      ...(c.mustExist === true ? { mustExist: true } : {}),
     })),
     dryRun: request.dryRun ?? false,
     idempotency: request.idempotency,
@@ -247,11 +260,17 @@ export function scriptCall(
     if (idem !== undefined) keys.push(idem.key, idempotencyIndexKey(idem.key));
     // Floors are rare: they travel (flag 2) only when some bucket of the request has one.
     const floors = request.checks.some((c) => c.floorBefore > 0);
-    const flags = (request.dryRun ? 1 : 0) | (floors ? 2 : 0);
+    // Buckets that must exist travel (flag 4) as one bitmask: bit i for bucket i + 1.
+    let guard = 0;
+    request.checks.forEach((c, i) => {
+      if (c.mustExist === true) guard += 2 ** i;
+    });
+    const flags = (request.dryRun ? 1 : 0) | (floors ? 2 : 0) | (guard > 0 ? 4 : 0);
     argv.push(String(request.checks.length), String(flags), String(idem?.ttlMs ?? 0));
     if (idem !== undefined) {
       argv.push(String(idem.maxRecords ?? DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT));
     }
+    if (guard > 0) argv.push(String(guard));
     for (const c of request.checks) {
       argv.push(String(c.capacity), String(c.rate), String(c.cost), String(c.ttlMs));
       if (floors) argv.push(String(c.floorBefore), String(c.floorRate), String(c.floorCapacity));
@@ -313,12 +332,21 @@ export function parseReplies(reply: unknown, checkCounts: readonly number[]): En
         resetMs: values[b + 3] as number,
       };
     }
-    out.push({
+    const one: EncodedReply = {
       allowed: values[at] === 1,
       replayed: values[at + 1] === 1,
       conflict: values[at + 1] === 2,
       results,
-    });
+    };
+    // Code 3: buckets that must exist were missing; each one's first value is 1.
+    if (values[at + 1] === 3) {
+      one.missing = [];
+      results.forEach((r, i) => {
+        if (r.allowed) one.missing!.push(i);
+        r.allowed = false;
+      });
+    }
+    out.push(one);
     at += 2 + 4 * n;
   }
   return out;
@@ -344,11 +372,13 @@ export function decodeReply(reply: EncodedReply): Decision {
       resetMs: orNull(r.resetMs),
     };
   });
-  return {
+  const decision: Decision = {
     allowed: reply.allowed,
     replayed: reply.replayed,
     conflict: reply.conflict,
     retryAfterMs: reply.allowed ? 0 : retryAfterMs,
     results,
   };
+  if (reply.missing !== undefined) decision.missing = reply.missing;
+  return decision;
 }

@@ -83,6 +83,24 @@ export const MAX_WINDOW_SECONDS = 24 * 3600;
 /** Largest limit of a sliding-log policy: entries per subject per region are bounded by it. */
 export const MAX_LOG_LIMIT = 100_000;
 
+/** Largest subject-creation cap: new buckets one policy may create per minute per region. */
+export const MAX_NEW_SUBJECTS_PER_MINUTE = 100_000;
+
+/**
+ * The subject-creation cap of a token-bucket policy (`newSubjects`): at most `perMinute` new subject buckets in
+ * any rolling minute, per region. A decision for an unseen subject beyond it gets the `flood` answer: `deny`
+ * (refused, `reason: "subject_flood"`) or `shared` (decided against one shared per-policy bucket).
+ */
+export const NewSubjects = z.strictObject({
+  perMinute: z
+    .number()
+    .int('newSubjects.perMinute must be a whole number')
+    .min(1, 'newSubjects.perMinute must be ≥ 1')
+    .max(MAX_NEW_SUBJECTS_PER_MINUTE, `newSubjects.perMinute must be ≤ ${MAX_NEW_SUBJECTS_PER_MINUTE}`),
+  flood: z.enum(['deny', 'shared']).default('deny'),
+});
+export type NewSubjects = z.output<typeof NewSubjects>;
+
 /** Most classes one policy may define, and most subjects it may name (each naming its class). */
 export const MAX_CLASSES = 32;
 export const MAX_NAMED_SUBJECTS = 10_000;
@@ -147,6 +165,11 @@ const PolicyFields = z.strictObject({
     .record(ClassName, ClassLimits)
     .refine((c) => Object.keys(c).length <= MAX_CLASSES, `at most ${MAX_CLASSES} classes`)
     .optional(),
+  /**
+   * Subject-creation cap (token buckets only): at most `perMinute` new subject buckets per rolling minute in each
+   * region; an unseen subject beyond it gets the `flood` answer. Subjects named in `subjects` are exempt.
+   */
+  newSubjects: NewSubjects.optional(),
   /** Named subjects (as callers send them, before any hashing) and their class. */
   subjects: z
     .record(z.string().min(1).max(1024), ClassName)
@@ -205,6 +228,16 @@ function checkShards(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
       ['minShare'],
       `minShare × capacity / shards must be ≥ maxCost (${maxCost}) so every shard can admit it`,
     );
+  }
+}
+
+/** Rules of `newSubjects`: token buckets only, and not with shards (a sharded key is one hot subject). */
+function checkNewSubjects(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  if (p.newSubjects === undefined) return;
+  const issue = (message: string) => ctx.addIssue({ code: 'custom', path: ['newSubjects'], message });
+  if (p.kind !== 'token_bucket') issue('newSubjects is for token buckets only');
+  if (p.shards !== undefined) {
+    issue('newSubjects and shards do not mix: a sharded policy guards a few hot keys, not many subjects');
   }
 }
 
@@ -350,6 +383,7 @@ function checkPolicy(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   if (!checkSlidingLog(p, ctx)) return;
   checkDaily(p, ctx);
   checkShards(p, ctx);
+  checkNewSubjects(p, ctx);
   checkClasses(p, ctx);
   const refillPerSecond = refillOf(p) ?? 1;
   const maxCost = p.maxCost ?? Math.min(1, p.capacity);

@@ -32,6 +32,11 @@ export interface EncodedCheck {
   floorBefore: number;
   floorRate: number;
   floorCapacity: number;
+  /**
+   * The bucket must already exist (a policy with a subject-creation cap): when it is missing, the request
+   * decides nothing and its reply lists it in `missing`, so the caller can take a creation first.
+   */
+  mustExist?: boolean | undefined;
 }
 
 /** What the script stores per bucket. */
@@ -185,7 +190,23 @@ export interface EncodedReply {
    * was decided or charged, and every result is zero.
    */
   conflict: boolean;
+  /**
+   * Indexes of `mustExist` buckets that were missing: nothing was decided or charged, `allowed` is false and
+   * every result is zero. Absent otherwise.
+   */
+  missing?: number[] | undefined;
   results: EncodedResult[];
+}
+
+/** The reply to a request with `mustExist` buckets that were missing (`missing`: their indexes). */
+export function missingReply(checks: number, missing: number[]): EncodedReply {
+  const results = Array.from({ length: checks }, () => ({
+    allowed: false,
+    remaining: 0,
+    retryAfterMs: 0,
+    resetMs: 0,
+  }));
+  return { allowed: false, replayed: false, conflict: false, missing, results };
 }
 
 interface Entry<T> {
@@ -231,6 +252,13 @@ export class BucketModel {
       }
     }
     const n = request.checks.length;
+    // A bucket that must exist and does not: nothing is decided, the caller takes a creation first.
+    const missing: number[] = [];
+    request.checks.forEach((c, i) => {
+      if (c.mustExist === true && this.#live(this.#buckets, request.keys[i]!, now) === undefined)
+        missing.push(i);
+    });
+    if (missing.length > 0) return missingReply(n, missing);
     const states: StoredBucket[] = new Array<StoredBucket>(n);
     const fits: boolean[] = new Array<boolean>(n);
     let allowed = true;

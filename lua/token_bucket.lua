@@ -19,9 +19,12 @@ ARGV
     n          number of buckets, 1..16
     flags      bit 1 (value 1): dry run, decide without consuming or writing anything
                bit 2 (value 2): every bucket of the request carries the three floor values below
+               bit 3 (value 4): some buckets must already exist (a subject-creation cap); `guard` follows
     idem_ttl   idempotency record TTL in milliseconds; 0 when the request has no idempotency key
     idem_max   only when idem_ttl > 0: most live records the subject's index keeps (integer >= 1); writing one
                more deletes those closest to expiry
+    guard      only with flag 4: bitmask of the buckets that must exist (bit i - 1 for bucket i; 1..2^n - 1).
+               When one of them is missing, the request decides and writes nothing (see the reply)
     then per bucket, 4 values (7 with flag 2):
       capacity        micro-tokens (integer >= 0)
       rate            refill, tokens per second (= micro-tokens per microsecond; >= 0)
@@ -34,8 +37,10 @@ ARGV
 Reply (flat array of integers): {-1} when the deadline passed; otherwise, per request:
   allowed (1 when every bucket had room and all were charged; none charged otherwise), replayed (1 when the
   idempotency record answered with the first decision; 2 when the record belongs to a different request, i.e.
-  other bucket keys or costs: a conflict, nothing decided or charged), then per bucket:
-  allowed (1/0), remaining micro-tokens, retry-after ms (0 fits, -1 never can), ms until full (-1 never).
+  other bucket keys or costs: a conflict, nothing decided or charged; 3 when a bucket that must exist is missing:
+  nothing decided or charged, and each bucket's values are {1 when it is such a missing bucket else 0, 0, 0, 0}),
+  then per bucket: allowed (1/0), remaining micro-tokens, retry-after ms (0 fits, -1 never can), ms until full
+  (-1 never).
 
 Errors: "QP_BADARG <what>" for any malformed argument; every argument of every request is checked before
 anything is read or written.
@@ -45,7 +50,8 @@ Rules (the reference model in core/token-bucket.ts follows them operation for op
     a clock step backwards refills nothing, and ts never moves backwards.
   - tokens are clamped to min(stored capacity, new capacity): a shrink clamps at once, and a grow only makes room
     for refills after it is written, so neither mints.
-  - a missing (expired) bucket is full: never more than full.
+  - a missing (expired) bucket is full: never more than full; unless it must exist (flag 4), when the request is
+    answered 3 and nothing is written, so only the caller's creation step makes new buckets.
   - dry runs write nothing; other requests write every bucket (refilled, and charged when allowed) and its TTL.
 ]]
 
@@ -96,7 +102,7 @@ end
 
 -- Per request (index r): first bucket index, bucket count, dry, idempotency TTL, idempotency key index, most
 -- records per subject.
-local q_first, q_n, q_dry, q_ttl, q_idem, q_max = {}, {}, {}, {}, {}, {}
+local q_first, q_n, q_dry, q_ttl, q_idem, q_max, q_guard = {}, {}, {}, {}, {}, {}, {}
 -- Per bucket (index j, across requests): key index and parameters.
 local b_key, b_cap, b_rate, b_cost, b_ttl, b_fb, b_fr, b_fc, b_cost_arg = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local a = 2
@@ -106,18 +112,26 @@ for r = 1, g do
   local n, flags, ttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if not (n and n >= 1 and n < huge and n % 1 == 0) then return badarg(a + 1, 'bucket count', 1, true) end
   if n > 16 then return fail('bucket count must be <= 16') end
-  if not (flags == 0 or flags == 1 or flags == 2 or flags == 3) then
-    if flags and flags == flags and flags % 1 == 0 and flags > 3 then return fail('flags must be 0..3') end
+  if not (flags and flags >= 0 and flags <= 7 and flags % 1 == 0) then
+    if flags and flags == flags and flags % 1 == 0 and flags > 7 then return fail('flags must be 0..7') end
     return badarg(a + 2, 'flags', 0, true)
   end
   if not (ttl and ttl >= 0 and ttl < huge and ttl % 1 == 0) then return badarg(a + 3, 'idempotency TTL', 0, true) end
   local width = 4
-  if flags >= 2 then width = 7 end
+  if flags % 4 >= 2 then width = 7 end
   a = a + 3
   if ttl > 0 then
     local most = tonumber(ARGV[a + 1])
     if not (most and most >= 1 and most < huge and most % 1 == 0) then return badarg(a + 1, 'records per subject', 1, true) end
     q_max[r] = most
+    a = a + 1
+  end
+  q_guard[r] = 0
+  if flags >= 4 then
+    local guard = tonumber(ARGV[a + 1])
+    if not (guard and guard >= 1 and guard < huge and guard % 1 == 0) then return badarg(a + 1, 'guard', 1, true) end
+    if guard >= 2 ^ n then return fail('guard must be < 2^' .. n) end
+    q_guard[r] = guard
     a = a + 1
   end
   if a + width * n > argc then return fail('expected ' .. (a + width * n) .. ' arguments, got ' .. argc) end
@@ -163,7 +177,7 @@ local now = clock()
 if deadline > 0 and now > deadline then return { -1 } end
 local reply = {}
 local out = 0
-local s_tokens, s_carry, s_ts, s_fits, s_same = {}, {}, {}, {}, {}
+local s_tokens, s_carry, s_ts, s_fits, s_same, s_absent = {}, {}, {}, {}, {}, {}
 
 for r = 1, g do
   local first, last, dry, idem = q_first[r], q_first[r] + q_n[r] - 1, q_dry[r], q_idem[r]
@@ -194,10 +208,16 @@ for r = 1, g do
       out = out + 4
     end
   else
+    -- Read every bucket first. A bucket that must exist (a subject-creation cap) and is missing: the request
+    -- decides and writes nothing (answered 3), so only the caller's creation step makes it.
+    local guard, missing, bit = q_guard[r], false, 1
     local allowed = true
     for b = first, last do
       local cap = b_cap[b]
       local h = call('HMGET', KEYS[b_key[b]], 'tk', 'fr', 'ts', 'rt', 'cp')
+      s_absent[b] = not h[1] and guard % (bit * 2) >= bit
+      if s_absent[b] then missing = true end
+      bit = bit * 2
       local tokens, carry, ts
       -- same: the stored rate and capacity equal the new ones and there is no carry to clear, so a write
       -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
@@ -228,55 +248,64 @@ for r = 1, g do
       if not fits then allowed = false end
       s_tokens[b] = tokens; s_carry[b] = carry; s_ts[b] = ts; s_fits[b] = fits; s_same[b] = same
     end
-
-    local start = out
-    reply[out + 1] = allowed and 1 or 0
-    reply[out + 2] = 0
-    out = out + 2
-    for b = first, last do
-      local cap, rate, cost = b_cap[b], b_rate[b], b_cost[b]
-      local tokens, carry, fits = s_tokens[b], s_carry[b], s_fits[b]
-      local remaining = tokens
-      if allowed then remaining = tokens - cost end
-      local retry = 0
-      if not fits then
-        if cost > cap then retry = -1 else retry = ms(micros_until(tokens, carry, cost, rate)) end
+    if missing then
+      reply[out + 1] = 0
+      reply[out + 2] = 3
+      out = out + 2
+      for b = first, last do
+        reply[out + 1] = s_absent[b] and 1 or 0; reply[out + 2] = 0; reply[out + 3] = 0; reply[out + 4] = 0
+        out = out + 4
       end
-      reply[out + 1] = (fits and allowed) and 1 or 0
-      reply[out + 2] = remaining
-      reply[out + 3] = retry
-      reply[out + 4] = ms(micros_until(remaining, carry, cap, rate))
-      out = out + 4
-      if not dry then
-        -- Numbers reach Redis as exact round-trip decimals (Redis converts Lua numbers with %.17g).
-        local key = KEYS[b_key[b]]
-        if not s_same[b] then
-          call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', s_ts[b], 'rt', rate, 'cp', cap)
-        elseif carry == 0 then
-          call('HSET', key, 'tk', remaining, 'ts', s_ts[b])
-        else
-          call('HSET', key, 'tk', remaining, 'ts', s_ts[b], 'fr', carry)
+    else
+      local start = out
+      reply[out + 1] = allowed and 1 or 0
+      reply[out + 2] = 0
+      out = out + 2
+      for b = first, last do
+        local cap, rate, cost = b_cap[b], b_rate[b], b_cost[b]
+        local tokens, carry, fits = s_tokens[b], s_carry[b], s_fits[b]
+        local remaining = tokens
+        if allowed then remaining = tokens - cost end
+        local retry = 0
+        if not fits then
+          if cost > cap then retry = -1 else retry = ms(micros_until(tokens, carry, cost, rate)) end
         end
-        call('PEXPIRE', key, b_ttl[b])
+        reply[out + 1] = (fits and allowed) and 1 or 0
+        reply[out + 2] = remaining
+        reply[out + 3] = retry
+        reply[out + 4] = ms(micros_until(remaining, carry, cap, rate))
+        out = out + 4
+        if not dry then
+          -- Numbers reach Redis as exact round-trip decimals (Redis converts Lua numbers with %.17g).
+          local key = KEYS[b_key[b]]
+          if not s_same[b] then
+            call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', s_ts[b], 'rt', rate, 'cp', cap)
+          elseif carry == 0 then
+            call('HSET', key, 'tk', remaining, 'ts', s_ts[b])
+          else
+            call('HSET', key, 'tk', remaining, 'ts', s_ts[b], 'fr', carry)
+          end
+          call('PEXPIRE', key, b_ttl[b])
+        end
       end
-    end
 
-    -- Only admissions are remembered: a refusal charged nothing, so a retry is decided afresh.
-    if idem and not dry and allowed then
-      local parts = {}
-      for i = start + 1, out do parts[#parts + 1] = string.format('%.17g', reply[i]) end
-      call('SET', KEYS[idem], fingerprint .. '|' .. table.concat(parts, ','), 'PX', q_ttl[r])
-      -- The subject's index: expired entries dropped, this record added, those closest to expiry deleted past
-      -- the most it may keep; the index lives as long as its last record.
-      local index, now_ms = KEYS[idem + 1], floor(now / 1000)
-      call('ZREMRANGEBYSCORE', index, '-inf', now_ms)
-      call('ZADD', index, now_ms + q_ttl[r], KEYS[idem])
-      local over = call('ZCARD', index) - q_max[r]
-      if over > 0 then
-        call('DEL', unpack(call('ZRANGE', index, 0, over - 1)))
-        call('ZREMRANGEBYRANK', index, 0, over - 1)
+      -- Only admissions are remembered: a refusal charged nothing, so a retry is decided afresh.
+      if idem and not dry and allowed then
+        local parts = {}
+        for i = start + 1, out do parts[#parts + 1] = string.format('%.17g', reply[i]) end
+        call('SET', KEYS[idem], fingerprint .. '|' .. table.concat(parts, ','), 'PX', q_ttl[r])
+        -- The subject's index: expired entries dropped, this record added, those closest to expiry deleted past
+        -- the most it may keep; the index lives as long as its last record.
+        local index, now_ms = KEYS[idem + 1], floor(now / 1000)
+        call('ZREMRANGEBYSCORE', index, '-inf', now_ms)
+        call('ZADD', index, now_ms + q_ttl[r], KEYS[idem])
+        local over = call('ZCARD', index) - q_max[r]
+        if over > 0 then
+          call('DEL', unpack(call('ZRANGE', index, 0, over - 1)))
+          call('ZREMRANGEBYRANK', index, 0, over - 1)
+        end
+        call('PEXPIRE', index, tonumber(call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]) - now_ms)
       end
-      call('PEXPIRE', index, tonumber(call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]) - now_ms)
     end
   end
 end

@@ -66,6 +66,7 @@ const ORDER = [
   'minShare',
   'classes',
   'subjects',
+  'newSubjects',
 ] as const;
 
 /**

@@ -89,7 +89,8 @@ export interface EncodedCreditResult {
  */
 export function transferBucket(bucket: Omit<BucketCheck, 'cost'>): TransferBucket {
   const [check] = encodeRequest({ checks: [{ ...bucket, cost: 1 }] }).checks;
-  const { cost: _cost, ...rest } = check!;
+  // mustExist guards a decision only (subject-creation cap): a transfer moves tokens, whatever the bucket.
+  const { cost: _cost, mustExist: _mustExist, ...rest } = check!;
   return rest;
 }
 

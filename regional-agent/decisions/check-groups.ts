@@ -42,8 +42,13 @@ export type CheckGroup = StoreGroup | LogGroup | DayGroup | ForwardGroup;
  * Store checks grouped by slot in order of first appearance (token buckets and sliding logs in groups of their
  * own kind, each decided by its own script), then the forwarded checks (at most one home
  * region per request, checked when it was prepared). Checks routed to their failure mode belong to no group.
+ * With `include`, only the checks at positions it accepts are grouped.
  */
-export function groupChecks(checks: readonly PreparedCheck[], slotOf: (key: string) => number): CheckGroup[] {
+export function groupChecks(
+  checks: readonly PreparedCheck[],
+  slotOf: (key: string) => number,
+  include?: (index: number) => boolean,
+): CheckGroup[] {
   const groups: CheckGroup[] = [];
   const bySlot = new Map<number, StoreGroup>();
   const logsBySlot = new Map<number, LogGroup>();
@@ -52,6 +57,8 @@ export function groupChecks(checks: readonly PreparedCheck[], slotOf: (key: stri
   // One check is the common case: no slot to compute.
   const single = checks.length === 1;
   checks.forEach((p, i) => {
+    // Only the checks `include` names (a regroup after some checks moved): positions stay the request's.
+    if (include !== undefined && !include(i)) return;
     if (p.route === 'store') {
       const slot = single ? 0 : slotOf(p.bucket.key);
       let group = bySlot.get(slot);

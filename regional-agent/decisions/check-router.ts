@@ -7,6 +7,7 @@ import { sizedBucket } from '../../core/share-sizing.js';
 import { sizedLog, slidingLogKey } from '../../core/sliding-log.js';
 import type { RegionalShare, ShareView } from '../../core/shares.js';
 import { normalizeSubject } from '../../core/subject.js';
+import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import type { PreparedCheck, PreparedRequest } from './prepared.js';
 
@@ -175,12 +176,15 @@ export class CheckRouter {
         cause: undefined,
       };
     }
+    const bucket = sizedBucket(policy, bucketKey(policy.version, subject, policy.name), cost, share);
+    // A subject-creation cap: only a creation taken from the cap may make this bucket (store-group.ts).
+    if (policy.newSubjects !== undefined && subject !== ANONYMOUS_SUBJECT) bucket.mustExist = true;
     return {
       policy,
       subject,
       cost,
       route: 'store',
-      bucket: sizedBucket(policy, bucketKey(policy.version, subject, policy.name), cost, share),
+      bucket,
       homeRegion: undefined,
       cause: undefined,
     };

@@ -13,6 +13,7 @@ import type { Clock } from '../../core/clock.js';
 import { isLogKind, withClass } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import type { ShareView } from '../../core/shares.js';
+import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
 import type { ForwardedDecision, ForwardedReply } from '../../core/wire/strict.js';
 import { AgentErrors } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
@@ -86,8 +87,18 @@ export class DecisionService {
       failures: new FailureModes(deps.emergency, config.failureRetryAfterMs),
       idempotencyTtlMs: config.idempotencyTtlMs,
       region: config.region,
+      sharedCheck: (check) => this.#sharedCheck(check),
     });
     this.#recorder = new DecisionRecorder(deps, config);
+  }
+
+  /**
+   * A check moved to its policy's shared bucket: the policy's own limits (a subject's, not a class's), routed as
+   * a check of the anonymous subject, so its share, borrowing and usage are that subject's.
+   */
+  #sharedCheck(check: PreparedCheck): PreparedCheck {
+    const policy = this.#deps.policies.current().get(check.policy.name) ?? check.policy;
+    return this.#router.route(policy, ANONYMOUS_SUBJECT, check.cost);
   }
 
   /** Validate a body: every problem of the kind found first is listed. Throws an agent error; changes nothing. */

@@ -19,6 +19,11 @@ export interface GroupRun {
   recordKey: string | undefined;
   /** Per check of a log group: the entries its call wrote (stamp, first seq), what a refund takes back. */
   written?: { stamp: number; seq: number }[] | undefined;
+  /**
+   * Request positions of checks whose new subject found its policy's creation cap used up and whose flood answer
+   * is `shared`: nothing was decided; the runner decides them again on their policies' shared buckets.
+   */
+  reroute?: number[] | undefined;
   /** Per check of a day group: the µs start of the day its call charged (0: nothing), what a refund names. */
   dayStarts?: number[] | undefined;
 }

@@ -8,7 +8,13 @@ import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
 import { claimIdempotencyKey, type ClaimDeps } from './idempotency-claim.js';
 import { summarize } from './outcome.js';
-import { newSheet, type DecisionOutcome, type DecisionSheet, type PreparedRequest } from './prepared.js';
+import {
+  newSheet,
+  type DecisionOutcome,
+  type DecisionSheet,
+  type PreparedCheck,
+  type PreparedRequest,
+} from './prepared.js';
 import { refundRuns, type RefundDeps } from './refunds.js';
 import { runStoreGroup, type StoreGroupDeps } from './store-group.js';
 
@@ -18,6 +24,11 @@ export type LayeredRunnerDeps = StoreGroupDeps &
   RefundDeps &
   LogGroupDeps & {
     failures: FailureModes;
+    /**
+     * The check of `check`'s policy on its shared bucket (subject-creation cap, flood answer `shared`), routed
+     * as a check of the anonymous subject: a store check, or a failure-mode one when this region holds no share.
+     */
+    sharedCheck: (check: PreparedCheck) => PreparedCheck;
   };
 
 /**
@@ -62,6 +73,21 @@ export class LayeredRunner {
       try {
         run = await this.#runGroup(request, group, false, deadlineAt, sheet, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
+        if (run.reroute !== undefined) {
+          // New subjects past their policies' creation caps: nothing was decided; the group's checks are
+          // grouped again with those moved to the shared buckets (on a cluster, maybe other slots), and the
+          // loop goes on from there. A shared check is never missing, so this happens at most once per check.
+          denied = this.#reroute(checks, run.reroute, dryRun, sheet) || denied;
+          const pending = new Set(groups.slice(next).flatMap((g) => g.indexes));
+          const regrouped = groupChecks(
+            checks,
+            (key) => this.#deps.store.slotOf(key),
+            (i) => pending.has(i),
+          );
+          groups.splice(next, groups.length - next, ...regrouped);
+          next--;
+          continue;
+        }
       } catch (error) {
         // A conflict, or a home region that shed the request: give back what this call charged, then say so.
         await refundRuns(
@@ -88,6 +114,29 @@ export class LayeredRunner {
     const outcome = summarize(checks, sheet, !denied, replayed);
     if (!denied && !dryRun) outcome.charges = chargesOf(runs, checks.length);
     return outcome;
+  }
+
+  /**
+   * Move the checks at `indexes` to their policies' shared buckets; one that lands on a failure mode (no share
+   * of it here) is answered now. True when such an answer denies.
+   */
+  #reroute(
+    checks: PreparedCheck[],
+    indexes: readonly number[],
+    dryRun: boolean,
+    sheet: DecisionSheet,
+  ): boolean {
+    let denied = false;
+    for (const i of indexes) {
+      const shared = this.#deps.sharedCheck(checks[i]!);
+      checks[i] = shared;
+      if (shared.route !== 'fail') continue;
+      const r = this.#deps.failures.fail(shared, shared.cause, dryRun);
+      sheet.results[i] = r.result;
+      sheet.fits[i] = r.fits;
+      if (!r.fits) denied = true;
+    }
+    return denied;
   }
 
   #runGroup(

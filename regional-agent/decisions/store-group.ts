@@ -1,7 +1,8 @@
 import type { CheckResult, DecisionReason } from '../../core/agent-wire.js';
-import type { Decision } from '../../core/bucket-wire.js';
+import type { BucketCheck, Decision } from '../../core/bucket-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
+import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { StoreGroup } from './check-groups.js';
@@ -10,6 +11,7 @@ import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
 import { newRun, settleRun, type GroupRun } from './group-run.js';
 import type { DecisionSheet, StoreCheck } from './prepared.js';
+import { floodResult, takeCreations, type Flooded } from './subject-gate.js';
 
 export interface StoreGroupDeps {
   store: DecisionStore;
@@ -110,12 +112,14 @@ export async function runStoreGroup(
       : idempotencyRecordKey(group.slotSubject, call.idempotencyKey);
   // Only a charge can be lost to a caller that stopped waiting: a look carries no deadline.
   const chargeBy = dryRun ? undefined : call.chargeBy;
-  const decide = (): Promise<Decision> =>
+  // A subject-creation cap: the first call decides only buckets that exist (a look only reads, creating nothing).
+  let guarded = !lookOnly && group.checks.some((p) => p.bucket.mustExist === true);
+  const decide = (look = false): Promise<Decision> =>
     deps.guard.run('decide', () =>
       deps.store.decide(
         {
-          checks: group.checks.map((p) => p.bucket),
-          dryRun,
+          checks: guarded ? group.checks.map((p) => p.bucket) : group.checks.map(withoutGuard),
+          dryRun: dryRun || look,
           idempotency:
             recordKey === undefined
               ? undefined
@@ -127,7 +131,7 @@ export async function runStoreGroup(
                   ),
                 },
         },
-        { chargeBy },
+        { chargeBy: look ? undefined : chargeBy },
       ),
     );
   let decision: Decision;
@@ -142,6 +146,23 @@ export async function runStoreGroup(
   let reasons: Map<number, DecisionReason> | undefined;
   try {
     decision = await decideNoting();
+    if (decision.missing !== undefined) {
+      // New subjects: take their creations, then decide again (creating the buckets), or answer the flood.
+      const none = await takeCreations(deps, group.checks, decision.missing, dryRun);
+      guarded = false;
+      if (none.length > 0 && none.every((f) => f.answer === 'shared')) {
+        // Nothing was decided: the layered runner moves these checks to their policies' shared buckets.
+        run.reroute = none.map((f) => group.indexes[f.index] ?? f.index);
+        return run;
+      }
+      if (none.length > 0) {
+        // The request is refused; the group's other checks are only looked at, for their numbers.
+        const look = await decide(true);
+        const denied = none.filter((f) => f.answer === 'deny');
+        return floodGroup(run, group, look, denied, sheet);
+      }
+      decision = await decideNoting();
+    }
     const handler = dryRun ? undefined : deps.shortfall;
     for (let attempt = 0, waits = 0; handler !== undefined && attempt < MAX_COVER_ATTEMPTS;) {
       const short = shortOfTokens(group, decision, generations);
@@ -183,6 +204,9 @@ export async function runStoreGroup(
       mode: p.policy.mode,
     };
     if (b.retryAfterMs === null) result.reason = 'cost_exceeds_share';
+    // Decided on the policy's shared bucket: a new subject past the creation cap (flood answer `shared`). Admitted
+    // or refused, that is what the caller must know: the shared bucket's tokens are not the subject's own budget.
+    else if (p.subject === ANONYMOUS_SUBJECT) result.reason = 'shared_bucket';
     else if (!decision.allowed && b.retryAfterMs > 0) {
       const reason = reasons?.get(j) ?? unborrowedReason(p, deps.shortfall);
       if (reason !== undefined) result.reason = reason;
@@ -213,6 +237,49 @@ export function unborrowedReason(
   return !regional || check.bucket.capacity >= check.policy.capacity
     ? 'subject_exhausted'
     : 'share_exhausted';
+}
+
+/** A check's bucket without the subject-creation guard: a missing bucket is created (full) as usual. */
+function withoutGuard(check: StoreCheck): BucketCheck {
+  if (check.bucket.mustExist !== true) return check.bucket;
+  const { mustExist: _, ...bucket } = check.bucket;
+  return bucket;
+}
+
+/**
+ * A group refused by a flood answer `deny`: the flooded checks say `subject_flood`; the others report what their
+ * buckets hold (a look: nothing was charged anywhere).
+ */
+function floodGroup(
+  run: GroupRun,
+  group: StoreGroup,
+  look: Decision,
+  flooded: readonly Flooded[],
+  sheet: DecisionSheet,
+): GroupRun {
+  run.allowed = false;
+  group.checks.forEach((p, j) => {
+    const at = group.indexes[j] ?? j;
+    const f = flooded.find((x) => x.index === j);
+    const b = look.results[j];
+    if (f !== undefined || b === undefined) {
+      sheet.results[at] = floodResult(p, f ?? { index: j, retryAfterMs: 0, answer: 'deny' });
+      sheet.fits[at] = false;
+      return;
+    }
+    const remaining = look.allowed ? Math.min(b.remaining + p.cost, p.bucket.capacity) : b.remaining;
+    sheet.results[at] = {
+      policy: p.policy.name,
+      allowed: false,
+      remaining: remaining > 0 ? remaining : 0,
+      limit: p.bucket.capacity,
+      resetMs: b.resetMs,
+      retryAfterMs: b.retryAfterMs,
+      mode: p.policy.mode,
+    };
+    sheet.fits[at] = b.retryAfterMs === 0;
+  });
+  return run;
 }
 
 /** Tell the shortfall handler what an admission left in the group's regional buckets. */

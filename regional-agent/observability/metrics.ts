@@ -23,6 +23,8 @@ export class AgentMetrics {
   readonly leaseReleases: Counter<'policy' | 'outcome'>;
   readonly reservations: Counter<'outcome'>;
   readonly idempotency: Counter<'outcome'>;
+  readonly subjectFlood: Counter<'policy' | 'answer'>;
+  readonly subjectsCreated: Counter<'policy'>;
   readonly requestErrors: Counter<'code'>;
   readonly breakerState: Gauge;
   readonly breakerTransitions: Counter<'state'>;
@@ -111,6 +113,18 @@ export class AgentMetrics {
       name: 'quotaplane_idempotent_requests_total',
       help: 'Requests with an idempotency key, by outcome (new, replayed, conflict).',
       labelNames: ['outcome'],
+      registers,
+    });
+    this.subjectFlood = new Counter({
+      name: 'quotaplane_subject_flood_total',
+      help: 'Checks of unseen subjects past the policy subject-creation cap, by policy and flood answer (deny, shared).',
+      labelNames: ['policy', 'answer'],
+      registers,
+    });
+    this.subjectsCreated = new Counter({
+      name: 'quotaplane_subjects_created_total',
+      help: 'Creations taken from a policy subject-creation cap (new subject buckets), by policy.',
+      labelNames: ['policy'],
       registers,
     });
     this.requestErrors = new Counter({

@@ -13,6 +13,8 @@ export interface CaseCheck {
   ttlMs?: number;
   /** Rate-history floor; `beforeMs` is virtual time like `at`. */
   floor?: { beforeMs: number; refillPerSecond: number; capacity: number };
+  /** The bucket must already exist (subject-creation cap): missing, the request decides nothing. */
+  mustExist?: boolean;
 }
 
 export interface CaseStep {
@@ -33,6 +35,8 @@ export interface CaseStep {
         remaining?: number[];
         retryAfterMs?: (number | null)[];
         resetMs?: (number | null)[];
+        /** Indexes of mustExist buckets that were missing (default: none). */
+        missing?: number[];
       }
     | undefined;
 }
@@ -45,6 +49,43 @@ export interface BucketCase {
 const b10 = { bucket: 'a', capacity: 10, refillPerSecond: 1 };
 
 export const tokenBucketCases: BucketCase[] = [
+  {
+    name: 'a bucket that must exist and does not: nothing decided or written, its index answered',
+    steps: [
+      {
+        at: 0,
+        checks: [b10, { ...b10, bucket: 'new', mustExist: true }],
+        expect: { allowed: false, missing: [1], remaining: [0, 0], retryAfterMs: [0, 0] },
+      },
+      // Nothing was charged or created: a is still full, and `new` is still missing.
+      { at: 0, checks: [{ ...b10, mustExist: true }], expect: { allowed: false, missing: [0] } },
+      // Created without the flag (the caller took a creation), then known: decided as usual.
+      { at: 0, checks: [{ ...b10, bucket: 'new' }], expect: { allowed: true, remaining: [9] } },
+      {
+        at: 0,
+        checks: [b10, { ...b10, bucket: 'new', mustExist: true }],
+        expect: { allowed: true, missing: [], remaining: [9, 8] },
+      },
+    ],
+  },
+  {
+    name: 'a dry run of a missing bucket that must exist answers missing too; a replay does not look',
+    steps: [
+      {
+        at: 0,
+        checks: [{ ...b10, mustExist: true }],
+        dryRun: true,
+        expect: { allowed: false, missing: [0] },
+      },
+      { at: 0, checks: [b10], idempotencyKey: 'm1', expect: { allowed: true, remaining: [9] } },
+      {
+        at: 0,
+        checks: [b10],
+        idempotencyKey: 'm1',
+        expect: { allowed: true, replayed: true, remaining: [9] },
+      },
+    ],
+  },
   {
     name: 'a new bucket starts full',
     steps: [

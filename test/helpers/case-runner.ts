@@ -33,6 +33,7 @@ export function prepareCase(prefix: string, c: BucketCase): PreparedStep[] {
                 refillPerSecond: k.floor.refillPerSecond,
                 capacity: k.floor.capacity,
               },
+        ...(k.mustExist === true ? { mustExist: true } : {}),
       })),
       dryRun: step.dryRun,
       idempotency:
@@ -89,6 +90,7 @@ export function checkExpectations(step: CaseStep, reply: EncodedReply): string[]
       e.remaining,
       reply.results.map((r) => r.remaining / 1e6),
     );
+  if (e.missing !== undefined) same('missing', e.missing, reply.missing ?? []);
   const orNull = (v: number) => (v < 0 ? null : v);
   if (e.retryAfterMs !== undefined)
     same(

@@ -187,6 +187,37 @@ describe('coordinator policies API', () => {
     expect(after.revision).toBeGreaterThan(before.revision);
   });
 
+  it('subject-creation cap: stored with its flood answer filled, audited; bad values refused with every problem', async () => {
+    await using f = await coordinatorFixture();
+    const spec = { capacity: 10, refillPerSecond: 1, newSubjects: { perMinute: 100 } };
+    const created = await put(f, 'signup', spec);
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toMatchObject({ newSubjects: { perMinute: 100, flood: 'deny' } });
+    const before = await state(f);
+    const bad = await put(f, 'signup', {
+      ...spec,
+      shards: 2,
+      newSubjects: { perMinute: 0, flood: 'later' },
+    });
+    expect(bad.statusCode).toBe(400);
+    expect(
+      bad
+        .json<{ errors: { path: string }[] }>()
+        .errors.map((e) => e.path)
+        .sort(),
+    ).toEqual(['body.newSubjects.flood', 'body.newSubjects.perMinute']);
+    const sharded = await put(f, 'signup', { ...spec, shards: 2 });
+    expect(sharded.statusCode).toBe(400);
+    expect(sharded.json<{ errors: { path: string }[] }>().errors.map((e) => e.path)).toEqual([
+      'body.newSubjects',
+    ]);
+    expect(await state(f)).toEqual(before);
+    const shared = await put(f, 'signup', { ...spec, newSubjects: { perMinute: 50, flood: 'shared' } });
+    expect(shared.statusCode).toBe(200);
+    expect(shared.json()).toMatchObject({ newSubjects: { perMinute: 50, flood: 'shared' } });
+    expect((await state(f)).audit).toBe(before.audit + 1);
+  });
+
   it('stores the operator spec: derived defaults stay derived, constant defaults are pinned', async () => {
     await using f = await coordinatorFixture();
     await put(f, 'exports', { capacity: 100, refillPerSecond: 100 / 3600 });

@@ -56,6 +56,8 @@ describe('batched calls: the script and the model agree on random batches', () =
       rate: fc.constantFrom(0, 0.5, 1, 3, 10),
       cost: fc.integer({ min: 1, max: 4 }),
       dryRun: fc.boolean(),
+      // Bitmask of the request's buckets that must exist (a subject-creation cap).
+      mustExist: fc.integer({ min: 0, max: 7 }),
       idem: fc.option(fc.constantFrom('i1', 'i2'), { nil: undefined }),
       floor: fc.option(
         fc.record({
@@ -95,6 +97,7 @@ describe('batched calls: the script and the model agree on random batches', () =
                   refillPerSecond: r.floor.rate,
                   capacity: r.floor.capacity,
                 },
+                mustExist: (r.mustExist & (1 << b)) !== 0,
               })),
               dryRun: r.dryRun,
               idempotency:

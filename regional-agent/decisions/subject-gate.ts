@@ -1,0 +1,64 @@
+/**
+ * The second step of a capped decision (core/subject-creation.ts): the store said some checks' buckets are
+ * missing; take one creation per such check from its policy's creation log, and say which ones got none.
+ */
+import type { CheckResult } from '../../core/agent-wire.js';
+import { creationCheck } from '../../core/subject-creation.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import type { DecisionStore } from './decision-store.js';
+import type { StoreCheck } from './prepared.js';
+
+/** A check whose policy's cap is used up: when a creation frees (ms), and what the policy answers. */
+export interface Flooded {
+  /** Position of the check in its group. */
+  index: number;
+  retryAfterMs: number;
+  answer: 'deny' | 'shared';
+}
+
+/**
+ * Take a creation for each missing check (one creation-log call each, in the policy's slot; a dry run only
+ * looks, taking nothing). Returns the checks that got none. Throws when the store fails: the caller's failure
+ * modes answer, as for any store failure.
+ */
+export async function takeCreations(
+  deps: { store: DecisionStore; guard: StoreGuard; metrics: AgentMetrics },
+  checks: readonly StoreCheck[],
+  missing: readonly number[],
+  dryRun: boolean,
+): Promise<Flooded[]> {
+  const flooded: Flooded[] = [];
+  for (const index of missing) {
+    const { policy } = checks[index]!;
+    const cap = policy.newSubjects;
+    if (cap === undefined) throw new TypeError(`check ${index} of ${policy.name} is missing but has no cap`);
+    const reply = await deps.guard.run('decide', () =>
+      deps.store.decideLog({ checks: [creationCheck(policy.name, cap)], dryRun }),
+    );
+    const creation = reply.results[0];
+    if (creation === undefined) throw new TypeError('the creation log answered no result');
+    if (reply.allowed) {
+      if (!dryRun) deps.metrics.subjectsCreated.labels(policy.name).inc();
+      continue;
+    }
+    flooded.push({ index, retryAfterMs: Math.max(0, creation.retryAfterMs), answer: cap.flood });
+    if (!dryRun) deps.metrics.subjectFlood.labels(policy.name, cap.flood).inc();
+  }
+  return flooded;
+}
+
+/** The result of a check refused by its policy's flood answer `deny`: no bucket was made or charged. */
+export function floodResult(check: StoreCheck, flooded: Flooded): CheckResult {
+  return {
+    policy: check.policy.name,
+    allowed: false,
+    remaining: 0,
+    limit: check.bucket.capacity,
+    // A new subject's bucket would start full: it is "full" as soon as a creation frees.
+    resetMs: flooded.retryAfterMs,
+    retryAfterMs: flooded.retryAfterMs,
+    mode: check.policy.mode,
+    reason: 'subject_flood',
+  };
+}

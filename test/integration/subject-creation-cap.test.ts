@@ -1,0 +1,252 @@
+/**
+ * The subject-creation cap on a real Redis and on the suite's 3-master Redis Cluster: a flood of one-shot
+ * identities creates exactly the cap's number of subject buckets (counted with SCAN), every other new subject
+ * gets the flood answer, and a tenant known before the flood keeps its full quota, decided in one store call.
+ */
+import calculateSlot from 'cluster-key-slot';
+import type { Cluster, Redis } from 'ioredis';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { DecisionResponse } from '../../core/agent-wire.js';
+import { bucketKey } from '../../core/keys.js';
+import { parsePolicy, type Policy } from '../../core/policy.js';
+import { StaticShareView } from '../../core/shares.js';
+import { creationKey, sharedBucketKey } from '../../core/subject-creation.js';
+import { buildApp, type AgentApp } from '../../regional-agent/app.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import type { DecisionStore } from '../../regional-agent/decisions/decision-store.js';
+import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import { uniquePrefix } from '../harness/fixtures.js';
+
+const unique = uniquePrefix('cap').toLowerCase();
+const version = 7;
+
+/** Calls of the token-bucket and sliding-log scripts, as the agent's store makes them. */
+interface Counts {
+  decide: number;
+  decideLog: number;
+}
+
+/** The Redis store, counting its script calls (a Proxy: every other method goes through untouched). */
+function counting(inner: RedisDecisionStore): { store: DecisionStore; counts: Counts } {
+  const counts: Counts = { decide: 0, decideLog: 0 };
+  const store = new Proxy(inner, {
+    get(target, prop, receiver) {
+      const value: unknown = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        if (prop === 'decide' || prop === 'decideLog') counts[prop]++;
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { store, counts };
+}
+
+interface Stack {
+  redis: Redis | Cluster;
+  agent: AgentApp;
+  counts: Counts;
+}
+
+async function stack(backend: 'redis' | 'cluster', policies: Policy[]): Promise<Stack> {
+  const nodes = inject('redisCluster').map((n) => `${n.host}:${n.port}`);
+  const { host, port } = inject('redis');
+  const redis =
+    backend === 'cluster'
+      ? connectRedis({ redisClusterNodes: nodes })
+      : connectRedis({ redisUrl: `redis://${host}:${port}` });
+  redis.on('error', () => undefined);
+  await whenReady(redis, 10_000);
+  const { store, counts } = counting(new RedisDecisionStore(redis, { timeoutMs: 5000 }));
+  const agent = buildApp(
+    {
+      store,
+      policies: new StaticPolicySource(policies),
+      shares: new StaticShareView(Object.fromEntries(policies.map((p) => [p.name, 1]))),
+      log: pino({ level: 'silent' }),
+    },
+    AgentConfig.parse({
+      region: 'us',
+      ...(backend === 'cluster' ? { redisClusterNodes: nodes } : { redisUrl: `redis://${host}:${port}` }),
+      policiesFile: 'unused',
+      decisionDeadlineMs: 5000,
+      storeTimeoutMs: 5000,
+      reservationSweepMs: 0,
+    }),
+  );
+  await agent.ready;
+  return { redis, agent, counts };
+}
+
+async function decide(agent: AgentApp, body: object): Promise<DecisionResponse> {
+  const res = await agent.app.inject({ method: 'POST', url: '/v1/decisions', payload: body });
+  expect(res.statusCode, res.body).toBe(200);
+  return DecisionResponse.parse(res.json());
+}
+
+/** Keys matching `pattern`, on every master of a cluster. */
+async function scanCount(redis: Redis | Cluster, pattern: string): Promise<number> {
+  const nodes =
+    'nodes' in redis && typeof redis.nodes === 'function' ? redis.nodes('master') : [redis as Redis];
+  let n = 0;
+  for (const node of nodes) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      n += keys.length;
+    } while (cursor !== '0');
+  }
+  return n;
+}
+
+/** Run `n` decisions with at most `wave` in flight; `body(i)` builds the i-th. */
+async function flood(agent: AgentApp, n: number, wave: number, body: (i: number) => object) {
+  const out: DecisionResponse[] = [];
+  for (let start = 0; start < n; start += wave) {
+    const batch = Array.from({ length: Math.min(wave, n - start) }, (_, j) => decide(agent, body(start + j)));
+    out.push(...(await Promise.all(batch)));
+  }
+  return out;
+}
+
+describe('subject-creation cap on a real Redis: deny', () => {
+  const name = `${unique}-deny`;
+  // Refill so slow that no whole token comes back during the test: quotas are exact counts.
+  const policy = parsePolicy({
+    name,
+    capacity: 5,
+    refillPerSecond: 1e-4,
+    version,
+    newSubjects: { perMinute: 100, flood: 'deny' },
+  });
+  let s: Stack;
+  beforeAll(async () => {
+    s = await stack('redis', [policy]);
+  });
+  afterAll(async () => {
+    await s.agent.app.close();
+    s.redis.disconnect();
+  });
+
+  it('20,000 one-shot identities create exactly 100 buckets; the known tenant keeps its full quota', async () => {
+    // The known tenant is created before the flood: one creation of the 100, then 4 tokens left.
+    expect((await decide(s.agent, { policy: name, subject: 'tenant-known' })).allowed).toBe(true);
+    const started = performance.now();
+    const known: DecisionResponse[] = [];
+    const all = await flood(s.agent, 20_000, 500, (i) => {
+      // Every 1,000th decision is the known tenant's: 20 of them, of which exactly its 4 tokens are admitted.
+      if (i % 1000 === 0) return { policy: name, subject: 'tenant-known' };
+      return { policy: name, subject: `one-shot-${i}` };
+    });
+    const ms = performance.now() - started;
+    all.forEach((d, i) => {
+      if (i % 1000 === 0) known.push(d);
+    });
+    const strangers = all.filter((_, i) => i % 1000 !== 0);
+    expect(known.filter((d) => d.allowed)).toHaveLength(4);
+    // Refused by its own empty bucket (its whole budget: subject_exhausted), never by the flood.
+    expect(known.filter((d) => !d.allowed).map((d) => d.results[0]!.reason)).toEqual(
+      Array.from({ length: 16 }, () => 'subject_exhausted'),
+    );
+    expect(strangers.filter((d) => d.allowed)).toHaveLength(99);
+    const flooded = strangers.filter((d) => !d.allowed);
+    expect(flooded).toHaveLength(19_980 - 99);
+    expect(flooded.every((d) => d.results[0]!.reason === 'subject_flood')).toBe(true);
+    expect(await scanCount(s.redis, `rl:v${version}:*:${name}`)).toBe(100);
+    expect(await s.redis.zcard(creationKey(name))).toBe(100);
+    console.log(`20,000 decisions (19,880 flood answers) in ${Math.round(ms)} ms`);
+    // About 5 s alone on the shared 2-core machine; wall time is not what this test holds to.
+  }, 60_000);
+
+  it('a known subject costs one store call, as without a cap; a new one three', async () => {
+    const before = { ...s.counts };
+    const subject = `fresh-${unique}`;
+    // The cap is used up for this minute: a new subject is refused after two calls (decide, creation log).
+    expect((await decide(s.agent, { policy: name, subject })).results[0]!.reason).toBe('subject_flood');
+    expect(s.counts).toEqual({ decide: before.decide + 2, decideLog: before.decideLog + 1 });
+    const known = { ...s.counts };
+    await decide(s.agent, { policy: name, subject: 'tenant-known' });
+    expect(s.counts).toEqual({ decide: known.decide + 1, decideLog: known.decideLog });
+  });
+});
+
+describe('subject-creation cap on a real Redis: shared', () => {
+  const name = `${unique}-shared`;
+  const policy = parsePolicy({
+    name,
+    capacity: 5,
+    refillPerSecond: 1e-4,
+    version,
+    newSubjects: { perMinute: 50, flood: 'shared' },
+  });
+  let s: Stack;
+  beforeAll(async () => {
+    s = await stack('redis', [policy]);
+  });
+  afterAll(async () => {
+    await s.agent.app.close();
+    s.redis.disconnect();
+  });
+
+  it('2,000 one-shot identities: 50 buckets and one shared bucket, which admits exactly its capacity', async () => {
+    const all = await flood(s.agent, 2000, 250, (i) => ({ policy: name, subject: `anon-${i}` }));
+    const own = all.filter((d) => d.results[0]!.reason === undefined);
+    const shared = all.filter((d) => d.results[0]!.reason === 'shared_bucket');
+    expect(own).toHaveLength(50);
+    expect(own.every((d) => d.allowed)).toBe(true);
+    expect(shared).toHaveLength(1950);
+    expect(shared.filter((d) => d.allowed)).toHaveLength(5);
+    expect(await scanCount(s.redis, `rl:v${version}:*:${name}`)).toBe(51);
+    expect(await s.redis.exists(sharedBucketKey(version, name))).toBe(1);
+  });
+});
+
+describe('subject-creation cap on the 3-master Redis Cluster (creation log, subjects and shared bucket in other slots)', () => {
+  const name = `${unique}-cl`;
+  const plain = `${unique}-plain`;
+  const policy = parsePolicy({
+    name,
+    capacity: 5,
+    refillPerSecond: 1e-4,
+    version,
+    newSubjects: { perMinute: 20, flood: 'shared' },
+  });
+  const other = parsePolicy({ name: plain, capacity: 5, refillPerSecond: 1e-4, version });
+  let s: Stack;
+  beforeAll(async () => {
+    s = await stack('cluster', [policy, other]);
+  });
+  afterAll(async () => {
+    await s.agent.app.close();
+    s.redis.disconnect();
+  });
+
+  it('1,000 one-shot identities create exactly 20 buckets (+ the shared one) across the masters', async () => {
+    const all = await flood(s.agent, 1000, 250, (i) => ({ policy: name, subject: `c-${i}` }));
+    expect(all.filter((d) => d.results[0]!.reason === undefined)).toHaveLength(20);
+    expect(all.filter((d) => d.results[0]!.reason === 'shared_bucket')).toHaveLength(980);
+    expect(all.filter((d) => d.allowed)).toHaveLength(25);
+    expect(await scanCount(s.redis, `rl:v${version}:*:${name}`)).toBe(21);
+  });
+
+  it('a layered request whose new subject moves to the shared bucket is all-or-nothing across slots', async () => {
+    // The shared bucket is empty (the flood took its 5): the request is refused, and `plain` is not charged.
+    const r = await decide(s.agent, {
+      checks: [
+        { policy: plain, subject: 'layer-1' },
+        { policy: name, subject: 'layer-1' },
+      ],
+    });
+    expect(r.allowed).toBe(false);
+    expect(r.results.map((x) => x.reason ?? null)).toEqual([null, 'shared_bucket']);
+    const key = bucketKey(version, 'layer-1', plain);
+    // The shared bucket is in another slot than the subject's: the request ran as two groups.
+    expect(calculateSlot(sharedBucketKey(version, name))).not.toBe(calculateSlot(key));
+    // `plain` was charged in the first group, then refunded when the shared bucket refused: 5 tokens again.
+    expect(await (s.redis as Cluster).hget(key, 'tk')).toBe('5000000');
+  });
+});
