@@ -32,6 +32,7 @@ const setting = (field: Parameters<typeof settingRange>[0]) => {
   return int(range.min, range.max).default(range.default);
 };
 const lease = LeaseSettings.shape;
+const defaultMaxStep = RebalanceSettings.shape.maxStep.def.defaultValue as number;
 
 /** A token's name as the audit trail records it. */
 export const TokenName = z
@@ -110,6 +111,8 @@ export const CoordinatorEnv = z
     QP_SHUTDOWN_GRACE_MS: int(0, 60_000).default(0),
     QP_ROUND_MS: setting(RebalanceSettings.shape.roundMs),
     QP_CONFIRM_MS: setting(RebalanceSettings.shape.confirmMs),
+    // A fraction of the budget, not a whole number: the bounds and default of its core schema.
+    QP_MAX_STEP: z.coerce.number().pipe(RebalanceSettings.shape.maxStep.unwrap()).default(defaultMaxStep),
     QP_REPORT_INTERVAL_MS: setting(lease.reportIntervalMs),
     QP_LEASE_MS: setting(lease.leaseMs),
     QP_GRACE_MS: setting(lease.graceMs),
@@ -257,7 +260,7 @@ export interface CoordinatorConfig {
   readonly shutdownGraceMs: number;
   /** Settings of the conservation protocol (core/lease, core/rebalance). */
   readonly protocol: {
-    readonly rebalance: { readonly roundMs: number; readonly confirmMs?: number };
+    readonly rebalance: { readonly roundMs: number; readonly confirmMs?: number; readonly maxStep?: number };
     readonly lease: LeaseSettingsInput;
     readonly safeShares: Readonly<Record<string, number>> | undefined;
   };
@@ -341,7 +344,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
     },
     shutdownGraceMs: e.QP_SHUTDOWN_GRACE_MS,
     protocol: {
-      rebalance: { roundMs: e.QP_ROUND_MS, confirmMs: e.QP_CONFIRM_MS },
+      rebalance: { roundMs: e.QP_ROUND_MS, confirmMs: e.QP_CONFIRM_MS, maxStep: e.QP_MAX_STEP },
       lease: leaseInput(e),
       safeShares: e.QP_SAFE_SHARES,
     },

@@ -100,6 +100,9 @@ export const SettingsObject = z.strictObject({
   damping: num()
     .pipe(z.number().gt(0).max(1))
     .describe('dynamic strategies: fraction of the gap to the target covered per round'),
+  maxStep: num()
+    .pipe(z.number().gt(0).max(1))
+    .describe("dynamic strategies: largest change of a region's share in one step"),
   confirmMs: whole(0, 600_000).describe(
     'dynamic strategies: the target must stay beyond the hysteresis band this long before a move, ms',
   ),
@@ -175,6 +178,7 @@ export const DEFAULT_SETTINGS: Settings = {
   minShare: defaultRebalanceSettings.defaultMinShare,
   hysteresis: defaultRebalanceSettings.hysteresis,
   damping: defaultRebalanceSettings.damping,
+  maxStep: defaultRebalanceSettings.maxStep,
   confirmMs: defaultRebalanceSettings.confirmMs,
   unmetFraction: defaultRebalanceSettings.unmetFraction,
   demandHalfLifeMs: defaultRebalanceSettings.demandHalfLifeMs,

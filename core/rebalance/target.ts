@@ -48,8 +48,8 @@ export function idealShares(demand: readonly number[], floor: number): ShareVect
  * The next step from `current` toward the ideal, or undefined when no step is due: no demand, or every region
  * close enough to its ideal. "Close enough" is the hysteresis band while shares are at rest (so noise does not
  * move them) and the narrower settle band while a rebalance is under way (so it finishes the job). The step
- * covers `damping` of the distance, lands on the ideal when within half the settle band, and never lets a
- * region fall below the floor or the sum exceed 1.
+ * covers `damping` of the distance but moves no region by more than `maxStep`, lands on the ideal when within half
+ * the settle band, and never lets a region fall below the floor or the sum exceed 1.
  */
 export function nextShares(
   current: readonly number[],
@@ -111,10 +111,23 @@ export function stepToward(
   for (let i = 0; i < current.length; i++) {
     const gap = ideal[i]! - current[i]!;
     // Within half the settle band a region lands on its ideal, so steps do not shrink forever.
-    const step =
+    const damped =
       Math.abs(gap) * (1 - settings.damping) < settings.settleBand / 2 ? gap : gap * settings.damping;
+    const step = Math.max(-settings.maxStep, Math.min(settings.maxStep, damped));
     out[i] = Math.max(floor, current[i]! + step);
     sum += out[i]!;
+  }
+  // Grows capped at maxStep can take more than the capped shrinks free: grow less rather than shrink more, so no
+  // region moves by more than maxStep in one step.
+  let grown = 0;
+  for (let i = 0; i < out.length; i++) grown += Math.max(0, out[i]! - current[i]!);
+  if (sum > 1 && grown > 0) {
+    const keep = Math.max(0, 1 - (sum - 1) / grown);
+    sum = 0;
+    for (let i = 0; i < out.length; i++) {
+      if (out[i]! > current[i]!) out[i] = current[i]! + (out[i]! - current[i]!) * keep;
+      sum += out[i]!;
+    }
   }
   if (sum > 1) fitBudget(out, floor, sum);
   return out;

@@ -23,6 +23,7 @@ export function rebalanceSettings(s: Settings): RebalanceSettings {
     roundMs: s.roundMs,
     demandHalfLifeMs: s.demandHalfLifeMs,
     damping: s.damping,
+    maxStep: s.maxStep,
     hysteresis: s.hysteresis,
     confirmMs: s.confirmMs,
     unmetFraction: s.unmetFraction,

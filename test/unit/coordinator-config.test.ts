@@ -35,7 +35,7 @@ describe('coordinator configuration', () => {
       audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
       shutdownGraceMs: 0,
       protocol: {
-        rebalance: { roundMs: 1000, confirmMs: 60_000 },
+        rebalance: { roundMs: 1000, confirmMs: 60_000, maxStep: 0.05 },
         lease: {
           leaseMs: 6000,
           graceMs: 12_000,

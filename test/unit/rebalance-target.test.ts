@@ -25,7 +25,7 @@ describe('target shares', () => {
     expect(shareFloor(100, 1, 0.2, settings)).toBe(0.2);
   });
 
-  it('never sums above 1, never breaks a floor, and ignores changes inside the hysteresis band', () => {
+  it('never sums above 1, never breaks a floor, moves no region by more than maxStep, and ignores changes inside the hysteresis band', () => {
     fc.assert(
       fc.property(
         fc.array(fc.double({ min: 0, max: 1000, noNaN: true }), { minLength: 2, maxLength: 6 }),
@@ -47,6 +47,10 @@ describe('target shares', () => {
           }
           expect(next.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(1 + 1e-12);
           for (const s of next) expect(s).toBeGreaterThanOrEqual(floor - 1e-12);
+          // No region moves by more than maxStep in one step (shrinks are not deepened to pay for grows).
+          next.forEach((s, i) =>
+            expect(Math.abs(s - current[i]!)).toBeLessThanOrEqual(settings.maxStep + 1e-12),
+          );
         },
       ),
       { numRuns: 2000 },
@@ -97,7 +101,8 @@ describe('what a round knows of demand', () => {
   });
 
   it('a move at rest waits until the target stayed beyond the band for confirmMs, with room needed', () => {
-    const s = { ...settings, confirmMs: 2000 };
+    // One step of 85% of the gap (maxStep 1), so the step below is the damped one.
+    const s = { ...settings, confirmMs: 2000, maxStep: 1 };
     const state = { shares: [1 / 3, 1 / 3, 1 / 3], moving: false };
     const ideal = [0.6, 0.2, 0.2];
     const demand = { demand: [60, 20, 20], unmet: [6, 0, 0], known };
