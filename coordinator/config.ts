@@ -32,7 +32,7 @@ const setting = (field: Parameters<typeof settingRange>[0]) => {
   return int(range.min, range.max).default(range.default);
 };
 const lease = LeaseSettings.shape;
-const defaultMaxStep = RebalanceSettings.shape.maxStep.def.defaultValue as number;
+const defaultMaxStep = RebalanceSettings.shape.maxStep.def.defaultValue;
 
 /** A token's name as the audit trail records it. */
 export const TokenName = z

