@@ -14,6 +14,7 @@ import {
   PolicyName,
   PolicySpec,
   RegionName,
+  SubjectKind,
   type Policy,
 } from './policy.js';
 
@@ -75,6 +76,19 @@ export const PolicyView = z
       .strictObject({ perMinute: z.number().int(), flood: z.enum(['deny', 'shared']) })
       .optional()
       .describe('subject-creation cap: new buckets per rolling minute per region, and the flood answer'),
+    subjectKind: SubjectKind.optional().describe(
+      'ip: subjects are client addresses, bucketed by prefix (absent: any text)',
+    ),
+    ipv4Prefix: z
+      .number()
+      .int()
+      .optional()
+      .describe('bits of an IPv4 address one subject covers (ip policies)'),
+    ipv6Prefix: z
+      .number()
+      .int()
+      .optional()
+      .describe('bits of an IPv6 address one subject covers (ip policies)'),
   })
   .register(adminSchemas, { id: 'Policy' });
 export type PolicyView = z.infer<typeof PolicyView>;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { roundDerivedRate } from './admin-numbers.js';
+import { IPV4_PREFIX_BOUNDS, IPV6_PREFIX_BOUNDS, ipPrefixesOf, ipSubject } from './ip-subject.js';
 
 /** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
 export const MAX_CAPACITY = 1e9;
@@ -101,6 +102,21 @@ export const NewSubjects = z.strictObject({
 });
 export type NewSubjects = z.output<typeof NewSubjects>;
 
+/**
+ * What a policy's subjects are. Absent: any text the caller chooses (a tenant, a user id). `ip`: a client's
+ * address, bucketed by its network prefix (`ipv4Prefix`, `ipv6Prefix`; core/ip-subject.ts): every address of one
+ * prefix is one subject, whichever form the caller sent it in.
+ */
+export const SubjectKind = z.enum(['ip']);
+export type SubjectKind = z.infer<typeof SubjectKind>;
+
+const prefixLength = (field: string, bounds: { min: number; max: number }) =>
+  z
+    .number()
+    .int(`${field} must be a whole number of bits`)
+    .min(bounds.min, `${field} must be ≥ ${bounds.min}`)
+    .max(bounds.max, `${field} must be ≤ ${bounds.max}`);
+
 /** Most classes one policy may define, and most subjects it may name (each naming its class). */
 export const MAX_CLASSES = 32;
 export const MAX_NAMED_SUBJECTS = 10_000;
@@ -170,6 +186,12 @@ const PolicyFields = z.strictObject({
    * region; an unseen subject beyond it gets the `flood` answer. Subjects named in `subjects` are exempt.
    */
   newSubjects: NewSubjects.optional(),
+  /** `ip`: subjects are client addresses, bucketed by prefix; absent: any text. */
+  subjectKind: SubjectKind.optional(),
+  /** Bits of an IPv4 address one subject of an `ip` policy covers (default 32: the address). */
+  ipv4Prefix: prefixLength('ipv4Prefix', IPV4_PREFIX_BOUNDS).optional(),
+  /** Bits of an IPv6 address one subject of an `ip` policy covers (default 64: one customer's network). */
+  ipv6Prefix: prefixLength('ipv6Prefix', IPV6_PREFIX_BOUNDS).optional(),
   /** Named subjects (as callers send them, before any hashing) and their class. */
   subjects: z
     .record(z.string().min(1).max(1024), ClassName)
@@ -238,6 +260,28 @@ function checkNewSubjects(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   if (p.kind !== 'token_bucket') issue('newSubjects is for token buckets only');
   if (p.shards !== undefined) {
     issue('newSubjects and shards do not mix: a sharded policy guards a few hot keys, not many subjects');
+  }
+}
+
+/**
+ * Rules of `subjectKind`: the prefixes belong to `ip` policies, and a named subject of one (`subjects`) is written
+ * as its canonical prefix, the only text a decision's subject is looked up by.
+ */
+function checkSubjectKind(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const issue = (path: string[], message: string) => ctx.addIssue({ code: 'custom', path, message });
+  if (p.subjectKind !== 'ip') {
+    for (const field of ['ipv4Prefix', 'ipv6Prefix'] as const) {
+      if (p[field] !== undefined) issue([field], `${field} is only for subjectKind ip`);
+    }
+    return;
+  }
+  const prefixes = ipPrefixesOf(p);
+  for (const subject of Object.keys(p.subjects ?? {})) {
+    const named = ipSubject(subject, prefixes);
+    if (!named.ok) issue(['subjects', subject], named.reason);
+    else if (named.subject !== subject) {
+      issue(['subjects', subject], `an ip policy names a subject by its prefix: write ${named.subject}`);
+    }
   }
 }
 
@@ -384,6 +428,7 @@ function checkPolicy(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   checkDaily(p, ctx);
   checkShards(p, ctx);
   checkNewSubjects(p, ctx);
+  checkSubjectKind(p, ctx);
   checkClasses(p, ctx);
   const refillPerSecond = refillOf(p) ?? 1;
   const maxCost = p.maxCost ?? Math.min(1, p.capacity);
@@ -463,6 +508,8 @@ function fillDefaults<T extends PolicyFieldsOut>(
     maxCost: p.maxCost ?? Math.min(1, p.capacity),
     idleTtlSeconds,
     ...(classes === undefined ? {} : { classes }),
+    // An ip policy's prefixes, filled: what its subjects are bucketed by.
+    ...(p.subjectKind === 'ip' ? ipPrefixesOf(p) : {}),
   };
 }
 

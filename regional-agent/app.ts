@@ -251,6 +251,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     decisionsRoute(scope, { service, legacyHeaders: config.legacyHeaders, assertServing });
     forwardAuthRoute(scope, {
       service,
+      policies: deps.policies,
       legacyHeaders: config.legacyHeaders,
       subjectHeader: config.subjectHeader,
       trust: forwardAuthTrust(config, (address) => trusted !== undefined && trusted(address, 0)),

@@ -67,6 +67,9 @@ const ORDER = [
   'classes',
   'subjects',
   'newSubjects',
+  'subjectKind',
+  'ipv4Prefix',
+  'ipv6Prefix',
 ] as const;
 
 /**

@@ -1,5 +1,6 @@
 import { checksOf, type DecisionRequest } from '../../core/agent-wire.js';
 import { dailyKey, sizedDay } from '../../core/daily-budget.js';
+import { ipPrefixesOf, ipSubject } from '../../core/ip-subject.js';
 import { bucketKey, shardKey } from '../../core/keys.js';
 import { isLogKind, withClass, type Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
@@ -25,9 +26,10 @@ export interface CheckRouterConfig {
 const FULL_SHARE: RegionalShare = Object.freeze({ share: 1, epoch: 0 });
 
 /**
- * Turns a validated request into routed checks: looks up each policy, normalizes the subject, refuses costs the
- * policy never allows, and says who decides each check — this region's store (with the bucket sized from its
- * share), the home region (strict), or the failure mode (no lease, no way home).
+ * Turns a validated request into routed checks: looks up each policy, normalizes the subject (an `ip` policy's
+ * to the canonical prefix of its address first), refuses costs the policy never allows, and says who decides
+ * each check — this region's store (with the bucket sized from its share), the home region (strict), or the
+ * failure mode (no lease, no way home).
  */
 export class CheckRouter {
   readonly #policies: PolicySource;
@@ -50,9 +52,15 @@ export class CheckRouter {
     let tooCostly: { cost: number; policy: Policy }[] | undefined;
     wire.forEach((c, i) => {
       const named = policies.get(c.policy);
-      const subjectClass = named === undefined ? undefined : classOf(named, c.subject, c.class);
+      // An ip policy's subject is the canonical prefix of the address sent, before classes and hashing see it.
+      const ip = named?.subjectKind === 'ip' ? ipSubject(c.subject, ipPrefixesOf(named)) : undefined;
+      const raw = ip?.ok === true ? ip.subject : c.subject;
+      const subjectClass = named === undefined ? undefined : classOf(named, raw, c.class);
       const policy = named === undefined ? undefined : withClass(named, subjectClass);
-      const subject = normalizeSubject(c.subject, { hmacSecret: this.#config.hmacSecret });
+      const subject =
+        ip?.ok === false
+          ? { ok: false as const, reason: `${c.policy} counts clients by IP address: ${ip.reason}` }
+          : normalizeSubject(raw, { hmacSecret: this.#config.hmacSecret });
       const cost = c.cost ?? 1;
       if (policy === undefined) (unknown ??= []).push(c.policy);
       else if (cost > policy.maxCost) (tooCostly ??= []).push({ cost, policy });

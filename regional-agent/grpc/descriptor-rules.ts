@@ -2,7 +2,8 @@
  * How Envoy's rate-limit descriptors map to quotaplane checks: an ordered list of rules, the first that matches
  * a descriptor wins. A rule names the domain (or `*`), the descriptor's keys in order (each with a fixed value
  * or any), and templates for the policy and the subject, where `{key}` is that entry's value and `{key:ip}` the
- * client-address subject of an IP value (IPv4 whole, IPv6 by its /64, as forward-auth does). A descriptor no rule
+ * client-address subject of an IP value, by the prefixes of the policy checked (core/ip-subject.ts: an `ip`
+ * policy's own; IPv4 whole and IPv6 by its /64 for any other, as forward-auth does). A descriptor no rule
  * matches is not limited (Envoy's own rate-limit service does the same), and counted.
  *
  * Without a rules file (`QP_RLS_RULES_FILE`) one rule serves every domain: descriptors `[("policy", P),
@@ -11,7 +12,7 @@
  */
 import { z } from 'zod';
 import { MAX_RLS_ENTRIES, MAX_RLS_TEXT, type RlsDescriptor } from '../../core/wire/rls.js';
-import { ipSubject } from '../http/client-subject.js';
+import { clientAddressSubject, DEFAULT_IP_PREFIXES, type IpPrefixes } from '../../core/ip-subject.js';
 
 const Text = z.string().min(1).max(MAX_RLS_TEXT);
 const PLACEHOLDER = /\{([^{}:]+)(?::(ip))?\}/g;
@@ -83,7 +84,12 @@ export class DescriptorRules {
     this.#rules = rules.rules;
   }
 
-  map(domain: string, descriptor: RlsDescriptor): MappedDescriptor {
+  /** `prefixesOf(policy)`: what `{key:ip}` buckets an address by in a check of that policy. */
+  map(
+    domain: string,
+    descriptor: RlsDescriptor,
+    prefixesOf: (policy: string) => IpPrefixes = () => DEFAULT_IP_PREFIXES,
+  ): MappedDescriptor {
     const entries = descriptor.entries;
     const rule = this.#rules.find(
       (r) =>
@@ -96,16 +102,16 @@ export class DescriptorRules {
     if (rule === undefined) return { kind: 'unmatched' };
     const values = new Map(entries.map((e) => [e.key, e.value]));
     let invalid: string | undefined;
-    const render = (template: string) =>
+    const render = (template: string, prefixes: IpPrefixes) =>
       template.replace(PLACEHOLDER, (_all, key: string, filter: string | undefined) => {
         const value = values.get(key)!;
         if (filter !== 'ip') return value;
-        const subject = ipSubject(value);
+        const subject = clientAddressSubject(value, prefixes);
         if (subject === undefined) invalid ??= `${key} ${JSON.stringify(value)} is not an IP address`;
         return subject ?? '';
       });
-    const policy = render(rule.policy);
-    const subject = render(rule.subject);
+    const policy = render(rule.policy, DEFAULT_IP_PREFIXES);
+    const subject = render(rule.subject, prefixesOf(policy));
     if (invalid !== undefined) return { kind: 'invalid', message: invalid };
     return { kind: 'check', policy, subject };
   }

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { DecisionCheck } from '../../core/agent-wire.js';
+import { ipPrefixesOf } from '../../core/ip-subject.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import { RlsRequest, type RlsResponse } from '../../core/wire/rls.js';
 import type { DecisionService } from '../decisions/decision-service.js';
@@ -114,8 +115,10 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
     // Descriptors naming the same bucket are one check charged once per descriptor, as Envoy's own service does.
     const checks: DecisionCheck[] = [];
     const byBucket = new Map<string, number>();
+    const policies = deps.policies.current();
+    const prefixesOf = (name: string) => ipPrefixesOf(policies.get(name));
     const toCheck = request.descriptors.map((descriptor, i) => {
-      const mapped = rules.map(request.domain, descriptor);
+      const mapped = rules.map(request.domain, descriptor, prefixesOf);
       if (mapped.kind === 'invalid') {
         return refuse(new RlsError('INVALID_ARGUMENT', `descriptors.${i}: ${mapped.message}`));
       }
@@ -131,7 +134,6 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
       checks.push({ policy: mapped.policy, subject: mapped.subject, cost });
       return checks.length - 1;
     });
-    const policies = deps.policies.current();
     if (checks.length === 0) {
       requests.labels('ok').inc();
       return rlsResponse(toCheck, undefined, policies, deps.legacyHeaders);

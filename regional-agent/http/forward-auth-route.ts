@@ -6,9 +6,10 @@ import type {
   RouteShorthandOptions,
 } from 'fastify';
 import { ForwardAuthProxy, ForwardAuthQuery } from '../../core/agent-wire.js';
+import { clientAddressSubject, ipPrefixesOf } from '../../core/ip-subject.js';
+import type { PolicySource } from '../../core/policy-source.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { AgentErrors, withProblems } from '../errors.js';
-import { ipSubject } from './client-subject.js';
 import { decisionHeaders, violatedPolicies } from './decision-reply.js';
 import type { ForwardAuthTrust } from './forward-auth-trust.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
@@ -21,6 +22,7 @@ const REFUSALS = {
   400: [
     'AGT_ERR_INVALID_QUERY',
     'AGT_ERR_MISSING_SUBJECT',
+    'AGT_ERR_INVALID_SUBJECT',
     'AGT_ERR_UNTRUSTED_PROXY',
     ...CHECK_PROBLEMS[400],
   ],
@@ -32,7 +34,8 @@ const NO_BODY = z.null();
 /** What the docs say of each flavour of forward-auth: its allowed status, its query and its refusals. */
 function forwardAuthSchema(proxy: ForwardAuthProxy | 'any') {
   const subject =
-    'The subject is the subject header (`QP_SUBJECT_HEADER`) or the client address from X-Forwarded-For.';
+    'The subject is the subject header (`QP_SUBJECT_HEADER`) or the client address from X-Forwarded-For ' +
+    '(always the client address for a policy whose subjectKind is ip, by its prefixes).';
   const refusals =
     proxy === 'nginx'
       ? {
@@ -63,6 +66,8 @@ function forwardAuthSchema(proxy: ForwardAuthProxy | 'any') {
 
 export interface ForwardAuthOptions {
   service: DecisionService;
+  /** The policies in force: an `ip` policy's prefixes bucket the client address. */
+  policies: PolicySource;
   legacyHeaders: boolean;
   /** Lower-case name of the header carrying the subject. */
   subjectHeader: string;
@@ -91,11 +96,12 @@ const ALLOWED_STATUS: Record<ForwardAuthProxy, number> = {
  * - any method on `/v1/forward-auth/envoy/<original path>`: Envoy appends the original path and query, which
  *   are not ours, so policy and cost come from the `X-Quota-Policy` and `X-Quota-Cost` headers there.
  * Elsewhere too, the headers stand in for a policy or cost the query does not give. Only trusted proxies are
- * answered. The subject is the trusted subject header; without it, the client address from `X-Forwarded-For`.
+ * answered. The subject is the trusted subject header; without it (or for a policy whose `subjectKind` is `ip`),
+ * the client address from `X-Forwarded-For`, bucketed by the policy's prefixes (IPv4 whole, IPv6 by /64 else).
  * Allowed, over quota and limiter unavailable all carry the rate-limit headers.
  */
 export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptions): void {
-  const { service, legacyHeaders, subjectHeader, trust, assertServing } = options;
+  const { service, policies, legacyHeaders, subjectHeader, trust, assertServing } = options;
 
   const answer = async (
     request: FastifyRequest,
@@ -115,11 +121,23 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
       throw withProblems(new AgentErrors.AGT_ERR_INVALID_QUERY(problems.join('; ')), problems);
     }
     const header = request.headers[subjectHeader];
-    let subject = typeof header === 'string' && header.length > 0 ? header : undefined;
-    // The peer is a trusted proxy: its X-Forwarded-For names the client. Without one, request.ip would be the
-    // proxy itself, and every client would share one bucket.
-    if (subject === undefined && request.headers['x-forwarded-for'] !== undefined)
-      subject = ipSubject(request.ip);
+    const sent = typeof header === 'string' && header.length > 0 ? header : undefined;
+    const policy = policies.current().get(query.data.policy);
+    // The peer is a trusted proxy: its X-Forwarded-For names the client (request.ip walks the chain from the
+    // right past every trusted hop). Without one, request.ip would be the proxy itself, and every client would
+    // share one bucket. An ip policy counts the client address whatever subject header comes with it.
+    let subject = sent;
+    if (
+      request.headers['x-forwarded-for'] !== undefined &&
+      (sent === undefined || policy?.subjectKind === 'ip')
+    ) {
+      subject = clientAddressSubject(request.ip, ipPrefixesOf(policy));
+      if (subject === undefined) {
+        throw new AgentErrors.AGT_ERR_INVALID_SUBJECT(
+          `the client address ${JSON.stringify(request.ip)} from X-Forwarded-For is not an IP address`,
+        );
+      }
+    }
     if (subject === undefined) {
       throw new AgentErrors.AGT_ERR_MISSING_SUBJECT(
         `send the ${subjectHeader} header, or X-Forwarded-For for a quota per client address`,

@@ -218,6 +218,52 @@ describe('coordinator policies API', () => {
     expect((await state(f)).audit).toBe(before.audit + 1);
   });
 
+  it('subjectKind ip: stored as sent, answered with its prefixes filled, audited; bad values refused with every problem', async () => {
+    await using f = await coordinatorFixture();
+    const spec = { capacity: 20, refillPerSecond: 0.05, subjectKind: 'ip', ipv6Prefix: 56 };
+    const created = await put(f, 'login-prefix', spec);
+    expect(created.statusCode, created.body).toBe(201);
+    expect(created.json()).toMatchObject({ subjectKind: 'ip', ipv4Prefix: 32, ipv6Prefix: 56 });
+    expect((await f.stores.kv.get(policyKey('login-prefix')))?.json()).toMatchObject({
+      subjectKind: 'ip',
+      ipv6Prefix: 56,
+    });
+    expect((await f.stores.kv.get(policyKey('login-prefix')))?.json()).not.toHaveProperty('ipv4Prefix');
+    const before = await state(f);
+    const bad = await put(f, 'login-prefix', {
+      ...spec,
+      ipv4Prefix: 4,
+      ipv6Prefix: 129,
+      classes: { partner: { capacity: 200, refillPerSecond: 1 } },
+      subjects: { 'tenant-1': 'partner' },
+    });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json()).toMatchObject({ code: 'COORD_ERR_VALIDATION' });
+    expect(
+      bad
+        .json<{ errors: { path: string }[] }>()
+        .errors.map((e) => e.path)
+        .sort(),
+    ).toEqual(['body.ipv4Prefix', 'body.ipv6Prefix', 'body.subjects.tenant-1']);
+    const named = await put(f, 'login-prefix', {
+      ...spec,
+      classes: { partner: { capacity: 200, refillPerSecond: 1 } },
+      subjects: { 'tenant-1': 'partner' },
+    });
+    expect(named.json<{ errors: { path: string }[] }>().errors.map((e) => e.path)).toEqual([
+      'body.subjects.tenant-1',
+    ]);
+    const orphan = await put(f, 'plain', { capacity: 20, refillPerSecond: 1, ipv6Prefix: 48 });
+    expect(orphan.json<{ errors: { path: string }[] }>().errors.map((e) => e.path)).toEqual([
+      'body.ipv6Prefix',
+    ]);
+    expect(await state(f)).toEqual(before);
+    const wider = await put(f, 'login-prefix', { ...spec, ipv6Prefix: 48 });
+    expect(wider.statusCode).toBe(200);
+    expect(wider.json()).toMatchObject({ ipv4Prefix: 32, ipv6Prefix: 48 });
+    expect((await state(f)).audit).toBe(before.audit + 1);
+  });
+
   it('stores the operator spec: derived defaults stay derived, constant defaults are pinned', async () => {
     await using f = await coordinatorFixture();
     await put(f, 'exports', { capacity: 100, refillPerSecond: 100 / 3600 });

@@ -2,7 +2,6 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ipSubject } from '../../regional-agent/http/client-subject.js';
 import {
   FilePolicySource,
   PolicyFileError,
@@ -103,15 +102,5 @@ describe('policies file', () => {
 
   it('rejects ready() when the file cannot be read', async () => {
     await expect(new FilePolicySource('/nonexistent/policies.json').ready()).rejects.toThrow(/cannot read/);
-  });
-});
-
-describe('anonymous subjects from client addresses', () => {
-  it('uses IPv4 addresses whole and IPv6 by /64', () => {
-    expect(ipSubject('203.0.113.9')).toBe('ip:203.0.113.9');
-    expect(ipSubject('::ffff:203.0.113.9')).toBe('ip:203.0.113.9');
-    expect(ipSubject('2001:db8:abcd:12::1')).toBe('ip:2001:db8:abcd:12::/64');
-    expect(ipSubject('2001:0db8:abcd:0012:ffff:ffff:ffff:ffff')).toBe('ip:2001:db8:abcd:12::/64');
-    expect(ipSubject('not an address')).toBeUndefined();
   });
 });

@@ -52,6 +52,17 @@ describe('descriptor rules', () => {
     });
   });
 
+  it('{key:ip} buckets the address by the prefixes of the policy checked', () => {
+    const prefixesOf = (policy: string) =>
+      policy === 'anon' ? { ipv4Prefix: 24, ipv6Prefix: 48 } : { ipv4Prefix: 32, ipv6Prefix: 64 };
+    expect(rules.map('any', entries(['remote_address', '192.0.2.7']), prefixesOf)).toMatchObject({
+      subject: 'ip:192.0.2.0/24',
+    });
+    expect(rules.map('any', entries(['remote_address', '2001:db8:1:2:3:4:5:6']), prefixesOf)).toMatchObject({
+      subject: 'ip:2001:db8:1::/48',
+    });
+  });
+
   it('refuses templates naming a key the rule does not match, or broken placeholders', () => {
     const bad = RlsRules.safeParse({
       rules: [{ entries: [{ key: 'tenant' }], policy: '{plan}', subject: 'x{tenant' }],
