@@ -20,6 +20,8 @@ const ALWAYS_USED: readonly SettingName[] = [
   'capacity',
   'refillPerSecond',
   'maxCost',
+  'kind',
+  'holdS',
   'binS',
   'convergenceTolerance',
   'convergenceWindowS',

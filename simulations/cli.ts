@@ -80,9 +80,10 @@ async function replay(options: CliOptions, realStack: NonNullable<CliOptions['re
 
 function main(): number | Promise<number> {
   let parsed;
+  const skipped: string[] = [];
   try {
     parsed = parseCli(process.argv.slice(2));
-    if (!parsed.help && parsed.realStack === undefined) planRuns(parsed);
+    if (!parsed.help && parsed.realStack === undefined) planRuns(parsed, skipped);
   } catch (error) {
     if (error instanceof SimConfigError) {
       process.stderr.write(
@@ -96,7 +97,7 @@ function main(): number | Promise<number> {
     process.stdout.write(usage());
     return 0;
   }
-  for (const w of parsed.warnings) process.stderr.write(`${w}\n`);
+  for (const w of [...parsed.warnings, ...skipped]) process.stderr.write(`${w}\n`);
   if (parsed.realStack !== undefined) return replay(parsed, parsed.realStack);
   const progress = progressSink(process.stderr, parsed.quiet);
   const started = performance.now();

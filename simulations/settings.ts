@@ -24,6 +24,23 @@ export const SettingsObject = z.strictObject({
   capacity: positive(MAX_CAPACITY).describe('policy burst C, tokens'),
   refillPerSecond: positive(MAX_REFILL_PER_SECOND).describe('policy refill R, tokens/s'),
   maxCost: whole(1, 1_000_000).describe('largest request cost, tokens (costs are 1..maxCost)'),
+  kind: z
+    .enum(['token_bucket', 'sliding_log', 'concurrency'])
+    .optional()
+    .describe(
+      'policy kind (default token_bucket); sliding_log and concurrency keep capacity C over a window (lease) of C/R s',
+    ),
+  holdS: positive(86_400)
+    .optional()
+    .describe(
+      'kind concurrency: mean time a client holds an acquired slot before releasing it, s (exponential)',
+    ),
+  logShare: z
+    .enum(['lowest', 'current'])
+    .optional()
+    .describe(
+      "dynamic, log kinds: size a region's limit by its lowest share of the window (the agent's rule) or its current one",
+    ),
   onStoreFailure: FailureMode.describe('failure mode when the strict home cannot answer: closed | local'),
   homeRegion: z
     .enum(REGION_NAMES)
@@ -127,8 +144,32 @@ export const Settings = SettingsObject.superRefine((s, ctx) => {
       path: ['onStoreFailure'],
       message: 'the simulated policy guards strict decisions, which may not fail open: use closed or local',
     });
+  if (s.kind !== undefined && s.kind !== 'token_bucket' && logWindowOf(s) === undefined)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['refillPerSecond'],
+      message: `kind ${s.kind} keeps capacity over a window of capacity / refillPerSecond seconds, which must be a whole number (here ${s.capacity / s.refillPerSecond})`,
+    });
+  if (s.kind === 'concurrency' && s.holdS === undefined)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['holdS'],
+      message: 'kind concurrency needs holdS, the mean time a client holds its slot',
+    });
 });
 export type Settings = z.output<typeof Settings>;
+
+/**
+ * The window of a log kind (a sliding log's `windowSeconds`, a concurrency policy's `leaseSeconds`): C / R, so a
+ * log policy has the capacity and long-run rate of the token bucket it replaces. Undefined for token buckets or
+ * when C / R is not a whole number of seconds (refused by `Settings`).
+ */
+export function logWindowOf(s: Pick<Settings, 'kind' | 'capacity' | 'refillPerSecond'>): number | undefined {
+  if (s.kind === undefined || s.kind === 'token_bucket') return undefined;
+  const exact = s.capacity / s.refillPerSecond;
+  const window = Math.round(exact);
+  return window >= 1 && Math.abs(exact - window) <= 1e-9 * window ? window : undefined;
+}
 /** The name of one setting. */
 export type SettingName = keyof Settings;
 
@@ -138,6 +179,9 @@ export const DEFAULT_SETTINGS: Settings = {
   capacity: 100,
   refillPerSecond: 2,
   maxCost: 1,
+  kind: undefined,
+  holdS: undefined,
+  logShare: undefined,
   onStoreFailure: 'closed',
   homeRegion: undefined,
   load: 2,

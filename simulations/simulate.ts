@@ -39,10 +39,16 @@ function formatIssues(error: ZodError): string {
   return error.issues.map((i) => `${i.path.join('.') || 'settings'}: ${i.message}`).join('; ');
 }
 
-/** Every run, validated, in the order they will execute. Throws SimConfigError for any bad setting. */
-export function planRuns(o: SimulateOptions): RunSpec[] {
+/**
+ * Every run, validated, in the order they will execute. Throws SimConfigError for any bad setting. A strategy
+ * that cannot enforce a scenario's policy kind (strict and concurrency) is left out of that scenario, with a note
+ * in `skipped`; a scenario left with no strategy at all is an error.
+ */
+export function planRuns(o: SimulateOptions, skipped: string[] = []): RunSpec[] {
   const specs: RunSpec[] = [];
   for (const scenario of o.scenarios) {
+    const planned = specs.length;
+    const reasons: string[] = [];
     const values: (string | undefined)[] = o.sweep === undefined ? [undefined] : [...o.sweep.values];
     for (const value of values) {
       let settings;
@@ -61,6 +67,12 @@ export function planRuns(o: SimulateOptions): RunSpec[] {
         throw error;
       }
       for (const strategy of o.strategies) {
+        const refusal = strategy.cannotEnforce?.(settings);
+        if (refusal !== undefined) {
+          const note = `note: ${scenario.name} runs without ${strategy.name}: ${refusal}`;
+          if (!reasons.includes(note)) reasons.push(note);
+          continue;
+        }
         const spec: RunSpec = {
           scenario,
           strategy,
@@ -76,6 +88,9 @@ export function planRuns(o: SimulateOptions): RunSpec[] {
         specs.push(spec);
       }
     }
+    if (specs.length === planned && reasons.length > 0)
+      throw new SimConfigError(reasons.map((r) => r.replace(/^note: /, '')).join('; '));
+    skipped.push(...reasons);
   }
   return specs;
 }

@@ -32,6 +32,8 @@ export interface SimRequest {
   readonly attempt: number;
   /** Index of the traffic source that produced it (its clients' retry behaviour). */
   readonly source: number;
+  /** Kind concurrency: how long the client holds an admitted slot before releasing it, µs (retries keep it). */
+  readonly holdUs?: number | undefined;
 }
 
 /**
@@ -60,6 +62,11 @@ export interface Outcome {
   refusal?: RefusalReason | undefined;
   /** True when the decision was forwarded to another region (strict mode). */
   forwarded?: boolean | undefined;
+  /**
+   * Kind concurrency, admitted: the store holding the slots and what names them (the lease). The client
+   * releases them there `holdUs` after the answer; the lease runs out by itself after `leaseSeconds`.
+   */
+  slot?: { store: RegionStore; stamp: number; seq: number } | undefined;
 }
 
 /** Returned by `decide` when the outcome comes later, through `ctx.complete`. */
@@ -130,5 +137,10 @@ export interface StrategyDefinition {
    * with every problem.
    */
   validate?(settings: Settings, regions: readonly string[], policy: Policy): void;
+  /**
+   * Why it cannot enforce the policy these settings describe (its kind), or undefined: such a run is left out of
+   * the scenario with a note, not refused (`--scenario all` runs every strategy that can).
+   */
+  cannotEnforce?(settings: Settings): string | undefined;
   create(): Strategy;
 }

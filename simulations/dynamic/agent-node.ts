@@ -4,7 +4,7 @@
  * the network: the control plane (control-plane.ts) carries its messages.
  */
 import { AgentLease } from '../../core/lease/agent-lease.js';
-import type { Policy } from '../../core/policy.js';
+import { isLogKind, type Policy } from '../../core/policy.js';
 import type { RegionalShare } from '../../core/shares.js';
 import type { EncodedCheck } from '../../core/token-bucket.js';
 import type { Heartbeat, Usage } from '../../core/wire/protocol.js';
@@ -12,6 +12,7 @@ import type { RegionStore } from '../engine/region-store.js';
 import type { Outcome, SimRequest } from '../strategy.js';
 import { PolicyUsageCounter } from '../../core/usage-accounting.js';
 import { ShareSizing } from '../engine/bucket-sizing.js';
+import { decideLog } from '../engine/log-decision.js';
 import { subjectName } from './subject-name.js';
 import type { VirtualClock } from './virtual-clock.js';
 
@@ -49,6 +50,11 @@ export interface SimAgentOptions {
    * virtual time 0, so the first report covers a whole interval like every other.
    */
   previousReportAt: number;
+  /**
+   * Log kinds: size a region's limit by the lowest share of the window (`lowest`, the agent's rule, default) or
+   * by the current share alone (`current`: what the rule buys, measured; no agent does this).
+   */
+  logShare?: 'lowest' | 'current' | undefined;
 }
 
 export class SimAgent {
@@ -69,6 +75,7 @@ export class SimAgent {
   readonly #clock: VirtualClock;
   #seq = 0;
   #lastReportAt: number;
+  readonly #logShare: 'lowest' | 'current';
 
   constructor(o: SimAgentOptions) {
     this.region = o.region;
@@ -87,6 +94,7 @@ export class SimAgent {
     });
     this.#sizing = new ShareSizing(o.policy, (ms) => o.clock.toStoreUs(ms));
     this.#lastReportAt = o.previousReportAt;
+    this.#logShare = o.logShare ?? 'lowest';
   }
 
   /** The next heartbeat (its lease state and acknowledgement watermark as of now). */
@@ -143,6 +151,17 @@ export class SimAgent {
       return {
         outcome: { allowed: false, retryAfterMs: NO_LEASE_RETRY_MS, decidedAt: now, reason: 'no_lease' },
         remainingFraction: 0,
+        short: false,
+      };
+    }
+    if (isLogKind(this.#policy.kind)) {
+      const done = this.lease.enter(this.#policy.name);
+      const sized = this.#logShare === 'current' ? share.share : share;
+      const log = decideLog(this.#policy, store, request.subject, request.cost, sized, now);
+      done();
+      return {
+        outcome: log.outcome,
+        remainingFraction: remainingFraction(log.remaining, log.limit),
         short: false,
       };
     }

@@ -108,6 +108,7 @@ export class DynamicControlPlane {
           graceMs: this.#options.lease.graceMs,
           reportIntervalMs: intervalMs,
           previousReportAt: this.#clock.now() + (firstBeat - ctx.now()) / 1000 - intervalMs,
+          logShare: ctx.settings.logShare,
         });
         this.agents.push(agent);
         this.#byRegion[region]!.push(agent);

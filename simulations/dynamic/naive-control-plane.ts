@@ -7,12 +7,13 @@
  * resumes from it. What it lacks is exactly what the two-phase protocol adds: a grow can land before the shrink
  * that pays for it, a region cut off keeps its share while the coordinator gives it away.
  */
-import type { Policy } from '../../core/policy.js';
+import { isLogKind, type Policy } from '../../core/policy.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
 import { equalShares, rebalanceRound, shareFloor, targetShares } from '../../core/rebalance/target.js';
 import { PolicyUsageCounter } from '../../core/usage-accounting.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
+import { decideLog } from '../engine/log-decision.js';
 import type { Fault } from '../scenario.js';
 import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
 import { InForceTracker } from './in-force.js';
@@ -110,6 +111,25 @@ export class NaiveControlPlane {
     const turn = this.#turn[request.region]!;
     this.#turn[request.region] = turn + 1;
     const agent = agents[turn % agents.length]!;
+    if (isLogKind(this.#policy.kind)) {
+      // No share history: a log is sized by the share it holds now, as without the protocol.
+      const store = this.#ctx.stores[request.region]!;
+      const log = decideLog(
+        this.#policy,
+        store,
+        request.subject,
+        request.cost,
+        agent.sizing.share,
+        request.at,
+      );
+      agent.meter.record(
+        subjectName(request.subject),
+        request.cost,
+        log.outcome.allowed,
+        remainingFraction(log.remaining, log.limit),
+      );
+      return log.outcome;
+    }
     const check = agent.sizing.check(request.cost);
     const result = this.#ctx.stores[request.region]!.decide(request.subject, check, request.at);
     agent.meter.record(

@@ -3,7 +3,9 @@
  * `decideBucket` (core/token-bucket.ts), the one-bucket decision `BucketModel.evaluate` makes
  * (test/unit/sim-region-store.test.ts holds the two to identical replies, and
  * test/integration/token-bucket-lua-cases.test.ts holds the model to the Lua script). Keys carry the policy's
- * idle TTL; an expired key is a full bucket, as in Redis.
+ * idle TTL; an expired key is a full bucket, as in Redis. The log kinds (sliding_log, concurrency) keep one log
+ * per subject in core's `SlidingLogModel` (core/sliding-log.ts, the model of lua/sliding_log.lua), and a
+ * concurrency slot is released by core's `leaseRelease` (core/concurrency.ts), as `DELETE /v1/leases` does.
  */
 import {
   creditBucket,
@@ -13,6 +15,8 @@ import {
   type EncodedLend,
   type EncodedLendResult,
 } from '../../core/borrowing/transfer.js';
+import { leaseRelease } from '../../core/concurrency.js';
+import { SlidingLogModel, slidingLogKey, type LogCheck, type LogResult } from '../../core/sliding-log.js';
 import {
   decideBucket,
   type EncodedCheck,
@@ -32,10 +36,19 @@ export interface StoreSnapshot {
   readonly entries: ReadonlyMap<number, Readonly<Entry>>;
 }
 
-/** Buckets of one store, one per subject (one policy per run). */
+/** The Redis key of `subject`'s log in a run (the policy is `sim`, version 1). */
+export function simLogKey(subject: number): string {
+  return slidingLogKey(1, String(subject), 'sim');
+}
+
+/** Buckets (or logs) of one store, one per subject (one policy per run). */
 export class RegionStore {
   readonly name: string;
   #buckets = new Map<number, Entry>();
+  /** Logs of the log kinds, created on first use. */
+  #logs: SlidingLogModel | undefined;
+  /** When each subject's log key expires (µs), for the peak-keys measure. */
+  readonly #logExpiry = new Map<number, number>();
   /** Most live keys seen by `sweep`. */
   peakKeys = 0;
 
@@ -55,6 +68,30 @@ export class RegionStore {
       entry.expiresAt = now + check.ttlMs * 1000;
     }
     return result;
+  }
+
+  /** Decide one log check of `subject` at `now` (µs), as lua/sliding_log.lua does; `check.key` is `simLogKey`. */
+  decideLog(subject: number, check: LogCheck, now: number): LogResult {
+    this.#logs ??= new SlidingLogModel();
+    const result = this.#logs.evaluate({ checks: [check] }, now).results[0]!;
+    if (result.allowed) this.#logExpiry.set(subject, now + check.ttlMs * 1000);
+    return result;
+  }
+
+  /**
+   * Release the slots one concurrency admission took (its stamp, first sequence number and cost), as
+   * lua/sliding_log_refund.lua does for `DELETE /v1/leases`; returns the slots freed (0 once the lease ran out).
+   */
+  releaseSlots(subject: number, slots: { stamp: number; seq: number; cost: number }, now: number): number {
+    if (this.#logs === undefined) return 0;
+    const refund = leaseRelease({
+      region: this.name,
+      policy: 'sim',
+      version: 1,
+      subject: String(subject),
+      ...slots,
+    });
+    return this.#logs.refund(refund, now).removed[0]!;
   }
 
   /** Lend from `subject`'s bucket at `now` (µs), as lua/lend.lua does (core/borrowing/transfer.ts). */
@@ -84,8 +121,10 @@ export class RegionStore {
   /** Drop expired keys (as Redis's active expiry does), note the peak, and return the live count. */
   sweep(now: number): number {
     for (const [subject, entry] of this.#buckets) if (entry.expiresAt <= now) this.#buckets.delete(subject);
-    this.peakKeys = Math.max(this.peakKeys, this.#buckets.size);
-    return this.#buckets.size;
+    for (const [subject, expiresAt] of this.#logExpiry) if (expiresAt <= now) this.#logExpiry.delete(subject);
+    const live = this.#buckets.size + this.#logExpiry.size;
+    this.peakKeys = Math.max(this.peakKeys, live);
+    return live;
   }
 
   snapshot(): StoreSnapshot {

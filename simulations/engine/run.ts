@@ -2,14 +2,14 @@
  * One run: a scenario's arrivals, offered to one strategy and, in the same instant, to the ideal oracle, under a
  * virtual clock, with the scenario's faults injected; returns the metrics and the series for the charts.
  */
-import { parsePolicy, type Policy } from '../../core/policy.js';
+import { isLogKind, parsePolicy, type Policy } from '../../core/policy.js';
 import { SimConfigError } from '../errors.js';
 import { convergenceSeconds } from '../metrics/convergence.js';
 import { Recorder, roundMetric, sortedRecord, type RunSeries } from '../metrics/recorder.js';
 import { sharesSettledSeconds } from '../metrics/share-settling.js';
 import type { StrategyResult } from '../metrics/result.js';
 import type { Fault, Scenario, TrafficSource } from '../scenario.js';
-import { REGION_NAMES, type Settings } from '../settings.js';
+import { logWindowOf, REGION_NAMES, type Settings } from '../settings.js';
 import {
   PENDING,
   type Outcome,
@@ -18,6 +18,7 @@ import {
   type StrategyDefinition,
 } from '../strategy.js';
 import { BucketSizing } from './bucket-sizing.js';
+import { decideLog } from './log-decision.js';
 import { EventQueue, type SimEvent } from './event-queue.js';
 import { buildLinks } from './links.js';
 import { Network } from './network.js';
@@ -58,6 +59,7 @@ class Request implements SimRequest {
     readonly cost: number,
     readonly attempt: number,
     readonly source: number,
+    readonly holdUs: number | undefined = undefined,
   ) {}
 }
 
@@ -79,10 +81,16 @@ export function simPolicy(
     throw new SimConfigError(
       `homeRegion ${homeRegion} is not one of this run's regions (${regions.join(', ')})`,
     );
+  const window = logWindowOf(settings);
   const parsed = parsePolicySafely({
     name: 'sim',
     capacity: settings.capacity,
-    refillPerSecond: settings.refillPerSecond,
+    // A log kind keeps C over a window of C / R seconds; its rate is derived from them (core/policy.ts).
+    ...(settings.kind === 'sliding_log'
+      ? { kind: 'sliding_log', windowSeconds: window }
+      : settings.kind === 'concurrency'
+        ? { kind: 'concurrency', leaseSeconds: window }
+        : { refillPerSecond: settings.refillPerSecond }),
     maxCost: settings.maxCost,
     mode: strategy.mode,
     homeRegion,
@@ -112,6 +120,10 @@ export function validateRun(spec: RunSpec): { regions: string[]; policy: Policy 
         `${scenario.name}: ${key} (${settings[key]}) must be before the end of the run (durationS ${settings.durationS})`,
       );
   }
+  if (isLogKind(policy.kind) && scenario.uses.includes('failoverReset'))
+    throw new SimConfigError(
+      `${scenario.name}: a failover of the simulated Redis copies token buckets only; run it with kind token_bucket`,
+    );
   if (settings.warmupS >= settings.durationS) {
     throw new SimConfigError(
       `warmupS (${settings.warmupS}) must be before the end of the run (durationS ${settings.durationS}): nothing would be measured`,
@@ -156,6 +168,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
   const complete = (request: Request, outcome: Outcome): void => {
     unfinished--;
     recorder.completed(request, outcome, request.idealAllowed, queue.now);
+    if (outcome.slot !== undefined) hold(request, outcome.slot, outcome.decidedAt);
     if (outcome.allowed) return;
     const retry = sources[request.source]!.retry;
     if (retry.kind === 'none' || request.attempt >= retry.maxRetries) return;
@@ -175,18 +188,47 @@ export function runSimulation(spec: RunSpec): RunOutput {
           request.cost,
           request.attempt + 1,
           request.source,
+          request.holdUs,
         ),
       ),
     );
   };
 
+  // Kind concurrency: the client holds an admitted slot for its hold time, then releases it where it was taken;
+  // the lease (the log's window) frees it by itself at the latest. Over-admission counts the slots held.
+  const leaseUs = (logWindowOf(settings) ?? 0) * 1e6;
+  const hold = (request: Request, slot: NonNullable<Outcome['slot']>, decidedAt: number): void => {
+    const releaseAt = queue.now + (request.holdUs ?? 0);
+    recorder.held.add(request.subject, decidedAt, Math.min(releaseAt, decidedAt + leaseUs), request.cost);
+    queue.at(releaseAt, () => {
+      slot.store.releaseSlots(
+        request.subject,
+        { stamp: slot.stamp, seq: slot.seq, cost: request.cost },
+        queue.now,
+      );
+    });
+  };
+  const logKind = isLogKind(policy.kind);
   const offer = (request: Request): void => {
     unfinished++;
-    request.idealAllowed = oracle.decide(
-      request.subject,
-      oracleSizing.check(request.cost),
-      request.at,
-    ).allowed;
+    if (logKind) {
+      const ideal = decideLog(policy, oracle, request.subject, request.cost, 1, request.at).outcome;
+      request.idealAllowed = ideal.allowed;
+      const slot = ideal.slot;
+      if (slot !== undefined)
+        queue.at(request.at + (request.holdUs ?? 0), () => {
+          oracle.releaseSlots(
+            request.subject,
+            { stamp: slot.stamp, seq: slot.seq, cost: request.cost },
+            queue.now,
+          );
+        });
+    } else
+      request.idealAllowed = oracle.decide(
+        request.subject,
+        oracleSizing.check(request.cost),
+        request.at,
+      ).allowed;
     recorder.offered(request, request.idealAllowed);
     const outcome = strategy.decide(request);
     if (outcome !== PENDING) complete(request, outcome);
@@ -216,6 +258,9 @@ export function runSimulation(spec: RunSpec): RunOutput {
 
   sources.forEach((source, index) => {
     const random = root.fork(`source/${index}`);
+    // Hold times come from a stream of their own: the arrivals stay those of the token-bucket runs.
+    const holds = settings.kind === 'concurrency' ? root.fork(`hold/${index}`) : undefined;
+    const holdS = settings.holdS ?? 0;
     const first = source.nextArrival(0, random);
     if (!(first < endUs)) return;
     const event: SimEvent = {
@@ -224,7 +269,16 @@ export function runSimulation(spec: RunSpec): RunOutput {
       run() {
         const at = event.at;
         offer(
-          new Request(nextId++, at, source.region, source.subject(at, random), source.cost(random), 0, index),
+          new Request(
+            nextId++,
+            at,
+            source.region,
+            source.subject(at, random),
+            source.cost(random),
+            0,
+            index,
+            holds === undefined ? undefined : Math.max(1, Math.round(holds.exponential(holdS * 1e6))),
+          ),
         );
         const next = source.nextArrival(at, random);
         if (next < endUs) {
@@ -302,7 +356,9 @@ export function runSimulation(spec: RunSpec): RunOutput {
     seed: spec.seed,
     regions,
     ...(spec.sweep === undefined ? {} : { sweep: spec.sweep }),
-    ...recorder.overAdmission(settings.capacity, settings.refillPerSecond),
+    ...(logKind
+      ? recorder.kindOverAdmission(policy.kind, settings.capacity, leaseUs)
+      : recorder.overAdmission(settings.capacity, settings.refillPerSecond)),
     // Utilisation and the false rates count requests that arrived after the warm-up (settings.warmupS).
     utilisation:
       recorder.measured.idealAdmittedCost === 0

@@ -4,6 +4,7 @@
  */
 import { exceedsBudget, shareSum, sumExceedsBudget } from '../../core/lease/shares-in-force.js';
 import type { Outcome, SimRequest } from '../strategy.js';
+import { HeldSlots, slidingLogOverAdmission } from './kind-over-admission.js';
 import { AdmissionLog, overAdmission } from './over-admission.js';
 import { percentile, Samples } from './percentiles.js';
 
@@ -51,6 +52,8 @@ export class Recorder {
   readonly degraded = new Map<string, number>();
   readonly counters = new Map<string, number>();
   readonly log = new AdmissionLog();
+  /** Kind concurrency: the slots each admission held, and for how long (the engine adds them). */
+  readonly held = new HeldSlots();
   readonly series: RunSeries;
   readonly #latencies = new Samples();
   readonly #forwarded = new Samples();
@@ -225,6 +228,31 @@ export class Recorder {
               windowS: o.worst.windowS,
               startS: round(o.worst.startUs / 1e6),
               admitted: round(o.worst.admittedMicro / 1e6),
+            },
+    };
+  }
+
+  /**
+   * overAdmission of a log kind (metrics/kind-over-admission.ts): the fullest rolling window of `windowUs`
+   * (sliding_log) or the most slots held at once (concurrency), over the capacity; `overAdmissionByWindow` names
+   * the one measure (`600s`, or `inFlight`) and `worstWindow` where it was (`windowS` 0 for an instant).
+   */
+  kindOverAdmission(kind: string, capacity: number, windowUs: number) {
+    const concurrency = kind === 'concurrency';
+    const o = concurrency
+      ? this.held.overAdmission(capacity)
+      : slidingLogOverAdmission(this.log, capacity, windowUs);
+    return {
+      overAdmission: round(o.ratio),
+      overAdmissionByWindow: { [concurrency ? 'inFlight' : `${windowUs / 1e6}s`]: round(o.ratio) },
+      worstWindow:
+        o.worst === undefined
+          ? null
+          : {
+              subject: o.worst.subject,
+              windowS: concurrency ? 0 : windowUs / 1e6,
+              startS: round(o.worst.atUs / 1e6),
+              admitted: round(o.worst.units),
             },
     };
   }

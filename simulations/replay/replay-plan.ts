@@ -198,6 +198,10 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
 
   // The user's settings, layered exactly as the simulator layers them.
   const base = planRuns({ ...o, strategies: [ideal], sweep: undefined })[0]!.settings;
+  if (base.kind !== undefined && base.kind !== 'token_bucket')
+    throw new SimConfigError(
+      `--real-stack replays token-bucket policies only (kind ${base.kind}: its slots and windows are predicted, not replayed)`,
+    );
   const user: Settings = {
     ...base,
     forwardTimeoutMs:

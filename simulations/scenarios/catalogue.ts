@@ -41,9 +41,15 @@ function evenTraffic(
   );
 }
 
-/** Every subject's demand comes from region `from` until `atS`, then from region `to`. */
-function stepTraffic(regions: readonly string[], s: Settings): TrafficSource[] {
-  const total = requestRate(s, s.load * s.refillPerSecond * s.subjects);
+/**
+ * Every subject's demand comes from region `from` until `atS`, then from region `to`: `total` requests per
+ * second (by default load × R per subject).
+ */
+function stepTraffic(
+  regions: readonly string[],
+  s: Settings,
+  total = requestRate(s, s.load * s.refillPerSecond * s.subjects),
+): TrafficSource[] {
   const from = 0;
   const to = regions.length > 1 ? 1 : 0;
   return regions.map((_, region) =>
@@ -147,6 +153,50 @@ export const stepShift: Scenario = {
   defaults: { load: 1.5, warmupS: 120 },
   uses: ['load', 'subjects', 'shiftAtS'],
   plan: (regions, s) => plan(stepTraffic(regions, s), { shiftsS: [s.shiftAtS] }),
+};
+
+export const slidingLogShift: Scenario = {
+  name: 'sliding-log-shift',
+  description:
+    'step-shift on a sliding log (C = 60 in any rolling C/R = 300 s): all demand (load × C/window per subject) ' +
+    'moves from the first region to the second at shiftAtS; overAdmission is the fullest rolling window / C',
+  defaults: {
+    kind: 'sliding_log',
+    capacity: 60,
+    refillPerSecond: 0.2,
+    load: 2,
+    durationS: 1200,
+    shiftAtS: 400,
+    borrowing: 'off',
+  },
+  uses: ['load', 'subjects', 'shiftAtS'],
+  plan: (regions, s) => plan(stepTraffic(regions, s), { shiftsS: [s.shiftAtS] }),
+};
+
+export const concurrencyShift: Scenario = {
+  name: 'concurrency-shift',
+  description:
+    'step-shift on a concurrency cap (C = 20 slots, leases of C/R = 200 s, slots held holdS = 60 s on average): ' +
+    'load × C slots asked per subject move from the first region to the second at shiftAtS; ' +
+    'overAdmission is the most slots held at once in all regions / C',
+  defaults: {
+    kind: 'concurrency',
+    capacity: 20,
+    refillPerSecond: 0.1,
+    holdS: 60,
+    // A region's floor must hold one slot (the policy's rule: minShare × C ≥ maxCost).
+    minShare: 0.05,
+    load: 2,
+    durationS: 900,
+    shiftAtS: 300,
+    borrowing: 'off',
+  },
+  uses: ['load', 'subjects', 'shiftAtS', 'holdS'],
+  plan: (regions, s) =>
+    // load × C slots in flight per subject if every one were admitted: C × load / holdS acquisitions per second.
+    plan(stepTraffic(regions, s, (s.subjects * s.load * s.capacity) / (s.holdS ?? 1) / meanCost(s)), {
+      shiftsS: [s.shiftAtS],
+    }),
 };
 
 export const minuteBurst: Scenario = {
@@ -427,6 +477,8 @@ export const scenarios: readonly Scenario[] = [
   coordinatorCrash,
   regionPartition,
   redisFailover,
+  slidingLogShift,
+  concurrencyShift,
 ];
 
 export function findScenario(name: string): Scenario | undefined {

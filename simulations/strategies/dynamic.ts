@@ -1,3 +1,4 @@
+import { isLogKind } from '../../core/policy.js';
 import { DynamicControlPlane } from '../dynamic/control-plane.js';
 import {
   borrowingSettings,
@@ -33,7 +34,8 @@ export class DynamicStrategy implements Strategy {
       lease: leaseSettings(s),
       rebalance: rebalanceSettings(s),
       agentsPerRegion: s.agentsPerRegion,
-      borrowing: borrowingSettings(s),
+      // The agent borrows token buckets only: a log's entries are not tokens another region can lend.
+      borrowing: isLogKind(ctx.policy.kind) ? undefined : borrowingSettings(s),
     });
     this.#plane.start();
   }
@@ -81,6 +83,7 @@ export const dynamic: StrategyDefinition = {
     'borrowBackoffMs',
     'forwardTimeoutMs',
     'storeTimeoutMs',
+    'logShare',
   ],
   validate: validateProtocol,
   create: () => new DynamicStrategy(),

@@ -2,7 +2,9 @@
  * The shared shape of strategies that decide every request in its own region from a fixed share: `independent`
  * (share 1 everywhere) and `static` (a fixed split). No control loop, no messages.
  */
+import { isLogKind, type Policy } from '../../core/policy.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
+import { decideLog } from '../engine/log-decision.js';
 import type { RegionStore } from '../engine/region-store.js';
 import type { Outcome, SimRequest, Strategy, StrategyContext } from '../strategy.js';
 
@@ -12,6 +14,7 @@ export class FixedShareStrategy implements Strategy {
   #sizing: BucketSizing[] = [];
   #stores: readonly RegionStore[] = [];
   #shares: number[] = [];
+  #policy: Policy | undefined;
 
   constructor(shareOf: (ctx: StrategyContext, region: number) => number) {
     this.#shareOf = shareOf;
@@ -27,10 +30,17 @@ export class FixedShareStrategy implements Strategy {
         );
     }
     this.#stores = ctx.stores;
+    this.#policy = ctx.policy;
     ctx.sharesInForce('policy', this.#shares);
   }
 
   decide(request: SimRequest): Outcome {
+    const policy = this.#policy!;
+    if (isLogKind(policy.kind)) {
+      const store = this.#stores[request.region]!;
+      const share = this.#shares[request.region]!;
+      return decideLog(policy, store, request.subject, request.cost, share, request.at).outcome;
+    }
     const result = this.#stores[request.region]!.decide(
       request.subject,
       this.#sizing[request.region]!.check(request.cost),

@@ -1,4 +1,6 @@
+import { isLogKind } from '../../core/policy.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
+import { decideLog } from '../engine/log-decision.js';
 import { RegionStore } from '../engine/region-store.js';
 import {
   PENDING,
@@ -43,11 +45,20 @@ class StrictStrategy implements Strategy {
     ctx.sharesInForce('policy', this.#shares);
   }
 
+  /** The home store's decision at `now`: its bucket, or for a sliding log the whole log. */
+  #decideHome(request: SimRequest, now: number): { allowed: boolean; retryAfterMs: number } {
+    const ctx = this.#ctx!;
+    const store = ctx.stores[this.#home]!;
+    if (isLogKind(ctx.policy.kind))
+      return decideLog(ctx.policy, store, request.subject, request.cost, 1, now).outcome;
+    return store.decide(request.subject, this.#sizing!.check(request.cost), now);
+  }
+
   decide(request: SimRequest): Outcome | typeof PENDING {
     const ctx = this.#ctx!;
     const home = this.#home;
     if (request.region === home) {
-      const result = ctx.stores[home]!.decide(request.subject, this.#sizing!.check(request.cost), request.at);
+      const result = this.#decideHome(request, request.at);
       return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
     }
     const flight: InFlight = { done: false, granted: false };
@@ -59,7 +70,7 @@ class StrictStrategy implements Strategy {
     });
     ctx.network.send(request.region, home, 'data', () => {
       const decidedAt = ctx.now();
-      const result = ctx.stores[home]!.decide(request.subject, this.#sizing!.check(request.cost), decidedAt);
+      const result = this.#decideHome(request, decidedAt);
       if (result.allowed) {
         if (flight.done) ctx.count('lostGrants');
         flight.granted = true;
@@ -116,5 +127,9 @@ export const strict: StrategyDefinition = {
     'one bucket with the full budget in the home region; other regions forward (round trip, timeout, failure mode)',
   mode: 'strict',
   uses: ['forwardTimeoutMs', 'onStoreFailure', 'emergencyShare', 'homeRegion'],
+  cannotEnforce: (s) =>
+    s.kind === 'concurrency'
+      ? 'a concurrency policy is regional or local (a lease is released in the region that took it)'
+      : undefined,
   create: () => new StrictStrategy(),
 };

@@ -51,13 +51,15 @@ describe('every scenario under every strategy', () => {
   for (const scenario of scenarios) {
     it(scenario.name, () => {
       const byStrategy = new Map<string, StrategyResult>();
+      const set = { durationS: 120, faultAtS: 30, shiftAtS: 60, warmupS: 0 };
+      const settings = resolveSettings(DEFAULT_SETTINGS, scenario.defaults, set);
       for (const strategy of strategies) {
-        const r = result(scenario.name, strategy.name, {
-          durationS: 120,
-          faultAtS: 30,
-          shiftAtS: 60,
-          warmupS: 0,
-        });
+        // strict cannot enforce a concurrency policy (docs/concurrency.md): the CLI leaves it out too.
+        if (strategy.cannotEnforce?.(settings) !== undefined) {
+          expect([strategy.name, settings.kind]).toEqual(['strict', 'concurrency']);
+          continue;
+        }
+        const r = result(scenario.name, strategy.name, set);
         StrategyResultSchema.parse(r);
         byStrategy.set(strategy.name, r);
         expect(r.admitted + r.denied + (r.counters['unfinished'] ?? 0), strategy.name).toBe(r.requests);
@@ -76,12 +78,12 @@ describe('every scenario under every strategy', () => {
       // Without failures of their own stores, conserving strategies stay within the budget.
       if (scenario.name !== 'redis-failover') {
         for (const name of ['static', 'strict', 'dynamic'])
-          expect(byStrategy.get(name)!.overAdmission, name).toBeLessThanOrEqual(1);
+          expect(byStrategy.get(name)?.overAdmission ?? 0, name).toBeLessThanOrEqual(1);
       }
       expect(byStrategy.get('static')!.maxShareSum).toBeCloseTo(1, 9);
       expect(byStrategy.get('independent')!.maxShareSum).toBe(3);
       expect(byStrategy.get('independent')!.shareSumAboveOneS).toBe(120);
-      expect(byStrategy.get('strict')!.maxShareSum).toBe(1);
+      expect(byStrategy.get('strict')?.maxShareSum ?? 1).toBe(1);
       // The protocol's shares in force never sum above 1, whatever the scenario; the naive rebalancer's may.
       expect(byStrategy.get('dynamic')!.maxShareSum).toBeLessThanOrEqual(1);
       expect(byStrategy.get('dynamic')!.shareSumAboveOneS).toBe(0);
