@@ -204,12 +204,12 @@ describe('sliding-log-shift (C = 60 per rolling 300 s, demand moves at 400 s; se
     }
   });
 
-  it('dynamic delivers 0.61 of one global log (static 0.42): the price of waiting a window before using growth', () => {
+  it('dynamic delivers 0.60 of one global log (static 0.42): the price of waiting a window before using growth', () => {
     const dynamic = run('sliding-log-shift', 'dynamic').result;
     const fixed = run('sliding-log-shift', 'static').result;
     expect(dynamic.overAdmission).toBe(0.95); // floor(60 × 0.95…) = 57 entries in one window at most
     expect(dynamic.maxShareSum).toBe(1);
-    expect(dynamic.utilisation).toBeGreaterThanOrEqual(0.6);
+    expect(dynamic.utilisation).toBeGreaterThanOrEqual(0.58);
     expect(dynamic.utilisation).toBeLessThan(0.65);
     expect(dynamic.worstSubject!.admittedFraction).toBeGreaterThanOrEqual(0.55);
     expect(fixed.utilisation).toBe(0.416667);
@@ -242,9 +242,9 @@ describe('concurrency-shift (C = 20 slots, 200 s leases, holds of 60 s on averag
     }
   });
 
-  it('dynamic delivers 0.51 of one global slot counter (static 0.35)', () => {
+  it('dynamic delivers 0.53 of one global slot counter (static 0.35)', () => {
     const dynamic = run('concurrency-shift', 'dynamic').result;
-    expect(dynamic.overAdmission).toBe(0.85);
+    expect(dynamic.overAdmission).toBe(0.9); // 18 of 20 slots at once at most
     expect(dynamic.maxShareSum).toBe(1);
     expect(dynamic.utilisation).toBeGreaterThanOrEqual(0.5);
     expect(dynamic.worstSubject!.admittedFraction).toBeGreaterThanOrEqual(0.45);
