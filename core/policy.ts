@@ -62,6 +62,13 @@ export function isLogKind(kind: PolicyKind): boolean {
 
 /** Seconds of a (nominal) day: a daily budget's rate is capacity / this. */
 export const SECONDS_PER_DAY = 86_400;
+/**
+ * The longest calendar day, seconds: 25 hours, the day a zone falls back from summer time. A daily budget's idle
+ * TTL, which is also how far back a region's lowest share is looked up, covers it: with 24 hours, a region that
+ * counted under a large share just after midnight of such a day no longer saw that share near its end, and two
+ * regions could count 1.8× the budget in one day while their shares summed to 1 throughout.
+ */
+export const LONGEST_DAY_SECONDS = 90_000;
 
 /** True when `zone` is an IANA time zone this runtime knows (Intl; no table of our own). */
 export function isTimeZone(zone: string): boolean {
@@ -302,6 +309,12 @@ function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   if (p.onStoreFailure === 'local') {
     issue('onStoreFailure', 'an emergency token bucket is not a calendar-day budget: use closed or open');
   }
+  if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < LONGEST_DAY_SECONDS) {
+    issue(
+      'idleTtlSeconds',
+      `a daily budget's idleTtlSeconds must be ≥ ${LONGEST_DAY_SECONDS} s, the longest calendar day (25 h)`,
+    );
+  }
 }
 
 /** Rules of the log kinds (sliding_log, concurrency); false when the policy cannot be checked further. */
@@ -491,6 +504,7 @@ function fillDefaults<T extends PolicyFieldsOut>(
   // checkPolicy ran first: a token bucket has its refill and a sliding log its window; so does every class.
   const refillPerSecond = refillOf(p) ?? 0;
   let idleTtlSeconds = p.idleTtlSeconds ?? defaultIdleTtl(p.capacity, refillPerSecond);
+  if (p.kind === 'daily') idleTtlSeconds = Math.max(idleTtlSeconds, LONGEST_DAY_SECONDS);
   let classes: Record<string, ClassLimits> | undefined;
   if (p.classes !== undefined) {
     classes = {};

@@ -96,20 +96,23 @@ describe('daily policies: the schema', () => {
     ).toMatchObject({
       kind: 'daily',
       refillPerSecond: 1,
-      idleTtlSeconds: 86_400,
+      // 25 h, the longest calendar day (a fall-back day): the lowest share is looked up that far back.
+      idleTtlSeconds: 90_000,
       timeZone: 'Europe/Paris',
     });
   });
 
-  it('refuses an unknown zone, a rate of its own, a local failure mode, a zone on another kind', () => {
+  it('refuses an unknown zone, a rate of its own, a local failure mode, an idle TTL under 25 h, a zone on another kind', () => {
     const r = PolicySpec.safeParse({
       kind: 'daily',
       capacity: 100,
       timeZone: 'Mars/Olympus',
       refillPerSecond: 5,
       onStoreFailure: 'local',
+      idleTtlSeconds: 86_400,
     });
     expect(r.error?.issues.map((i) => i.path.join('.')).sort()).toEqual([
+      'idleTtlSeconds',
       'onStoreFailure',
       'refillPerSecond',
       'timeZone',
