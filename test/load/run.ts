@@ -6,7 +6,10 @@
  * count and time; the whole suite stops by itself (the short one in about a minute).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { format, resolveConfig } from 'prettier';
 import { startRealStack } from '../helpers/real-stack.js';
 import { closeLoadPool, scenarios, type Row } from './scenarios.js';
 
@@ -32,6 +35,8 @@ const line = (r: Row) => {
 };
 
 const started = Date.now();
+// What else the machine was doing: figures taken beside other work say little (docs/reliability.md).
+const loadAtStart = loadavg()[0]!;
 const stack = await startRealStack();
 const rows: Row[] = [];
 console.log(header);
@@ -61,18 +66,28 @@ if (!short && only === undefined) {
   const until = doc.indexOf(end);
   if (at >= 0 && until > at) {
     const notes = rows.filter((r) => r.notes !== undefined).map((r) => `- ${r.scenario}: ${r.notes}`);
+    const problems = failed.map((r) => `- **Failed** ${r.scenario}: ${r.problems.join('; ')}`);
+    const load = (x: number) => x.toFixed(1);
     const table = [
       begin,
-      `Measured ${new Date().toISOString().slice(0, 16)} UTC by \`npm run test:load\` (load average at start: see the run's output).`,
+      `Measured ${new Date().toISOString().slice(0, 16)} UTC by \`npm run test:load\` in ${seconds} s on ${cpus().length} ` +
+        `cores, load average ${load(loadAtStart)} at the start and ${load(loadavg()[0]!)} at the end ` +
+        `(${rows.length - failed.length} passed, ${failed.length} failed).`,
       '',
       header,
       rule,
       ...rows.map(line),
       '',
       ...notes,
+      ...problems,
       end,
     ].join('\n');
-    writeFileSync(path, doc.slice(0, at) + table + doc.slice(until + end.length));
+    // Formatted as the rest of the docs are (npm run lint checks it).
+    const formatted = await format(doc.slice(0, at) + table + doc.slice(until + end.length), {
+      ...(await resolveConfig(fileURLToPath(path))),
+      filepath: fileURLToPath(path),
+    });
+    writeFileSync(path, formatted);
   }
 }
 process.exit(failed.length > 0 ? 1 : 0);
