@@ -1,9 +1,9 @@
 /**
  * The second step of a capped decision (core/subject-creation.ts): the store said some checks' buckets are
- * missing; take one creation per such check from its policy's creation log, and say which ones got none.
+ * missing; take one creation per such subject from its policy's creation log, and say which ones got none.
  */
 import type { CheckResult } from '../../core/agent-wire.js';
-import { creationCheck } from '../../core/subject-creation.js';
+import { creationRequest } from '../../core/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';
@@ -30,16 +30,15 @@ export async function takeCreations(
 ): Promise<Flooded[]> {
   const flooded: Flooded[] = [];
   for (const index of missing) {
-    const { policy } = checks[index]!;
+    const { policy, bucket } = checks[index]!;
     const cap = policy.newSubjects;
     if (cap === undefined) throw new TypeError(`check ${index} of ${policy.name} is missing but has no cap`);
-    const reply = await deps.guard.run('decide', () =>
-      deps.store.decideLog({ checks: [creationCheck(policy.name, cap)], dryRun }),
+    const creation = await deps.guard.run('decide', () =>
+      deps.store.takeCreation(creationRequest(policy.name, cap, bucket.key, dryRun)),
     );
-    const creation = reply.results[0];
-    if (creation === undefined) throw new TypeError('the creation log answered no result');
-    if (reply.allowed) {
-      if (!dryRun) deps.metrics.subjectsCreated.labels(policy.name).inc();
+    if (creation.outcome !== 'full') {
+      // Counted once per subject: by the decision that took it, not by those that found it held.
+      if (!dryRun && creation.outcome === 'taken') deps.metrics.subjectsCreated.labels(policy.name).inc();
       continue;
     }
     flooded.push({ index, retryAfterMs: Math.max(0, creation.retryAfterMs), answer: cap.flood });
