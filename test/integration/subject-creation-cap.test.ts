@@ -230,7 +230,9 @@ describe('subject-creation cap on a real Redis: racing first decisions of one ne
     // The racers shared the agent's creation calls: far fewer than one each (the exact number depends on how
     // the decisions interleave with the one that created the bucket).
     expect(a.counts.takeCreation - calls).toBeLessThan(100);
-    console.log(`100 racing first decisions: ${a.counts.takeCreation - calls} creation-log calls, 1 creation`);
+    console.log(
+      `100 racing first decisions: ${a.counts.takeCreation - calls} creation-log calls, 1 creation`,
+    );
     const others = await flood(a.agent, 600, 100, (i) => ({ policy: name, subject: `newcomer-${i}` }));
     expect(others.filter((d) => d.allowed)).toHaveLength(49);
     expect(others.filter((d) => d.results[0]!.reason === 'subject_flood')).toHaveLength(551);

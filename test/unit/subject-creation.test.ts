@@ -12,7 +12,6 @@ import {
   creationKey,
   sharedBucketKey,
   SubjectCreationModel,
-  type CreationReply,
 } from '../../core/subject-creation.js';
 import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
