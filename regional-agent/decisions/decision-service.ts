@@ -25,6 +25,7 @@ import type { EmergencyBuckets } from './emergency-buckets.js';
 import { FailureModes } from './failure-modes.js';
 import type { Forwarder } from './forwarder.js';
 import { LayeredRunner } from './layered-runner.js';
+import { CreationFlights } from './subject-gate.js';
 import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
 import type { RefusalMemory } from './refusal-memory.js';
 import { parseDecisionRequest } from './request-parser.js';
@@ -86,6 +87,7 @@ export class DecisionService {
       ...deps,
       failures: new FailureModes(deps.emergency, config.failureRetryAfterMs),
       idempotencyTtlMs: config.idempotencyTtlMs,
+      creations: new CreationFlights(),
       region: config.region,
       sharedCheck: (check) => this.#sharedCheck(check),
     });

@@ -2,6 +2,7 @@ import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
 import type { RefundRequest } from '../../core/refund.js';
 import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
 import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
+import type { CreationReply, CreationRequest } from '../../core/subject-creation.js';
 
 /**
  * A request that carried its caller's deadline (`chargeBy`) was not run before it: nothing was decided or
@@ -53,6 +54,11 @@ export interface DecisionStore {
   decideLog(request: LogRequest): Promise<LogReply>;
   /** Take back the entries an admitted log call wrote (`lua/sliding_log_refund.lua`). */
   refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }>;
+  /**
+   * Take one creation of a policy's subject-creation cap for one subject (`lua/subject_creation.lua`): counted
+   * once per subject within the window, however many callers ask.
+   */
+  takeCreation(request: CreationRequest): Promise<CreationReply>;
   /** Decide one slot's daily budgets all-or-nothing (`lua/daily_budget.lua`). */
   decideDay(request: DayRequest): Promise<DayReply>;
   /** Give back what an admitted daily call charged (`lua/daily_budget_refund.lua`). */

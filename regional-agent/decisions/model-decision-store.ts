@@ -15,6 +15,12 @@ import {
   type LogReply,
   type LogRequest,
 } from '../../core/sliding-log.js';
+import {
+  CreationLogModel,
+  parseCreationRequest,
+  type CreationReply,
+  type CreationRequest,
+} from '../../core/subject-creation.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { ClaimOutcome, DecisionStore, RefundOutcome } from './decision-store.js';
 
@@ -26,6 +32,7 @@ export class ModelDecisionStore implements DecisionStore {
   readonly model = new RefundableBucketModel();
   readonly logs = new SlidingLogModel();
   readonly days = new DailyBudgetModel();
+  readonly creations = new CreationLogModel();
   readonly #clock: Clock;
   readonly #slotOf: (key: string) => number;
   readonly #claims = new Map<string, { fingerprint: string; expiresAt: number }>();
@@ -49,6 +56,10 @@ export class ModelDecisionStore implements DecisionStore {
 
   refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }> {
     return Promise.resolve(this.logs.refund(refund, this.#micros()));
+  }
+
+  takeCreation(request: CreationRequest): Promise<CreationReply> {
+    return Promise.resolve(this.creations.take(parseCreationRequest(request), this.#micros()));
   }
 
   // async: a model that throws (a clock outside the days given) rejects, as the store does.

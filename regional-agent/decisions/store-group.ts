@@ -11,7 +11,7 @@ import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
 import { newRun, settleRun, type GroupRun } from './group-run.js';
 import type { DecisionSheet, StoreCheck } from './prepared.js';
-import { floodResult, takeCreations, type Flooded } from './subject-gate.js';
+import { floodResult, takeCreations, type CreationFlights, type Flooded } from './subject-gate.js';
 
 export interface StoreGroupDeps {
   store: DecisionStore;
@@ -20,6 +20,8 @@ export interface StoreGroupDeps {
   metrics: AgentMetrics;
   clock: Clock;
   idempotencyTtlMs: number;
+  /** Creations in flight in this agent: racing first decisions of one new subject share one (subject-gate.ts). */
+  creations: CreationFlights;
   /** Consulted when a regional check is refused for lack of this region's tokens (see ShortfallHandler). */
   shortfall?: ShortfallHandler | undefined;
 }

@@ -1,9 +1,9 @@
 /**
  * The second step of a capped decision (core/subject-creation.ts): the store said some checks' buckets are
- * missing; take one creation per such check from its policy's creation log, and say which ones got none.
+ * missing; take one creation per such subject from its policy's creation log, and say which ones got none.
  */
 import type { CheckResult } from '../../core/agent-wire.js';
-import { creationCheck } from '../../core/subject-creation.js';
+import { creationRequest, type CreationReply } from '../../core/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';
@@ -18,28 +18,55 @@ export interface Flooded {
 }
 
 /**
+ * Single flight of creations in one agent, per subject bucket (its key names the policy, the subject and the
+ * version): while a creation for a bucket is asked, every other decision of the same new subject waits for that
+ * answer instead of asking its own, then decides on the bucket it made. Across agents on one Redis the script
+ * itself counts a subject once (`lua/subject_creation.lua`); this saves the other callers' round trips. An entry
+ * lives while its call is in flight, so the map holds at most the decisions in flight.
+ */
+export class CreationFlights {
+  readonly #flights = new Map<string, Promise<CreationReply>>();
+
+  /** The answer to the creation of `bucket`: the one in flight, else `take()`'s. */
+  once(
+    bucket: string,
+    take: () => Promise<CreationReply>,
+  ): { reply: Promise<CreationReply>; leader: boolean } {
+    const running = this.#flights.get(bucket);
+    if (running !== undefined) return { reply: running, leader: false };
+    const reply = take().finally(() => this.#flights.delete(bucket));
+    this.#flights.set(bucket, reply);
+    return { reply, leader: true };
+  }
+}
+
+/**
  * Take a creation for each missing check (one creation-log call each, in the policy's slot; a dry run only
- * looks, taking nothing). Returns the checks that got none. Throws when the store fails: the caller's failure
- * modes answer, as for any store failure.
+ * looks, taking nothing, and asks on its own). Decisions of one subject racing in this agent share one call
+ * (`deps.creations`). Returns the checks that got none. Throws when the store fails: the caller's failure modes answer,
+ * as for any store failure.
  */
 export async function takeCreations(
-  deps: { store: DecisionStore; guard: StoreGuard; metrics: AgentMetrics },
+  deps: { store: DecisionStore; guard: StoreGuard; metrics: AgentMetrics; creations: CreationFlights },
   checks: readonly StoreCheck[],
   missing: readonly number[],
   dryRun: boolean,
 ): Promise<Flooded[]> {
   const flooded: Flooded[] = [];
   for (const index of missing) {
-    const { policy } = checks[index]!;
+    const { policy, bucket } = checks[index]!;
     const cap = policy.newSubjects;
     if (cap === undefined) throw new TypeError(`check ${index} of ${policy.name} is missing but has no cap`);
-    const reply = await deps.guard.run('decide', () =>
-      deps.store.decideLog({ checks: [creationCheck(policy.name, cap)], dryRun }),
-    );
-    const creation = reply.results[0];
-    if (creation === undefined) throw new TypeError('the creation log answered no result');
-    if (reply.allowed) {
-      if (!dryRun) deps.metrics.subjectsCreated.labels(policy.name).inc();
+    const take = () =>
+      deps.guard.run('decide', () =>
+        deps.store.takeCreation(creationRequest(policy.name, cap, bucket.key, dryRun)),
+      );
+    const flight = dryRun ? { reply: take(), leader: true } : deps.creations.once(bucket.key, take);
+    const creation = await flight.reply;
+    if (creation.outcome !== 'full') {
+      // Counted once per subject: by the decision that took it, not by those that joined or found it held.
+      if (!dryRun && flight.leader && creation.outcome === 'taken')
+        deps.metrics.subjectsCreated.labels(policy.name).inc();
       continue;
     }
     flooded.push({ index, retryAfterMs: Math.max(0, creation.retryAfterMs), answer: cap.flood });

@@ -2,6 +2,13 @@ import type { Cluster, Redis, Result } from 'ioredis';
 import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
 import { encodeRefund, parseRefundReply, refundArguments, type RefundRequest } from '../../core/refund.js';
 import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
+import {
+  creationArguments,
+  parseCreationReply,
+  parseCreationRequest,
+  type CreationReply,
+  type CreationRequest,
+} from '../../core/subject-creation.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type {
   ClaimOutcome,
@@ -12,6 +19,8 @@ import type {
 import { onTheWire } from '../resilience/wire-timeout.js';
 import { RedisBucketStore, ScriptError, type RedisBucketStoreOptions } from './bucket-store.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
+import { agentMicros, type RedisClock } from './redis-clock.js';
+import { defineScript, runScript } from './script-pair-store.js';
 import { luaSource } from './scripts.js';
 import { RedisSlidingLogStore } from './sliding-log-store.js';
 import { RedisDailyStore } from './daily-store.js';
@@ -33,6 +42,8 @@ export class RedisDecisionStore implements DecisionStore {
   /** Longest wait for a reply on the wire, ms (other stores on the same connection use it too). */
   readonly timeoutMs: number;
   readonly #timeoutMs: number;
+  readonly #clock: RedisClock | undefined;
+  readonly #creationCommand: string;
 
   constructor(redis: Redis | Cluster, options: RedisBucketStoreOptions = {}) {
     this.redis = redis;
@@ -41,6 +52,8 @@ export class RedisDecisionStore implements DecisionStore {
     this.buckets = new RedisBucketStore(redis, options);
     this.logs = new RedisSlidingLogStore(redis, options);
     this.days = new RedisDailyStore(redis, options);
+    this.#clock = options.clock;
+    this.#creationCommand = defineScript(redis, 'subject_creation');
     if (typeof (redis as Partial<Redis>).qpRefund !== 'function') {
       redis.defineCommand('qpRefund', { lua: luaSource('refund') });
     }
@@ -60,6 +73,21 @@ export class RedisDecisionStore implements DecisionStore {
 
   refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }> {
     return this.logs.refund(refund);
+  }
+
+  async takeCreation(request: CreationRequest): Promise<CreationReply> {
+    const parsed = parseCreationRequest(request);
+    const deadline = this.#clock?.toRedisMicros(agentMicros() + this.#timeoutMs * 1000) ?? 0;
+    const { keys, argv } = creationArguments(parsed, Math.round(deadline));
+    const raw = await runScript(
+      this.redis,
+      this.#creationCommand,
+      keys,
+      argv,
+      this.#timeoutMs,
+      'subject-creation script',
+    );
+    return parseCreationReply(raw);
   }
 
   decideDay(request: DayRequest): Promise<DayReply> {

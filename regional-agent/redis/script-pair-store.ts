@@ -51,13 +51,8 @@ export class RedisScriptPairStore<
     this.#pair = pair;
     this.#timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     this.#clock = options.clock;
-    this.#decideCommand = commandName(pair.decide);
-    this.#refundCommand = commandName(pair.refund);
-    const commands = redis as unknown as Record<string, unknown>;
-    if (typeof commands[this.#decideCommand] !== 'function') {
-      redis.defineCommand(this.#decideCommand, { lua: luaSource(pair.decide) });
-      redis.defineCommand(this.#refundCommand, { lua: luaSource(pair.refund) });
-    }
+    this.#decideCommand = defineScript(redis, pair.decide);
+    this.#refundCommand = defineScript(redis, pair.refund);
   }
 
   async decide(request: Req): Promise<Reply> {
@@ -74,17 +69,41 @@ export class RedisScriptPairStore<
     return this.#pair.parseRefundReply(raw, refund.entries.length);
   }
 
-  async #run(command: string, keys: string[], argv: string[], what: string): Promise<unknown> {
-    const call = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[command]!;
-    try {
-      return await onTheWire(call.call(this.redis, keys.length, ...keys, ...argv), this.#timeoutMs, what);
-    } catch (error) {
-      if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
-        throw new ScriptError(error.message, { cause: error });
-      }
-      throw error;
-    }
+  #run(command: string, keys: string[], argv: string[], what: string): Promise<unknown> {
+    return runScript(this.redis, command, keys, argv, this.#timeoutMs, what);
   }
+}
+
+/**
+ * Run a script defined as `command` (defineScript) with its wire timeout; its argument errors (`QP_BADARG`) and a
+ * cross-slot call are ScriptErrors, never store failures.
+ */
+export async function runScript(
+  redis: Redis | Cluster,
+  command: string,
+  keys: string[],
+  argv: string[],
+  timeoutMs: number,
+  what: string,
+): Promise<unknown> {
+  const call = (redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[command]!;
+  try {
+    return await onTheWire(call.call(redis, keys.length, ...keys, ...argv), timeoutMs, what);
+  } catch (error) {
+    if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
+      throw new ScriptError(error.message, { cause: error });
+    }
+    throw error;
+  }
+}
+
+/** Define `lua/<script>.lua` on `redis` as a command (once per connection); returns the command's name. */
+export function defineScript(redis: Redis | Cluster, script: string): string {
+  const command = commandName(script);
+  if (typeof (redis as unknown as Record<string, unknown>)[command] !== 'function') {
+    redis.defineCommand(command, { lua: luaSource(script) });
+  }
+  return command;
 }
 
 /** The ioredis command a script is defined as: `qp` + the script's name in camel case. */

@@ -46,6 +46,9 @@ class SlowStore implements DecisionStore {
   refundLog(...a: Parameters<DecisionStore['refundLog']>) {
     return this.inner.refundLog(...a);
   }
+  takeCreation(...a: Parameters<DecisionStore['takeCreation']>) {
+    return this.inner.takeCreation(...a);
+  }
   decideDay(...a: Parameters<DecisionStore['decideDay']>) {
     return this.inner.decideDay(...a);
   }

@@ -2,6 +2,8 @@
  * The subject-creation cap on a real Redis and on the suite's 3-master Redis Cluster: a flood of one-shot
  * identities creates exactly the cap's number of subject buckets (counted with SCAN), every other new subject
  * gets the flood answer, and a tenant known before the flood keeps its full quota, decided in one store call.
+ * A new subject costs exactly one creation however many of its first decisions race, in one agent or in two on
+ * one Redis; `lua/subject_creation.lua` agrees with its model on the case table.
  */
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
@@ -11,33 +13,48 @@ import { DecisionResponse } from '../../core/agent-wire.js';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy, type Policy } from '../../core/policy.js';
 import { StaticShareView } from '../../core/shares.js';
-import { creationKey, sharedBucketKey } from '../../core/subject-creation.js';
+import {
+  CreationLogModel,
+  creationArguments,
+  creationKey,
+  creationRequest,
+  parseCreationReply,
+  sharedBucketKey,
+} from '../../core/subject-creation.js';
 import { buildApp, type AgentApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
 import type { DecisionStore } from '../../regional-agent/decisions/decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
-import { uniquePrefix } from '../harness/fixtures.js';
+import { luaSource } from '../../regional-agent/redis/scripts.js';
+import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
+import {
+  CASE_WINDOW_MS,
+  caseLogKey,
+  prepareCreationCase,
+  subjectCreationCases,
+} from '../cases/subject-creation-cases.js';
+import { withClockArg } from '../helpers/lua-test-build.js';
 
 const unique = uniquePrefix('cap').toLowerCase();
 const version = 7;
 
-/** Calls of the token-bucket and sliding-log scripts, as the agent's store makes them. */
+/** Calls of the token-bucket and subject-creation scripts, as the agent's store makes them. */
 interface Counts {
   decide: number;
-  decideLog: number;
+  takeCreation: number;
 }
 
 /** The Redis store, counting its script calls (a Proxy: every other method goes through untouched). */
 function counting(inner: RedisDecisionStore): { store: DecisionStore; counts: Counts } {
-  const counts: Counts = { decide: 0, decideLog: 0 };
+  const counts: Counts = { decide: 0, takeCreation: 0 };
   const store = new Proxy(inner, {
     get(target, prop, receiver) {
       const value: unknown = Reflect.get(target, prop, receiver);
       if (typeof value !== 'function') return value;
       return (...args: unknown[]) => {
-        if (prop === 'decide' || prop === 'decideLog') counts[prop]++;
+        if (prop === 'decide' || prop === 'takeCreation') counts[prop]++;
         return (value as (...a: unknown[]) => unknown).apply(target, args);
       };
     },
@@ -167,10 +184,176 @@ describe('subject-creation cap on a real Redis: deny', () => {
     const subject = `fresh-${unique}`;
     // The cap is used up for this minute: a new subject is refused after two calls (decide, creation log).
     expect((await decide(s.agent, { policy: name, subject })).results[0]!.reason).toBe('subject_flood');
-    expect(s.counts).toEqual({ decide: before.decide + 2, decideLog: before.decideLog + 1 });
+    expect(s.counts).toEqual({ decide: before.decide + 2, takeCreation: before.takeCreation + 1 });
     const known = { ...s.counts };
     await decide(s.agent, { policy: name, subject: 'tenant-known' });
-    expect(s.counts).toEqual({ decide: known.decide + 1, decideLog: known.decideLog });
+    expect(s.counts).toEqual({ decide: known.decide + 1, takeCreation: known.takeCreation });
+  });
+});
+
+/** Creations an agent counted for `policy` (quotaplane_subjects_created_total). */
+async function created(agent: AgentApp, policy: string): Promise<number> {
+  const m = await agent.metrics.subjectsCreated.get();
+  return m.values.find((v) => v.labels.policy === policy)?.value ?? 0;
+}
+
+describe('subject-creation cap on a real Redis: racing first decisions of one new subject', () => {
+  const name = `${unique}-race`;
+  const policy = parsePolicy({
+    name,
+    capacity: 5,
+    refillPerSecond: 1e-4,
+    version,
+    newSubjects: { perMinute: 50, flood: 'deny' },
+  });
+  let a: Stack;
+  let b: Stack;
+  beforeAll(async () => {
+    // Two agents of one region on one Redis, each with its own connection.
+    [a, b] = await Promise.all([stack('redis', [policy]), stack('redis', [policy])]);
+  });
+  afterAll(async () => {
+    for (const s of [a, b]) {
+      await s.agent.app.close();
+      s.redis.disconnect();
+    }
+  });
+
+  it('cap 50: 100 concurrent first decisions of one subject cost 1 creation; 600 other subjects get exactly 49', async () => {
+    const calls = a.counts.takeCreation;
+    const burst = await flood(a.agent, 100, 100, () => ({ policy: name, subject: 'first-contact' }));
+    // One bucket of 5: exactly its 5 admitted; the other 95 refused by it, not by the cap.
+    expect(burst.filter((d) => d.allowed)).toHaveLength(5);
+    expect(burst.filter((d) => d.results[0]!.reason === 'subject_exhausted')).toHaveLength(95);
+    expect(await creationLogSize(a.redis, name)).toBe(1);
+    expect(await created(a.agent, name)).toBe(1);
+    // The racers shared the agent's creation calls: far fewer than one each (the exact number depends on how
+    // the decisions interleave with the one that created the bucket).
+    expect(a.counts.takeCreation - calls).toBeLessThan(100);
+    console.log(
+      `100 racing first decisions: ${a.counts.takeCreation - calls} creation-log calls, 1 creation`,
+    );
+    const others = await flood(a.agent, 600, 100, (i) => ({ policy: name, subject: `newcomer-${i}` }));
+    expect(others.filter((d) => d.allowed)).toHaveLength(49);
+    expect(others.filter((d) => d.results[0]!.reason === 'subject_flood')).toHaveLength(551);
+    expect(await creationLogSize(a.redis, name)).toBe(50);
+    expect(await created(a.agent, name)).toBe(50);
+    expect(await scanCount(a.redis, `rl:v${version}:*:${name}`)).toBe(50);
+  }, 30_000);
+
+  it('two agents on one Redis racing the same new subjects: exactly one creation each', async () => {
+    const name2 = `${unique}-race2`;
+    const p2 = parsePolicy({ ...policy, name: name2 });
+    const [x, y] = await Promise.all([stack('redis', [p2]), stack('redis', [p2])]);
+    try {
+      const subjects = Array.from({ length: 10 }, (_, i) => `pair-${i}`);
+      const both = await Promise.all(
+        subjects.flatMap((subject) =>
+          [x, y].flatMap((s) =>
+            Array.from({ length: 20 }, () => decide(s.agent, { policy: name2, subject })),
+          ),
+        ),
+      );
+      // Each subject: one bucket of 5 across both agents, exactly 5 of its 40 decisions admitted.
+      subjects.forEach((_, i) => {
+        const mine = both.slice(i * 40, i * 40 + 40);
+        expect(
+          mine.filter((d) => d.allowed),
+          subjects[i],
+        ).toHaveLength(5);
+      });
+      expect(both.filter((d) => d.results[0]!.reason === 'subject_flood')).toHaveLength(0);
+      expect(await creationLogSize(x.redis, name2)).toBe(10);
+      expect((await created(x.agent, name2)) + (await created(y.agent, name2))).toBe(10);
+    } finally {
+      for (const s of [x, y]) {
+        await s.agent.app.close();
+        s.redis.disconnect();
+      }
+    }
+  });
+});
+
+/** Entries of a policy's creation log. */
+function creationLogSize(redis: Redis | Cluster, policy: string): Promise<number> {
+  return redis.zcard(creationKey(policy));
+}
+
+describe('lua/subject_creation.lua', () => {
+  const redis = sharedRedis();
+  redis.defineCommand('qpSubjectCreationAt', { lua: withClockArg('subject_creation') });
+  const at = (numKeys: number, ...args: string[]) =>
+    (
+      redis as unknown as { qpSubjectCreationAt(n: number, ...a: string[]): Promise<unknown> }
+    ).qpSubjectCreationAt(numKeys, ...args);
+  afterAll(() => redis.disconnect());
+
+  for (const c of subjectCreationCases) {
+    it(`agrees exactly with the model: ${c.name}`, async () => {
+      const model = new CreationLogModel();
+      const prefix = uniquePrefix('creation');
+      let i = 0;
+      for (const { step, request, nowMicros } of prepareCreationCase(prefix, c)) {
+        const { keys, argv } = creationArguments(request);
+        const fromRedis = parseCreationReply(await at(keys.length, ...keys, ...argv, String(nowMicros)));
+        const { entries, ...reply } = step.expect;
+        expect(fromRedis, `call ${i} (at ${step.at} ms)`).toEqual(model.take(request, nowMicros));
+        expect(fromRedis, `call ${i} (at ${step.at} ms)`).toEqual(reply);
+        const lower = nowMicros - CASE_WINDOW_MS * 1000;
+        const members = await redis.zrangebyscore(caseLogKey(prefix), `(${lower}`, '+inf');
+        expect(members, `members after call ${i}`).toEqual(
+          model
+            .entries(caseLogKey(prefix), nowMicros)
+            .filter(([, s]) => s > lower)
+            .map(([m]) => m),
+        );
+        expect(members).toHaveLength(entries);
+        i++;
+      }
+    });
+  }
+
+  it('two store clients racing one new subject on one Redis: one creation taken, every other call held', async () => {
+    const log = `${unique}-clients`;
+    const clients = [0, 1].map(() => {
+      const { host, port } = inject('redis');
+      return connectRedis({ redisUrl: `redis://${host}:${port}` });
+    });
+    try {
+      await Promise.all(clients.map((r) => whenReady(r, 10_000)));
+      const stores = clients.map((r) => new RedisDecisionStore(r, { timeoutMs: 5000 }));
+      const member = bucketKey(version, 'racer', log);
+      const replies = await Promise.all(
+        Array.from({ length: 200 }, (_, i) =>
+          stores[i % 2]!.takeCreation(creationRequest(log, { perMinute: 3 }, member)),
+        ),
+      );
+      expect(replies.filter((r) => r.outcome === 'taken')).toHaveLength(1);
+      expect(replies.filter((r) => r.outcome === 'held')).toHaveLength(199);
+      expect(await redis.zrange(creationKey(log), '0', '-1')).toEqual([member]);
+      // The cap's other two creations are still free for other subjects.
+      const next = await stores[1]!.takeCreation(creationRequest(log, { perMinute: 3 }, `${member}-2`));
+      expect(next).toEqual({ outcome: 'taken', remaining: 1, retryAfterMs: 0 });
+    } finally {
+      for (const r of clients) r.disconnect();
+    }
+  });
+
+  it('refuses malformed arguments with QP_BADARG and writes nothing', async () => {
+    const key = caseLogKey(uniquePrefix('creation-bad'));
+    for (const argv of [
+      ['0', '60000000', '60000', '0', '0', 'm'],
+      ['3', '60000000', '59999', '0', '0', 'm'],
+      ['3', '60000000', '60000', '2', '0', 'm'],
+      ['3', '60000000', '60000', '0', '0', ''],
+      ['3', '60000000', '60000', '0', '0'],
+    ]) {
+      await expect(
+        redis.eval(luaSource('subject_creation'), 1, key, ...argv),
+        argv.join(' '),
+      ).rejects.toThrow(/^QP_BADARG /);
+    }
+    expect(await redis.exists(key)).toBe(0);
   });
 });
 

@@ -74,6 +74,9 @@ class FlakyStore implements DecisionStore {
   refundLog(...a: Parameters<DecisionStore['refundLog']>) {
     return this.inner.refundLog(...a);
   }
+  takeCreation(...a: Parameters<DecisionStore['takeCreation']>) {
+    return this.inner.takeCreation(...a);
+  }
   decideDay(...a: Parameters<DecisionStore['decideDay']>) {
     if (this.mode === 'fail') return Promise.reject(new Error('ECONNREFUSED'));
     return this.inner.decideDay(...a);

@@ -8,6 +8,7 @@ import { sizedBucket } from '../../core/share-sizing.js';
 import { StaticShareView } from '../../core/shares.js';
 import {
   ANONYMOUS_SUBJECT,
+  CreationLogModel,
   creationKey,
   sharedBucketKey,
   SubjectCreationModel,
@@ -16,6 +17,12 @@ import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import {
+  CASE_WINDOW_MS,
+  caseLogKey,
+  prepareCreationCase,
+  subjectCreationCases,
+} from '../cases/subject-creation-cases.js';
 
 const base = { capacity: 5, refillPerSecond: 0.01 };
 
@@ -92,7 +99,7 @@ describe('SubjectCreationModel: the reference model', () => {
     for (const s of ['a', 'b', 'c']) m.decide(policy, subject(s), shared, NOW);
     const late = m.decide(policy, subject('d'), shared, NOW + 59_999_000);
     expect(late.step).toBe('flood');
-    expect(late.creation?.results[0]?.retryAfterMs).toBe(1);
+    expect(late.creation).toEqual({ outcome: 'full', remaining: 0, retryAfterMs: 1 });
     expect(m.decide(policy, subject('d2'), shared, NOW + 60_000_000).step).toBe('created');
   });
 
@@ -107,10 +114,46 @@ describe('SubjectCreationModel: the reference model', () => {
     expect(m.bucketKeys(NOW)).toBe(1);
   });
 
+  it('a subject whose bucket is gone within the minute is created again without a second creation', () => {
+    // An idle TTL shorter than the minute: the bucket expires while its creation is still in the window.
+    const brief = parsePolicy({
+      name: 'api',
+      capacity: 5,
+      refillPerSecond: 1,
+      idleTtlSeconds: 10,
+      newSubjects: { perMinute: 1 },
+    });
+    const m = new SubjectCreationModel();
+    const key = (s: string) => sizedBucket(brief, bucketKey(1, s, 'api'), 1, 1);
+    expect(m.decide(brief, key('a'), shared, NOW).creation?.outcome).toBe('taken');
+    const again = m.decide(brief, key('a'), shared, NOW + 30_000_000);
+    expect(again).toMatchObject({ step: 'created', creation: { outcome: 'held', remaining: 0 } });
+    expect(m.decide(brief, key('b'), shared, NOW + 30_000_000).step).toBe('flood');
+  });
+
   it('keys are apart: the creation log in a slot of its own, the shared bucket under a subject no caller has', () => {
     expect(creationKey('api')).toBe('rl:new-subjects:{#api}');
     expect(sharedBucketKey(3, 'api')).toBe(`rl:v3:{${ANONYMOUS_SUBJECT}}:api`);
   });
+});
+
+describe('CreationLogModel: the case table (lua/subject_creation.lua runs it too)', () => {
+  for (const c of subjectCreationCases) {
+    it(c.name, () => {
+      const model = new CreationLogModel();
+      const problems: string[] = [];
+      prepareCreationCase('p', c).forEach(({ step, request, nowMicros }, i) => {
+        const { entries, ...reply } = step.expect;
+        const got = model.take(request, nowMicros);
+        const held = model
+          .entries(caseLogKey('p'), nowMicros)
+          .filter(([, s]) => s > nowMicros - CASE_WINDOW_MS * 1000).length;
+        if (JSON.stringify(got) !== JSON.stringify(reply) || held !== entries)
+          problems.push(`call ${i} (at ${step.at}): ${JSON.stringify({ ...got, entries: held })}`);
+      });
+      expect(problems).toEqual([]);
+    });
+  }
 });
 
 function agent(over: Partial<PolicyInput>) {
@@ -141,7 +184,7 @@ function agent(over: Partial<PolicyInput>) {
     const m = await built.metrics[name].get();
     return m.values.map((v) => ({ ...v.labels, value: v.value }));
   };
-  return { decide, clock, metric };
+  return { decide, clock, metric, store };
 }
 
 describe('the agent with a subject-creation cap (model store)', () => {
@@ -240,5 +283,61 @@ describe('the agent with a subject-creation cap (model store)', () => {
     expect((await decide({ policy: 'api', subject: 'ta' })).body.allowed).toBe(true);
     const dry = await decide({ policy: 'api', subject: 'tb', dryRun: true });
     expect(dry.body.results[0]?.reason).toBe('subject_flood');
+  });
+
+  it('racing first decisions of one new subject share one creation call and cost one creation', async () => {
+    const { decide, metric, store } = agent({ newSubjects: { perMinute: 2 } });
+    // Hold the creation call until every racer has found the bucket missing.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const take = store.takeCreation.bind(store);
+    let takes = 0;
+    store.takeCreation = async (request) => {
+      takes++;
+      await gate;
+      return take(request);
+    };
+    const inner = store.decide.bind(store);
+    let missing = 0;
+    store.decide = async (request) => {
+      const d = await inner(request);
+      if (d.missing !== undefined) missing++;
+      return d;
+    };
+    const racers = Array.from({ length: 50 }, () => decide({ policy: 'api', subject: 'burst' }));
+    while (missing < 50) await new Promise((r) => setTimeout(r, 1));
+    // Every racer's continuation after its missing answer runs before this timer: all of them are waiting.
+    await new Promise((r) => setTimeout(r, 0));
+    release();
+    const all = await Promise.all(racers);
+    expect(takes).toBe(1);
+    // One bucket of 5: exactly 5 admitted, the other 45 refused by it, none by the cap.
+    expect(all.filter((r) => r.body.allowed)).toHaveLength(5);
+    expect(all.filter((r) => r.body.results[0]?.reason === 'subject_exhausted')).toHaveLength(45);
+    expect(await metric('subjectsCreated')).toEqual([{ policy: 'api', value: 1 }]);
+    // The cap's second creation is still there for another new subject, and then it is used up.
+    expect((await decide({ policy: 'api', subject: 'other' })).body.allowed).toBe(true);
+    expect((await decide({ policy: 'api', subject: 'third' })).body.results[0]?.reason).toBe('subject_flood');
+    expect(takes).toBe(3);
+  });
+
+  it('a creation call that fails fails every decision that waited for it, and the next one asks afresh', async () => {
+    const { decide, store } = agent({ newSubjects: { perMinute: 2 } });
+    const take = store.takeCreation.bind(store);
+    let fail = true;
+    store.takeCreation = async (request) => {
+      await new Promise((r) => setTimeout(r, 5));
+      if (fail) throw new Error('ECONNRESET');
+      return take(request);
+    };
+    const failed = await Promise.all(
+      Array.from({ length: 3 }, () => decide({ policy: 'api', subject: 'x' })),
+    );
+    // The policy's failure mode (closed by default) answers each: nothing was created.
+    expect(failed.map((r) => [r.body.allowed, r.body.results[0]?.reason])).toEqual(
+      Array.from({ length: 3 }, () => [false, 'store_unavailable']),
+    );
+    fail = false;
+    expect((await decide({ policy: 'api', subject: 'x' })).body.allowed).toBe(true);
   });
 });
