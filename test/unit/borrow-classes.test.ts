@@ -28,7 +28,13 @@ function request(subjectClass: string | undefined) {
     costMicros: MICRO,
     remainingMicros: 0,
   });
-  return loanRequest(need, { lender: 'eu', mode: 'fill', amountMicros: need.wantMicros }, 1, now + 500, now)!;
+  return loanRequest(
+    need,
+    { lender: 'eu', mode: 'fill', amountMicros: need.wantMicros, expectedMicros: need.wantMicros },
+    1,
+    now + 500,
+    now,
+  )!;
 }
 
 describe('a loan for a subject of a class', () => {
