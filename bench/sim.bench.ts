@@ -38,7 +38,7 @@ export const simSuite: BenchSuite = {
   async run({ seconds, rounds }, progress) {
     const policy = parsePolicy({ name: 'sim', capacity: 100, refillPerSecond: 2 });
     const sizing = new BucketSizing(policy, 1 / 3);
-    const check = sizing.check(1);
+    const check = sizing.check(1, 0);
     const random = new Random(1, 'bench');
     const subjects = new Int32Array(ARRIVALS);
     const gaps = new Float64Array(ARRIVALS);

@@ -8,9 +8,12 @@
  * limit (one tenant hammering a region at 10× its rate) adds at most its global rate to the region's demand,
  * so it cannot pull budget away from quiet tenants elsewhere:
  *
- *   demand = Σ over subjects s of min(requested_s, max(admitted_s, R × interval))
+ *   demand = Σ over subjects s of min(requested_s, max(admitted_s, R_s × interval))
  *
- * with R the policy's refill per second. Subjects are counted exactly up to `MAX_SUBJECTS_PER_INTERVAL` per
+ * with R_s the subject's own refill per second: its class's when it has one (docs/subject-classes.md: an
+ * enterprise tenant at 10× counts up to 10× R), else the policy's R. The rate comes with each decision (the
+ * decision already holds the policy as its subject's class sees it), so a class changed mid-interval counts at
+ * the last rate decided under. Subjects are counted exactly up to `MAX_SUBJECTS_PER_INTERVAL` per
  * interval; past that bound a new subject's admissions still count and its refusals do not (counted in
  * `untracked`, and the report says `truncated`), so memory stays bounded whatever the flood.
  */
@@ -26,6 +29,8 @@ const TRACKED_CONSTRAINED = MAX_CONSTRAINED_PER_POLICY * 4;
 interface SubjectCounts {
   requested: number;
   admitted: number;
+  /** The subject's own refill per second as its last decision saw it; undefined: the policy's. */
+  rate: number | undefined;
 }
 
 interface ConstrainedCounts {
@@ -56,16 +61,23 @@ export class PolicyUsageCounter {
 
   /**
    * One decided check of `cost` tokens by `subject`; `remainingFraction` is what its bucket kept after the
-   * decision, as a fraction of the bucket's capacity (0 when denied).
+   * decision, as a fraction of the bucket's capacity (0 when denied). `ratePerSecond` is the subject's own
+   * refill (its class's when it has one); undefined leaves it to the policy's rate given to `take`.
    */
-  record(subject: string, cost: number, allowed: boolean, remainingFraction: number): void {
+  record(
+    subject: string,
+    cost: number,
+    allowed: boolean,
+    remainingFraction: number,
+    ratePerSecond?: number,
+  ): void {
     this.#decisions++;
     this.#requested += cost;
     if (allowed) this.#admitted += cost;
     else this.#denied += cost;
     let counts = this.#subjects.get(subject);
     if (counts === undefined && this.#subjects.size < MAX_SUBJECTS_PER_INTERVAL) {
-      counts = { requested: 0, admitted: 0 };
+      counts = { requested: 0, admitted: 0, rate: ratePerSecond };
       this.#subjects.set(subject, counts);
     }
     if (counts === undefined) {
@@ -73,6 +85,7 @@ export class PolicyUsageCounter {
     } else {
       counts.requested += cost;
       if (allowed) counts.admitted += cost;
+      if (ratePerSecond !== undefined) counts.rate = ratePerSecond;
     }
     if (!allowed || remainingFraction < NEAR_CAPACITY_FRACTION) {
       if (this.#track(subject, cost, allowed ? 0 : cost)) this.#evicted = true;
@@ -90,8 +103,9 @@ export class PolicyUsageCounter {
   }
 
   /**
-   * The interval's usage of `policy` and start a new interval. `limitPerSecond` is the policy's refill R (each
-   * subject's global rate); without it every refusal counts as demand. `watched` subjects are reported with
+   * The interval's usage of `policy` and start a new interval. `limitPerSecond` is the policy's refill R (the
+   * global rate of each subject whose decisions did not carry its own); a subject with neither counts every
+   * refusal as demand. `watched` subjects are reported with
    * their counts here, zero included.
    */
   take(
@@ -100,12 +114,13 @@ export class PolicyUsageCounter {
     limitPerSecond: number | undefined,
     watched: ReadonlySet<string> = NONE,
   ): PolicyUsage {
-    let demand = this.#requested - this.#untracked;
-    if (limitPerSecond !== undefined) {
-      const allowance = (limitPerSecond * intervalMs) / 1000;
-      demand = this.#admitted;
-      for (const s of this.#subjects.values())
-        demand += subjectDemand(s.requested, s.admitted, allowance) - s.admitted;
+    let demand = this.#admitted;
+    for (const s of this.#subjects.values()) {
+      const rate = s.rate ?? limitPerSecond;
+      demand +=
+        rate === undefined
+          ? s.requested - s.admitted
+          : subjectDemand(s.requested, s.admitted, (rate * intervalMs) / 1000) - s.admitted;
     }
     const constrained: ConstrainedSubject[] = [...this.#constrained]
       .sort(

@@ -48,6 +48,14 @@ export const SettingsObject = z.strictObject({
     .describe('strict home region, where the coordinator and NATS sit too (default: the first)'),
   load: positive(1_000).describe("demand relative to the policy's budget (scenario-specific meaning)"),
   subjects: whole(1, 100_000).describe('number of regular subjects (tenants)'),
+  enterpriseSubjects: whole(0, 100_000)
+    .optional()
+    .describe(
+      'token buckets: the last N of the subjects belong to the policy\'s "enterprise" class (docs/subject-classes.md)',
+    ),
+  enterpriseFactor: positive(1_000)
+    .optional()
+    .describe('the enterprise class has enterpriseFactor × C and × R (default 1)'),
   zipfExponent: positive(5).describe('skew of subject popularity in zipf'),
   shiftAtS: nonNegative(86_400).describe('when demand shifts (step-shift, coordinator-crash), s'),
   warmupS: nonNegative(86_400).describe(
@@ -150,6 +158,18 @@ export const Settings = SettingsObject.superRefine((s, ctx) => {
       path: ['refillPerSecond'],
       message: `kind ${s.kind} keeps capacity over a window of capacity / refillPerSecond seconds, which must be a whole number (here ${s.capacity / s.refillPerSecond})`,
     });
+  if ((s.enterpriseSubjects ?? 0) > s.subjects)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['enterpriseSubjects'],
+      message: `enterpriseSubjects (${s.enterpriseSubjects}) must be ≤ subjects (${s.subjects})`,
+    });
+  if ((s.enterpriseSubjects ?? 0) > 0 && s.kind !== undefined && s.kind !== 'token_bucket')
+    ctx.addIssue({
+      code: 'custom',
+      path: ['enterpriseSubjects'],
+      message: 'subject classes are simulated for token buckets: run it with kind token_bucket',
+    });
   if (s.kind === 'concurrency' && s.holdS === undefined)
     ctx.addIssue({
       code: 'custom',
@@ -186,6 +206,8 @@ export const DEFAULT_SETTINGS: Settings = {
   homeRegion: undefined,
   load: 2,
   subjects: 10,
+  enterpriseSubjects: undefined,
+  enterpriseFactor: undefined,
   zipfExponent: 1.1,
   shiftAtS: 150,
   warmupS: 0,

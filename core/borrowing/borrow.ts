@@ -47,8 +47,11 @@ export interface BorrowResult {
 
 /** A bucket of one subject that lacked tokens: what the borrower asks for (script units: micro-tokens). */
 export interface Shortfall {
+  /** The policy as the subject sees it: its class's capacity and refill when it has one. */
   policy: { name: string; capacity: number; refillPerSecond: number };
   subject: string;
+  /** The subject's class, when it has one: the lenders size its bucket by it. */
+  subjectClass?: string | undefined;
   borrower: string;
   /** Shares by region for this subject (an estimate for ordering lenders). */
   shares: Readonly<Record<string, number>>;
@@ -68,6 +71,7 @@ export function shortfallNeed(short: Shortfall): BorrowNeed {
   return {
     policy: short.policy.name,
     subject: short.subject,
+    ...(short.subjectClass === undefined ? {} : { subjectClass: short.subjectClass }),
     capacity: short.policy.capacity,
     refillPerSecond: short.policy.refillPerSecond,
     borrower: short.borrower,
@@ -129,6 +133,7 @@ export function loanRequest(
     policy: need.policy,
     version,
     subject: need.subject,
+    ...(need.subjectClass === undefined ? {} : { class: need.subjectClass }),
     mode: ask.mode,
     amountMicros: ask.amountMicros,
     budgetMs,

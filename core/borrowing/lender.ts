@@ -3,7 +3,7 @@
  * tokens, and what its reply teaches the borrower. The agent (over NATS and Redis) and the simulator (over its
  * network and in-memory buckets) call these, so a loan means the same thing in both.
  */
-import type { Policy } from '../policy.js';
+import { withClass, type Policy } from '../policy.js';
 import { sizedBucket } from '../share-sizing.js';
 import type { RegionalShare } from '../shares.js';
 import type { LoanErrorCode, LoanReply, LoanRequest } from '../wire/loan.js';
@@ -28,9 +28,10 @@ export interface LendRefusal {
 }
 
 /**
- * Whether a lender may lend for `request` before it looks at its share: `{ policy }` when it may; a refusal when
- * the request was taken up too late by its clock (epoch ms), or the policy is unknown here (undefined), not
- * regional, or of another version.
+ * Whether a lender may lend for `request` before it looks at its share: `{ policy }` when it may, as the subject
+ * sees it (its class's limits when the request names one, so the lend is sized as the borrower's bucket is); a
+ * refusal when the request was taken up too late by its clock (epoch ms), or the policy is unknown here
+ * (undefined), not regional, of another version, or without the class.
  */
 export function acceptLoan(
   request: LoanRequest,
@@ -48,7 +49,10 @@ export function acceptLoan(
       message: `${policy.name} is at version ${policy.version} here, ${request.version} there`,
     };
   }
-  return { policy };
+  if (request.class === undefined) return { policy };
+  if (policy.classes?.[request.class] === undefined)
+    return { error: 'unknown_class', message: `${policy.name} has no class ${request.class} here` };
+  return { policy: withClass(policy, request.class) };
 }
 
 /**
@@ -82,6 +86,7 @@ const DRY_REFUSALS: ReadonlySet<LoanErrorCode> = new Set([
   'version_mismatch',
   'not_regional',
   'no_share',
+  'unknown_class',
 ]);
 
 /**

@@ -44,7 +44,9 @@ export const DEFAULT_BORROW_PLANNER: Readonly<BorrowPlannerSettings> = Object.fr
 export interface BorrowNeed {
   policy: string;
   subject: string;
-  /** The policy's global burst and refill, tokens and tokens/s. */
+  /** The subject's class (docs/subject-classes.md): lenders size its bucket by the class's limits. */
+  subjectClass?: string | undefined;
+  /** The subject's global burst and refill (its class's when it has one), tokens and tokens/s. */
   capacity: number;
   refillPerSecond: number;
   /** The borrowing region. */

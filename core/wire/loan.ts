@@ -5,7 +5,7 @@
  * how many micro-tokens it gave. Shared by both sides; every message is schema-checked on arrival.
  */
 import { z } from 'zod';
-import { MAX_CAPACITY, PolicyName, RegionName } from '../policy.js';
+import { ClassName, MAX_CAPACITY, PolicyName, RegionName } from '../policy.js';
 import { MICRO } from '../token-bucket.js';
 import { KvNamespace } from './kv.js';
 
@@ -30,6 +30,11 @@ export const LoanRequest = z.strictObject({
   version: z.number().int().positive(),
   /** Already normalized (or hashed) by the borrower. */
   subject: z.string().min(1).max(128),
+  /**
+   * The subject's class at the borrower (named by its check or by the policy's `subjects`): the lender sizes the
+   * subject's bucket by that class's limits, as the borrower does. Absent: the policy's own limits.
+   */
+  class: ClassName.optional(),
   /**
    * `fill`: give up to `amountMicros` (the borrower's room); `spend`: charge exactly `amountMicros` (the cost of a
    * request the borrower's bucket can never hold) or nothing, and answer whether it was admitted.
@@ -56,6 +61,8 @@ export const LoanErrorCode = z.enum([
   'not_regional',
   /** The lender holds no share (no lease): it has nothing to give. */
   'no_share',
+  /** The lender's policy defines no such class (a request no agent of this version sends). */
+  'unknown_class',
   /** Taken up too late, or the lend ran past the deadline: nothing was taken. */
   'deadline',
   'overloaded',

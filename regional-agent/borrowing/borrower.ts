@@ -153,6 +153,7 @@ export class Borrower implements ShortfallHandler {
     return {
       policy: check.policy,
       subject: check.subject,
+      subjectClass: check.subjectClass,
       borrower: this.#o.region,
       shares: this.#o.shares.regionShares?.(check.policy.name, check.subject) ?? {},
       capacityMicros: encoded.capacity,

@@ -8,7 +8,15 @@ import type { RefusalMemory } from './refusal-memory.js';
 
 /** Where decided checks are counted for usage reports (regional-agent/reporting/usage-recorder.ts). */
 export interface UsageSink {
-  record(policy: string, subject: string, cost: number, allowed: boolean, remainingFraction: number): void;
+  /** `ratePerSecond`: the subject's own refill (its class's when it has one), what its demand is capped at. */
+  record(
+    policy: string,
+    subject: string,
+    cost: number,
+    allowed: boolean,
+    remainingFraction: number,
+    ratePerSecond: number,
+  ): void;
 }
 
 export interface DecisionRecorderDeps {
@@ -92,7 +100,8 @@ export class DecisionRecorder {
         (p.route === 'store' || p.route === 'log' || p.route === 'day')
       ) {
         const left = outcome.violated[i] === true || r.limit <= 0 ? 0 : r.remaining / r.limit;
-        usage.record(p.policy.name, p.subject, p.cost, outcome.allowed, left);
+        // p.policy is the policy as the subject's class sees it: its refill is the subject's own rate.
+        usage.record(p.policy.name, p.subject, p.cost, outcome.allowed, left, p.policy.refillPerSecond);
       }
       // `subject_exhausted` and `share_exhausted` say why a bucket was empty: an ordinary refusal, not degraded.
       if (r.reason !== undefined && !QUOTA_REASONS.has(r.reason))

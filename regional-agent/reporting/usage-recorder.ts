@@ -24,8 +24,9 @@ export interface UsageRecorderOptions {
   /** The subjects each policy's record asks to report every interval (AgentLease.watched). */
   watched?: (policy: string) => ReadonlySet<string>;
   /**
-   * Each subject's global rate under `policy` (its refill per second), so refusals beyond a subject's own limit
-   * do not count as demand; undefined (the policy is unknown here) counts every refusal.
+   * The policy's rate (its refill per second): the global rate of a subject whose decisions came without their
+   * own (`record`'s `ratePerSecond`, its class's), so refusals beyond a subject's own limit do not count as
+   * demand; undefined (the policy is unknown here) counts every such subject's refusals.
    */
   limitPerSecond?: (policy: string) => number | undefined;
 }
@@ -49,10 +50,17 @@ export class UsageRecorder {
 
   /**
    * Count one decided check. `remainingFraction` is what the bucket kept after the decision, as a fraction of
-   * its capacity (0 when denied).
+   * its capacity (0 when denied). `ratePerSecond` is the subject's own refill (its class's when it has one).
    */
-  record(policy: string, subject: string, cost: number, allowed: boolean, remainingFraction: number): void {
-    this.#counter(policy)?.record(subject, cost, allowed, remainingFraction);
+  record(
+    policy: string,
+    subject: string,
+    cost: number,
+    allowed: boolean,
+    remainingFraction: number,
+    ratePerSecond?: number,
+  ): void {
+    this.#counter(policy)?.record(subject, cost, allowed, remainingFraction, ratePerSecond);
   }
 
   /** Tokens of `policy` borrowed from other regions and credited here (core/borrowing/). */

@@ -13,6 +13,7 @@ import type { Outcome, SimRequest } from '../strategy.js';
 import { PolicyUsageCounter } from '../../core/usage-accounting.js';
 import { ShareSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';
+import { SubjectPolicies } from '../engine/subject-classes.js';
 import { subjectName } from './subject-name.js';
 import type { VirtualClock } from './virtual-clock.js';
 
@@ -72,6 +73,7 @@ export class SimAgent {
   readonly #meter = new PolicyUsageCounter();
   readonly #sizing: ShareSizing;
   readonly #policy: Policy;
+  readonly #policies: SubjectPolicies;
   readonly #clock: VirtualClock;
   #seq = 0;
   #lastReportAt: number;
@@ -83,6 +85,7 @@ export class SimAgent {
     this.instance = `${o.regionName}-${o.ordinal + 1}`;
     this.id = `agent-${this.instance}`;
     this.#policy = o.policy;
+    this.#policies = new SubjectPolicies(o.policy);
     this.#clock = o.clock;
     this.reportIntervalMs = o.reportIntervalMs;
     this.graceMs = o.graceMs;
@@ -166,7 +169,7 @@ export class SimAgent {
       };
     }
     const done = this.lease.enter(this.#policy.name);
-    const check = this.#sizing.check(share, request.cost);
+    const check = this.#sizing.check(share, request.cost, request.subject);
     const result = store.decide(request.subject, check, now);
     done();
     return {
@@ -179,7 +182,14 @@ export class SimAgent {
 
   /** Count one request's final decision in the usage report, as the agent's recorder does. */
   record(request: SimRequest, allowed: boolean, remainingFraction: number): void {
-    this.#meter.record(subjectName(request.subject), request.cost, allowed, remainingFraction);
+    // With the subject's own rate (its class's when it has one), as the agent's decision recorder passes it.
+    this.#meter.record(
+      subjectName(request.subject),
+      request.cost,
+      allowed,
+      remainingFraction,
+      this.#policies.of(request.subject).refillPerSecond,
+    );
   }
 
   /** Count tokens borrowed from other regions and credited here, as the agent's borrower does. */

@@ -14,6 +14,7 @@ import { equalShares, rebalanceRound, shareFloor, targetShares } from '../../cor
 import { PolicyUsageCounter } from '../../core/usage-accounting.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';
+import { SubjectPolicies } from '../engine/subject-classes.js';
 import type { Fault } from '../scenario.js';
 import type { Outcome, SimRequest, StrategyContext } from '../strategy.js';
 import { InForceTracker } from './in-force.js';
@@ -54,6 +55,7 @@ export class NaiveControlPlane {
   readonly #ctx: StrategyContext;
   readonly #options: NaiveOptions;
   readonly #policy: Policy;
+  readonly #policies: SubjectPolicies;
   readonly #floor: number;
   readonly #tracker: InForceTracker;
   readonly #byRegion: NaiveAgent[][];
@@ -68,6 +70,7 @@ export class NaiveControlPlane {
     this.#ctx = ctx;
     this.#options = options;
     this.#policy = ctx.policy;
+    this.#policies = new SubjectPolicies(ctx.policy);
     this.#floor = shareFloor(ctx.policy.capacity, ctx.policy.maxCost, ctx.policy.minShare, options.rebalance);
     this.#tracker = new InForceTracker(ctx.regions.length, (unit, shares) => ctx.sharesInForce(unit, shares));
     this.#byRegion = ctx.regions.map(() => []);
@@ -130,13 +133,14 @@ export class NaiveControlPlane {
       );
       return log.outcome;
     }
-    const check = agent.sizing.check(request.cost);
+    const check = agent.sizing.check(request.cost, request.subject);
     const result = this.#ctx.stores[request.region]!.decide(request.subject, check, request.at);
     agent.meter.record(
       subjectName(request.subject),
       request.cost,
       result.allowed,
       remainingFraction(result.remaining, check.capacity),
+      this.#policies.of(request.subject).refillPerSecond,
     );
     return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
   }

@@ -42,6 +42,7 @@ import {
 import type { Evaluation, SimAgent } from './agent-node.js';
 import { subjectId, subjectName } from './subject-name.js';
 import type { VirtualClock } from './virtual-clock.js';
+import { SubjectPolicies } from '../engine/subject-classes.js';
 
 /** Times one request may be covered and decided again, as the agent's store group allows. */
 export const MAX_COVER_ATTEMPTS = 3;
@@ -77,6 +78,7 @@ const flightKey = (agent: SimAgent, subject: number): string => `${agent.id}\u00
 export class SimBorrowing {
   readonly #ctx: StrategyContext;
   readonly #policy: Policy;
+  readonly #policies: SubjectPolicies;
   readonly #clock: VirtualClock;
   readonly #options: SimBorrowingOptions;
   /** The agents of each region; a loan goes to one of them, in turn, as to a queue group. */
@@ -95,6 +97,7 @@ export class SimBorrowing {
   ) {
     this.#ctx = ctx;
     this.#policy = ctx.policy;
+    this.#policies = new SubjectPolicies(ctx.policy);
     this.#clock = clock;
     this.#byRegion = byRegion;
     this.#turn = byRegion.map(() => 0);
@@ -148,8 +151,10 @@ export class SimBorrowing {
   #shortfall(agent: SimAgent, subject: number, b: { check: EncodedCheck; remaining: number }): Shortfall {
     const name = subjectName(subject);
     return {
-      policy: this.#policy,
+      // The policy as the subject sees it, and its class for the lenders (engine/subject-classes.ts).
+      policy: this.#policies.of(subject),
       subject: name,
+      subjectClass: this.#policies.classOf(subject),
       borrower: agent.regionName,
       shares: agent.lease.regionShares(this.#policy.name, name) ?? {},
       capacityMicros: b.check.capacity,

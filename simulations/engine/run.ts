@@ -24,6 +24,7 @@ import { buildLinks } from './links.js';
 import { Network } from './network.js';
 import { Random } from './random.js';
 import { RegionStore, type StoreSnapshot } from './region-store.js';
+import { enterpriseClassFields, SubjectPolicies } from './subject-classes.js';
 
 /** A subject counts for the worst-subject figure once the oracle admitted it this many largest requests. */
 export const WORST_SUBJECT_MIN_REQUESTS = 10;
@@ -97,8 +98,17 @@ export function simPolicy(
     onStoreFailure: settings.onStoreFailure,
     // The floor of moving shares is the policy's own setting; strategies that never move shares leave it unset.
     ...(strategy.uses.includes('minShare') ? { minShare: settings.minShare } : {}),
+    // Subject classes: the enterprise subjects' capacity and refill (engine/subject-classes.ts).
+    ...enterpriseClassFields(settings),
   });
   return parsed;
+}
+
+/** Each subject's own limits when the policy has classes (over-admission is measured against them). */
+function classLimits(policy: Policy): ((subject: number) => Policy) | undefined {
+  if (policy.subjects === undefined) return undefined;
+  const policies = new SubjectPolicies(policy);
+  return (subject) => policies.of(subject);
 }
 
 function parsePolicySafely(input: Parameters<typeof parsePolicy>[0]): Policy {
@@ -226,7 +236,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
     } else
       request.idealAllowed = oracle.decide(
         request.subject,
-        oracleSizing.check(request.cost),
+        oracleSizing.check(request.cost, request.subject),
         request.at,
       ).allowed;
     recorder.offered(request, request.idealAllowed);
@@ -358,7 +368,7 @@ export function runSimulation(spec: RunSpec): RunOutput {
     ...(spec.sweep === undefined ? {} : { sweep: spec.sweep }),
     ...(logKind
       ? recorder.kindOverAdmission(policy.kind, settings.capacity, leaseUs)
-      : recorder.overAdmission(settings.capacity, settings.refillPerSecond)),
+      : recorder.overAdmission(settings.capacity, settings.refillPerSecond, classLimits(policy))),
     // Utilisation and the false rates count requests that arrived after the warm-up (settings.warmupS).
     utilisation:
       recorder.measured.idealAdmittedCost === 0

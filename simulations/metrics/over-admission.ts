@@ -1,6 +1,6 @@
 /**
  * overAdmission (docs/design.md): for every subject, the most it was granted in any window of W seconds, divided by
- * what the global budget allows in W (C + R·W), for W of 1, 10 and 60 s; the worst subject and window count.
+ * what the global budget allows in W (C + R·W, its class's C and R for a subject of a class), for W of 1, 10 and 60 s; the worst subject and window count.
  * Computed exactly over admission instants (µs) and costs (micro-tokens), not by sampling: the fullest closed
  * window [t, t + W] always starts at an admission, so a two-pointer pass over each subject's sorted admissions
  * visits every candidate.
@@ -83,21 +83,32 @@ export function fullestWindow(
   return { sum: best, startUs: bestStart };
 }
 
-/** Over-admission of a log against a policy's global budget: capacity C (tokens) and refill R (tokens/s). */
+/** One subject's own limits: its class's (docs/subject-classes.md), or the policy's. */
+export interface SubjectLimits {
+  capacity: number;
+  refillPerSecond: number;
+}
+
+/**
+ * Over-admission of a log against a policy's global budget: capacity C (tokens) and refill R (tokens/s), or for
+ * each subject its own (`limitsOf`, a subject of a class measured against its class's C + R·W).
+ */
 export function overAdmission(
   log: AdmissionLog,
   capacity: number,
   refillPerSecond: number,
   windowsS: readonly number[] = OVER_ADMISSION_WINDOWS_S,
+  limitsOf?: (subject: number) => SubjectLimits,
 ): OverAdmission {
   const byWindow: Record<string, number> = Object.fromEntries(windowsS.map((w) => [`${w}s`, 0]));
   let ratio = 0;
   let worst: WorstWindow | undefined;
   for (const { subject, times, costs } of log.subjects()) {
+    const own = limitsOf?.(subject) ?? { capacity, refillPerSecond };
     for (const w of windowsS) {
       const windowUs = w * 1e6;
       // C + R·W in micro-tokens: R tokens/s is R micro-tokens/µs.
-      const allowed = capacity * 1e6 + refillPerSecond * windowUs;
+      const allowed = own.capacity * 1e6 + own.refillPerSecond * windowUs;
       const { sum, startUs } = fullestWindow(times, costs, windowUs);
       const r = sum / allowed;
       if (r > byWindow[`${w}s`]!) byWindow[`${w}s`] = r;

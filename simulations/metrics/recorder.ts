@@ -5,7 +5,7 @@
 import { exceedsBudget, shareSum, sumExceedsBudget } from '../../core/lease/shares-in-force.js';
 import type { Outcome, SimRequest } from '../strategy.js';
 import { HeldSlots, slidingLogOverAdmission } from './kind-over-admission.js';
-import { AdmissionLog, overAdmission } from './over-admission.js';
+import { AdmissionLog, overAdmission, type SubjectLimits } from './over-admission.js';
 import { percentile, Samples } from './percentiles.js';
 
 /** Per-bin series of one run, for the charts and convergence. Tokens per bin. */
@@ -215,8 +215,8 @@ export class Recorder {
     max[bin] = Math.max(max[bin]!, sum);
   }
 
-  overAdmission(capacity: number, refillPerSecond: number) {
-    const o = overAdmission(this.log, capacity, refillPerSecond);
+  overAdmission(capacity: number, refillPerSecond: number, limitsOf?: (subject: number) => SubjectLimits) {
+    const o = overAdmission(this.log, capacity, refillPerSecond, undefined, limitsOf);
     return {
       overAdmission: round(o.ratio),
       overAdmissionByWindow: Object.fromEntries(Object.entries(o.byWindow).map(([k, v]) => [k, round(v)])),

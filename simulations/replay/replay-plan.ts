@@ -275,7 +275,8 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
 
 /**
  * The policy the simulator enforces for `strategy` (core/policy.ts, via the engine's own `simPolicy`), with its
- * refill multiplied by K and its idle TTL divided by K (rounded up: the stack takes whole seconds).
+ * refill (and each class's) multiplied by K and its idle TTL divided by K (rounded up: the stack takes whole
+ * seconds).
  */
 export function compressedPolicy(
   settings: Settings,
@@ -293,6 +294,19 @@ export function compressedPolicy(
     idleTtlSeconds: Math.ceil(p.idleTtlSeconds / compression),
     ...(p.mode === 'strict' ? { homeRegion: p.homeRegion } : {}),
     ...(p.minShare !== undefined ? { minShare: p.minShare } : {}),
+    // Subject classes (tiered-tenants): each class's refill compressed as the policy's; the replayer sends the
+    // subjects by the names the policy's `subjects` map holds.
+    ...(p.classes === undefined
+      ? {}
+      : {
+          classes: Object.fromEntries(
+            Object.entries(p.classes).map(([name, c]) => [
+              name,
+              { capacity: c.capacity, refillPerSecond: c.refillPerSecond * compression, maxCost: c.maxCost },
+            ]),
+          ),
+          subjects: p.subjects,
+        }),
   };
   const parsed = PolicySpec.safeParse(body);
   if (!parsed.success)

@@ -6,6 +6,7 @@
 import type { Scenario, ScenarioPlan, TimedFault, TrafficSource } from '../scenario.js';
 import { SimConfigError } from '../errors.js';
 import type { Settings } from '../settings.js';
+import { enterpriseSubjectIds } from '../engine/subject-classes.js';
 import {
   bursts,
   oneShotSubjects,
@@ -281,31 +282,50 @@ export function homesOf(count: number, split: string, regionCount: number): numb
   return counts.flatMap((c, r) => Array.from({ length: c }, () => r));
 }
 
+/**
+ * Each subject asks load × its own rate from its home region only: R, or R × enterpriseFactor for the enterprise
+ * subjects (the last enterpriseSubjects, engine/subject-classes.ts).
+ */
+function homedPlan(regions: readonly string[], s: Settings): ScenarioPlan {
+  const homes = homesOf(s.subjects, s.homeSplit, regions.length);
+  const enterprise = new Set(enterpriseSubjectIds(s));
+  const sources: TrafficSource[] = [];
+  homes.forEach((region, subject) => {
+    const rate = requestRate(
+      s,
+      s.load * s.refillPerSecond * (enterprise.has(subject) ? (s.enterpriseFactor ?? 1) : 1),
+    );
+    sources.push(
+      poisson({
+        region,
+        rate: () => rate,
+        maxRate: rate,
+        endS: s.durationS,
+        subjects: oneSubject(subject),
+        cost: uniformCost(s.maxCost),
+      }),
+    );
+  });
+  // The chart follows a subject of the least populated home that has one.
+  return plan(sources, { focusSubject: homes.length - 1 });
+}
+
 export const homedTenants: Scenario = {
   name: 'homed-tenants',
   description:
     'each subject asks load × R from its home region only; homes spread over the regions by homeSplit (70/20/10)',
   defaults: { subjects: 10, load: 1.5 },
-  uses: ['load', 'subjects', 'homeSplit'],
-  plan(regions, s) {
-    const homes = homesOf(s.subjects, s.homeSplit, regions.length);
-    const perSubject = requestRate(s, s.load * s.refillPerSecond);
-    const sources: TrafficSource[] = [];
-    homes.forEach((region, subject) =>
-      sources.push(
-        poisson({
-          region,
-          rate: () => perSubject,
-          maxRate: perSubject,
-          endS: s.durationS,
-          subjects: oneSubject(subject),
-          cost: uniformCost(s.maxCost),
-        }),
-      ),
-    );
-    // The chart follows a subject of the least populated home that has one.
-    return plan(sources, { focusSubject: homes.length - 1 });
-  },
+  uses: ['load', 'subjects', 'homeSplit', 'enterpriseSubjects', 'enterpriseFactor'],
+  plan: homedPlan,
+};
+
+/** homed-tenants with its enterprise class on by default. */
+export const tieredTenants: Scenario = {
+  ...homedTenants,
+  name: 'tiered-tenants',
+  description:
+    'homed-tenants with a 10× enterprise class: the last 2 subjects (homed in the smaller regions) have 10 C and 10 R and ask load × 10 R',
+  defaults: { ...homedTenants.defaults, enterpriseSubjects: 2, enterpriseFactor: 10 },
 };
 
 export const noisyNeighbour: Scenario = {
@@ -470,6 +490,7 @@ export const scenarios: readonly Scenario[] = [
   minuteBurst,
   hotTenant,
   homedTenants,
+  tieredTenants,
   noisyNeighbour,
   coldStart,
   oneShotIdentities,

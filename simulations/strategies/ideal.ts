@@ -23,7 +23,11 @@ class IdealStrategy implements Strategy {
     const { policy } = this.#ctx!;
     if (isLogKind(policy.kind))
       return decideLog(policy, this.#store, request.subject, request.cost, 1, request.at).outcome;
-    const result = this.#store.decide(request.subject, this.#sizing!.check(request.cost), request.at);
+    const result = this.#store.decide(
+      request.subject,
+      this.#sizing!.check(request.cost, request.subject),
+      request.at,
+    );
     return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };
   }
 

@@ -43,7 +43,7 @@ export class FixedShareStrategy implements Strategy {
     }
     const result = this.#stores[request.region]!.decide(
       request.subject,
-      this.#sizing[request.region]!.check(request.cost),
+      this.#sizing[request.region]!.check(request.cost, request.subject),
       request.at,
     );
     return { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: request.at };

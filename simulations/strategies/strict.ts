@@ -51,7 +51,7 @@ class StrictStrategy implements Strategy {
     const store = ctx.stores[this.#home]!;
     if (isLogKind(ctx.policy.kind))
       return decideLog(ctx.policy, store, request.subject, request.cost, 1, now).outcome;
-    return store.decide(request.subject, this.#sizing!.check(request.cost), now);
+    return store.decide(request.subject, this.#sizing!.check(request.cost, request.subject), now);
   }
 
   decide(request: SimRequest): Outcome | typeof PENDING {
@@ -96,7 +96,7 @@ class StrictStrategy implements Strategy {
     if (ctx.policy.onStoreFailure === 'local') {
       const result = this.#emergency[request.region]!.decide(
         request.subject,
-        this.#emergencySizing!.check(request.cost),
+        this.#emergencySizing!.check(request.cost, request.subject),
         now,
       );
       return {

@@ -43,7 +43,14 @@ describe('borrowing between regions (us, eu, ap; equal shares)', () => {
     await stack.putPolicy('still', { capacity: 60, refillPerSecond: 0.0001, minShare: 0.25 });
     await stack.putPolicy('race', { capacity: 100, refillPerSecond: 0.0001, minShare: 0.25 });
     await stack.putPolicy('homed', { capacity: 60, refillPerSecond: 1, minShare: 0.25 });
-    await stack.ready(['still', 'race', 'homed']);
+    await stack.putPolicy('tiered', {
+      capacity: 6,
+      refillPerSecond: 0.0001,
+      minShare: 0.25,
+      classes: { enterprise: { capacity: 60, refillPerSecond: 0.001 } },
+      subjects: { 'big-tenant': 'enterprise' },
+    });
+    await stack.ready(['still', 'race', 'homed', 'tiered']);
   }, 60_000);
 
   afterAll(async () => {
@@ -87,6 +94,26 @@ describe('borrowing between regions (us, eu, ap; equal shares)', () => {
     const after = await decide(url('us'), { policy: 'still', subject: 'campaign' });
     expect(after.body.allowed).toBe(false);
     expect(reasonOf(after)).toBe('subject_exhausted');
+  }, 30_000);
+
+  it("a subject of a class borrows its class's burst: 60 of 60 at once on us, whether named by the policy or the check", async () => {
+    // The lenders size the subject's bucket by its class (the loan names it), as us does: 20 + 40 borrowed.
+    // Sized by the policy's own 6 instead, eu and ap would give 2 each of the 20 they hold.
+    for (const check of [
+      { policy: 'tiered', subject: 'big-tenant' },
+      { policy: 'tiered', subject: 'named-tenant', class: 'enterprise' },
+    ]) {
+      const answers = await Promise.all(Array.from({ length: 60 }, () => decide(url('us'), check)));
+      expect(admittedOf(answers), check.subject).toBe(60);
+      const after = await decide(url('us'), check);
+      expect(after.body.allowed).toBe(false);
+      expect(reasonOf(after)).toBe('subject_exhausted');
+    }
+    // A subject of the policy's own limits: its 6, 2 of them at home.
+    const small = await Promise.all(
+      Array.from({ length: 10 }, () => decide(url('us'), { policy: 'tiered', subject: 'small-tenant' })),
+    );
+    expect(admittedOf(small)).toBe(6);
   }, 30_000);
 
   it('500 racing callers on one subject across the regions never admit more than the 100 of its burst', async () => {

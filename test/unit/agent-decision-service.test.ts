@@ -15,6 +15,7 @@ import type { Forwarder, ForwardRequest } from '../../regional-agent/decisions/f
 import type { ShortfallHandler } from '../../regional-agent/decisions/store-group.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { UsageRecorder } from '../../regional-agent/reporting/usage-recorder.js';
 import { onTheWire } from '../../regional-agent/resilience/wire-timeout.js';
 
 const clock = new ManualClock(1_750_000_000_000);
@@ -30,6 +31,12 @@ const policies = [
   policy('away', { mode: 'strict', homeRegion: 'eu' }),
   policy('far', { mode: 'strict', homeRegion: 'ap' }),
   policy('everywhere', { mode: 'local' }),
+  policy('tiered', {
+    capacity: 2,
+    maxCost: 1,
+    classes: { enterprise: { capacity: 5, refillPerSecond: 10 } },
+    subjects: { 'tenant-e': 'enterprise' },
+  }),
 ];
 
 /** A ShareView that records entries and exits, with a table of shares (undefined: no lease). */
@@ -92,6 +99,7 @@ function agent(
     store?: DecisionStore;
     forwarder?: Forwarder;
     shortfall?: ShortfallHandler;
+    usage?: UsageRecorder;
   } = {},
 ) {
   const built = buildApp(
@@ -104,6 +112,7 @@ function agent(
       random: () => 1,
       ...(options.forwarder ? { forwarder: options.forwarder } : {}),
       ...(options.shortfall ? { shortfall: options.shortfall } : {}),
+      ...(options.usage ? { usage: options.usage } : {}),
     },
     AgentConfig.parse({
       region: 'us',
@@ -214,6 +223,27 @@ describe('sizing buckets from the ShareView', () => {
       mode: 'strict',
     });
     expect((await decision({ policy: 'closed', subject: 'a' })).results[0]).toMatchObject({ limit: 1 });
+  });
+});
+
+describe('usage the coordinator follows', () => {
+  it("caps each subject's refused demand at its class's rate, the default subject's at the policy's", async () => {
+    // The policy's R is 1/s; its enterprise class refills at 10/s. Each subject asks 40 at one instant.
+    const usage = new UsageRecorder(clock.now(), { limitPerSecond: () => 1 });
+    const { decision } = agent({ usage });
+    const check = (subject: string) => ({ checks: [{ policy: 'tiered', subject }] });
+    let admitted = 0;
+    for (let i = 0; i < 40; i++) if ((await decision(check('tenant-e'))).allowed) admitted++;
+    for (let i = 0; i < 40; i++) if ((await decision(check('tenant-d'))).allowed) admitted++;
+    for (let i = 0; i < 40; i++)
+      if (
+        (await decision({ checks: [{ policy: 'tiered', subject: 'tenant-c', class: 'enterprise' }] })).allowed
+      )
+        admitted++;
+    expect(admitted).toBe(5 + 2 + 5); // each bucket's capacity
+    const [tiered] = usage.take(clock.now() + 1000).chunks[0]!;
+    // tenant-e and tenant-c (enterprise): max(5 admitted, 10/s × 1 s) = 10 each; tenant-d: max(2, 1) = 2.
+    expect([tiered!.requested, tiered!.admitted, tiered!.demand]).toEqual([120, 12, 10 + 10 + 2]);
   });
 });
 

@@ -2,8 +2,9 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { ManualClock } from '../../core/clock.js';
-import { DailyBudgetModel, dayBoundariesMs, DayWindowError } from '../../core/daily-budget.js';
-import { parsePolicy, PolicySpec } from '../../core/policy.js';
+import { DailyBudgetModel, dayBoundariesMs, DayWindowError, sizedDay } from '../../core/daily-budget.js';
+import { ShareHistory } from '../../core/lease/share-history.js';
+import { LONGEST_DAY_SECONDS, parsePolicy, PolicySpec } from '../../core/policy.js';
 import { StaticShareView } from '../../core/shares.js';
 import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
@@ -120,6 +121,61 @@ describe('daily policies: the schema', () => {
     expect(
       PolicySpec.safeParse({ capacity: 1, refillPerSecond: 1, timeZone: 'UTC' }).error?.issues[0]?.path,
     ).toEqual(['timeZone']);
+  });
+});
+
+describe('daily budgets on a 25-hour day (regression: the lowest share was looked up 24 h back)', () => {
+  // Europe/Paris falls back on 2026-10-25: the day runs from 22:00Z on the 24th to 23:00Z on the 25th, 25 h.
+  const dayStart = Date.parse('2026-10-24T22:00:00Z');
+  const into = (h: number, m: number) => dayStart + (h * 60 + m) * 60_000;
+  const policy = parsePolicy({ name: 'daily', kind: 'daily', capacity: 1000, timeZone: 'Europe/Paris' });
+  const subject = 'tenant-1';
+
+  /**
+   * Two regions, each with its own store and its agent's share history of the policy, through one day: A at 0.9
+   * counts 900 at 00:30; A shrinks to 0.1 at 00:33 and B grows from 0.1 to 0.9 at 00:36 (shares sum to at most
+   * 1 throughout); at 23:54 by the clock (24 h 54 min into the day) B counts what its counter admits. The
+   * day's total with a lowest-share lookback of `lookbackSeconds`.
+   */
+  function dayTotal(lookbackSeconds: number): { a: number; b: number } {
+    const histories = { a: new ShareHistory(0), b: new ShareHistory(0) };
+    const stores = { a: new DailyBudgetModel(), b: new DailyBudgetModel() };
+    const shares = { a: 0.9, b: 0.1 };
+    const set = (region: 'a' | 'b', share: number, at: number) => {
+      shares[region] = share;
+      histories[region].push(policy.name, share, at, lookbackSeconds);
+    };
+    /** Units of cost 1 the region's counter admits at `at`, sized as the agent sizes it (core/daily-budget.ts). */
+    const countAll = (region: 'a' | 'b', at: number): number => {
+      const share = shares[region];
+      const lowest = histories[region].lowest(policy.name, share, lookbackSeconds * 1000, at);
+      const check = sizedDay(policy, `day:${subject}`, 1, { share, epoch: 1, lowest }, at);
+      let admitted = 0;
+      while (stores[region].evaluate({ checks: [check] }, at * 1000).allowed) admitted++;
+      return admitted;
+    };
+    // The shares in force since the day before.
+    set('a', 0.9, dayStart - 12 * 3_600_000);
+    set('b', 0.1, dayStart - 12 * 3_600_000);
+    const a = countAll('a', into(0, 30));
+    set('a', 0.1, into(0, 33));
+    set('b', 0.9, into(0, 36));
+    const b = countAll('b', into(24, 54));
+    return { a, b };
+  }
+
+  it('the 23:54 instant is still the same calendar day in Paris, 24 h 54 min after it began', () => {
+    expect(dayBoundariesMs('Europe/Paris', into(24, 54))[1]).toBe(dayStart);
+    expect(dayBoundariesMs('Europe/Paris', into(24, 54))[2] - dayStart).toBe(LONGEST_DAY_SECONDS * 1000);
+  });
+
+  it("keeps the day's total within the capacity with the policy's 25 h lookback; a 24 h one counted 1800", () => {
+    expect(policy.idleTtlSeconds).toBe(LONGEST_DAY_SECONDS);
+    // B still sizes by the 0.1 it held at 00:00: floor(1000 × 0.1) = 100. 900 + 100 = 1000.
+    expect(dayTotal(policy.idleTtlSeconds)).toEqual({ a: 900, b: 100 });
+    // The old rule: 24 h back from 23:54 is 00:54 of the same day, after B grew, so its lowest share is 0.9 and
+    // its limit 900: 900 + 900 = 1800 of 1000.
+    expect(dayTotal(86_400)).toEqual({ a: 900, b: 900 });
   });
 });
 

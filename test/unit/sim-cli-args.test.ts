@@ -23,7 +23,7 @@ describe('CLI arguments', () => {
       'naive-dynamic',
     ]);
     expect([p.regionCount, p.seed, p.outDir, p.quiet]).toEqual([3, 1, '.sim-out/zipf', false]);
-    expect(parsed('--scenario', 'all').scenarios).toHaveLength(16);
+    expect(parsed('--scenario', 'all').scenarios).toHaveLength(17);
     expect(parseCli(['--help'])).toEqual({ help: true });
   });
 

@@ -246,6 +246,23 @@ describe('planReplay: compression rule', () => {
     expect(compressedPolicy(p.settings, findStrategy('strict')!, p.regions, 5)).toEqual(p.targets[0]!.policy);
     expect(p.targets[0]!.policy).toMatchObject({ refillPerSecond: 10, idleTtlSeconds: 12, homeRegion: 'us' });
   });
+
+  it("puts the enterprise class on the stack's policy too, its refill compressed as the policy's", () => {
+    const p = plan(
+      '--scenario',
+      'tiered-tenants',
+      '--real-stack',
+      '--compress',
+      '5',
+      '--strategies',
+      'dynamic',
+    );
+    expect(p.targets[0]!.policy).toMatchObject({
+      refillPerSecond: 10,
+      classes: { enterprise: { capacity: 1000, refillPerSecond: 100, maxCost: 1 } },
+      subjects: { s8: 'enterprise', s9: 'enterprise' },
+    });
+  });
 });
 
 describe('planReplay refusals', () => {

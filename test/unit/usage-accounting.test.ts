@@ -45,6 +45,35 @@ describe('usage accounting', () => {
     expect(m.take('p', 250, 2).demand).toBe(0.5);
   });
 
+  it("caps each subject's refusals at its own class's rate, the policy's R for the rest", () => {
+    // R = 2/s; enterprise tenants get 10× (20/s). Both hammer 100 tokens in 1 s.
+    const m = new PolicyUsageCounter();
+    for (let i = 0; i < 100; i++) m.record('enterprise-1', 1, i < 30, 0, 20);
+    for (let i = 0; i < 100; i++) m.record('default-1', 1, i < 3, 0, 2);
+    // A subject whose decisions carry no rate falls back to the policy's R given to take.
+    for (let i = 0; i < 100; i++) m.record('default-2', 1, false, 0);
+    const u = m.take('p', 1000, 2);
+    // enterprise-1: its 30 admitted (a burst counts whole); default-1: 3 admitted; default-2: R × 1 s = 2.
+    expect([u.requested, u.admitted, u.demand]).toEqual([300, 33, 30 + 3 + 2]);
+    // Within an interval where admissions are below the rate, the class's allowance is what counts: 20 × 0.5 s.
+    for (let i = 0; i < 100; i++) m.record('enterprise-1', 1, i < 4, 0, 20);
+    for (let i = 0; i < 100; i++) m.record('default-1', 1, i < 0, 0, 2);
+    expect(m.take('p', 500, 2).demand).toBe(10 + 1);
+    // Counted at the policy's R alone (the rule before classes), the enterprise tenant would count 1 of its 10.
+    for (let i = 0; i < 100; i++) m.record('enterprise-1', 1, false, 0);
+    expect(m.take('p', 500, 2).demand).toBe(1);
+  });
+
+  it('counts a subject at the last rate decided under when its class changes mid-interval', () => {
+    const m = new PolicyUsageCounter();
+    for (let i = 0; i < 50; i++) m.record('tenant', 1, false, 0, 2);
+    for (let i = 0; i < 50; i++) m.record('tenant', 1, false, 0, 20);
+    expect(m.take('p', 1000, 2).demand).toBe(20);
+    // With neither its own rate nor the policy's, every refusal counts.
+    for (let i = 0; i < 50; i++) m.record('tenant', 1, false, 0);
+    expect(m.take('p', 1000, undefined).demand).toBe(50);
+  });
+
   it('keeps memory bounded: past the exact bound admissions count and refusals do not, and the report says so', () => {
     const m = new PolicyUsageCounter();
     for (let i = 0; i < MAX_SUBJECTS_PER_INTERVAL; i++) m.record(`s${i}`, 1, true, 0.5);

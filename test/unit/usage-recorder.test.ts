@@ -35,6 +35,14 @@ describe('usage recorder', () => {
     expect(unknown!.demand).toBe(40);
   });
 
+  it("caps a subject's demand at the rate its decision carried (its class's) before the policy's", () => {
+    const u = new UsageRecorder(0, { limitPerSecond: () => 4 });
+    for (let i = 0; i < 40; i++) u.record('writes', 'enterprise', 1, i === 0, 0, 40);
+    for (let i = 0; i < 40; i++) u.record('writes', 'default', 1, i === 0, 0, 4);
+    const [writes] = u.take(500).chunks[0]!;
+    expect([writes!.requested, writes!.admitted, writes!.demand]).toEqual([80, 2, 20 + 2]);
+  });
+
   it('reports subjects near their capacity even when admitted', () => {
     const u = new UsageRecorder(0);
     u.record('writes', 'almost-full', 1, true, 0.05);
