@@ -66,14 +66,34 @@ abstract class ProcessServer {
     await Promise.race([this.ready(), exited]);
   }
 
+  /** Freeze the server (SIGSTOP) and return once the kernel shows it stopped, so nothing answers after. */
   async pause(): Promise<void> {
     this.child?.kill('SIGSTOP');
-    return Promise.resolve();
+    await this.#state((stopped) => stopped);
   }
 
   async resume(): Promise<void> {
     this.child?.kill('SIGCONT');
-    return Promise.resolve();
+    await this.#state((stopped) => !stopped);
+  }
+
+  /** Wait (bounded, 2 s) until the process's state in /proc says stopped or not, as `want` asks. */
+  async #state(want: (stopped: boolean) => boolean): Promise<void> {
+    const pid = this.child?.pid;
+    if (pid === undefined) return;
+    for (let i = 0; i < 200; i++) {
+      let stat: string;
+      try {
+        stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      } catch {
+        return; // no /proc (or the process is gone): nothing to wait for
+      }
+      // pid (comm) STATE …: the state follows the last ')', the name may hold spaces or parentheses.
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      if (want(state === 'T' || state === 't')) return;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error(`process ${pid} did not reach the wanted state within 2 s`);
   }
 
   async stop(): Promise<void> {
@@ -189,7 +209,12 @@ class ProcessNats extends ProcessServer implements NatsServer {
       for (let i = 0; i < 400 && this.port === 0; i++) {
         const file = readdirSync(this.dir).find((f) => f.endsWith('.ports'));
         if (file !== undefined) {
-          const ports = JSON.parse(readFileSync(join(this.dir, file), 'utf8')) as { nats?: string[] };
+          let ports: { nats?: string[] } = {};
+          try {
+            ports = JSON.parse(readFileSync(join(this.dir, file), 'utf8')) as { nats?: string[] };
+          } catch {
+            // The server is still writing the file: read it again on the next turn.
+          }
           const url = ports.nats?.[0];
           if (url !== undefined) this.port = Number(new URL(url).port);
         }
