@@ -90,7 +90,7 @@ export class DecisionRecorder {
       if (r === undefined) return;
       if (!request.dryRun) {
         metrics.countDecision(p.policy.name, outcome.allowed, p.policy.mode);
-        metrics.decisionsByKind.labels(p.policy.kind, outcome.allowed ? 'allowed' : 'denied').inc();
+        metrics.countDecisionByKind(p.policy.kind, outcome.allowed);
       }
       // Demand the coordinator follows: regional policies decided by this region's store (not failure modes).
       if (

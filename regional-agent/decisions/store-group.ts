@@ -115,43 +115,23 @@ export async function runStoreGroup(
   // Only a charge can be lost to a caller that stopped waiting: a look carries no deadline.
   const chargeBy = dryRun ? undefined : call.chargeBy;
   // A subject-creation cap: the first call decides only buckets that exist (a look only reads, creating nothing).
-  let guarded = !lookOnly && group.checks.some((p) => p.bucket.mustExist === true);
-  const decide = (look = false): Promise<Decision> =>
-    deps.guard.run('decide', () =>
-      deps.store.decide(
-        {
-          checks: guarded ? group.checks.map((p) => p.bucket) : group.checks.map(withoutGuard),
-          dryRun: dryRun || look,
-          idempotency:
-            recordKey === undefined
-              ? undefined
-              : {
-                  key: recordKey,
-                  ttlMs: idempotencyTtlMs(
-                    deps.idempotencyTtlMs,
-                    group.checks.map((p) => p.policy.idleTtlSeconds),
-                  ),
-                },
-        },
-        { chargeBy: look ? undefined : chargeBy },
-      ),
-    );
-  let decision: Decision;
-  // Each decision notes the handler's credit generations first, so a refusal knows whether what it saw is stale.
-  let generations: (number | undefined)[] = [];
-  const decideNoting = (): Promise<Decision> => {
-    const h = dryRun ? undefined : deps.shortfall;
-    generations = group.checks.map((c) => h?.generation?.(c.policy.name, c.subject));
-    return decide();
+  const state: GroupCallState = {
+    guarded: !lookOnly && group.checks.some((p) => p.bucket.mustExist === true),
+    dryRun,
+    recordKey,
+    chargeBy,
+    // Each decision notes the handler's credit generations first, so a refusal knows whether what it saw is stale.
+    generations: [],
   };
+  let decision: Decision;
   // Why a check still refused for lack of tokens is refused, once a shortfall handler has tried.
   let reasons: Map<number, DecisionReason> | undefined;
   try {
-    decision = await decideNoting();
+    decision = await decideNoting(deps, group, state);
     if (decision.missing !== undefined) {
       // New subjects: take their creations, then decide again (creating the buckets), or answer the flood.
       const none = await takeCreations(deps, group.checks, decision.missing, dryRun);
-      guarded = false;
+      state.guarded = false;
       if (none.length > 0 && none.every((f) => f.answer === 'shared')) {
         // Nothing was decided: the layered runner moves these checks to their policies' shared buckets.
         run.reroute = none.map((f) => group.indexes[f.index] ?? f.index);
@@ -159,15 +139,15 @@ export async function runStoreGroup(
       }
       if (none.length > 0) {
         // The request is refused; the group's other checks are only looked at, for their numbers.
-        const look = await decide(true);
+        const look = await decideGroup(deps, group, state, true);
         const denied = none.filter((f) => f.answer === 'deny');
         return floodGroup(run, group, look, denied, sheet);
       }
-      decision = await decideNoting();
+      decision = await decideNoting(deps, group, state);
     }
     const handler = dryRun ? undefined : deps.shortfall;
     for (let attempt = 0, waits = 0; handler !== undefined && attempt < MAX_COVER_ATTEMPTS;) {
-      const short = shortOfTokens(group, decision, generations);
+      const short = shortOfTokens(group, decision, state.generations);
       if (short.length === 0) break;
       reasons = new Map(short.map((s) => [s.index, 'share_exhausted']));
       if (deps.clock.now() >= call.deadlineAt) break;
@@ -176,7 +156,7 @@ export async function runStoreGroup(
       if (!outcome.covered) break;
       if (outcome.waited === true && waits < MAX_COVER_WAITS) waits++;
       else attempt++;
-      decision = await decideNoting();
+      decision = await decideNoting(deps, group, state);
     }
   } catch (error) {
     // The forwarding region's deadline passed before the store could run the call: nothing was charged, and
@@ -188,7 +168,8 @@ export async function runStoreGroup(
     return run;
   }
   if (!settleRun(run, decision, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
-  if (!dryRun && decision.allowed && !decision.replayed) topUp(deps.shortfall, group, decision, generations);
+  if (!dryRun && decision.allowed && !decision.replayed)
+    topUp(deps.shortfall, group, decision, state.generations);
   group.checks.forEach((p, j) => {
     const at = group.indexes[j] ?? j;
     const b = decision.results[j];
@@ -217,6 +198,56 @@ export async function runStoreGroup(
     sheet.fits[at] = b.retryAfterMs === 0;
   });
   return run;
+}
+
+/** What the store calls of one group share; `guarded` and `generations` change between its calls. */
+interface GroupCallState {
+  /** Decide only buckets that exist (the subject-creation cap's first call). */
+  guarded: boolean;
+  dryRun: boolean;
+  recordKey: string | undefined;
+  chargeBy: number | undefined;
+  /** The shortfall handler's credit generations of the group's checks, noted before the last call. */
+  generations: (number | undefined)[];
+}
+
+// The group's calls are module functions over a state object rather than closures made per group: under tsx,
+// every named closure is also given its name with Object.defineProperty each time it is created.
+
+/** One store call for the group, through the guard; `look` only reads (a look carries no deadline). */
+function decideGroup(
+  deps: StoreGroupDeps,
+  group: StoreGroup,
+  state: GroupCallState,
+  look = false,
+): Promise<Decision> {
+  const { guarded, recordKey } = state;
+  return deps.guard.run('decide', () =>
+    deps.store.decide(
+      {
+        checks: guarded ? group.checks.map((p) => p.bucket) : group.checks.map(withoutGuard),
+        dryRun: state.dryRun || look,
+        idempotency:
+          recordKey === undefined
+            ? undefined
+            : {
+                key: recordKey,
+                ttlMs: idempotencyTtlMs(
+                  deps.idempotencyTtlMs,
+                  group.checks.map((p) => p.policy.idleTtlSeconds),
+                ),
+              },
+      },
+      { chargeBy: look ? undefined : state.chargeBy },
+    ),
+  );
+}
+
+/** A charging (or dry-run) call that first notes the handler's credit generations of the group's checks. */
+function decideNoting(deps: StoreGroupDeps, group: StoreGroup, state: GroupCallState): Promise<Decision> {
+  const h = state.dryRun ? undefined : deps.shortfall;
+  state.generations = group.checks.map((c) => h?.generation?.(c.policy.name, c.subject));
+  return decideGroup(deps, group, state);
 }
 
 /**

@@ -34,15 +34,17 @@ export class AgentMetrics {
   readonly inFlight: Gauge;
   readonly eventLoopDelay: Gauge;
   /**
-   * Decisions counted since the last scrape, per policy, decision and mode: a plain number per series, added to
-   * the counter when it is read. prom-client hashes the label set on every `inc`, even of a cached child.
+   * Decisions counted since the last scrape: a plain number per series, added to the counter when it is read.
+   * prom-client hashes the label set on every `inc`, even of a cached child.
    */
-  readonly #pendingDecisions = new Map<string, PendingCount[]>();
+  readonly #pendingDecisions = new Tally<'policy' | 'region' | 'decision' | 'mode'>();
+  readonly #pendingByKind = new Tally<'kind' | 'decision'>();
 
   constructor(options: AgentMetricsOptions) {
     this.region = options.region;
     const registers = [this.registry];
     const pending = this.#pendingDecisions;
+    const pendingByKind = this.#pendingByKind;
     this.decisions = new Counter({
       name: 'quotaplane_decisions_total',
       help: 'Checks decided, by policy, region, decision (allowed/denied) and policy mode.',
@@ -50,13 +52,7 @@ export class AgentMetrics {
       registers,
       // Runs before every read of the counter (a scrape, `get()`): the counts gathered since are added.
       collect() {
-        for (const cells of pending.values()) {
-          for (const cell of cells) {
-            if (cell.count === 0) continue;
-            this.inc(cell.labels, cell.count);
-            cell.count = 0;
-          }
-        }
+        pending.flush(this);
       },
     });
     this.decisionsByKind = new Counter({
@@ -64,6 +60,9 @@ export class AgentMetrics {
       help: 'Checks decided, by policy kind (token_bucket, sliding_log, concurrency, daily) and decision (allowed/denied).',
       labelNames: ['kind', 'decision'],
       registers,
+      collect() {
+        pendingByKind.flush(this);
+      },
     });
     this.degraded = new Counter({
       name: 'quotaplane_degraded_decisions_total',
@@ -176,27 +175,49 @@ export class AgentMetrics {
 
   /** Count one decided check: this runs for every check of every request, so it only adds 1 to a number. */
   countDecision(policy: string, allowed: boolean, mode: string): void {
-    let cells = this.#pendingDecisions.get(policy);
-    if (cells === undefined) {
-      cells = [];
-      this.#pendingDecisions.set(policy, cells);
-    }
-    for (const cell of cells) {
-      if (cell.allowed === allowed && cell.mode === mode) {
-        cell.count++;
-        return;
-      }
-    }
-    const labels = { policy, region: this.region, decision: allowed ? 'allowed' : 'denied', mode };
-    // The series exists (at 0) from the first decision on, as a child created by `labels()` would.
-    this.decisions.inc(labels, 0);
-    cells.push({ allowed, mode, labels, count: 1 });
+    const decision = allowed ? 'allowed' : 'denied';
+    this.#pendingDecisions.add(this.decisions, `${policy}\0${decision}\0${mode}`, () => ({
+      policy,
+      region: this.region,
+      decision,
+      mode,
+    }));
+  }
+
+  /** Count one decided check by its policy's kind (as cheaply as countDecision). */
+  countDecisionByKind(kind: string, allowed: boolean): void {
+    const decision = allowed ? 'allowed' : 'denied';
+    this.#pendingByKind.add(this.decisionsByKind, `${kind}\0${decision}`, () => ({ kind, decision }));
   }
 }
 
-interface PendingCount {
-  allowed: boolean;
-  mode: string;
-  labels: Record<'policy' | 'region' | 'decision' | 'mode', string>;
-  count: number;
+/**
+ * Counts added to a counter as plain numbers, one cell per label set, and flushed into it when it is read: a
+ * counter's own `inc` hashes the label set on every call, which costs more than the rest of a decision's
+ * bookkeeping.
+ */
+class Tally<L extends string> {
+  readonly #cells = new Map<string, { labels: Record<L, string>; count: number }>();
+
+  /** Add 1 to the series `key` names; `labels` makes its label set, the first time only. */
+  add(counter: Counter<L>, key: string, labels: () => Record<L, string>): void {
+    const cell = this.#cells.get(key);
+    if (cell !== undefined) {
+      cell.count++;
+      return;
+    }
+    const made = labels();
+    // The series exists (at 0) from the first count on, as a child created by `labels()` would.
+    counter.inc(made, 0);
+    this.#cells.set(key, { labels: made, count: 1 });
+  }
+
+  /** Add what was counted since the last flush to `counter`. */
+  flush(counter: Counter<L>): void {
+    for (const cell of this.#cells.values()) {
+      if (cell.count === 0) continue;
+      counter.inc(cell.labels, cell.count);
+      cell.count = 0;
+    }
+  }
 }
