@@ -188,6 +188,10 @@ describe('coordinator protocol configuration', () => {
     expect(c.protocol.safeShares).toEqual({ us: 0.5, eu: 0.25, ap: 0.25 });
   });
 
+  it('reads the largest share step, a fraction', () => {
+    expect(loadConfig({ ...base, QP_MAX_STEP: '0.1' }).protocol.rebalance.maxStep).toBe(0.1);
+  });
+
   it.each([
     [{ QP_GRACE_MS: '8000' }, /QP_GRACE_MS must exceed QP_LEASE_MS \+ 2 × QP_SKEW_MS \+ QP_ROUND_MS/],
     [{ QP_LEASE_MS: '3999', QP_GRACE_MS: '9000' }, /leaseMs must be at least 3 × reportIntervalMs \+ skewMs/],
@@ -195,6 +199,9 @@ describe('coordinator protocol configuration', () => {
     [{ QP_SAFE_SHARES: 'us=0.5,eu=0.5' }, /missing regions: ap/],
     [{ QP_SAFE_SHARES: 'us=0.3,eu=0.3,ap=0.3,mars=0.1' }, /unknown regions: mars/],
     [{ QP_SAFE_SHARES: 'us:0.3' }, /safe shares look like us=0.4,eu=0.3,ap=0.3/],
+    [{ QP_MAX_STEP: '0' }, /QP_MAX_STEP: Too small: expected number to be >0/],
+    [{ QP_MAX_STEP: '1.5' }, /QP_MAX_STEP: Too big: expected number to be <=1/],
+    [{ QP_MAX_STEP: 'abc' }, /QP_MAX_STEP: Invalid input: expected number/],
   ])('refuses %j', (env, message) => {
     expect(() => loadConfig({ ...base, ...env })).toThrow(message);
   });
