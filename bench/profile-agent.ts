@@ -34,7 +34,7 @@ interface Profile {
 }
 
 /** Shares of non-idle time in [from, to] (µs of the profile's clock): self, inclusive and by package. */
-function summarize(
+export function summarize(
   profile: Profile,
   from: number,
   to: number,

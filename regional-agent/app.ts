@@ -206,7 +206,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     childLoggerFactory: (logger) => logger,
     bodyLimit: config.bodyLimitBytes,
     // Path parameters up to a lease token (core/concurrency.ts MAX_LEASE_TOKEN_LENGTH); Fastify's default is 100.
-    maxParamLength: MAX_LEASE_TOKEN_LENGTH,
+    routerOptions: { maxParamLength: MAX_LEASE_TOKEN_LENGTH },
     trustProxy: trusted === undefined ? false : [...config.trustedProxies],
     requestIdHeader: false,
     genReqId: (req) => {

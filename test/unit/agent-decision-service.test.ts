@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
 import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
 import { ManualClock } from '../../core/clock.js';
+import { MAX_LEASE_TOKEN_LENGTH } from '../../core/concurrency.js';
 import { bucketKey } from '../../core/keys.js';
 import { normalizeSubject } from '../../core/subject.js';
 import { parsePolicy, type PolicyInput } from '../../core/policy.js';
@@ -435,6 +436,20 @@ describe('store failures and the deadline', () => {
       errors: ['unknown policy nope', 'unknown policy nada'],
     });
     expect(store.calls).toHaveLength(0);
+  });
+});
+
+describe('route parameters', () => {
+  it('reads a lease token up to MAX_LEASE_TOKEN_LENGTH characters from the path; a longer one is 414', async () => {
+    const { built } = agent();
+    await built.ready;
+    const release = (token: string) => built.app.inject({ method: 'DELETE', url: `/v1/leases/${token}` });
+    // Past Fastify's default of 100 characters the route is still found and the token itself is refused.
+    const long = await release('x'.repeat(MAX_LEASE_TOKEN_LENGTH));
+    expect(long.statusCode).toBe(400);
+    expect(long.json()).toMatchObject({ code: 'AGT_ERR_INVALID_LEASE' });
+    const tooLong = await release('x'.repeat(MAX_LEASE_TOKEN_LENGTH + 1));
+    expect(tooLong.statusCode).toBe(414);
   });
 });
 
