@@ -4,13 +4,16 @@
  * (`RateLimiterRedis.consume`) and by `@fastify/rate-limit` with its Redis store. Every server is its own
  * process on the same fresh Redis; contenders alternate round by round; the load generator, the servers and
  * Redis share the machine's cores. Also a layered request (three checks per request) against
- * rate-limiter-flexible consuming three limiters per request.
+ * rate-limiter-flexible consuming three limiters per request. Two references run beside them and are no peers: the
+ * same Fastify route answering with no limiter at all (the HTTP floor), and the agent's whole decision path on its
+ * in-memory model store (what its contract costs above that floor before any Redis call).
  *
  * On a 2-core machine the load generator would otherwise take CPU from whichever server it loads; when `taskset`
  * is available, Redis and the server under test share core 1 and the load generator (this process) has core 0,
  * so the figure measures what a server and its Redis can do on one core. The same for every contender.
  *
- * Run as a script (`--serve rlf|fastify-rate-limit --port P --redis URL`) it is one of the peer servers.
+ * Run as a script (`--serve rlf|fastify-rate-limit|no-limiter --port P --redis URL`, or `--serve agent-in-memory
+ * --port P`) it is one of those servers.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -181,7 +184,9 @@ export const httpSuite: BenchSuite = {
     const dir = mkdtempSync(join(tmpdir(), 'qp-bench-http-'));
     const policiesFile = join(dir, 'policies.json');
     writeFileSync(policiesFile, JSON.stringify({ policies: POLICIES }));
-    const [agentPort, rlfPort, frlPort, autoPort] = await Promise.all([
+    const [agentPort, rlfPort, frlPort, autoPort, floorPort, memoryPort] = await Promise.all([
+      freePort(),
+      freePort(),
       freePort(),
       freePort(),
       freePort(),
@@ -213,18 +218,37 @@ export const httpSuite: BenchSuite = {
       // The same agent with ioredis auto-pipelining instead of its own batcher: one script call per decision,
       // the calls of one event-loop turn written together.
       spawnServer([agentMain], agentEnv(autoPort, 'auto'), pin),
+      // Two references, not peers: the same Fastify route with no limiter (the HTTP floor every server stands
+      // on), and the agent's whole decision path on its in-memory model store (what its contract costs above
+      // that floor, before any Redis call).
+      spawnServer(
+        [THIS_FILE, '--serve', 'no-limiter', '--port', String(floorPort), '--redis', redis.url],
+        {},
+        pin,
+      ),
+      spawnServer([THIS_FILE, '--serve', 'agent-in-memory', '--port', String(memoryPort)], {}, pin),
     ];
     try {
       await Promise.all(
-        [agentPort, rlfPort, frlPort, autoPort].map((p) => waitForPort('127.0.0.1', p, 30_000)),
+        [agentPort, rlfPort, frlPort, autoPort, floorPort, memoryPort].map((p) =>
+          waitForPort('127.0.0.1', p, 30_000),
+        ),
       );
       const url = (port: number) => `http://127.0.0.1:${port}`;
       progress('http: warming up');
       // Long enough for the JIT and for every subject's keys to exist, for each server alike.
-      for (const port of [agentPort, rlfPort, frlPort, autoPort]) await load(url(port), 3, single);
+      for (const port of [agentPort, rlfPort, frlPort, autoPort, floorPort, memoryPort])
+        await load(url(port), 3, single);
       for (const port of [agentPort, rlfPort]) await load(url(port), 2, layered);
 
-      const results = { ours: [] as Load[], rlf: [] as Load[], frl: [] as Load[], auto: [] as Load[] };
+      const results = {
+        ours: [] as Load[],
+        rlf: [] as Load[],
+        frl: [] as Load[],
+        auto: [] as Load[],
+        floor: [] as Load[],
+        memory: [] as Load[],
+      };
       const measure = (name: keyof typeof results, port: number, body: (i: number) => string) => async () => {
         const r = await load(url(port), seconds, body);
         results[name].push(r);
@@ -236,6 +260,8 @@ export const httpSuite: BenchSuite = {
           'rate-limiter-flexible': measure('rlf', rlfPort, single),
           '@fastify/rate-limit': measure('frl', frlPort, single),
           'ours, ioredis auto-pipelining': measure('auto', autoPort, single),
+          'Fastify route, no limiter': measure('floor', floorPort, single),
+          'ours, in-memory store': measure('memory', memoryPort, single),
         },
         rounds,
         progress,
@@ -252,13 +278,19 @@ export const httpSuite: BenchSuite = {
         progress,
       );
 
-      const costs: Record<string, { server: number; redis: number }[]> = { ours: [], rlf: [], frl: [] };
+      const costs: Record<string, { server: number; redis: number }[]> = {
+        ours: [],
+        rlf: [],
+        frl: [],
+        floor: [],
+      };
       const rPid = redisPid(redis.host, redis.port);
       for (let r = 0; r < rounds; r++) {
         for (const [name, port, child] of [
           ['ours', agentPort, servers[0]!],
           ['rlf', rlfPort, servers[1]!],
           ['frl', frlPort, servers[2]!],
+          ['floor', floorPort, servers[4]!],
         ] as const) {
           const cost = await cpuPerDecision(url(port), seconds, single, child.pid!, rPid);
           if (cost === undefined) continue;
@@ -342,6 +374,29 @@ export const httpSuite: BenchSuite = {
           },
         },
       ];
+      const floor = median(runs['Fastify route, no limiter']);
+      const memory = median(runs['ours, in-memory store']);
+      out.push(
+        {
+          bench: 'http decisions/s, reference: the same Fastify route with no limiter (ratio = ours / it)',
+          ours: Math.round(ours),
+          peer: 'no limiter',
+          peerValue: Math.round(floor),
+          ratio: Number((ours / floor).toFixed(2)),
+          details: {
+            rateLimiterFlexibleOverFloor: Number((rlf / floor).toFixed(2)),
+            goal: Math.round(1.3 * rlf),
+          },
+        },
+        {
+          bench:
+            'http decisions/s, reference: ours on its in-memory store, no Redis (vs rate-limiter-flexible on Redis)',
+          ours: Math.round(memory),
+          peer: 'rate-limiter-flexible',
+          peerValue: Math.round(rlf),
+          ratio: Number((memory / rlf).toFixed(2)),
+        },
+      );
       if (costs['ours']!.length > 0) {
         const cheaper = total(costOf('rlf')) <= total(costOf('frl')) ? 'rlf' : 'frl';
         out.push({
@@ -350,7 +405,12 @@ export const httpSuite: BenchSuite = {
           peer: cheaper === 'rlf' ? 'rate-limiter-flexible' : '@fastify/rate-limit',
           peerValue: Number(total(costOf(cheaper)).toFixed(1)),
           ratio: Number((total(costOf(cheaper)) / total(costOf('ours'))).toFixed(2)),
-          details: { ours: costOf('ours'), rlf: costOf('rlf'), frl: costOf('frl') },
+          details: {
+            ours: costOf('ours'),
+            rlf: costOf('rlf'),
+            frl: costOf('frl'),
+            noLimiter: costOf('floor'),
+          },
         });
       }
       return out;
@@ -424,6 +484,14 @@ async function serve(kind: string, port: number, redisUrl: string): Promise<void
       (request, reply) =>
         reply.send({ allowed: true, results: [{ policy: request.body.policy, allowed: true }] }),
     );
+  } else if (kind === 'no-limiter') {
+    // The floor every contender stands on: the same Fastify route and JSON round trip, no limiter at all.
+    app.post<{ Body: Body }>('/v1/decisions', (request, reply) =>
+      reply.send({
+        allowed: true,
+        results: [{ policy: request.body.policy, allowed: true, remaining: 119, retryAfterMs: 0 }],
+      }),
+    );
   } else {
     throw new Error(`unknown peer ${kind}`);
   }
@@ -436,15 +504,53 @@ async function serve(kind: string, port: number, redisUrl: string): Promise<void
   });
 }
 
+/**
+ * The agent's whole HTTP decision path (regional-agent/app.ts: validation, layers, failure modes, headers,
+ * metrics) on the in-memory model store instead of Redis: what the agent's contract costs above HTTP alone.
+ */
+async function serveAgentInMemory(port: number): Promise<void> {
+  const { pino } = await import('pino');
+  const { systemClock } = await import('../core/clock.js');
+  const { parsePolicy } = await import('../core/policy.js');
+  const { StaticShareView } = await import('../core/shares.js');
+  const { buildApp } = await import('../regional-agent/app.js');
+  const { AgentConfig } = await import('../regional-agent/config.js');
+  const { ModelDecisionStore } = await import('../regional-agent/decisions/model-decision-store.js');
+  const { StaticPolicySource } = await import('../regional-agent/policies/static-policy-source.js');
+  const agent = buildApp(
+    {
+      store: new ModelDecisionStore(systemClock),
+      policies: new StaticPolicySource(
+        Object.entries(POLICIES).map(([name, p]) => parsePolicy({ name, ...p })),
+      ),
+      shares: new StaticShareView(),
+      log: pino({ level: 'warn' }),
+    },
+    AgentConfig.parse({
+      region: 'bench',
+      redisUrl: 'redis://127.0.0.1:1',
+      policiesFile: 'unused',
+      logSampleRate: 0,
+      maxInFlight: 100_000,
+    }),
+  );
+  await agent.app.listen({ host: '127.0.0.1', port });
+  process.on('SIGTERM', () => void agent.close().then(() => process.exit(0)));
+}
+
 if (process.argv[1] === THIS_FILE) {
   const { values } = parseArgs({
     options: { serve: { type: 'string' }, port: { type: 'string' }, redis: { type: 'string' } },
   });
-  if (values.serve === undefined || values.port === undefined || values.redis === undefined) {
+  if (values.serve === 'agent-in-memory' && values.port !== undefined) {
+    await serveAgentInMemory(Number(values.port));
+  } else if (values.serve === undefined || values.port === undefined || values.redis === undefined) {
     console.error(
-      'usage: node --import tsx bench/http.bench.ts --serve rlf|fastify-rate-limit --port P --redis URL',
+      'usage: node --import tsx bench/http.bench.ts --serve rlf|fastify-rate-limit|no-limiter --port P --redis URL\n' +
+        '       node --import tsx bench/http.bench.ts --serve agent-in-memory --port P',
     );
     process.exit(2);
+  } else {
+    await serve(values.serve, Number(values.port), values.redis);
   }
-  await serve(values.serve, Number(values.port), values.redis);
 }
