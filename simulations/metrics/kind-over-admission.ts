@@ -11,35 +11,13 @@
  *
  * Both must stay ≤ 1 for a strategy that conserves the budget.
  */
-import type { AdmissionLog } from './over-admission.js';
+import { fullestWindow, type AdmissionLog } from './over-admission.js';
 
 export interface KindOverAdmission {
   /** Max over subjects of the measure / capacity; 0 when nothing was admitted. */
   ratio: number;
   /** Where it was: the subject, the instant (start of the window, or the instant of most slots held), units. */
   worst: { subject: number; atUs: number; units: number } | undefined;
-}
-
-/** Largest sum of `costs` over a half-open window [t, t + windowUs) of sorted `times`, and where it starts. */
-export function fullestOpenWindow(
-  times: readonly number[],
-  costs: readonly number[],
-  windowUs: number,
-): { sum: number; startUs: number } {
-  let best = 0;
-  let bestStart = times[0] ?? 0;
-  let sum = 0;
-  let j = 0;
-  for (let i = 0; i < times.length; i++) {
-    const end = times[i]! + windowUs;
-    while (j < times.length && times[j]! < end) sum += costs[j++]!;
-    if (sum > best) {
-      best = sum;
-      bestStart = times[i]!;
-    }
-    sum -= costs[i]!;
-  }
-  return { sum: best, startUs: bestStart };
 }
 
 /** Sliding log: the fullest rolling window of `windowUs` of any subject, over `capacity` (log costs: micro-units). */
@@ -51,7 +29,7 @@ export function slidingLogOverAdmission(
   let ratio = 0;
   let worst: KindOverAdmission['worst'];
   for (const { subject, times, costs } of log.subjects()) {
-    const { sum, startUs } = fullestOpenWindow(times, costs, windowUs);
+    const { sum, startUs } = fullestWindow(times, costs, windowUs, 'halfOpen');
     const r = sum / 1e6 / capacity;
     if (r > ratio) {
       ratio = r;

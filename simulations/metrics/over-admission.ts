@@ -61,19 +61,25 @@ export interface OverAdmission {
   worst: WorstWindow | undefined;
 }
 
-/** Largest sum of `costs` over a closed window [t, t + windowUs] of sorted `times`, and where it starts. */
+/**
+ * Largest sum of `costs` over a window of `windowUs` starting at one of the sorted `times`, and where it starts.
+ * Closed, [t, t + windowUs], by default: a token bucket's C + R·W bound holds over closed windows. `halfOpen`,
+ * [t, t + windowUs), for the sliding log: an entry admitted at t no longer counts at t + windowUs.
+ */
 export function fullestWindow(
   times: readonly number[],
   costs: readonly number[],
   windowUs: number,
+  edges: 'closed' | 'halfOpen' = 'closed',
 ): { sum: number; startUs: number } {
+  const open = edges === 'halfOpen';
   let best = 0;
   let bestStart = times[0] ?? 0;
   let sum = 0;
   let j = 0;
   for (let i = 0; i < times.length; i++) {
     const end = times[i]! + windowUs;
-    while (j < times.length && times[j]! <= end) sum += costs[j++]!;
+    while (j < times.length && (open ? times[j]! < end : times[j]! <= end)) sum += costs[j++]!;
     if (sum > best) {
       best = sum;
       bestStart = times[i]!;

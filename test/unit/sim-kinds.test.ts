@@ -11,12 +11,8 @@ import { sizedLog } from '../../core/sliding-log.js';
 import { RegionStore, simLogKey } from '../../simulations/engine/region-store.js';
 import { runSimulation } from '../../simulations/engine/run.js';
 import { SimConfigError } from '../../simulations/errors.js';
-import {
-  fullestOpenWindow,
-  HeldSlots,
-  slidingLogOverAdmission,
-} from '../../simulations/metrics/kind-over-admission.js';
-import { AdmissionLog } from '../../simulations/metrics/over-admission.js';
+import { HeldSlots, slidingLogOverAdmission } from '../../simulations/metrics/kind-over-admission.js';
+import { AdmissionLog, fullestWindow } from '../../simulations/metrics/over-admission.js';
 import type { StrategyResult } from '../../simulations/metrics/result.js';
 import { findScenario, scenarios } from '../../simulations/scenarios/catalogue.js';
 import { DEFAULT_SETTINGS, resolveSettings } from '../../simulations/settings.js';
@@ -148,8 +144,14 @@ function bruteInFlight(admissions: readonly Admission[], leaseUs: number): numbe
 describe('the over-admission measures of the log kinds', () => {
   it('counts a rolling window half-open, as the log does: an entry at t + window has left it', () => {
     const s = 1e6;
-    expect(fullestOpenWindow([0, 10 * s, 10 * s], [1, 1, 1], 10 * s)).toEqual({ sum: 2, startUs: 10 * s });
-    expect(fullestOpenWindow([0, 5 * s, 10 * s - 1], [1, 1, 1], 10 * s)).toEqual({ sum: 3, startUs: 0 });
+    expect(fullestWindow([0, 10 * s, 10 * s], [1, 1, 1], 10 * s, 'halfOpen')).toEqual({
+      sum: 2,
+      startUs: 10 * s,
+    });
+    expect(fullestWindow([0, 5 * s, 10 * s - 1], [1, 1, 1], 10 * s, 'halfOpen')).toEqual({
+      sum: 3,
+      startUs: 0,
+    });
     const log = new AdmissionLog();
     for (const t of [0, 1, 2, 3]) log.add(7, t * s, 1e6);
     log.add(8, 0, 5e6);
