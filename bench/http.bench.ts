@@ -140,10 +140,16 @@ export function redisPid(host: string, port: number): number {
   return Number(/process_id:(\d+)/.exec(info)?.[1]);
 }
 
-export function spawnServer(args: string[], env: Record<string, string>, pin: boolean): ChildProcess {
+/** A TypeScript server on core 1 when `pin`; `nodeFlags` go before the script (e.g. `--cpu-prof`). */
+export function spawnServer(
+  args: string[],
+  env: Record<string, string>,
+  pin: boolean,
+  nodeFlags: string[] = [],
+): ChildProcess {
   const command = pin ? 'taskset' : process.execPath;
   const prefix = pin ? ['-c', '1', process.execPath] : [];
-  const child = spawn(command, [...prefix, '--import', 'tsx', ...args], {
+  const child = spawn(command, [...prefix, ...nodeFlags, '--import', 'tsx', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
@@ -157,6 +163,40 @@ export async function stopServer(child: ChildProcess): Promise<void> {
   const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
   await exited;
   clearTimeout(timer);
+}
+
+/** The agent process, as `npm start` runs each region's. */
+export const AGENT_MAIN = fileURLToPath(new URL('../regional-agent/main.ts', import.meta.url));
+
+/**
+ * The agent's environment in the benches: standalone on `policiesFile`, quiet logs. The peers wait for Redis
+ * however long it takes; so does the agent here (a 5 s store timeout, no in-flight bound), so that every answer
+ * measured is a real decision and none a fast failure-mode answer (the http suite checks).
+ */
+export function benchAgentEnv(
+  redisUrl: string,
+  policiesFile: string,
+  port: number,
+  batching: 'batch' | 'auto' = 'batch',
+): Record<string, string> {
+  return {
+    QP_REGION: 'bench',
+    QP_REDIS_URL: redisUrl,
+    QP_POLICIES_FILE: policiesFile,
+    QP_PORT: String(port),
+    QP_LOG_LEVEL: 'warn',
+    QP_LOG_SAMPLE_RATE: '0',
+    QP_STORE_TIMEOUT_MS: '5000',
+    QP_MAX_IN_FLIGHT: '100000',
+    QP_STORE_BATCHING: batching,
+  };
+}
+
+/** The policies every bench server enforces, as a policies file for the agent (in `dir`). */
+export function writeBenchPolicies(dir: string): string {
+  const file = join(dir, 'policies.json');
+  writeFileSync(file, JSON.stringify({ policies: POLICIES }));
+  return file;
 }
 
 const single = (i: number) => JSON.stringify({ policy: 'writes', subject: `tenant-${i % SUBJECTS}` });
@@ -182,8 +222,7 @@ export const httpSuite: BenchSuite = {
       progress('http: Redis and the server under test on core 1, the load generator on core 0');
     }
     const dir = mkdtempSync(join(tmpdir(), 'qp-bench-http-'));
-    const policiesFile = join(dir, 'policies.json');
-    writeFileSync(policiesFile, JSON.stringify({ policies: POLICIES }));
+    const policiesFile = writeBenchPolicies(dir);
     const [agentPort, rlfPort, frlPort, autoPort, floorPort, memoryPort] = await Promise.all([
       freePort(),
       freePort(),
@@ -192,20 +231,9 @@ export const httpSuite: BenchSuite = {
       freePort(),
       freePort(),
     ]);
-    const agentEnv = (port: number, batching: 'batch' | 'auto') => ({
-      QP_REGION: 'bench',
-      QP_REDIS_URL: redis.url,
-      QP_POLICIES_FILE: policiesFile,
-      QP_PORT: String(port),
-      QP_LOG_LEVEL: 'warn',
-      QP_LOG_SAMPLE_RATE: '0',
-      // The peers wait for Redis however long it takes; so does the agent here, so that every answer
-      // measured is a real decision and none a fast failure-mode answer (checked below).
-      QP_STORE_TIMEOUT_MS: '5000',
-      QP_MAX_IN_FLIGHT: '100000',
-      QP_STORE_BATCHING: batching,
-    });
-    const agentMain = join(THIS_FILE, '../../regional-agent/main.ts');
+    const agentEnv = (port: number, batching: 'batch' | 'auto') =>
+      benchAgentEnv(redis.url, policiesFile, port, batching);
+    const agentMain = AGENT_MAIN;
     const servers = [
       // The agent as it ships: concurrent decisions batched into one script call per event-loop turn.
       spawnServer([agentMain], agentEnv(agentPort, 'batch'), pin),

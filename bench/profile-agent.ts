@@ -10,15 +10,25 @@
  * default (as in the bench); `--redis-core 0` moves it to the other core: V8's profiler samples wall time, so
  * time Redis runs while the agent waits in a socket write on the shared core shows up as that write's.
  */
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { processBackend } from '../test/harness/process-backend.js';
 import { freePort, waitForPort } from '../test/harness/ports.js';
-import { canPin, cpuMs, load, pinPid, redisPid, stopServer } from './http.bench.js';
+import {
+  AGENT_MAIN,
+  benchAgentEnv,
+  canPin,
+  cpuMs,
+  load,
+  pinPid,
+  redisPid,
+  spawnServer,
+  stopServer,
+  writeBenchPolicies,
+} from './http.bench.js';
 
 interface ProfileNode {
   id: number;
@@ -122,33 +132,14 @@ async function main(): Promise<void> {
     pinPid(process.pid, '0');
   }
   const dir = mkdtempSync(join(tmpdir(), 'qp-profile-'));
-  const policiesFile = join(dir, 'policies.json');
-  writeFileSync(
-    policiesFile,
-    JSON.stringify({ policies: { writes: { capacity: 120, refillPerSecond: 2, maxCost: 1 } } }),
-  );
+  const policiesFile = writeBenchPolicies(dir);
   const port = await freePort();
-  const agentMain = fileURLToPath(new URL('../regional-agent/main.ts', import.meta.url));
-  const nodeArgs = ['--cpu-prof', '--cpu-prof-dir', dir, '--import', 'tsx', agentMain];
-  const agent = spawn(
-    pin ? 'taskset' : process.execPath,
-    pin ? ['-c', '1', process.execPath, ...nodeArgs] : nodeArgs,
-    {
-      env: {
-        ...process.env,
-        QP_REGION: 'bench',
-        QP_REDIS_URL: redis.url,
-        QP_POLICIES_FILE: policiesFile,
-        QP_PORT: String(port),
-        QP_LOG_LEVEL: 'warn',
-        QP_LOG_SAMPLE_RATE: '0',
-        QP_STORE_TIMEOUT_MS: '5000',
-        QP_MAX_IN_FLIGHT: '100000',
-        // Exit at once on SIGTERM, so the profile ends right after the measured run.
-        QP_DRAIN_DELAY_MS: '0',
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    },
+  const agent = spawnServer(
+    [AGENT_MAIN],
+    // Exit at once on SIGTERM, so the profile ends right after the measured run.
+    { ...benchAgentEnv(redis.url, policiesFile, port), QP_DRAIN_DELAY_MS: '0' },
+    pin,
+    ['--cpu-prof', '--cpu-prof-dir', dir],
   );
   try {
     await waitForPort('127.0.0.1', port, 30_000);
