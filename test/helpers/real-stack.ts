@@ -26,10 +26,14 @@ export interface RealStack extends AsyncDisposable {
   output(): string;
 }
 
-/** Start the stack; resolves once it is ready (its state file exists). `env` adds to (or overrides) the defaults. */
+/**
+ * Start the stack; resolves once it is ready (its state file exists). `env` adds to (or overrides) the defaults.
+ * Aborting `signal` before then stops what was started and rejects.
+ */
 export async function startRealStack(
   env: Record<string, string> = {},
   readyMs = 180_000,
+  signal?: AbortSignal,
 ): Promise<RealStack> {
   const dir = mkdtempSync(join(tmpdir(), 'qp-real-stack-'));
   const stateFile = join(dir, 'state.json');
@@ -66,6 +70,10 @@ export async function startRealStack(
   };
   const deadline = Date.now() + readyMs;
   while (!existsSync(stateFile)) {
+    if (signal?.aborted === true) {
+      await stop();
+      throw new Error('the stack was stopped while it started');
+    }
     if (exit !== undefined || Date.now() > deadline) {
       await stop();
       throw new Error(`the stack did not become ready (exit ${String(exit)}):\n${out.slice(-4000)}`);

@@ -10,7 +10,7 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { format, resolveConfig } from 'prettier';
-import { startRealStack } from '../helpers/real-stack.js';
+import { startRealStack, type RealStack } from '../helpers/real-stack.js';
 import { closeLoadPool, scenarios, type Row } from './scenarios.js';
 
 const { values } = parseArgs({
@@ -37,19 +37,51 @@ const line = (r: Row) => {
 const started = Date.now();
 // What else the machine was doing: figures taken beside other work say little (docs/reliability.md).
 const loadAtStart = loadavg()[0]!;
-const stack = await startRealStack();
+// SIGTERM or SIGINT (a `timeout` around the suite, a Ctrl-C, a cancelled CI job): stop the stack, then exit 143
+// (130), the one way out once a signal came. The launcher would notice its parent gone and stop too, but only
+// after the suite had exited, with the stack still running.
+const stopping = new AbortController();
+let stack: RealStack | undefined;
+const stopAndExit = async (signal: NodeJS.Signals): Promise<never> => {
+  closeLoadPool();
+  await stack?.[Symbol.asyncDispose]();
+  process.exit(signal === 'SIGINT' ? 130 : 143);
+};
+/** Once a signal came: wait for stopAndExit, whatever the scenario in flight does as its pool closes. */
+const stopped = (): Promise<never> => new Promise<never>(() => undefined);
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (stopping.signal.aborted) return;
+    console.error(`\n${signal}: stopping the stack`);
+    stopping.abort(signal);
+    // While the stack starts, startRealStack stops it and rejects; the catch below exits.
+    if (stack !== undefined) void stopAndExit(signal);
+  });
+}
+try {
+  stack = await startRealStack({}, undefined, stopping.signal);
+} catch (error) {
+  if (stopping.signal.aborted) await stopAndExit(stopping.signal.reason as NodeJS.Signals);
+  throw error;
+}
 const rows: Row[] = [];
 console.log(header);
 console.log(rule);
 try {
   for (const scenario of chosen) {
     const row = await scenario({ stack, short });
+    if (stopping.signal.aborted) await stopped();
     rows.push(row);
     console.log(line(row));
   }
+} catch (error) {
+  if (stopping.signal.aborted) await stopped();
+  throw error;
 } finally {
-  closeLoadPool();
-  await stack[Symbol.asyncDispose]();
+  if (!stopping.signal.aborted) {
+    closeLoadPool();
+    await stack[Symbol.asyncDispose]();
+  }
 }
 for (const r of rows) if (r.notes !== undefined) console.log(`\n${r.scenario}: ${r.notes}`);
 const failed = rows.filter((r) => r.problems.length > 0);
