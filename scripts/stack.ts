@@ -24,6 +24,10 @@ import {
 const REPEAT_MS = 2000;
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
+// The output may be a pipe whose reader went away (the parent that started the launcher exited, the usual case
+// for 'parent exited' below): a write to it fails with EPIPE, which unhandled would crash the launcher halfway
+// through stopping the stack and orphan the rest. Such output is dropped.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
 const fail = (text: string, code: number): never => {
   process.stderr.write(`${text}\n`);
   process.exit(code);

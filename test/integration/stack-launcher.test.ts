@@ -374,6 +374,53 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     expect(existsSync(stackId![2]!)).toBe(false);
   });
 
+  it('stops what it started when the process that started it exits, its output pipe closing', async () => {
+    const dir = scratch();
+    const env = {
+      ...(await stackEnv(dir)),
+      QP_STACK_CLUSTER_REGIONS: '',
+      QP_STACK_EU_REDIS_PORT: String(await freePort()),
+    };
+    // A parent that reads the launcher's output through a pipe (as npm, a test helper or `| tee` do) and exits
+    // once the stack is ready, without a signal to the launcher.
+    const parent = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const { spawn } = require('node:child_process');
+         const { existsSync } = require('node:fs');
+         const launcher = spawn(process.execPath, ['--import', 'tsx', 'scripts/stack.ts'], { stdio: ['ignore', 'pipe', 'pipe'] });
+         launcher.stdout.resume();
+         launcher.stderr.resume();
+         const poll = setInterval(() => {
+           if (existsSync(process.env.QP_STACK_STATE_FILE)) { clearInterval(poll); process.exit(0); }
+         }, 100);`,
+      ],
+      {
+        cwd: ROOT,
+        env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '/root', ...env },
+        stdio: 'ignore',
+      },
+    );
+    const parentExit = await within(
+      new Promise<number | null>((resolve) => parent.once('exit', resolve)),
+      150_000,
+      'the parent exits once the stack is ready',
+    );
+    expect(parentExit).toBe(0);
+    const state = JSON.parse(readFileSync(join(dir, 'state.json'), 'utf8')) as StackState;
+    expect(leftovers(state, { launcher: true }).length).toBeGreaterThanOrEqual(5);
+    // The launcher sees its parent gone within 500 ms and stops the stack in order: agents, coordinator, servers.
+    await eventually(
+      () => leftovers(state, { launcher: true }).length === 0,
+      60_000,
+      'every process of the stack, and the launcher, gone',
+    ).catch((error: Error) => {
+      throw new Error(`${error.message}: ${leftovers(state, { launcher: true }).join(', ')}`);
+    });
+    expect(await takenOf(portsOf(state))).toEqual([]);
+  });
+
   it('names a taken port and the variable that moves it, and starts nothing', async () => {
     const dir = scratch();
     const env = await stackEnv(dir);
