@@ -103,6 +103,15 @@ async function stackEnv(dir: string): Promise<Record<string, string>> {
   return env;
 }
 
+/** Every port fixed (no cluster picked by the launcher), so every server can be checked gone by its port. */
+async function fixedPortsEnv(dir: string): Promise<Record<string, string>> {
+  return {
+    ...(await stackEnv(dir)),
+    QP_STACK_CLUSTER_REGIONS: '',
+    QP_STACK_EU_REDIS_PORT: String(await freePort()),
+  };
+}
+
 /** Resolves with the state file once the stack is ready; rejects if the launcher exits first. */
 async function ready(run: Run, stateFile: string): Promise<StackState> {
   let exit: { code: number | null } | undefined;
@@ -341,12 +350,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
 
   it('stops what it started when SIGTERM comes during the start', async () => {
     const dir = scratch();
-    // Every port fixed (no cluster picked by the launcher), so every server can be checked gone by its port.
-    const env = {
-      ...(await stackEnv(dir)),
-      QP_STACK_CLUSTER_REGIONS: '',
-      QP_STACK_EU_REDIS_PORT: String(await freePort()),
-    };
+    const env = await fixedPortsEnv(dir);
     const run = launch(env);
     await eventually(
       () => run.output().includes('starting the coordinator'),
@@ -376,11 +380,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
 
   it('stops what it started when the process that started it exits, its output pipe closing', async () => {
     const dir = scratch();
-    const env = {
-      ...(await stackEnv(dir)),
-      QP_STACK_CLUSTER_REGIONS: '',
-      QP_STACK_EU_REDIS_PORT: String(await freePort()),
-    };
+    const env = await fixedPortsEnv(dir);
     // A parent that reads the launcher's output through a pipe (as npm, a test helper or `| tee` do) and exits
     // once the stack is ready, without a signal to the launcher.
     const parent = spawn(
