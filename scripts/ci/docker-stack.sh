@@ -42,11 +42,13 @@ fi
 say 'building local images from the host binaries'
 timeout 600 docker/build-local-images.sh || fail 'building the local images'
 
-# Ports off the defaults, so nothing a developer runs on this machine is in the way.
-export QP_STACK_HOST=127.0.0.1 QP_STACK_COORDINATOR_PORT=27100 QP_STACK_US_PORT=27101 QP_STACK_EU_PORT=27102 \
-  QP_STACK_AP_PORT=27103 QP_STACK_NATS_PORT=27110 QP_STACK_NATS_MONITOR_PORT=27119 QP_STACK_US_REDIS_PORT=27111 \
-  QP_STACK_EU_REDIS_PORT=27121 QP_STACK_AP_REDIS_PORT=27131 QP_STACK_US_GRPC_PORT=27141 \
-  QP_STACK_EU_GRPC_PORT=27142 QP_STACK_AP_GRPC_PORT=27143 QP_STACK_READY_TIMEOUT_MS=180000
+# Ports off the defaults, so nothing a developer runs on this machine is in the way, and below the kernel's
+# ephemeral range (32768 and up) with the eu cluster's bus ports (port + 10000) too: at 27121-27123 a bus port
+# fell in that range and was once taken by some connection's local end.
+export QP_STACK_HOST=127.0.0.1 QP_STACK_COORDINATOR_PORT=17100 QP_STACK_US_PORT=17101 QP_STACK_EU_PORT=17102 \
+  QP_STACK_AP_PORT=17103 QP_STACK_NATS_PORT=17110 QP_STACK_NATS_MONITOR_PORT=17119 QP_STACK_US_REDIS_PORT=17111 \
+  QP_STACK_EU_REDIS_PORT=17121 QP_STACK_AP_REDIS_PORT=17131 QP_STACK_US_GRPC_PORT=17141 \
+  QP_STACK_EU_GRPC_PORT=17142 QP_STACK_AP_GRPC_PORT=17143 QP_STACK_READY_TIMEOUT_MS=180000
 QP_ADMIN_TOKEN=$(node -e 'console.log(require("node:crypto").randomBytes(24).toString("hex"))')
 export QP_ADMIN_TOKEN
 project=qpci$$
@@ -90,7 +92,7 @@ wait "$stack_pid" || launcher_status=1
 cat "$work/stack.log"
 left=$(docker ps -aq --filter 'label=org.quotaplane.stack')
 [ -z "$left" ] || { echo "containers left: $left"; launcher_status=1; }
-for port in 27100 27101 27102 27103 27110 27111 27121 27122 27123 27131 27141 27142 27143; do
+for port in 17100 17101 17102 17103 17110 17111 17121 17122 17123 17131 17141 17142 17143; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "port $port still answers"; launcher_status=1; fi
 done
 [ $launcher_status -eq 0 ] || fail 'npm start with containers'

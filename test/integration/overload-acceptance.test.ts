@@ -33,9 +33,17 @@ const STORE_TIMEOUTS =
 
 const regions = () => Object.entries(stack.agents);
 
+/** Decisions answered store_unavailable because their Redis call got no reply in time, summed over the agents. */
+async function wireTimeouts(): Promise<number> {
+  let n = 0;
+  for (const [, url] of regions()) n += await metric(url, STORE_TIMEOUTS);
+  return n;
+}
+
 describe('acceptance: overload on the real stack', { timeout: 120_000 }, () => {
-  it('600 concurrent strict decisions over 3 regions on a bucket of 100: never more than 100, none home_unreachable, every token admitted or shed, exactly 100 when nothing is shed', async () => {
+  it('600 concurrent strict decisions over 3 regions on a bucket of 100: never more than 100, none home_unreachable, no store_unavailable but a Redis reply late on the wire, every token admitted or shed, exactly 100 when nothing is shed or late', async () => {
     const agents = regions();
+    const timeoutsBefore = await wireTimeouts();
     const answers = await Promise.all(
       Array.from({ length: 600 }, (_, i) =>
         decide(pool, agents[i % agents.length]![1], { policy: 'strict-burst', subject: 'tenant-09h00' }),
@@ -45,12 +53,18 @@ describe('acceptance: overload on the real stack', { timeout: 120_000 }, () => {
     const admitted = answers.filter((a) => a.allowed).length;
     const shed = answers.filter((a) => a.status === 503).length;
     expect(reasons['home_unreachable'] ?? 0).toBe(0);
+    // As in the burst below: store_unavailable only for a decision whose Redis call at home got no reply within
+    // the store timeout on the wire, which the home agent counts. None on an idle machine; on a busy one a
+    // starved redis-server may answer late.
+    const timeouts = (await wireTimeouts()) - timeoutsBefore;
+    expect(reasons['store_unavailable'] ?? 0, JSON.stringify(reasons)).toBe(timeouts);
     // Every other answer is an ordinary denial or an explicit shed, nothing else.
     for (const a of answers) {
       if (a.status === 503) expect(a).toMatchObject({ reason: 'overloaded', retryAfter: '1' });
       else expect(a.status, JSON.stringify(a)).toBe(200);
       // An ordinary refusal of the home bucket, which holds the whole budget: the subject used it.
-      if (a.status === 200 && !a.allowed) expect(a.reason).toBe('subject_exhausted');
+      if (a.status === 200 && !a.allowed && a.reason !== 'store_unavailable')
+        expect(a.reason).toBe('subject_exhausted');
     }
     // Exact, busy machine or not: never more than the bucket, every token gone is an admission or went with a
     // shed answer (a home that charged while its caller gave up), and with nothing shed exactly 100. The
@@ -62,19 +76,15 @@ describe('acceptance: overload on the real stack', { timeout: 120_000 }, () => {
       dryRun: true,
     });
     expect(left.status, JSON.stringify(left)).toBe(200);
-    const summary = { admitted, shed, left: left.remaining, reasons };
+    const summary = { admitted, shed, timeouts, left: left.remaining, reasons };
     expect(admitted, JSON.stringify(summary)).toBeLessThanOrEqual(100);
-    expect(100 - admitted - left.remaining!, JSON.stringify(summary)).toBeLessThanOrEqual(shed);
-    if (shed === 0) expect(summary).toMatchObject({ admitted: 100, left: 0 });
+    // A call that timed out on the wire may still have run in Redis before its deadline and charged.
+    expect(100 - admitted - left.remaining!, JSON.stringify(summary)).toBeLessThanOrEqual(shed + timeouts);
+    if (shed === 0 && timeouts === 0) expect(summary).toMatchObject({ admitted: 100, left: 0 });
   });
 
   it('2,000 concurrent decisions over 1,000 fresh subjects: no store_unavailable but a Redis reply late on the wire, breaker closed, each correct or shed; another policy decides at once a second later', async () => {
     const agents = regions();
-    const wireTimeouts = async () => {
-      let n = 0;
-      for (const [, url] of agents) n += await metric(url, STORE_TIMEOUTS);
-      return n;
-    };
     const timeoutsBefore = await wireTimeouts();
     const subjects = Array.from({ length: 1000 }, (_, i) => `fresh-${i}`);
     // Two decisions per subject, both to the subject's own region (its traffic lives there), all at once.
