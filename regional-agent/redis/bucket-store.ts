@@ -14,10 +14,9 @@ import {
 import { idempotencyIndexKey } from '../../core/keys.js';
 import type { EncodedReply, EncodedRequest } from '../../core/token-bucket.js';
 import { CallerDeadlineError, type DecideOptions } from '../decisions/decision-store.js';
-import { onTheWire } from '../resilience/wire-timeout.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
-import { luaSource } from './scripts.js';
+import { defineScript, runScript } from './scripts.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -34,15 +33,6 @@ export class CrossSlotError extends Error {
     super(`keys of one script call span cluster slots ${slots.join(', ')}; split the call per subject`);
     this.name = 'CrossSlotError';
     this.slots = slots;
-  }
-}
-
-/** The Redis refused the script (as opposed to denying a request). */
-export class ScriptError extends Error {
-  readonly code = 'QP_SCRIPT_ERROR';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'ScriptError';
   }
 }
 
@@ -123,9 +113,7 @@ export class RedisBucketStore implements BucketStore {
     )) {
       throw new RangeError(`maxBatch must be an integer in [1, ${MAX_REQUESTS_PER_CALL}]`);
     }
-    if (typeof (redis as Partial<Redis>).qpTokenBucket !== 'function') {
-      redis.defineCommand('qpTokenBucket', { lua: luaSource('token_bucket') });
-    }
+    defineScript(redis, 'token_bucket');
   }
 
   /**
@@ -214,19 +202,14 @@ export class RedisBucketStore implements BucketStore {
     if (chargeBy !== undefined && chargeBy <= agentMicros()) throw new CallerDeadlineError();
     const deadline = this.#clock?.toRedisMicros(callersFirst ? chargeBy : timeout) ?? 0;
     const { keys, argv } = scriptCall(requests, deadline);
-    let reply: unknown;
-    try {
-      reply = await onTheWire(
-        this.redis.qpTokenBucket(keys.length, ...keys, ...argv),
-        this.#timeoutMs,
-        'token bucket script',
-      );
-    } catch (error) {
-      if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
-        throw new ScriptError(error.message, { cause: error });
-      }
-      throw error;
-    }
+    const reply = await runScript(
+      this.redis,
+      'qpTokenBucket',
+      keys,
+      argv,
+      this.#timeoutMs,
+      'token bucket script',
+    );
     try {
       return parseReplies(
         reply,

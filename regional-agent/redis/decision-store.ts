@@ -17,11 +17,10 @@ import type {
   RefundOutcome,
 } from '../decisions/decision-store.js';
 import { onTheWire } from '../resilience/wire-timeout.js';
-import { RedisBucketStore, ScriptError, type RedisBucketStoreOptions } from './bucket-store.js';
+import { RedisBucketStore, type RedisBucketStoreOptions } from './bucket-store.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';
-import { defineScript, runScript } from './script-pair-store.js';
-import { luaSource } from './scripts.js';
+import { defineScript, runScript } from './scripts.js';
 import { RedisSlidingLogStore } from './sliding-log-store.js';
 import { RedisDailyStore } from './daily-store.js';
 import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
@@ -54,9 +53,7 @@ export class RedisDecisionStore implements DecisionStore {
     this.days = new RedisDailyStore(redis, options);
     this.#clock = options.clock;
     this.#creationCommand = defineScript(redis, 'subject_creation');
-    if (typeof (redis as Partial<Redis>).qpRefund !== 'function') {
-      redis.defineCommand('qpRefund', { lua: luaSource('refund') });
-    }
+    defineScript(redis, 'refund');
   }
 
   decide(request: DecideRequest, options?: DecideOptions): Promise<Decision> {
@@ -101,19 +98,7 @@ export class RedisDecisionStore implements DecisionStore {
   async refund(request: RefundRequest): Promise<RefundOutcome> {
     const encoded = encodeRefund(request);
     const { keys, argv } = refundArguments(encoded);
-    let raw: unknown;
-    try {
-      raw = await onTheWire(
-        this.redis.qpRefund(keys.length, ...keys, ...argv),
-        this.#timeoutMs,
-        'refund script',
-      );
-    } catch (error) {
-      if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
-        throw new ScriptError(error.message, { cause: error });
-      }
-      throw error;
-    }
+    const raw = await runScript(this.redis, 'qpRefund', keys, argv, this.#timeoutMs, 'refund script');
     const reply = parseRefundReply(raw, encoded.checks.length);
     return {
       results: reply.results.map((r) => ({

@@ -11,8 +11,7 @@ import {
 } from '../../core/reservations.js';
 import type { ReservationStore } from '../reservations/reservation-store.js';
 import { onTheWire } from '../resilience/wire-timeout.js';
-import { ScriptError } from './bucket-store.js';
-import { luaSource } from './scripts.js';
+import { defineScript, runScript } from './scripts.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -31,16 +30,15 @@ export class RedisReservationStore implements ReservationStore {
   constructor(redis: Redis | Cluster, options: { timeoutMs?: number } = {}) {
     this.redis = redis;
     this.#timeoutMs = options.timeoutMs ?? 50;
-    if (typeof (redis as Partial<Redis>).qpReservationCreate !== 'function') {
-      redis.defineCommand('qpReservationCreate', { lua: luaSource('reservation_create') });
-      redis.defineCommand('qpReservationSettle', { lua: luaSource('reservation_settle') });
-    }
+    defineScript(redis, 'reservation_create');
+    defineScript(redis, 'reservation_settle');
   }
 
   async create(id: string, body: ReservationBody, amountMicros: number, ttlMs: number): Promise<number> {
     const raw = await this.#run(
-      () =>
-        this.redis.qpReservationCreate(1, reservationKey(id), ...createArguments(body, amountMicros, ttlMs)),
+      'qpReservationCreate',
+      [reservationKey(id)],
+      createArguments(body, amountMicros, ttlMs),
       'reservation create script',
     );
     if (!Array.isArray(raw) || !Number.isSafeInteger(raw[0])) {
@@ -51,8 +49,9 @@ export class RedisReservationStore implements ReservationStore {
 
   async settle(id: string, action: SettleAction, committedMicros: number): Promise<SettleOutcome> {
     const raw = await this.#run(
-      () =>
-        this.redis.qpReservationSettle(1, reservationKey(id), ...settleArguments(action, committedMicros)),
+      'qpReservationSettle',
+      [reservationKey(id)],
+      settleArguments(action, committedMicros),
       'reservation settle script',
     );
     return parseSettleReply(raw);
@@ -74,14 +73,7 @@ export class RedisReservationStore implements ReservationStore {
     await onTheWire(this.redis.zrem(RESERVATIONS_DUE_KEY, id), this.#timeoutMs, 'reservation unindex');
   }
 
-  async #run(call: () => Promise<unknown>, what: string): Promise<unknown> {
-    try {
-      return await onTheWire(call(), this.#timeoutMs, what);
-    } catch (error) {
-      if (error instanceof Error && /^(QP_BADARG|QP_EXISTS|CROSSSLOT)/.test(error.message)) {
-        throw new ScriptError(error.message, { cause: error });
-      }
-      throw error;
-    }
+  #run(command: string, keys: string[], argv: string[], what: string): Promise<unknown> {
+    return runScript(this.redis, command, keys, argv, this.#timeoutMs, what);
   }
 }

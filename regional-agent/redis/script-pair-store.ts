@@ -1,9 +1,7 @@
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
 import type { Cluster, Redis } from 'ioredis';
-import { onTheWire } from '../resilience/wire-timeout.js';
-import { ScriptError } from './bucket-store.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';
-import { luaSource } from './scripts.js';
+import { defineScript, runScript } from './scripts.js';
 
 /** How one kind's decide script and refund script are called: their wire format (core/). */
 export interface ScriptPair<
@@ -72,41 +70,4 @@ export class RedisScriptPairStore<
   #run(command: string, keys: string[], argv: string[], what: string): Promise<unknown> {
     return runScript(this.redis, command, keys, argv, this.#timeoutMs, what);
   }
-}
-
-/**
- * Run a script defined as `command` (defineScript) with its wire timeout; its argument errors (`QP_BADARG`) and a
- * cross-slot call are ScriptErrors, never store failures.
- */
-export async function runScript(
-  redis: Redis | Cluster,
-  command: string,
-  keys: string[],
-  argv: string[],
-  timeoutMs: number,
-  what: string,
-): Promise<unknown> {
-  const call = (redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[command]!;
-  try {
-    return await onTheWire(call.call(redis, keys.length, ...keys, ...argv), timeoutMs, what);
-  } catch (error) {
-    if (error instanceof Error && /^(QP_BADARG|CROSSSLOT)/.test(error.message)) {
-      throw new ScriptError(error.message, { cause: error });
-    }
-    throw error;
-  }
-}
-
-/** Define `lua/<script>.lua` on `redis` as a command (once per connection); returns the command's name. */
-export function defineScript(redis: Redis | Cluster, script: string): string {
-  const command = commandName(script);
-  if (typeof (redis as unknown as Record<string, unknown>)[command] !== 'function') {
-    redis.defineCommand(command, { lua: luaSource(script) });
-  }
-  return command;
-}
-
-/** The ioredis command a script is defined as: `qp` + the script's name in camel case. */
-function commandName(script: string): string {
-  return 'qp' + script.replace(/(^|_)([a-z])/g, (_, __, c: string) => c.toUpperCase());
 }

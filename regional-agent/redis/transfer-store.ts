@@ -10,11 +10,9 @@ import {
   type EncodedLendResult,
 } from '../../core/borrowing/transfer.js';
 import type { TransferStore } from '../borrowing/transfer-store.js';
-import { onTheWire } from '../resilience/wire-timeout.js';
-import { ScriptError } from './bucket-store.js';
+import { defineScript, runScript } from './scripts.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
-import { luaSource } from './scripts.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -42,9 +40,8 @@ export class RedisTransferStore implements TransferStore {
     this.#redis = redis;
     this.#timeoutMs = options.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
     this.#clock = options.clock;
-    const r = redis as Partial<Redis>;
-    if (typeof r.qpLend !== 'function') redis.defineCommand('qpLend', { lua: luaSource('lend') });
-    if (typeof r.qpCredit !== 'function') redis.defineCommand('qpCredit', { lua: luaSource('credit') });
+    defineScript(redis, 'lend');
+    defineScript(redis, 'credit');
   }
 
   async lend(lend: EncodedLend, deadlineAtMs: number): Promise<EncodedLendResult> {
@@ -52,24 +49,13 @@ export class RedisTransferStore implements TransferStore {
     const deadline = this.#clock?.toRedisMicros(agentMicros() + leftUs) ?? 0;
     const { keys, argv } = lendArguments(lend, deadline);
     const timeout = Math.max(1, Math.min(this.#timeoutMs, Math.ceil(leftUs / 1000)));
-    return parseLendReply(await this.#run(() => this.#redis.qpLend(keys.length, ...keys, ...argv), timeout));
+    return parseLendReply(await runScript(this.#redis, 'qpLend', keys, argv, timeout, 'transfer script'));
   }
 
   async credit(credit: EncodedCredit): Promise<EncodedCreditResult> {
     const { keys, argv } = creditArguments(credit);
     return parseCreditReply(
-      await this.#run(() => this.#redis.qpCredit(keys.length, ...keys, ...argv), this.#timeoutMs),
+      await runScript(this.#redis, 'qpCredit', keys, argv, this.#timeoutMs, 'transfer script'),
     );
-  }
-
-  async #run(call: () => Promise<unknown>, timeoutMs: number): Promise<unknown> {
-    try {
-      return await onTheWire(call(), timeoutMs, 'transfer script');
-    } catch (error) {
-      if (error instanceof Error && /^QP_BADARG/.test(error.message)) {
-        throw new ScriptError(error.message, { cause: error });
-      }
-      throw error;
-    }
   }
 }

@@ -3,7 +3,8 @@ import { SpanStatusCode } from '@opentelemetry/api';
 import CircuitBreaker from 'opossum';
 import { DeadlinePassedError, InvalidBucketRequestError } from '../../core/bucket-wire.js';
 import { CallerDeadlineError } from '../decisions/decision-store.js';
-import { CrossSlotError, ScriptError } from '../redis/bucket-store.js';
+import { CrossSlotError } from '../redis/bucket-store.js';
+import { ScriptError } from '../redis/scripts.js';
 import { WireTimeoutError } from './wire-timeout.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 

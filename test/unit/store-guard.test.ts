@@ -12,7 +12,8 @@ import { encodeRefund } from '../../core/refund.js';
 import { parseLogRequest } from '../../core/sliding-log.js';
 import { AgentMetrics } from '../../regional-agent/observability/metrics.js';
 import { CallerDeadlineError } from '../../regional-agent/decisions/decision-store.js';
-import { CrossSlotError, ScriptError } from '../../regional-agent/redis/bucket-store.js';
+import { CrossSlotError } from '../../regional-agent/redis/bucket-store.js';
+import { ScriptError } from '../../regional-agent/redis/scripts.js';
 import {
   isCallerError,
   StoreGuard,
