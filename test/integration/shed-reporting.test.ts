@@ -3,14 +3,16 @@
  * reports them in its heartbeats; the coordinator turns them into a rate per agent and per region in
  * `GET /v1/regions` (the dashboard's Shed/s columns).
  */
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegionsResponse } from '../../core/admin-wire.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
+import { eventually } from '../helpers/wait.js';
 
 let stack: MultiRegion;
 
 beforeAll(async () => {
-  // One decision in flight at most: a burst of concurrent requests is mostly shed.
+  // One decision in flight at most: while one is held, every other request is shed.
   stack = await new MultiRegion({ agentsPerRegion: 1, agent: { maxInFlight: 1 } }).start();
   await stack.putPolicy('shed-writes', { capacity: 1000, refillPerSecond: 100 });
   await stack.ready(['shed-writes']);
@@ -26,15 +28,38 @@ async function regions() {
 describe('shed decisions reach the coordinator', () => {
   it('counts what eu shed, reports it as a rate for eu only, and returns to zero when the burst is over', async () => {
     const eu = stack.inRegion('eu')[0]!;
+    // One decision is held in flight: its headers are sent (admission takes it at once), its body is not yet.
+    // Every request that comes while it is held is shed, however fast the machine answers.
+    const body = JSON.stringify({ policy: 'shed-writes', subject: 's-held' });
+    const held = request(`${eu.url}/v1/decisions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    });
+    const heldAnswer = new Promise<number>((resolve, reject) => {
+      held.on('response', (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      held.on('error', reject);
+    });
+    held.flushHeaders();
+    await eventually(
+      async () =>
+        /^quotaplane_in_flight_decisions(?:\{[^}]*\})? 1$/m.test(
+          await (await fetch(`${eu.url}/metrics`)).text(),
+        ),
+      5000,
+      'the held decision is in flight',
+    );
+
     const answers = await Promise.all(
-      Array.from({ length: 200 }, (_, i) =>
+      Array.from({ length: 199 }, (_, i) =>
         decide(eu.url, { policy: 'shed-writes', subject: `s-${i % 20}` }),
       ),
     );
-    const shed = answers.filter((a) => a.status === 503 && a.body.code === 'AGT_ERR_OVERLOADED').length;
-    const decided = answers.filter((a) => a.status === 200).length;
-    expect(shed + decided).toBe(200);
-    expect(shed).toBeGreaterThan(0);
+    expect(answers.filter((a) => a.status === 503 && a.body.code === 'AGT_ERR_OVERLOADED')).toHaveLength(199);
+    held.end(body);
+    expect(await heldAnswer).toBe(200);
 
     // The next heartbeat carries them: eu's rate is positive, the quiet regions' zero.
     const deadline = Date.now() + 10_000;
