@@ -8,11 +8,18 @@
  * the day that holds Redis `TIME`, so the decision is on Redis time and an agent whose clock is off by less than a
  * day still counts in the right day.
  */
-import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { DeadlinePassedError, integerReply } from './bucket-wire.js';
+import { IdempotencyRecords } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { MAX_CAPACITY } from './policy.js';
+import {
+  counterCallHead,
+  counterRefundArguments,
+  keyCostFingerprint,
+  lowestShare,
+  parseCounterRefundReply,
+  parseCounterReply,
+} from './script-wire.js';
 import type { RegionalShare } from './shares.js';
 
 /** Micro-units per unit (a token cost's resolution). */
@@ -183,50 +190,31 @@ export function parseDayRequest(input: DayRequest): DayRequest {
 
 /** SHA-1 of a request's keys and costs, as the script computes it. */
 export function dayFingerprint(request: DayRequest): string {
-  const parts = request.checks.map((c) => `${c.key} ${String(c.cost)}`);
-  return createHash('sha1').update(parts.join('\n'), 'utf8').digest('hex');
+  return keyCostFingerprint(request.checks);
 }
 
 /** KEYS and ARGV of `lua/daily_budget.lua` (deadline: µs of Redis time, 0 = none). */
 export function dayArguments(request: DayRequest, deadline = 0): { keys: string[]; argv: string[] } {
-  const keys = request.checks.map((c) => c.key);
-  if (request.idempotency !== undefined) keys.push(request.idempotency.key);
-  const flags = (request.dryRun === true ? 1 : 0) + (request.idempotency === undefined ? 0 : 2);
-  const argv = [
-    String(request.checks.length),
-    String(flags),
-    String(request.idempotency?.ttlMs ?? 0),
-    String(deadline),
-  ];
+  const { keys, argv } = counterCallHead(request, deadline);
   for (const c of request.checks) argv.push(String(c.limit), String(c.cost), ...c.bounds.map(String));
   return { keys, argv };
 }
 
 /** KEYS and ARGV of `lua/daily_budget_refund.lua`. */
 export function dayRefundArguments(refund: DayRefund): { keys: string[]; argv: string[] } {
-  const keys = refund.recordKey === undefined ? [...refund.keys] : [...refund.keys, refund.recordKey];
-  const argv = [String(refund.entries.length), refund.recordKey === undefined ? '0' : '1'];
-  for (const e of refund.entries) argv.push(String(e.start), String(e.cost));
-  return { keys, argv };
+  return counterRefundArguments(refund, (e) => [e.start, e.cost]);
 }
 
 /** Parse the script's flat integer reply for `checks` counters. */
 export function parseDayReply(reply: unknown, checks: number): DayReply {
-  if (Array.isArray(reply) && reply.length === 1 && reply[0] === -1) throw new DeadlinePassedError();
   if (Array.isArray(reply) && reply.length === 1 && reply[0] === -2) throw new DayWindowError();
-  const v = integerReply(reply, 2 + 5 * checks, 'daily-budget reply');
-  const results: DayResult[] = [];
-  for (let i = 0; i < checks; i++) {
-    const at = 2 + 5 * i;
-    results.push({
-      allowed: v[at] === 1,
-      remaining: v[at + 1]!,
-      retryAfterMs: v[at + 2]!,
-      resetMs: v[at + 3]!,
-      start: v[at + 4]!,
-    });
-  }
-  return { allowed: v[0] === 1, replayed: v[1] === 1, conflict: v[1] === 2, results };
+  return parseCounterReply(reply, checks, 5, 'daily-budget reply', (v, at) => ({
+    allowed: v[at] === 1,
+    remaining: v[at + 1]!,
+    retryAfterMs: v[at + 2]!,
+    resetMs: v[at + 3]!,
+    start: v[at + 4]!,
+  }));
 }
 
 /** Parse the refund script's reply: per counter, micro-units given back; then 1 when the record was deleted. */
@@ -234,8 +222,8 @@ export function parseDayRefundReply(
   reply: unknown,
   checks: number,
 ): { refunded: number[]; recordDeleted: boolean } {
-  const v = integerReply(reply, checks + 1, 'daily-budget refund reply');
-  return { refunded: v.slice(0, checks), recordDeleted: v[checks] === 1 };
+  const { counts, recordDeleted } = parseCounterRefundReply(reply, checks, 'daily-budget refund reply');
+  return { refunded: counts, recordDeleted };
 }
 
 /**
@@ -250,10 +238,7 @@ export function sizedDay(
   share: RegionalShare | number,
   nowMs: number,
 ): DayCheck {
-  const s =
-    typeof share === 'number'
-      ? share
-      : Math.min(share.share, share.lowest ?? share.share, share.floor?.share ?? share.share);
+  const s = lowestShare(share);
   const bounds = dayBoundariesMs(policy.timeZone ?? 'UTC', nowMs).map(
     (ms) => ms * 1000,
   ) as DayCheck['bounds'];
@@ -275,7 +260,7 @@ interface StoredCounter {
 /** An in-memory Redis holding daily counters and their idempotency records, as the scripts do. */
 export class DailyBudgetModel {
   readonly #counters = new Map<string, StoredCounter>();
-  readonly #records = new Map<string, { fingerprint: string; reply: DayReply; expiresAt: number }>();
+  readonly #records = new IdempotencyRecords<DayReply>();
 
   /** Decide one call at `now` (µs), step for step as `lua/daily_budget.lua`. */
   evaluate(request: DayRequest, now: number): DayReply {
@@ -283,9 +268,9 @@ export class DailyBudgetModel {
     const dry = request.dryRun === true;
     const fingerprint = idempotency === undefined ? '' : dayFingerprint(request);
     if (idempotency !== undefined) {
-      const record = this.#records.get(idempotency.key);
-      if (record !== undefined && record.expiresAt > now) {
-        if (record.fingerprint === fingerprint) return { ...record.reply, replayed: true };
+      const recalled = this.#records.recall(idempotency.key, fingerprint, now);
+      if (recalled !== undefined && recalled !== 'conflict') return { ...recalled.replay, replayed: true };
+      if (recalled === 'conflict') {
         return {
           allowed: false,
           replayed: false,
@@ -329,9 +314,7 @@ export class DailyBudgetModel {
       };
     });
     const reply: DayReply = { allowed, replayed: false, conflict: false, results };
-    if (idempotency !== undefined && !dry && allowed) {
-      this.#records.set(idempotency.key, { fingerprint, reply, expiresAt: now + idempotency.ttlMs * 1000 });
-    }
+    if (idempotency !== undefined) this.#records.keep(idempotency, fingerprint, reply, now, dry);
     return reply;
   }
 
@@ -344,12 +327,7 @@ export class DailyBudgetModel {
       stored.used -= back;
       return back;
     });
-    let recordDeleted = false;
-    if (refund.recordKey !== undefined) {
-      const record = this.#records.get(refund.recordKey);
-      recordDeleted = record !== undefined && record.expiresAt > now;
-      this.#records.delete(refund.recordKey);
-    }
+    const recordDeleted = refund.recordKey !== undefined && this.#records.forget(refund.recordKey, now);
     return { refunded, recordDeleted };
   }
 

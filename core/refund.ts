@@ -10,8 +10,10 @@
 import { z } from 'zod';
 import { encodeRequest, integerReply, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
 import { MAX_CAPACITY } from './policy.js';
+import { IdempotencyRecords } from './idempotency-records.js';
 import {
   BucketModel,
+  conflictReply,
   requestFingerprint,
   type EncodedReply,
   type EncodedRequest,
@@ -113,13 +115,6 @@ export function refundBucket(
   return { next, result: { refunded, tokens: after } };
 }
 
-interface RecordEntry {
-  fingerprint: string;
-  reply: EncodedReply;
-  /** µs at which the record expires. */
-  expiresAt: number;
-}
-
 /**
  * Buckets that can be charged and refunded, with idempotency records that a refund can delete: the reference
  * model `lua/token_bucket.lua` and `lua/refund.lua` together must agree with, and the in-memory store of unit
@@ -128,31 +123,18 @@ interface RecordEntry {
  */
 export class RefundableBucketModel {
   readonly buckets = new BucketModel();
-  readonly #records = new Map<string, RecordEntry>();
+  readonly #records = new IdempotencyRecords<EncodedReply>();
 
   /** Decide one call at `now` (µs), exactly as `lua/token_bucket.lua` would. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {
     const { idempotency } = request;
     if (idempotency === undefined) return this.buckets.evaluate(request, now);
-    const record = this.#live(idempotency.key, now);
     const fingerprint = requestFingerprint(request);
-    if (record !== undefined) {
-      if (record.fingerprint === fingerprint) return { ...record.reply, replayed: true };
-      return {
-        allowed: false,
-        replayed: false,
-        conflict: true,
-        results: request.checks.map(() => ({ allowed: false, remaining: 0, retryAfterMs: 0, resetMs: 0 })),
-      };
-    }
+    const recalled = this.#records.recall(idempotency.key, fingerprint, now);
+    if (recalled === 'conflict') return conflictReply(request.checks.length);
+    if (recalled !== undefined) return { ...recalled.replay, replayed: true };
     const reply = this.buckets.evaluate({ ...request, idempotency: undefined }, now);
-    if (!request.dryRun) {
-      this.#records.set(idempotency.key, {
-        fingerprint,
-        reply,
-        expiresAt: now + idempotency.ttlMs * 1000,
-      });
-    }
+    this.#records.keep(idempotency, fingerprint, reply, now, request.dryRun);
     return reply;
   }
 
@@ -165,21 +147,7 @@ export class RefundableBucketModel {
       if (stored !== undefined && next !== undefined && next !== stored) Object.assign(stored, next);
       return result;
     });
-    let recordDeleted = false;
-    if (refund.recordKey !== undefined) {
-      recordDeleted = this.#live(refund.recordKey, now) !== undefined;
-      this.#records.delete(refund.recordKey);
-    }
+    const recordDeleted = refund.recordKey !== undefined && this.#records.forget(refund.recordKey, now);
     return { results, recordDeleted };
-  }
-
-  #live(key: string, now: number): RecordEntry | undefined {
-    const entry = this.#records.get(key);
-    if (entry === undefined) return undefined;
-    if (entry.expiresAt <= now) {
-      this.#records.delete(key);
-      return undefined;
-    }
-    return entry;
   }
 }

@@ -6,11 +6,19 @@
  * Units are the scripts': time in microseconds, costs and limits in whole events. An entry admitted at `t`
  * counts while `now - window < t`, i.e. it leaves the window at exactly `t + window`.
  */
-import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { DeadlinePassedError, integerReply, validStoreRequest } from './bucket-wire.js';
+import { validStoreRequest } from './bucket-wire.js';
+import { IdempotencyRecords } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { logWindowSeconds, MAX_LOG_LIMIT, MAX_WINDOW_SECONDS, type Policy } from './policy.js';
+import {
+  counterCallHead,
+  counterRefundArguments,
+  keyCostFingerprint,
+  lowestShare,
+  parseCounterRefundReply,
+  parseCounterReply,
+} from './script-wire.js';
 import type { RegionalShare } from './shares.js';
 
 /** Most logs one script call may decide (the same bound as token buckets). */
@@ -115,21 +123,12 @@ function seqOf(member: string): number {
 
 /** SHA-1 of a request's log keys and costs, as the script computes it. */
 export function logFingerprint(request: LogRequest): string {
-  const parts = request.checks.map((c) => `${c.key} ${String(c.cost)}`);
-  return createHash('sha1').update(parts.join('\n'), 'utf8').digest('hex');
+  return keyCostFingerprint(request.checks);
 }
 
 /** KEYS and ARGV of `lua/sliding_log.lua` (deadline: µs of Redis time, 0 = none). */
 export function logArguments(request: LogRequest, deadline = 0): { keys: string[]; argv: string[] } {
-  const keys = request.checks.map((c) => c.key);
-  if (request.idempotency !== undefined) keys.push(request.idempotency.key);
-  const flags = (request.dryRun === true ? 1 : 0) + (request.idempotency === undefined ? 0 : 2);
-  const argv = [
-    String(request.checks.length),
-    String(flags),
-    String(request.idempotency?.ttlMs ?? 0),
-    String(deadline),
-  ];
+  const { keys, argv } = counterCallHead(request, deadline);
   for (const c of request.checks) {
     argv.push(String(c.limit), String(c.windowMs * 1000), String(c.cost), String(c.ttlMs));
   }
@@ -138,29 +137,19 @@ export function logArguments(request: LogRequest, deadline = 0): { keys: string[
 
 /** KEYS and ARGV of `lua/sliding_log_refund.lua`. */
 export function logRefundArguments(refund: LogRefund): { keys: string[]; argv: string[] } {
-  const keys = refund.recordKey === undefined ? [...refund.keys] : [...refund.keys, refund.recordKey];
-  const argv = [String(refund.entries.length), refund.recordKey === undefined ? '0' : '1'];
-  for (const e of refund.entries) argv.push(String(e.stamp), String(e.seq), String(e.cost));
-  return { keys, argv };
+  return counterRefundArguments(refund, (e) => [e.stamp, e.seq, e.cost]);
 }
 
 /** Parse the script's flat integer reply for `checks` logs; throws when its shape is not the documented one. */
 export function parseLogReply(reply: unknown, checks: number): LogReply {
-  if (Array.isArray(reply) && reply.length === 1 && reply[0] === -1) throw new DeadlinePassedError();
-  const v = integerReply(reply, 2 + 6 * checks, 'sliding-log reply');
-  const results: LogResult[] = [];
-  for (let i = 0; i < checks; i++) {
-    const at = 2 + 6 * i;
-    results.push({
-      allowed: v[at] === 1,
-      remaining: v[at + 1]!,
-      retryAfterMs: v[at + 2]!,
-      resetMs: v[at + 3]!,
-      stamp: v[at + 4]!,
-      seq: v[at + 5]!,
-    });
-  }
-  return { allowed: v[0] === 1, replayed: v[1] === 1, conflict: v[1] === 2, results };
+  return parseCounterReply(reply, checks, 6, 'sliding-log reply', (v, at) => ({
+    allowed: v[at] === 1,
+    remaining: v[at + 1]!,
+    retryAfterMs: v[at + 2]!,
+    resetMs: v[at + 3]!,
+    stamp: v[at + 4]!,
+    seq: v[at + 5]!,
+  }));
 }
 
 /** Parse the refund script's reply: per log, entries removed; then 1 when the record was deleted. */
@@ -168,8 +157,8 @@ export function parseLogRefundReply(
   reply: unknown,
   checks: number,
 ): { removed: number[]; recordDeleted: boolean } {
-  const v = integerReply(reply, checks + 1, 'sliding-log refund reply');
-  return { removed: v.slice(0, checks), recordDeleted: v[checks] === 1 };
+  const { counts, recordDeleted } = parseCounterRefundReply(reply, checks, 'sliding-log refund reply');
+  return { removed: counts, recordDeleted };
 }
 
 /**
@@ -185,10 +174,7 @@ export function sizedLog(
   cost: number,
   share: RegionalShare | number,
 ): LogCheck {
-  const s =
-    typeof share === 'number'
-      ? share
-      : Math.min(share.share, share.lowest ?? share.share, share.floor?.share ?? share.share);
+  const s = lowestShare(share);
   const windowMs =
     (logWindowSeconds({
       kind: policy.kind ?? 'sliding_log',
@@ -219,7 +205,7 @@ const msUp = (us: number): number => Math.ceil(us / 1000);
  */
 export class SlidingLogModel {
   readonly #logs = new Map<string, StoredLog>();
-  readonly #records = new Map<string, { fingerprint: string; reply: LogReply; expiresAt: number }>();
+  readonly #records = new IdempotencyRecords<LogReply>();
 
   /** Decide one call at `now` (µs), step for step as `lua/sliding_log.lua`. */
   evaluate(request: LogRequest, now: number): LogReply {
@@ -227,9 +213,9 @@ export class SlidingLogModel {
     const dry = request.dryRun === true;
     const fingerprint = idempotency === undefined ? '' : logFingerprint(request);
     if (idempotency !== undefined) {
-      const record = this.#records.get(idempotency.key);
-      if (record !== undefined && record.expiresAt > now) {
-        if (record.fingerprint === fingerprint) return { ...record.reply, replayed: true };
+      const recalled = this.#records.recall(idempotency.key, fingerprint, now);
+      if (recalled !== undefined && recalled !== 'conflict') return { ...recalled.replay, replayed: true };
+      if (recalled === 'conflict') {
         return {
           allowed: false,
           replayed: false,
@@ -286,9 +272,7 @@ export class SlidingLogModel {
       };
     });
     const reply: LogReply = { allowed, replayed: false, conflict: false, results };
-    if (idempotency !== undefined && !dry && allowed) {
-      this.#records.set(idempotency.key, { fingerprint, reply, expiresAt: now + idempotency.ttlMs * 1000 });
-    }
+    if (idempotency !== undefined) this.#records.keep(idempotency, fingerprint, reply, now, dry);
     return reply;
   }
 
@@ -305,12 +289,7 @@ export class SlidingLogModel {
       if (log.entries.length === 0) this.#logs.delete(key);
       return before - log.entries.length;
     });
-    let recordDeleted = false;
-    if (refund.recordKey !== undefined) {
-      const record = this.#records.get(refund.recordKey);
-      recordDeleted = record !== undefined && record.expiresAt > now;
-      this.#records.delete(refund.recordKey);
-    }
+    const recordDeleted = refund.recordKey !== undefined && this.#records.forget(refund.recordKey, now);
     return { removed, recordDeleted };
   }
 

@@ -1,4 +1,5 @@
-import { createHash } from 'node:crypto';
+import { IdempotencyRecords } from './idempotency-records.js';
+import { keyCostFingerprint } from './script-wire.js';
 import { DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT, idempotencyIndexKey } from './keys.js';
 
 /**
@@ -217,11 +218,11 @@ interface Entry<T> {
 
 /** What an idempotency record remembers of its request: SHA-1 of its bucket keys and costs, as the script computes it. */
 export function requestFingerprint(request: EncodedRequest): string {
-  const parts = request.checks.map((c, i) => `${request.keys[i]!} ${String(c.cost)}`);
-  return createHash('sha1').update(parts.join('\n'), 'utf8').digest('hex');
+  return keyCostFingerprint(request.checks.map((c, i) => ({ key: request.keys[i]!, cost: c.cost })));
 }
 
-function conflictReply(checks: number): EncodedReply {
+/** The reply to a request whose idempotency key answers another request: nothing decided, every result zero. */
+export function conflictReply(checks: number): EncodedReply {
   const results = Array.from({ length: checks }, () => ({
     allowed: false,
     remaining: 0,
@@ -237,19 +238,18 @@ function conflictReply(checks: number): EncodedReply {
  */
 export class BucketModel {
   readonly #buckets = new Map<string, Entry<StoredBucket>>();
-  readonly #records = new Map<string, Entry<{ fingerprint: string; reply: EncodedReply }>>();
+  readonly #records = new IdempotencyRecords<EncodedReply>();
   /** Per subject index key: record key → expiry (ms), as the script's sorted set. */
   readonly #indexes = new Map<string, Entry<Map<string, number>>>();
 
   /** Evaluate one call at `now` (µs). Mirrors the script step for step. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {
     const { idempotency } = request;
+    const fingerprint = idempotency === undefined ? '' : requestFingerprint(request);
     if (idempotency !== undefined) {
-      const record = this.#live(this.#records, idempotency.key, now);
-      if (record !== undefined) {
-        if (record.fingerprint === requestFingerprint(request)) return { ...record.reply, replayed: true };
-        return conflictReply(request.checks.length);
-      }
+      const recalled = this.#records.recall(idempotency.key, fingerprint, now);
+      if (recalled === 'conflict') return conflictReply(request.checks.length);
+      if (recalled !== undefined) return { ...recalled.replay, replayed: true };
     }
     const n = request.checks.length;
     // A bucket that must exist and does not: nothing is decided, the caller takes a creation first.
@@ -277,12 +277,7 @@ export class BucketModel {
       if (!dryRun) this.#buckets.set(request.keys[i]!, { value: state, expiresAt: now + check.ttlMs * 1000 });
     }
     const reply: EncodedReply = { allowed, replayed: false, conflict: false, results };
-    // Only admissions are remembered: a refusal charged nothing, so a retry is decided afresh.
-    if (idempotency !== undefined && !request.dryRun && allowed) {
-      this.#records.set(idempotency.key, {
-        value: { fingerprint: requestFingerprint(request), reply },
-        expiresAt: now + idempotency.ttlMs * 1000,
-      });
+    if (idempotency !== undefined && this.#records.keep(idempotency, fingerprint, reply, now, dryRun)) {
       this.#index(idempotency.key, idempotency.ttlMs, idempotency.maxRecords, now);
     }
     return reply;
@@ -300,7 +295,7 @@ export class BucketModel {
     const over = index.size - (maxRecords ?? DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT);
     for (const [member] of byExpiry.slice(0, Math.max(0, over))) {
       index.delete(member);
-      this.#records.delete(member);
+      this.#records.forget(member, now);
     }
     const last = byExpiry.at(-1)![1];
     this.#indexes.set(key, { value: index, expiresAt: now + (last - nowMs) * 1000 });
@@ -318,16 +313,16 @@ export class BucketModel {
 
   /** Number of live keys at `now` (buckets, records and record indexes), after dropping expired ones. */
   size(now: number): number {
-    const maps = [this.#buckets, this.#records, this.#indexes] as Map<string, Entry<unknown>>[];
+    const maps = [this.#buckets, this.#indexes] as Map<string, Entry<unknown>>[];
     for (const map of maps) {
       for (const [key, entry] of map) if (entry.expiresAt <= now) map.delete(key);
     }
-    return this.#buckets.size + this.#records.size + this.#indexes.size;
+    return this.#buckets.size + this.#records.keys(now).length + this.#indexes.size;
   }
 
   /** Live idempotency records at `now` (what the per-subject cap bounds). */
   records(now: number): string[] {
-    return [...this.#records.keys()].filter((key) => this.#live(this.#records, key, now) !== undefined);
+    return this.#records.keys(now);
   }
 
   #live<T>(map: Map<string, Entry<T>>, key: string, now: number): T | undefined {

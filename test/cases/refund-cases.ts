@@ -180,6 +180,34 @@ export const refundCases: RefundCase[] = [
       },
     ],
   },
+  {
+    name: 'remembers admissions only: a refused charge retried with its key after the refill is decided afresh',
+    steps: [
+      { op: 'charge', at: 0, checks: [{ ...a10, cost: 10 }], expect: { allowed: true, remaining: [0] } },
+      {
+        op: 'charge',
+        at: 0,
+        checks: [{ ...a10, cost: 3 }],
+        idempotencyKey: 'k2',
+        expect: { allowed: false, remaining: [0] },
+      },
+      {
+        op: 'charge',
+        at: 3000,
+        checks: [{ ...a10, cost: 3 }],
+        idempotencyKey: 'k2',
+        expect: { allowed: true, remaining: [0] },
+      },
+      {
+        op: 'charge',
+        at: 3000,
+        checks: [{ ...a10, cost: 3 }],
+        idempotencyKey: 'k2',
+        expect: { allowed: true, remaining: [0] },
+      },
+      { op: 'charge', at: 3000, checks: [{ ...a10, cost: 1 }], expect: { allowed: false, remaining: [0] } },
+    ],
+  },
 ];
 
 /** Virtual Redis time at which every case starts, in µs. */

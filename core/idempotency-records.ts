@@ -1,0 +1,58 @@
+/**
+ * Idempotency records as the Lua scripts keep them, for the in-memory models that must agree with the scripts:
+ * one record per key, holding the fingerprint of the request it answered and that answer, until it expires.
+ */
+
+/** A request's idempotency: the record's key and how long it is kept, ms. */
+export interface RecordSpec {
+  key: string;
+  ttlMs: number;
+}
+
+/** What a live record says to a request. */
+export type Recall<R> = { replay: R } | 'conflict' | undefined;
+
+export class IdempotencyRecords<R extends { allowed: boolean }> {
+  readonly #records = new Map<string, { fingerprint: string; reply: R; expiresAt: number }>();
+
+  /**
+   * What the record under `key` says at `now` (µs) to a request with `fingerprint`: its answer to replay (the same
+   * request), `'conflict'` (another request under the same key), or undefined when there is none.
+   */
+  recall(key: string, fingerprint: string, now: number): Recall<R> {
+    const record = this.#live(key, now);
+    if (record === undefined) return undefined;
+    return record.fingerprint === fingerprint ? { replay: record.reply } : 'conflict';
+  }
+
+  /**
+   * Keep `reply` under the request's key for its TTL, from `now` (µs), when it admitted and was not a dry run: a
+   * refusal charged nothing, so a retry with the same key is decided afresh. True when it was kept.
+   */
+  keep(spec: RecordSpec, fingerprint: string, reply: R, now: number, dryRun: boolean | undefined): boolean {
+    if (dryRun === true || !reply.allowed) return false;
+    this.#records.set(spec.key, { fingerprint, reply, expiresAt: now + spec.ttlMs * 1000 });
+    return true;
+  }
+
+  /** Delete the record under `key`; true when a live one was there (as a refund script reports it). */
+  forget(key: string, now: number): boolean {
+    const live = this.#live(key, now) !== undefined;
+    this.#records.delete(key);
+    return live;
+  }
+
+  /** Keys of the live records at `now` (µs). */
+  keys(now: number): string[] {
+    return [...this.#records.keys()].filter((key) => this.#live(key, now) !== undefined);
+  }
+
+  #live(key: string, now: number) {
+    const record = this.#records.get(key);
+    if (record !== undefined && record.expiresAt <= now) {
+      this.#records.delete(key);
+      return undefined;
+    }
+    return record;
+  }
+}
