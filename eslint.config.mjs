@@ -1,6 +1,6 @@
 // Lint rules that keep the layering honest: core/ is pure and may not reach for I/O.
 import tseslint from 'typescript-eslint';
-import importX from 'eslint-plugin-import-x';
+import importX, { createNodeResolver } from 'eslint-plugin-import-x';
 import {
   COPIED_RULE_EXCEPTIONS,
   copiedRuleSelectors,
@@ -47,6 +47,15 @@ export default tseslint.config(
       },
     },
     plugins: { 'import-x': importX },
+    settings: {
+      // Imports name the emitted `.js`; the sources are `.ts`. Without this no import resolves and no-cycle sees
+      // no edge at all.
+      'import-x/extensions': ['.ts', '.js', '.mjs'],
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
+      'import-x/resolver-next': [
+        createNodeResolver({ extensions: ['.ts', '.js', '.mjs'], extensionAlias: { '.js': ['.ts', '.js'] } }),
+      ],
+    },
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/consistent-type-imports': 'error',

@@ -10,6 +10,7 @@ import {
   MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT,
 } from './keys.js';
 import { MAX_CAPACITY, MAX_REFILL_PER_SECOND } from './policy.js';
+import { DeadlinePassedError } from './script-wire.js';
 import {
   MICRO,
   type EncodedCheck,
@@ -282,26 +283,6 @@ export function scriptCall(
 /** KEYS and ARGV of a call deciding one request. */
 export function scriptArguments(request: EncodedRequest): { keys: string[]; argv: string[] } {
   return scriptCall([request]);
-}
-
-/**
- * A script's flat reply of exactly `length` integers, as the Lua scripts answer; throws a TypeError naming `what`
- * when its shape is not that.
- */
-export function integerReply(reply: unknown, length: number, what: string): number[] {
-  if (!Array.isArray(reply) || reply.length !== length || !reply.every((v) => Number.isInteger(v))) {
-    throw new TypeError(`unexpected ${what}: ${JSON.stringify(reply)?.slice(0, 200)}`);
-  }
-  return reply as number[];
-}
-
-/** The script ran after the call's deadline and changed nothing (its reply was `{-1}`). */
-export class DeadlinePassedError extends Error {
-  readonly code = 'QP_DEADLINE_PASSED';
-  constructor() {
-    super('the store ran the call after its deadline: nothing was decided or charged');
-    this.name = 'DeadlinePassedError';
-  }
 }
 
 /**

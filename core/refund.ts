@@ -8,8 +8,9 @@
  * bucket missing, because a missing bucket is already full.
  */
 import { z } from 'zod';
-import { encodeRequest, integerReply, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
+import { encodeRequest, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
 import { MAX_CAPACITY } from './policy.js';
+import { integerReply } from './script-wire.js';
 import { IdempotencyRecords } from './idempotency-records.js';
 import {
   BucketModel,

@@ -1,11 +1,32 @@
 /**
- * The wire format the per-subject counter scripts share (`lua/sliding_log.lua`, `lua/daily_budget.lua` and their
- * refunds): a call decides up to 16 checks of one slot all-or-nothing, with an optional idempotency record in
- * that slot, and answers a flat list of integers.
+ * What the scripts' wire formats share. Every script answers a flat list of integers, `{-1}` when it ran after
+ * the call's deadline. The per-subject counter scripts (`lua/sliding_log.lua`, `lua/daily_budget.lua` and their
+ * refunds) also share a call's shape: up to 16 checks of one slot decided all-or-nothing, with an optional
+ * idempotency record in that slot. A leaf module: the token-bucket wire (core/bucket-wire.ts) and the models
+ * import it, never the other way round.
  */
 import { createHash } from 'node:crypto';
-import { DeadlinePassedError, integerReply } from './bucket-wire.js';
 import type { RegionalShare } from './shares.js';
+
+/**
+ * A script's flat reply of exactly `length` integers, as the Lua scripts answer; throws a TypeError naming `what`
+ * when its shape is not that.
+ */
+export function integerReply(reply: unknown, length: number, what: string): number[] {
+  if (!Array.isArray(reply) || reply.length !== length || !reply.every((v) => Number.isInteger(v))) {
+    throw new TypeError(`unexpected ${what}: ${JSON.stringify(reply)?.slice(0, 200)}`);
+  }
+  return reply as number[];
+}
+
+/** The script ran after the call's deadline and changed nothing (its reply was `{-1}`). */
+export class DeadlinePassedError extends Error {
+  readonly code = 'QP_DEADLINE_PASSED';
+  constructor() {
+    super('the store ran the call after its deadline: nothing was decided or charged');
+    this.name = 'DeadlinePassedError';
+  }
+}
 
 /** What every counter call carries besides its checks. */
 export interface CounterCall {

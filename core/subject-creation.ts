@@ -27,15 +27,10 @@
 import { z } from 'zod';
 import type { EncodedCheck, EncodedReply } from './token-bucket.js';
 import { BucketModel } from './token-bucket.js';
-import {
-  DeadlinePassedError,
-  encodeRequest,
-  integerReply,
-  validStoreRequest,
-  type BucketCheck,
-} from './bucket-wire.js';
+import { encodeRequest, validStoreRequest, type BucketCheck } from './bucket-wire.js';
 import { bucketKey } from './keys.js';
 import { MAX_NEW_SUBJECTS_PER_MINUTE, type NewSubjects } from './policy.js';
+import { DeadlinePassedError, integerReply } from './script-wire.js';
 
 /**
  * The subject whose bucket is a policy's shared bucket. `#` is no subject character (plain subjects and hashed

@@ -2,7 +2,6 @@ import calculateSlot from 'cluster-key-slot';
 import { Cluster, type Redis, type Result } from 'ioredis';
 import type { BucketStore } from '../../core/bucket-store.js';
 import {
-  DeadlinePassedError,
   MAX_REQUESTS_PER_CALL,
   decodeReply,
   encodeRequest,
@@ -11,6 +10,7 @@ import {
   type DecideRequest,
   type Decision,
 } from '../../core/bucket-wire.js';
+import { DeadlinePassedError } from '../../core/script-wire.js';
 import { idempotencyIndexKey } from '../../core/keys.js';
 import type { EncodedReply, EncodedRequest } from '../../core/token-bucket.js';
 import { CallerDeadlineError, type DecideOptions } from '../decisions/decision-store.js';

@@ -1,13 +1,13 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import {
-  DeadlinePassedError,
   encodeRequest,
   parseReplies,
   parseReply,
   scriptArguments,
   scriptCall,
 } from '../../core/bucket-wire.js';
+import { DeadlinePassedError } from '../../core/script-wire.js';
 import { idempotencyRecordKey } from '../../core/keys.js';
 import { BucketModel } from '../../core/token-bucket.js';
 import { tokenBucketCases } from '../cases/token-bucket-cases.js';
