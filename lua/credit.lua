@@ -22,38 +22,19 @@ Rules: a missing bucket is full (everything is dropped and it stays missing); th
 TTL) only when something was added.
 ]]
 
-local huge = math.huge
-local floor = math.floor
-local min = math.min
-local max = math.max
-local tonumber = tonumber
-local call = redis.call
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
-
-local function whole(v, lo) return v and v >= lo and v < huge and v % 1 == 0 end
+-- @include prelude
 
 if argc ~= 7 then return fail('expected 7 arguments, got ' .. argc) end
 if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
 local amount, cap, rate, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local fb, fr, fc = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-if not whole(amount, 1) then return fail('amount must be an integer >= 1') end
-if not whole(cap, 0) then return fail('capacity must be an integer >= 0') end
+if not int(amount, 1) then return fail('amount must be an integer >= 1') end
+if not int(cap, 0) then return fail('capacity must be an integer >= 0') end
 if not (rate and rate >= 0 and rate < huge) then return fail('rate must be a finite number >= 0') end
-if not whole(ttl, 1) then return fail('ttl must be an integer >= 1') end
-if not whole(fb, 0) then return fail('floor-before must be an integer >= 0') end
+if not int(ttl, 1) then return fail('ttl must be an integer >= 1') end
+if not int(fb, 0) then return fail('floor-before must be an integer >= 0') end
 if not (fr and fr >= 0 and fr < huge) then return fail('floor rate must be a finite number >= 0') end
-if not whole(fc, 0) then return fail('floor capacity must be an integer >= 0') end
+if not int(fc, 0) then return fail('floor capacity must be an integer >= 0') end
 
 local key = KEYS[1]
 local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')

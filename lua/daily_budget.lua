@@ -30,28 +30,7 @@ Redis TIME; a counter whose start is another day counts 0 (a new day begins empt
 counter gets {start, used + cost} and expires a minute after its day ends. Denied or dry: nothing is written.
 ]]
 
-local huge = math.huge
-local ceil = math.ceil
-local max = math.max
-local tonumber = tonumber
-local call = redis.call
-local fmt = string.format
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
-
-local function int(v, lo)
-  return v and v == v and v >= lo and v < huge and v % 1 == 0
-end
+-- @include prelude
 
 local n = tonumber(ARGV[1])
 if not (int(n, 1) and n <= 16) then return fail('counter count must be an integer in 1..16') end

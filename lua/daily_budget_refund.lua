@@ -19,26 +19,19 @@ day; never more than it holds), then 1 when the idempotency record was deleted.
 Errors: "QP_BADARG <what>"; every argument is checked before anything is written.
 ]]
 
-local huge = math.huge
-local tonumber = tonumber
-local call = redis.call
-local fmt = string.format
-
-local function int(v, lo)
-  return v and v == v and v >= lo and v < huge and v % 1 == 0
-end
+-- @include prelude
 
 local n = tonumber(ARGV[1])
-if not (int(n, 1) and n <= 16) then return redis.error_reply('QP_BADARG counter count must be an integer in 1..16') end
+if not (int(n, 1) and n <= 16) then return fail('counter count must be an integer in 1..16') end
 local del = tonumber(ARGV[2])
-if not (del == 0 or del == 1) then return redis.error_reply('QP_BADARG record flag must be 0 or 1') end
-if #ARGV ~= 2 + 2 * n then return redis.error_reply('QP_BADARG expected ' .. (2 + 2 * n) .. ' arguments') end
-if #KEYS ~= n + del then return redis.error_reply('QP_BADARG expected ' .. (n + del) .. ' keys') end
+if not (del == 0 or del == 1) then return fail('record flag must be 0 or 1') end
+if #ARGV ~= 2 + 2 * n then return fail('expected ' .. (2 + 2 * n) .. ' arguments') end
+if #KEYS ~= n + del then return fail('expected ' .. (n + del) .. ' keys') end
 local starts, costs = {}, {}
 for i = 1, n do
   starts[i] = tonumber(ARGV[2 + 2 * i - 1]); costs[i] = tonumber(ARGV[2 + 2 * i])
-  if not int(starts[i], 1) then return redis.error_reply('QP_BADARG start of counter ' .. i .. ' must be an integer >= 1') end
-  if not int(costs[i], 1) then return redis.error_reply('QP_BADARG cost of counter ' .. i .. ' must be an integer >= 1') end
+  if not int(starts[i], 1) then return fail('start of counter ' .. i .. ' must be an integer >= 1') end
+  if not int(costs[i], 1) then return fail('cost of counter ' .. i .. ' must be an integer >= 1') end
 end
 
 local reply = {}

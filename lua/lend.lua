@@ -28,27 +28,7 @@ Errors: "QP_BADARG <what>"; every argument is checked before anything is read or
 Rules: a missing bucket is full; the bucket is written (with its TTL) only when something was given.
 ]]
 
-local huge = math.huge
-local floor = math.floor
-local ceil = math.ceil
-local min = math.min
-local max = math.max
-local tonumber = tonumber
-local call = redis.call
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
-
-local function whole(v, lo) return v and v >= lo and v < huge and v % 1 == 0 end
+-- @include prelude
 
 if argc ~= 9 then return fail('expected 9 arguments, got ' .. argc) end
 if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
@@ -56,14 +36,14 @@ local mode, amount, deadline = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(AR
 local cap, rate, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local fb, fr, fc = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 if not (mode == 1 or mode == 2 or mode == 3) then return fail('mode must be 1 (fill), 2 (spend) or 3 (spare)') end
-if not whole(amount, 1) then return fail('amount must be an integer >= 1') end
-if not whole(deadline, 0) then return fail('deadline must be an integer >= 0') end
-if not whole(cap, 0) then return fail('capacity must be an integer >= 0') end
+if not int(amount, 1) then return fail('amount must be an integer >= 1') end
+if not int(deadline, 0) then return fail('deadline must be an integer >= 0') end
+if not int(cap, 0) then return fail('capacity must be an integer >= 0') end
 if not (rate and rate >= 0 and rate < huge) then return fail('rate must be a finite number >= 0') end
-if not whole(ttl, 1) then return fail('ttl must be an integer >= 1') end
-if not whole(fb, 0) then return fail('floor-before must be an integer >= 0') end
+if not int(ttl, 1) then return fail('ttl must be an integer >= 1') end
+if not int(fb, 0) then return fail('floor-before must be an integer >= 0') end
 if not (fr and fr >= 0 and fr < huge) then return fail('floor rate must be a finite number >= 0') end
-if not whole(fc, 0) then return fail('floor capacity must be an integer >= 0') end
+if not int(fc, 0) then return fail('floor capacity must be an integer >= 0') end
 
 local now = clock()
 if deadline > 0 and now > deadline then return { -1 } end

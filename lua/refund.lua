@@ -26,14 +26,7 @@ Rules (core/refund.ts is the model, operation for operation):
   - only tk (and fr, cleared when the bucket is full again) are written; ts, rt, cp and the TTL are untouched.
 ]]
 
-local huge = math.huge
-local min = math.min
-local tonumber = tonumber
-local call = redis.call
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
+-- @include prelude
 
 local n = tonumber(ARGV[1])
 if not (n and n >= 1 and n <= 16 and n % 1 == 0) then return fail('bucket count must be an integer in 1..16') end

@@ -18,24 +18,13 @@ Fields of the hash: state (reserved), body, reserved (micro-units), committed (0
 The key lives TTL + retention: the settle script shortens or extends it to retention once settled.
 ]]
 
-local tonumber = tonumber
-local call = redis.call
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
-local function int(v, lo)
-  return v and v == v and v >= lo and v < math.huge and v % 1 == 0
-end
-if #KEYS ~= 1 then return redis.error_reply('QP_BADARG expected 1 key') end
-if argc ~= 4 then return redis.error_reply('QP_BADARG expected 4 arguments') end
+-- @include prelude
+if #KEYS ~= 1 then return fail('expected 1 key') end
+if argc ~= 4 then return fail('expected 4 arguments') end
 local amount, ttl, retention = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if not int(amount, 1) then return redis.error_reply('QP_BADARG amount must be an integer >= 1') end
-if not int(ttl, 1) then return redis.error_reply('QP_BADARG ttl must be an integer >= 1') end
-if not int(retention, 1) then return redis.error_reply('QP_BADARG retention must be an integer >= 1') end
+if not int(amount, 1) then return fail('amount must be an integer >= 1') end
+if not int(ttl, 1) then return fail('ttl must be an integer >= 1') end
+if not int(retention, 1) then return fail('retention must be an integer >= 1') end
 if call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('QP_EXISTS reservation exists') end
 
 local expires = clock() + ttl * 1000

@@ -26,26 +26,15 @@ Rules (core/reservations.ts ReservationModel is the model): the expiry is Redis 
 the record for the retention so repeats answer the same.
 ]]
 
-local tonumber = tonumber
-local call = redis.call
-local function int(v, lo)
-  return v and v == v and v >= lo and v < math.huge and v % 1 == 0
-end
+-- @include prelude
 local action = ARGV[1]
-if #KEYS ~= 1 then return redis.error_reply('QP_BADARG expected 1 key') end
+if #KEYS ~= 1 then return fail('expected 1 key') end
 if not (action == 'commit' or action == 'cancel' or action == 'expire') then
-  return redis.error_reply('QP_BADARG action must be commit, cancel or expire')
+  return fail('action must be commit, cancel or expire')
 end
 local amount, retention = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not int(amount, 0) then return redis.error_reply('QP_BADARG amount must be an integer >= 0') end
-if not int(retention, 1) then return redis.error_reply('QP_BADARG retention must be an integer >= 1') end
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument)
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
+if not int(amount, 0) then return fail('amount must be an integer >= 0') end
+if not int(retention, 1) then return fail('retention must be an integer >= 1') end
 
 local key = KEYS[1]
 local f = call('HMGET', key, 'state', 'reserved', 'committed', 'expires', 'body')

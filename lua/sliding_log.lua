@@ -36,31 +36,9 @@ Rules (core/sliding-log.ts is the model, operation for operation):
     max(limit) members after a write: memory per subject is bounded by the limit.
 ]]
 
-local huge = math.huge
-local ceil = math.ceil
-local max = math.max
-local tonumber = tonumber
-local call = redis.call
-local fmt = string.format
+-- @include prelude
 local ARGV = ARGV
 local KEYS = KEYS
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument; production
--- decisions use Redis time only)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
-
-local function int(v, lo)
-  return v and v == v and v >= lo and v < huge and v % 1 == 0
-end
 
 local n = tonumber(ARGV[1])
 if not (int(n, 1) and n <= 16) then return fail('log count must be an integer in 1..16') end

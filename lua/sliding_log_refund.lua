@@ -24,18 +24,7 @@ Rules (core/sliding-log.ts SlidingLogModel.refund is the model): only the named 
 an emptied log disappears (Redis drops empty sorted sets).
 ]]
 
-local huge = math.huge
-local tonumber = tonumber
-local call = redis.call
-local fmt = string.format
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
-
-local function int(v, lo)
-  return v and v == v and v >= lo and v < huge and v % 1 == 0
-end
+-- @include prelude
 
 local n = tonumber(ARGV[1])
 if not (int(n, 1) and n <= 16) then return fail('log count must be an integer in 1..16') end

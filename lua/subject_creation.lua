@@ -32,30 +32,9 @@ Rules (CreationLogModel in core/subject-creation.ts is the model, operation for 
     more than limit members after a write: the cap's memory is bounded by the cap.
 ]]
 
-local huge = math.huge
-local ceil = math.ceil
-local tonumber = tonumber
-local call = redis.call
-local fmt = string.format
+-- @include prelude
 local ARGV = ARGV
 local KEYS = KEYS
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument; production
--- decisions use Redis time only)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
-end
-
-local function int(v, lo)
-  return v and v == v and v >= lo and v < huge and v % 1 == 0
-end
 
 if argc ~= 6 then return fail('expected 6 arguments, got ' .. argc) end
 if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end

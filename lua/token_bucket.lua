@@ -55,24 +55,9 @@ Rules (the reference model in core/token-bucket.ts follows them operation for op
   - dry runs write nothing; other requests write every bucket (refilled, and charged when allowed) and its TTL.
 ]]
 
-local huge = math.huge
-local floor = math.floor
-local ceil = math.ceil
-local min = math.min
-local max = math.max
-local tonumber = tonumber
-local call = redis.call
+-- @include prelude
 local ARGV = ARGV
 local KEYS = KEYS
-
--- @clock-begin (the test build swaps this block for a clock read from a trailing argument; production
--- decisions use Redis time only)
-local argc = #ARGV
-local function clock()
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- @clock-end
 
 -- The slow path: say exactly what is wrong with ARGV[i].
 local function badarg(i, what, lo, integer)
@@ -82,11 +67,7 @@ local function badarg(i, what, lo, integer)
   elseif v < lo then why = ' must be >= ' .. lo
   elseif integer and v % 1 ~= 0 then why = ' must be an integer'
   else why = ' is out of range' end
-  return redis.error_reply('QP_BADARG ' .. what .. why)
-end
-
-local function fail(message)
-  return redis.error_reply('QP_BADARG ' .. message)
+  return fail(what .. why)
 end
 
 -- Parse and check every argument first, inline (this runs for every bucket of every request): a malformed call

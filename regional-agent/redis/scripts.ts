@@ -7,11 +7,16 @@ const LUA_DIR = new URL('../../lua/', import.meta.url);
 
 const cache = new Map<string, string>();
 
-/** Source of `lua/<name>.lua`, read once. */
+/** A line `-- @include <name>` stands for `lua/include/<name>.lua` (Redis scripts cannot load one another). */
+const INCLUDE = /^-- @include ([a-z_]+)$/gm;
+
+/** Source of `lua/<name>.lua`, read once, with its `-- @include` lines expanded. */
 export function luaSource(name: string): string {
   let source = cache.get(name);
   if (source === undefined) {
-    source = readFileSync(new URL(`${name}.lua`, LUA_DIR), 'utf8');
+    source = readFileSync(new URL(`${name}.lua`, LUA_DIR), 'utf8').replace(INCLUDE, (_, part: string) =>
+      readFileSync(new URL(`include/${part}.lua`, LUA_DIR), 'utf8').trimEnd(),
+    );
     cache.set(name, source);
   }
   return source;
