@@ -72,11 +72,13 @@ export type DecisionRequest = z.infer<typeof DecisionRequest>;
  * - `no_lease`: this region holds no share of the policy; the policy fails closed.
  * - `cost_exceeds_share`: the cost can never fit this region's share of the bucket.
  * - `subject_exhausted`: the subject used its budget: after borrowing, every other region was asked or is known
- *   dry (what one global bucket would refuse too); without borrowing, the bucket holds the whole budget (a
- *   regional share of 1, strict, local).
+ *   dry (what one global bucket would refuse too); without borrowing (and for sliding-log, concurrency and daily
+ *   counters, which never borrow), the bucket or counter holds the whole budget (a regional share of 1, strict,
+ *   local).
  * - `share_exhausted`: this region's part is used and budget may be left in another region: after borrowing, it
  *   could not be borrowed in time (a lender unreachable or backed off, the deadline, the lender limit); without
- *   borrowing, the bucket holds a part of the budget (share < 1) and the agent cannot see the rest.
+ *   borrowing (and for counters), the bucket or counter holds a part of the budget (share < 1) and the agent
+ *   cannot see the rest.
  * - `shard_exhausted`: a sharded policy's check landed on a sub-bucket that is empty; others may hold tokens
  *   (the price of spreading a hot key: at most (K-1)/K of the budget idle under an uneven draw).
  * - `subject_flood`: the subject has no bucket yet and the policy's subject-creation cap (`newSubjects`) is

@@ -1,7 +1,7 @@
 import type { CheckResult } from '../../core/agent-wire.js';
 import { DAY_MICRO, dayRecordKey } from '../../core/daily-budget.js';
 import type { DayGroup } from './check-groups.js';
-import { decideSlotGroup, type GroupRun } from './group-run.js';
+import { counterRefusalReason, decideSlotGroup, type GroupRun } from './group-run.js';
 import type { LogGroupDeps } from './log-group.js';
 import type { DecisionSheet } from './prepared.js';
 
@@ -55,6 +55,7 @@ export async function runDayGroup(
       mode: p.policy.mode,
     };
     if (r.retryAfterMs < 0) result.reason = 'cost_exceeds_share';
+    else if (!reply.allowed && r.retryAfterMs > 0) result.reason = counterRefusalReason(p.policy, limit);
     sheet.results[at] = result;
     sheet.fits[at] = r.retryAfterMs === 0;
   });

@@ -1,8 +1,24 @@
+import type { DecisionReason } from '../../core/agent-wire.js';
+import type { Policy } from '../../core/policy.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { CheckGroup, DayGroup, LogGroup } from './check-groups.js';
 import type { FailureModes } from './failure-modes.js';
 import type { DecisionSheet } from './prepared.js';
+
+/**
+ * Why a counter check (sliding log, concurrency, daily budget) that has no room now is refused. Counters never
+ * borrow, so the reason is what the counter itself holds, as for a token bucket with borrowing off:
+ * `subject_exhausted` when `limit` (units) is the subject's whole budget (a strict or local policy, or a regional
+ * one enforced at a share of 1), `share_exhausted` when it is a part of it (the rest, in other regions, may be
+ * left).
+ */
+export function counterRefusalReason(
+  policy: Pick<Policy, 'mode' | 'capacity'>,
+  limit: number,
+): DecisionReason {
+  return policy.mode !== 'regional' || limit >= policy.capacity ? 'subject_exhausted' : 'share_exhausted';
+}
 
 /** How one group of checks went. */
 export interface GroupRun {

@@ -135,6 +135,7 @@ describe('concurrency policies through the agent on a real Redis', () => {
     expect((await decide(agent, { policy: 'short', subject })).allowed).toBe(true);
     const full = await decide(agent, { policy: 'short', subject });
     expect(full.allowed).toBe(false);
+    expect(full.results[0]!.reason).toBe('subject_exhausted');
     expect(full.results[0]!.retryAfterMs).toBeGreaterThan(0);
     expect(full.results[0]!.retryAfterMs).toBeLessThanOrEqual(1000);
     // Nobody releases: a slot is free again once the first lease (1 s) has run out, never before.

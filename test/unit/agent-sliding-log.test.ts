@@ -109,6 +109,8 @@ describe('sliding-log policies on the agent', () => {
     }
     const denied = await decision({ policy: 'guesses', subject: 'acct-1' });
     expect(denied.allowed).toBe(false);
+    // The log holds the subject's whole budget (share 1): what one global log would refuse too.
+    expect(denied.results[0]!.reason).toBe('subject_exhausted');
     // The first guess (5 minutes ago) leaves the window in 300 s.
     expect(denied.retryAfterMs).toBe(300_000);
     expect(denied.headers['Retry-After']).toBe('300');
@@ -156,6 +158,8 @@ describe('sliding-log policies on the agent', () => {
     const third = await decision(logFirst);
     expect(third.allowed).toBe(false);
     expect(third.results.map((r) => r.remaining)).toEqual([1, 0]);
+    // Only the check without room says why; the rate had room.
+    expect(third.results.map((r) => r.reason)).toEqual([undefined, 'subject_exhausted']);
     expect(store.logs.entries(key, now())).toHaveLength(10);
   });
 
@@ -189,6 +193,10 @@ describe('sliding-log policies on the agent', () => {
     const { decision } = agent(shares);
     expect((await decision({ policy: 'bulk', subject: 'x' })).results[0]?.limit).toBe(3);
     expect((await decision({ policy: 'guesses', subject: 'x' })).results[0]?.limit).toBe(2);
+    // A part of the budget: its refusal says the rest, in other regions, may be left.
+    await decision({ policy: 'guesses', subject: 'x' });
+    const refused = await decision({ policy: 'guesses', subject: 'x' });
+    expect(refused.results[0]).toMatchObject({ allowed: false, limit: 2, reason: 'share_exhausted' });
     // Summed over regions, floors never exceed the limit; 100 × 0.29 is 29, not 28.
     expect(sizedLog({ capacity: 100, windowSeconds: 60, idleTtlSeconds: 60 }, 'k', 1, 0.29).limit).toBe(29);
     const split = [0.33, 0.33, 0.34].map(

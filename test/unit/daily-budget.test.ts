@@ -242,7 +242,12 @@ describe('daily budgets in decisions', () => {
     const first = await post({ policy: 'daily', subject: 't', cost: 2 });
     expect(first.results[0]).toMatchObject({ allowed: true, limit: 3, remaining: 1, resetMs: 3_600_000 });
     const over = await post({ policy: 'daily', subject: 't', cost: 2 });
-    expect(over.results[0]).toMatchObject({ allowed: false, retryAfterMs: 3_600_000 });
+    // A share of 0.6: this region's part of the day is used; the rest may be left in other regions.
+    expect(over.results[0]).toMatchObject({
+      allowed: false,
+      retryAfterMs: 3_600_000,
+      reason: 'share_exhausted',
+    });
     clock.advance(3_600_000);
     expect((await post({ policy: 'daily', subject: 't', cost: 3 })).allowed).toBe(true);
   });
@@ -259,6 +264,8 @@ describe('daily budgets in decisions', () => {
     const denied = await post(body(2));
     expect(denied.allowed).toBe(false);
     expect(denied.results.map((r) => r.remaining)).toEqual([1, 1]);
+    // Neither had room for 2: the day (this region's share, 0.6) and the rate (its whole budget) each say why.
+    expect(denied.results.map((r) => r.reason)).toEqual(['share_exhausted', 'subject_exhausted']);
     expect((await post({ policy: 'daily', subject: 't2', dryRun: true })).results[0]!.remaining).toBe(0);
   });
 });
