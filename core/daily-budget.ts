@@ -226,6 +226,11 @@ export function parseDayRefundReply(
   return { refunded: counts, recordDeleted };
 }
 
+/** A region's daily limit in micro-units at share `share`: floor(capacity × share), to the micro-unit. */
+export function dayLimitMicros(capacity: number, share: number): number {
+  return Math.max(0, Math.floor(capacity * share * DAY_MICRO + 1e-3));
+}
+
 /**
  * The daily counter a region enforces: floor(capacity × the lowest share in force over the last idle TTL (a
  * day)) in micro-units, so the regions' counters never sum above the budget within one day, and the day's
@@ -244,7 +249,7 @@ export function sizedDay(
   ) as DayCheck['bounds'];
   return {
     key,
-    limit: Math.max(0, Math.floor(policy.capacity * s * DAY_MICRO + 1e-3)),
+    limit: dayLimitMicros(policy.capacity, s),
     cost: Math.round(cost * DAY_MICRO),
     bounds,
   };

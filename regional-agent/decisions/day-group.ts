@@ -1,5 +1,5 @@
 import type { CheckResult } from '../../core/agent-wire.js';
-import { DAY_MICRO, dayRecordKey } from '../../core/daily-budget.js';
+import { DAY_MICRO, dayLimitMicros, dayRecordKey } from '../../core/daily-budget.js';
 import type { DayGroup } from './check-groups.js';
 import { counterRefusalReason, decideSlotGroup, type GroupRun } from './group-run.js';
 import type { LogGroupDeps } from './log-group.js';
@@ -55,7 +55,8 @@ export async function runDayGroup(
       mode: p.policy.mode,
     };
     if (r.retryAfterMs < 0) result.reason = 'cost_exceeds_share';
-    else if (!reply.allowed && r.retryAfterMs > 0) result.reason = counterRefusalReason(p.policy, limit);
+    else if (!reply.allowed && r.retryAfterMs > 0)
+      result.reason = counterRefusalReason(p.policy, p.day.limit, dayLimitMicros(p.policy.capacity, 1));
     sheet.results[at] = result;
     sheet.fits[at] = r.retryAfterMs === 0;
   });

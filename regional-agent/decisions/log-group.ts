@@ -69,7 +69,7 @@ export async function runLogGroup(
     };
     if (r.retryAfterMs < 0) result.reason = 'cost_exceeds_share';
     else if (!reply.allowed && r.retryAfterMs > 0)
-      result.reason = counterRefusalReason(p.policy, p.log.limit);
+      result.reason = counterRefusalReason(p.policy, p.log.limit, p.policy.capacity);
     // An acquired concurrency slot: the token that releases exactly the entries this call wrote.
     if (p.policy.kind === 'concurrency' && reply.allowed && r.stamp > 0) {
       result.lease = leaseToken({

@@ -8,7 +8,7 @@ const LUA_DIR = new URL('../../lua/', import.meta.url);
 const cache = new Map<string, string>();
 
 /** A line `-- @include <name>` stands for `lua/include/<name>.lua` (Redis scripts cannot load one another). */
-const INCLUDE = /^-- @include ([a-z_]+)$/gm;
+const INCLUDE = /^-- @include ([a-z_]+)\r?$/gm;
 
 /** Source of `lua/<name>.lua`, read once, with its `-- @include` lines expanded. */
 export function luaSource(name: string): string {

@@ -2,12 +2,19 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { ManualClock } from '../../core/clock.js';
-import { DailyBudgetModel, dayBoundariesMs, DayWindowError, sizedDay } from '../../core/daily-budget.js';
+import {
+  DailyBudgetModel,
+  dayBoundariesMs,
+  dayLimitMicros,
+  DayWindowError,
+  sizedDay,
+} from '../../core/daily-budget.js';
 import { ShareHistory } from '../../core/lease/share-history.js';
 import { LONGEST_DAY_SECONDS, parsePolicy, PolicySpec } from '../../core/policy.js';
 import { StaticShareView } from '../../core/shares.js';
 import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
+import { counterRefusalReason } from '../../regional-agent/decisions/group-run.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { checkDayExpectations, dailyBudgetCases, prepareDayCase } from '../cases/daily-budget-cases.js';
@@ -267,5 +274,22 @@ describe('daily budgets in decisions', () => {
     // Neither had room for 2: the day (this region's share, 0.6) and the rate (its whole budget) each say why.
     expect(denied.results.map((r) => r.reason)).toEqual(['share_exhausted', 'subject_exhausted']);
     expect((await post({ policy: 'daily', subject: 't2', dryRun: true })).results[0]!.remaining).toBe(0);
+  });
+});
+
+describe('why a daily refusal says what it says', () => {
+  it('compares limits in micro-units: a capacity finer than a micro-unit is still whole at share 1', () => {
+    const capacity = 2.5000001;
+    const whole = dayLimitMicros(capacity, 1);
+    expect(whole).toBe(2_500_000);
+    expect(counterRefusalReason({ mode: 'regional' }, dayLimitMicros(capacity, 1), whole)).toBe(
+      'subject_exhausted',
+    );
+    expect(counterRefusalReason({ mode: 'regional' }, dayLimitMicros(capacity, 0.6), whole)).toBe(
+      'share_exhausted',
+    );
+    expect(counterRefusalReason({ mode: 'local' }, dayLimitMicros(capacity, 0.6), whole)).toBe(
+      'subject_exhausted',
+    );
   });
 });
