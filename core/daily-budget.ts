@@ -9,6 +9,7 @@
  * day still counts in the right day.
  */
 import { z } from 'zod';
+import { ExpiringMap } from './expiring-map.js';
 import { IdempotencyRecords } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { MAX_CAPACITY } from './policy.js';
@@ -264,7 +265,7 @@ interface StoredCounter {
 
 /** An in-memory Redis holding daily counters and their idempotency records, as the scripts do. */
 export class DailyBudgetModel {
-  readonly #counters = new Map<string, StoredCounter>();
+  readonly #counters = new ExpiringMap<StoredCounter>();
   readonly #records = new IdempotencyRecords<DayReply>();
 
   /** Decide one call at `now` (µs), step for step as `lua/daily_budget.lua`. */
@@ -297,7 +298,7 @@ export class DailyBudgetModel {
       if (w < 0 || now >= last) return undefined;
       const start = c.bounds[w]!;
       const end = c.bounds[w + 1]!;
-      const stored = this.#live(c.key, now);
+      const stored = this.#counters.live(c.key, now);
       const used = stored !== undefined && stored.start === start ? stored.used : 0;
       return { start, end, used, fits: used + c.cost <= c.limit };
     });
@@ -326,7 +327,7 @@ export class DailyBudgetModel {
   /** Take back what an admitted call charged, as `lua/daily_budget_refund.lua` does. */
   refund(refund: DayRefund, now: number): { refunded: number[]; recordDeleted: boolean } {
     const refunded = refund.entries.map((e, i) => {
-      const stored = this.#live(refund.keys[i]!, now);
+      const stored = this.#counters.live(refund.keys[i]!, now);
       if (stored === undefined || stored.start !== e.start) return 0;
       const back = Math.min(stored.used, e.cost);
       stored.used -= back;
@@ -338,15 +339,6 @@ export class DailyBudgetModel {
 
   /** Micro-units used today under `key` at `now` (0 when none). */
   used(key: string, now: number): number {
-    return this.#live(key, now)?.used ?? 0;
-  }
-
-  #live(key: string, now: number): StoredCounter | undefined {
-    const c = this.#counters.get(key);
-    if (c !== undefined && c.expiresAt <= now) {
-      this.#counters.delete(key);
-      return undefined;
-    }
-    return c;
+    return this.#counters.live(key, now)?.used ?? 0;
   }
 }

@@ -3,6 +3,8 @@
  * one record per key, holding the fingerprint of the request it answered and that answer, until it expires.
  */
 
+import { ExpiringMap } from './expiring-map.js';
+
 /** A request's idempotency: the record's key and how long it is kept, ms. */
 export interface RecordSpec {
   key: string;
@@ -13,14 +15,14 @@ export interface RecordSpec {
 export type Recall<R> = { replay: R } | 'conflict' | undefined;
 
 export class IdempotencyRecords<R extends { allowed: boolean }> {
-  readonly #records = new Map<string, { fingerprint: string; reply: R; expiresAt: number }>();
+  readonly #records = new ExpiringMap<{ fingerprint: string; reply: R; expiresAt: number }>();
 
   /**
    * What the record under `key` says at `now` (µs) to a request with `fingerprint`: its answer to replay (the same
    * request), `'conflict'` (another request under the same key), or undefined when there is none.
    */
   recall(key: string, fingerprint: string, now: number): Recall<R> {
-    const record = this.#live(key, now);
+    const record = this.#records.live(key, now);
     if (record === undefined) return undefined;
     return record.fingerprint === fingerprint ? { replay: record.reply } : 'conflict';
   }
@@ -37,22 +39,11 @@ export class IdempotencyRecords<R extends { allowed: boolean }> {
 
   /** Delete the record under `key`; true when a live one was there (as a refund script reports it). */
   forget(key: string, now: number): boolean {
-    const live = this.#live(key, now) !== undefined;
-    this.#records.delete(key);
-    return live;
+    return this.#records.delete(key, now);
   }
 
   /** Keys of the live records at `now` (µs). */
   keys(now: number): string[] {
-    return [...this.#records.keys()].filter((key) => this.#live(key, now) !== undefined);
-  }
-
-  #live(key: string, now: number) {
-    const record = this.#records.get(key);
-    if (record !== undefined && record.expiresAt <= now) {
-      this.#records.delete(key);
-      return undefined;
-    }
-    return record;
+    return this.#records.keys(now);
   }
 }

@@ -8,6 +8,7 @@
  */
 import { z } from 'zod';
 import { validStoreRequest } from './bucket-wire.js';
+import { ExpiringMap } from './expiring-map.js';
 import { IdempotencyRecords } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { logWindowSeconds, MAX_LOG_LIMIT, MAX_WINDOW_SECONDS, type Policy } from './policy.js';
@@ -204,7 +205,7 @@ const msUp = (us: number): number => Math.ceil(us / 1000);
  * Lua must agree with, and the log store of unit tests.
  */
 export class SlidingLogModel {
-  readonly #logs = new Map<string, StoredLog>();
+  readonly #logs = new ExpiringMap<StoredLog>();
   readonly #records = new IdempotencyRecords<LogReply>();
 
   /** Decide one call at `now` (µs), step for step as `lua/sliding_log.lua`. */
@@ -232,7 +233,7 @@ export class SlidingLogModel {
       }
     }
     const views = request.checks.map((c) => {
-      const log = this.#live(c.key, now);
+      const log = this.#logs.live(c.key, now);
       const entries = log?.entries ?? [];
       const newest = entries[entries.length - 1];
       const t = newest === undefined ? now : Math.max(now, newest.score);
@@ -256,10 +257,10 @@ export class SlidingLogModel {
       if (!dry) {
         const kept = [...inWindow];
         if (write) for (let k = 0; k < c.cost; k++) kept.push({ score: t, member: entryMember(t, seq + k) });
-        const old = this.#logs.get(c.key);
+        const old = this.#logs.live(c.key, now);
         // A write without admission only trims: it leaves the key's TTL as it was, and drops an emptied key.
         const expiresAt = write ? t + c.ttlMs * 1000 : (old?.expiresAt ?? 0);
-        if (kept.length === 0) this.#logs.delete(c.key);
+        if (kept.length === 0) this.#logs.delete(c.key, now);
         else if (write || old !== undefined) this.#logs.set(c.key, { entries: kept, expiresAt });
       }
       return {
@@ -280,13 +281,13 @@ export class SlidingLogModel {
   refund(refund: LogRefund, now: number): { removed: number[]; recordDeleted: boolean } {
     const removed = refund.entries.map((e, i) => {
       const key = refund.keys[i]!;
-      const log = this.#live(key, now);
+      const log = this.#logs.live(key, now);
       if (log === undefined) return 0;
       const names = new Set<string>();
       for (let k = 0; k < e.cost; k++) names.add(entryMember(e.stamp, e.seq + k));
       const before = log.entries.length;
       log.entries = log.entries.filter((x) => !names.has(x.member));
-      if (log.entries.length === 0) this.#logs.delete(key);
+      if (log.entries.length === 0) this.#logs.delete(key, now);
       return before - log.entries.length;
     });
     const recordDeleted = refund.recordKey !== undefined && this.#records.forget(refund.recordKey, now);
@@ -295,15 +296,6 @@ export class SlidingLogModel {
 
   /** Entries stored under `key` at `now` (expired keys count 0), in score order. */
   entries(key: string, now: number): number[] {
-    return (this.#live(key, now)?.entries ?? []).map((e) => e.score);
-  }
-
-  #live(key: string, now: number): StoredLog | undefined {
-    const log = this.#logs.get(key);
-    if (log !== undefined && log.expiresAt <= now) {
-      this.#logs.delete(key);
-      return undefined;
-    }
-    return log;
+    return (this.#logs.live(key, now)?.entries ?? []).map((e) => e.score);
   }
 }

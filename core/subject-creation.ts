@@ -28,6 +28,7 @@ import { z } from 'zod';
 import type { EncodedCheck, EncodedReply } from './token-bucket.js';
 import { BucketModel } from './token-bucket.js';
 import { encodeRequest, validStoreRequest, type BucketCheck } from './bucket-wire.js';
+import { ExpiringMap } from './expiring-map.js';
 import { bucketKey } from './keys.js';
 import { MAX_NEW_SUBJECTS_PER_MINUTE, type NewSubjects } from './policy.js';
 import { DeadlinePassedError, integerReply } from './script-wire.js';
@@ -149,11 +150,11 @@ const msUp = (us: number): number => Math.ceil(us / 1000);
  * bench. A log maps members (subjects' bucket keys) to the µs they were created at.
  */
 export class CreationLogModel {
-  readonly #logs = new Map<string, { entries: Map<string, number>; expiresAt: number }>();
+  readonly #logs = new ExpiringMap<{ entries: Map<string, number>; expiresAt: number }>();
 
   /** Take (or look at, dry) one creation at `now` (µs). */
   take(request: CreationRequest, now: number): CreationReply {
-    const log = this.#live(request.key, now);
+    const log = this.#logs.live(request.key, now);
     const scores = [...(log?.entries.values() ?? [])].sort((a, b) => a - b);
     const newest = scores[scores.length - 1];
     const t = newest === undefined ? now : Math.max(now, newest);
@@ -168,10 +169,10 @@ export class CreationLogModel {
     const retryAfterMs = fits ? 0 : msUp(inWindow[count - request.limit]! + window - t);
     if (request.dryRun !== true && log !== undefined) {
       for (const [m, s] of log.entries) if (s <= t - window) log.entries.delete(m);
-      if (log.entries.size === 0) this.#logs.delete(request.key);
+      if (log.entries.size === 0) this.#logs.delete(request.key, now);
     }
     if (request.dryRun !== true && fits) {
-      const entries = this.#live(request.key, now)?.entries ?? new Map<string, number>();
+      const entries = this.#logs.live(request.key, now)?.entries ?? new Map<string, number>();
       entries.set(request.member, t);
       this.#logs.set(request.key, { entries, expiresAt: t + request.ttlMs * 1000 });
     }
@@ -181,17 +182,8 @@ export class CreationLogModel {
 
   /** Members of the log at `now` (an expired log holds none), oldest first, with their µs stamps. */
   entries(key: string, now: number): [string, number][] {
-    const log = this.#live(key, now);
+    const log = this.#logs.live(key, now);
     return [...(log?.entries ?? [])].sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1));
-  }
-
-  #live(key: string, now: number) {
-    const log = this.#logs.get(key);
-    if (log !== undefined && log.expiresAt <= now) {
-      this.#logs.delete(key);
-      return undefined;
-    }
-    return log;
   }
 }
 

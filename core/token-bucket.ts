@@ -1,3 +1,4 @@
+import { ExpiringMap } from './expiring-map.js';
 import { IdempotencyRecords } from './idempotency-records.js';
 import { keyCostFingerprint } from './script-wire.js';
 import { DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT, idempotencyIndexKey } from './keys.js';
@@ -237,10 +238,10 @@ export function conflictReply(checks: number): EncodedReply {
  * the model the Lua script must agree with, and the bucket store of the simulator.
  */
 export class BucketModel {
-  readonly #buckets = new Map<string, Entry<StoredBucket>>();
+  readonly #buckets = new ExpiringMap<Entry<StoredBucket>>();
   readonly #records = new IdempotencyRecords<EncodedReply>();
   /** Per subject index key: record key → expiry (ms), as the script's sorted set. */
-  readonly #indexes = new Map<string, Entry<Map<string, number>>>();
+  readonly #indexes = new ExpiringMap<Entry<Map<string, number>>>();
 
   /** Evaluate one call at `now` (µs). Mirrors the script step for step. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {
@@ -255,7 +256,7 @@ export class BucketModel {
     // A bucket that must exist and does not: nothing is decided, the caller takes a creation first.
     const missing: number[] = [];
     request.checks.forEach((c, i) => {
-      if (c.mustExist === true && this.#live(this.#buckets, request.keys[i]!, now) === undefined)
+      if (c.mustExist === true && this.#buckets.live(request.keys[i]!, now)?.value === undefined)
         missing.push(i);
     });
     if (missing.length > 0) return missingReply(n, missing);
@@ -263,7 +264,7 @@ export class BucketModel {
     const fits: boolean[] = new Array<boolean>(n);
     let allowed = true;
     for (let i = 0; i < n; i++) {
-      const assessed = assess(this.#live(this.#buckets, request.keys[i]!, now), request.checks[i]!, now);
+      const assessed = assess(this.#buckets.live(request.keys[i]!, now)?.value, request.checks[i]!, now);
       states[i] = assessed.state;
       fits[i] = assessed.fits;
       if (!assessed.fits) allowed = false;
@@ -286,7 +287,7 @@ export class BucketModel {
   /** The script's index step: drop expired entries, add this record, delete those closest to expiry past the most. */
   #index(recordKey: string, ttlMs: number, maxRecords: number | undefined, now: number): void {
     const key = idempotencyIndexKey(recordKey);
-    const index = this.#live(this.#indexes, key, now) ?? new Map<string, number>();
+    const index = this.#indexes.live(key, now)?.value ?? new Map<string, number>();
     const nowMs = Math.floor(now / 1000);
     for (const [member, until] of index) if (until <= nowMs) index.delete(member);
     index.set(recordKey, nowMs + ttlMs);
@@ -303,7 +304,7 @@ export class BucketModel {
 
   /** The stored state of a bucket, as Redis would return it at `now` (undefined once expired). */
   peek(key: string, now: number): StoredBucket | undefined {
-    return this.#live(this.#buckets, key, now);
+    return this.#buckets.live(key, now)?.value;
   }
 
   /** Store a bucket until `expiresAt` (µs), as a script's HSET and PEXPIRE would (core/borrowing/transfer.ts). */
@@ -313,25 +314,11 @@ export class BucketModel {
 
   /** Number of live keys at `now` (buckets, records and record indexes), after dropping expired ones. */
   size(now: number): number {
-    const maps = [this.#buckets, this.#indexes] as Map<string, Entry<unknown>>[];
-    for (const map of maps) {
-      for (const [key, entry] of map) if (entry.expiresAt <= now) map.delete(key);
-    }
-    return this.#buckets.size + this.#records.keys(now).length + this.#indexes.size;
+    return this.#buckets.keys(now).length + this.#records.keys(now).length + this.#indexes.keys(now).length;
   }
 
   /** Live idempotency records at `now` (what the per-subject cap bounds). */
   records(now: number): string[] {
     return this.#records.keys(now);
-  }
-
-  #live<T>(map: Map<string, Entry<T>>, key: string, now: number): T | undefined {
-    const entry = map.get(key);
-    if (entry === undefined) return undefined;
-    if (entry.expiresAt <= now) {
-      map.delete(key);
-      return undefined;
-    }
-    return entry.value;
   }
 }
