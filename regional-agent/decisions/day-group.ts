@@ -1,7 +1,7 @@
 import type { CheckResult } from '../../core/agent-wire.js';
 import { DAY_MICRO, dayLimitMicros, dayRecordKey } from '../../core/daily-budget.js';
 import type { DayGroup } from './check-groups.js';
-import { counterRefusalReason, decideSlotGroup, type GroupRun } from './group-run.js';
+import { ownBudgetReason, decideSlotGroup, type GroupRun } from './group-run.js';
 import type { LogGroupDeps } from './log-group.js';
 import type { DecisionSheet } from './prepared.js';
 
@@ -56,7 +56,7 @@ export async function runDayGroup(
     };
     if (r.retryAfterMs < 0) result.reason = 'cost_exceeds_share';
     else if (!reply.allowed && r.retryAfterMs > 0)
-      result.reason = counterRefusalReason(p.policy, p.day.limit, dayLimitMicros(p.policy.capacity, 1));
+      result.reason = ownBudgetReason(p.policy, p.day.limit, dayLimitMicros(p.policy.capacity, 1));
     sheet.results[at] = result;
     sheet.fits[at] = r.retryAfterMs === 0;
   });

@@ -7,17 +7,13 @@ import type { FailureModes } from './failure-modes.js';
 import type { DecisionSheet } from './prepared.js';
 
 /**
- * Why a counter check (sliding log, concurrency, daily budget) that has no room now is refused. Counters never
- * borrow, so the reason is what the counter itself holds, as for a token bucket with borrowing off:
+ * Why a check with no room now is refused, from what its own bucket or counter holds (nothing was borrowed: a
+ * counter never borrows, a token bucket with borrowing off or a strict or local policy does not):
  * `subject_exhausted` when its `limit` is the subject's whole budget (a strict or local policy, or a regional one
  * sized at a share of 1: `limit` reaches `whole`, the limit at share 1 in the same units), `share_exhausted` when
  * it is a part of it (the rest, in other regions, may be left).
  */
-export function counterRefusalReason(
-  policy: Pick<Policy, 'mode'>,
-  limit: number,
-  whole: number,
-): DecisionReason {
+export function ownBudgetReason(policy: Pick<Policy, 'mode'>, limit: number, whole: number): DecisionReason {
   return policy.mode !== 'regional' || limit >= whole ? 'subject_exhausted' : 'share_exhausted';
 }
 

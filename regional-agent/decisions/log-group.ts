@@ -6,7 +6,7 @@ import type { StoreGuard } from '../resilience/store-guard.js';
 import type { LogGroup } from './check-groups.js';
 import type { DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
-import { counterRefusalReason, decideSlotGroup, type GroupRun } from './group-run.js';
+import { ownBudgetReason, decideSlotGroup, type GroupRun } from './group-run.js';
 import type { DecisionSheet } from './prepared.js';
 
 export interface LogGroupDeps {
@@ -69,7 +69,7 @@ export async function runLogGroup(
     };
     if (r.retryAfterMs < 0) result.reason = 'cost_exceeds_share';
     else if (!reply.allowed && r.retryAfterMs > 0)
-      result.reason = counterRefusalReason(p.policy, p.log.limit, p.policy.capacity);
+      result.reason = ownBudgetReason(p.policy, p.log.limit, p.policy.capacity);
     // An acquired concurrency slot: the token that releases exactly the entries this call wrote.
     if (p.policy.kind === 'concurrency' && reply.allowed && r.stamp > 0) {
       result.lease = leaseToken({

@@ -9,7 +9,7 @@ import type { StoreGroup } from './check-groups.js';
 import { AgentErrors } from '../errors.js';
 import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
-import { newRun, settleRun, type GroupRun } from './group-run.js';
+import { newRun, ownBudgetReason, settleRun, type GroupRun } from './group-run.js';
 import type { DecisionSheet, StoreCheck } from './prepared.js';
 import { floodResult, takeCreations, type CreationFlights, type Flooded } from './subject-gate.js';
 
@@ -264,12 +264,9 @@ export function unborrowedReason(
   handler: ShortfallHandler | undefined,
 ): DecisionReason | undefined {
   if (check.policy.shards !== undefined) return undefined;
-  const regional = check.policy.mode === 'regional';
-  if (regional && handler !== undefined) return undefined;
+  if (check.policy.mode === 'regional' && handler !== undefined) return undefined;
   // The router sizes a regional bucket as capacity × share (core/share-sizing.ts): exact at a share of 1.
-  return !regional || check.bucket.capacity >= check.policy.capacity
-    ? 'subject_exhausted'
-    : 'share_exhausted';
+  return ownBudgetReason(check.policy, check.bucket.capacity, check.policy.capacity);
 }
 
 /** A check's bucket without the subject-creation guard: a missing bucket is created (full) as usual. */

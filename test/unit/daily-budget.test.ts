@@ -14,7 +14,7 @@ import { LONGEST_DAY_SECONDS, parsePolicy, PolicySpec } from '../../core/policy.
 import { StaticShareView } from '../../core/shares.js';
 import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
-import { counterRefusalReason } from '../../regional-agent/decisions/group-run.js';
+import { ownBudgetReason } from '../../regional-agent/decisions/group-run.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { checkDayExpectations, dailyBudgetCases, prepareDayCase } from '../cases/daily-budget-cases.js';
@@ -282,13 +282,13 @@ describe('why a daily refusal says what it says', () => {
     const capacity = 2.5000001;
     const whole = dayLimitMicros(capacity, 1);
     expect(whole).toBe(2_500_000);
-    expect(counterRefusalReason({ mode: 'regional' }, dayLimitMicros(capacity, 1), whole)).toBe(
+    expect(ownBudgetReason({ mode: 'regional' }, dayLimitMicros(capacity, 1), whole)).toBe(
       'subject_exhausted',
     );
-    expect(counterRefusalReason({ mode: 'regional' }, dayLimitMicros(capacity, 0.6), whole)).toBe(
+    expect(ownBudgetReason({ mode: 'regional' }, dayLimitMicros(capacity, 0.6), whole)).toBe(
       'share_exhausted',
     );
-    expect(counterRefusalReason({ mode: 'local' }, dayLimitMicros(capacity, 0.6), whole)).toBe(
+    expect(ownBudgetReason({ mode: 'local' }, dayLimitMicros(capacity, 0.6), whole)).toBe(
       'subject_exhausted',
     );
   });
