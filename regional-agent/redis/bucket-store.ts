@@ -85,6 +85,7 @@ export class RedisBucketStore implements BucketStore {
   readonly #batch: boolean;
   readonly #maxBatch: number;
   readonly #timeoutMs: number;
+  readonly #command: string;
   readonly #clock: RedisClock | undefined;
   readonly #callsInFlight: number;
   readonly #maxRecords: number | undefined;
@@ -113,7 +114,7 @@ export class RedisBucketStore implements BucketStore {
     )) {
       throw new RangeError(`maxBatch must be an integer in [1, ${MAX_REQUESTS_PER_CALL}]`);
     }
-    defineScript(redis, 'token_bucket');
+    this.#command = defineScript(redis, 'token_bucket');
   }
 
   /**
@@ -204,7 +205,7 @@ export class RedisBucketStore implements BucketStore {
     const { keys, argv } = scriptCall(requests, deadline);
     const reply = await runScript(
       this.redis,
-      'qpTokenBucket',
+      this.#command,
       keys,
       argv,
       this.#timeoutMs,

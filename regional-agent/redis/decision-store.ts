@@ -43,6 +43,7 @@ export class RedisDecisionStore implements DecisionStore {
   readonly #timeoutMs: number;
   readonly #clock: RedisClock | undefined;
   readonly #creationCommand: string;
+  readonly #refundCommand: string;
 
   constructor(redis: Redis | Cluster, options: RedisBucketStoreOptions = {}) {
     this.redis = redis;
@@ -53,7 +54,7 @@ export class RedisDecisionStore implements DecisionStore {
     this.days = new RedisDailyStore(redis, options);
     this.#clock = options.clock;
     this.#creationCommand = defineScript(redis, 'subject_creation');
-    defineScript(redis, 'refund');
+    this.#refundCommand = defineScript(redis, 'refund');
   }
 
   decide(request: DecideRequest, options?: DecideOptions): Promise<Decision> {
@@ -98,7 +99,14 @@ export class RedisDecisionStore implements DecisionStore {
   async refund(request: RefundRequest): Promise<RefundOutcome> {
     const encoded = encodeRefund(request);
     const { keys, argv } = refundArguments(encoded);
-    const raw = await runScript(this.redis, 'qpRefund', keys, argv, this.#timeoutMs, 'refund script');
+    const raw = await runScript(
+      this.redis,
+      this.#refundCommand,
+      keys,
+      argv,
+      this.#timeoutMs,
+      'refund script',
+    );
     const reply = parseRefundReply(raw, encoded.checks.length);
     return {
       results: reply.results.map((r) => ({
