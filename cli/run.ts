@@ -3,6 +3,7 @@
  * coordinator. Exit status: 0 done, 1 the API refused (its code is printed), 2 a mistake in the command line,
  * 3 the coordinator could not be reached or did not answer its API.
  */
+import { ownValue } from '../core/own-keys.js';
 import { AdminApiError, ConnectionError } from './admin-client.js';
 import {
   AGENTS_USAGE,
@@ -83,7 +84,7 @@ export async function run(argv: readonly string[], io: Io): Promise<number> {
     io.stdout(`${USAGE}\n`);
     return name === undefined ? EXIT.usage : EXIT.ok;
   }
-  const command = COMMANDS[name];
+  const command = ownValue(COMMANDS, name);
   if (command === undefined) {
     io.stderr(`quotaplane: unknown command "${name}"\n\n${USAGE}\n`);
     return EXIT.usage;

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { RegionName } from '../core/policy.js';
+import { hasOwnKey, setOwn } from '../core/own-keys.js';
 import { DEFAULT_KV_NAMESPACE, DEFAULT_NATS_TIMEOUT_MS, KvNamespace } from '../core/wire/kv.js';
 import type { NatsClientFiles } from './nats/client-options.js';
 import {
@@ -138,7 +139,7 @@ export const CoordinatorEnv = z
             });
             return z.NEVER;
           }
-          out[region.trim()] = value;
+          setOwn(out, region.trim(), value);
         }
         return out;
       }),
@@ -168,7 +169,7 @@ export const CoordinatorEnv = z
           message: `unknown regions: ${unknown.join(', ')}`,
         });
       }
-      const missing = env.QP_REGIONS.filter((r) => env.QP_SAFE_SHARES?.[r] === undefined);
+      const missing = env.QP_REGIONS.filter((r) => !hasOwnKey(env.QP_SAFE_SHARES, r));
       if (missing.length > 0) {
         ctx.addIssue({
           code: 'custom',

@@ -4,6 +4,7 @@
  * Instants are ISO 8601 strings (UTC); durations carry their unit in the field name.
  */
 import { z } from 'zod';
+import { replyRecord } from './own-keys.js';
 import { roundDerivedRate } from './admin-numbers.js';
 import {
   FailureMode,
@@ -64,14 +65,13 @@ export const PolicyView = z
       .describe('TTL of an idle bucket; at least the time to refill from empty'),
     version: z.number().int(),
     minShare: z.number().optional(),
-    classes: z
-      .record(
-        z.string(),
-        z.strictObject({ capacity: z.number(), refillPerSecond: z.number(), maxCost: z.number() }),
-      )
+    classes: replyRecord(
+      z.string(),
+      z.strictObject({ capacity: z.number(), refillPerSecond: z.number(), maxCost: z.number() }),
+    )
       .optional()
       .describe('subject classes and their limits (refill and maxCost filled)'),
-    subjects: z.record(z.string(), z.string()).optional().describe('named subjects and their class'),
+    subjects: replyRecord(z.string(), z.string()).optional().describe('named subjects and their class'),
     newSubjects: z
       .strictObject({ perMinute: z.number().int(), flood: z.enum(['deny', 'shared']) })
       .optional()
@@ -160,7 +160,7 @@ export type LeaseSummary = z.infer<typeof LeaseSummary>;
 /** A per-subject share vector that replaces the policy's default vector for one subject. */
 export const OverrideSummary = z.object({
   subject: z.string().describe('normalized or hashed subject, never a raw identity'),
-  shares: z.record(RegionName, z.number().min(0).max(1)),
+  shares: replyRecord(RegionName, z.number().min(0).max(1)),
   epoch: z.number().int().nonnegative().optional(),
   expiresAt: Instant.nullable().describe('when it starts reverting unless its subject is constrained again'),
 });
@@ -184,10 +184,10 @@ export const ShareMove = z.object({
   policy: PolicyName,
   epoch: z.number().int().nonnegative(),
   revision: z.number().int().positive().describe('KV revision of the allocation record that carried it'),
-  from: z.record(RegionName, Share).nullable().describe('null for the first allocation'),
-  to: z.record(RegionName, Share),
+  from: replyRecord(RegionName, Share).nullable().describe('null for the first allocation'),
+  to: replyRecord(RegionName, Share),
   reason: MoveReason,
-  demand: z.record(RegionName, Rate).describe('smoothed demand per region when it moved'),
+  demand: replyRecord(RegionName, Rate).describe('smoothed demand per region when it moved'),
 });
 export type ShareMove = z.infer<typeof ShareMove>;
 
@@ -214,12 +214,12 @@ export const AllocationSummary = z.object({
   policy: PolicyName,
   version: z.number().int().positive(),
   epoch: z.number().int().nonnegative(),
-  shares: z.record(RegionName, z.number().min(0).max(1)),
-  leases: z.record(RegionName, LeaseSummary),
+  shares: replyRecord(RegionName, z.number().min(0).max(1)),
+  leases: replyRecord(RegionName, LeaseSummary),
   overrides: z.array(OverrideSummary),
   budget: z.object({ capacity: z.number(), refillPerSecond: z.number() }).optional(),
   /** Per region, the share and what it gives; present when the protocol engine runs. */
-  regions: z.record(RegionName, RegionAllocation).optional(),
+  regions: replyRecord(RegionName, RegionAllocation).optional(),
   /** The latest moves of the default share vector, newest first (at most 10). */
   moves: z.array(ShareMove).optional(),
 });
@@ -232,10 +232,10 @@ export type AllocationsResponse = z.infer<typeof AllocationsResponse>;
 /** One sample of a policy's allocation, taken every rebalance round. */
 export const AllocationSample = z.object({
   at: Instant,
-  shares: z.record(RegionName, Share),
-  demand: z.record(RegionName, Rate),
-  admitted: z.record(RegionName, Rate),
-  refused: z.record(RegionName, Rate),
+  shares: replyRecord(RegionName, Share),
+  demand: replyRecord(RegionName, Rate),
+  admitted: replyRecord(RegionName, Rate),
+  refused: replyRecord(RegionName, Rate),
 });
 export type AllocationSample = z.infer<typeof AllocationSample>;
 

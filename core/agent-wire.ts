@@ -4,6 +4,7 @@
  * client and the Fastify plugin, so both sides of the wire read the same schemas.
  */
 import { z } from 'zod';
+import { replyRecord } from './own-keys.js';
 import { isTokenCost, TokenCost } from './bucket-wire.js';
 import { ClassName, PolicyMode } from './policy.js';
 
@@ -162,7 +163,7 @@ export const DecisionResponse = z.object({
   retryAfterMs: z.number().min(0).nullable(),
   results: z.array(WireCheckResult),
   /** Headers a service should forward to its own client (`RateLimit-Policy`, `RateLimit`, `Retry-After`, …). */
-  headers: z.record(z.string(), z.string()),
+  headers: replyRecord(z.string(), z.string()),
   /** True when an idempotency record answered with the first decision; nothing was charged. */
   replayed: z.boolean().optional(),
 });

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { roundDerivedRate } from './admin-numbers.js';
 import { IPV4_PREFIX_BOUNDS, IPV6_PREFIX_BOUNDS, ipPrefixesOf, ipSubject } from './ip-subject.js';
+import { hasOwnKey, ownRecord, ownValue, setOwn } from './own-keys.js';
 
 /** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
 export const MAX_CAPACITY = 1e9;
@@ -184,8 +185,7 @@ const PolicyFields = z.strictObject({
    * Subject classes with limits of their own ("enterprise tenants get 10×"): a check names its class, or the
    * policy names the subject's in `subjects`; any other subject has the policy's own limits.
    */
-  classes: z
-    .record(ClassName, ClassLimits)
+  classes: ownRecord(ClassName, ClassLimits)
     .refine((c) => Object.keys(c).length <= MAX_CLASSES, `at most ${MAX_CLASSES} classes`)
     .optional(),
   /**
@@ -200,8 +200,7 @@ const PolicyFields = z.strictObject({
   /** Bits of an IPv6 address one subject of an `ip` policy covers (default 64: one customer's network). */
   ipv6Prefix: prefixLength('ipv6Prefix', IPV6_PREFIX_BOUNDS).optional(),
   /** Named subjects (as callers send them, before any hashing) and their class. */
-  subjects: z
-    .record(z.string().min(1).max(1024), ClassName)
+  subjects: ownRecord(z.string().min(1).max(1024), ClassName)
     .refine(
       (m) => Object.keys(m).length <= MAX_NAMED_SUBJECTS,
       `at most ${MAX_NAMED_SUBJECTS} named subjects`,
@@ -431,7 +430,7 @@ function checkClasses(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
     }
   }
   for (const [subject, cls] of Object.entries(p.subjects ?? {})) {
-    if (p.classes?.[cls] === undefined)
+    if (!hasOwnKey(p.classes, cls))
       issue(['subjects', subject], `class ${cls} is not one of the policy's classes`);
   }
 }
@@ -510,7 +509,11 @@ function fillDefaults<T extends PolicyFieldsOut>(
     classes = {};
     for (const [name, raw] of Object.entries(p.classes)) {
       const c = classLimitsOf(p, raw);
-      classes[name] = { capacity: c.capacity, refillPerSecond: c.refillPerSecond ?? 0, maxCost: c.maxCost };
+      setOwn(classes, name, {
+        capacity: c.capacity,
+        refillPerSecond: c.refillPerSecond ?? 0,
+        maxCost: c.maxCost,
+      });
       // One idle TTL serves every class's buckets: long enough for the slowest to refill.
       if (p.idleTtlSeconds === undefined)
         idleTtlSeconds = Math.max(idleTtlSeconds, defaultIdleTtl(c.capacity, c.refillPerSecond ?? 1));
@@ -536,7 +539,7 @@ export function withClass<P extends Pick<Policy, 'capacity' | 'refillPerSecond' 
   className: string | undefined,
 ): P {
   if (className === undefined) return policy;
-  const c = policy.classes?.[className];
+  const c = ownValue(policy.classes, className);
   if (c === undefined) throw new RangeError(`class ${className} is not defined`);
   return { ...policy, capacity: c.capacity, refillPerSecond: c.refillPerSecond, maxCost: c.maxCost };
 }

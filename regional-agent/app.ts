@@ -10,6 +10,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../core/clock.js';
 import { MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
+import { ownValue } from '../core/own-keys.js';
 import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
 import type { AgentConfig } from './config.js';
@@ -210,7 +211,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     trustProxy: trusted === undefined ? false : [...config.trustedProxies],
     requestIdHeader: false,
     genReqId: (req) => {
-      const sent = req.headers[config.requestIdHeader];
+      const sent = ownValue(req.headers, config.requestIdHeader);
       return typeof sent === 'string' && REQUEST_ID.test(sent) ? sent : randomUUID();
     },
     return503OnClosing: true,

@@ -6,6 +6,7 @@
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import { ownRecord, ownValue, setOwn } from '../core/own-keys.js';
 import {
   DEFAULT_BORROW_PLANNER,
   MAX_DRY_MEMORY_LIMIT,
@@ -62,11 +63,11 @@ const StaticShares = z.preprocess(
     for (const part of v.split(',').map((s) => s.trim())) {
       if (part.length === 0) continue;
       const at = part.indexOf('=');
-      out[at < 0 ? part : part.slice(0, at)] = at < 0 ? undefined : Number(part.slice(at + 1));
+      setOwn(out, at < 0 ? part : part.slice(0, at), at < 0 ? undefined : Number(part.slice(at + 1)));
     }
     return out;
   },
-  z.record(PolicyName, num(0, 1)),
+  ownRecord(PolicyName, num(0, 1)),
 );
 
 const HeaderName = z
@@ -292,8 +293,8 @@ export function loadConfig(
   const fields = Object.keys(AgentConfig.shape);
   const input: Record<string, unknown> = { ...fromFile };
   for (const field of fields) {
-    const value = env[envName(field)];
-    if (value !== undefined && value !== '') input[field] = value;
+    const value = ownValue(env, envName(field));
+    if (value !== undefined && value !== '') setOwn(input, field, value);
   }
   // Fields that may come from a file instead: the file's content, read as the field's value.
   const fromFiles: [file: string, field: string, read: (text: string) => unknown][] = [
@@ -301,14 +302,14 @@ export function loadConfig(
     ['hmacSecretFile', 'hmacSecret', (text) => text.trim()],
   ];
   for (const [fileField, field, read] of fromFiles) {
-    const path = input[fileField];
+    const path = ownValue(input, fileField);
     if (typeof path !== 'string') continue;
-    if (input[field] !== undefined) {
+    if (ownValue(input, field) !== undefined) {
       problems.push(`${envName(fileField)} and ${envName(field)} exclude each other`);
       continue;
     }
     try {
-      input[field] = read(readFile(path));
+      setOwn(input, field, read(readFile(path)));
     } catch (error) {
       problems.push(`${envName(fileField)} ${path}: ${(error as Error).message}`);
     }

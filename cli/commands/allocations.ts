@@ -3,6 +3,7 @@
  * tables (one row per policy and region; one row per agent) or as the API's JSON.
  */
 import { AllocationsResponse, RegionsResponse } from '../../core/admin-wire.js';
+import { ownValue } from '../../core/own-keys.js';
 import { UsageError, type Context } from '../context.js';
 import { parseFlags, positionals } from '../flags.js';
 import { percent, relative, table } from '../table.js';
@@ -30,8 +31,8 @@ export async function allocationsCommand(ctx: Context, argv: readonly string[]):
   const now = ctx.now();
   const rows = policies.flatMap((p) =>
     Object.entries(p.shares).map(([region, share]) => {
-      const lease = p.leases[region];
-      const r = p.regions?.[region];
+      const lease = ownValue(p.leases, region);
+      const r = ownValue(p.regions, region);
       return [
         p.policy,
         p.epoch,
@@ -84,7 +85,8 @@ export async function allocationsCommand(ctx: Context, argv: readonly string[]):
           m.epoch,
           m.reason,
           ...regions.map(
-            (r) => `${m.from === null ? '' : `${percent(m.from[r] ?? 0)} → `}${percent(m.to[r] ?? 0)}`,
+            (r) =>
+              `${m.from === null ? '' : `${percent(ownValue(m.from, r) ?? 0)} → `}${percent(ownValue(m.to, r) ?? 0)}`,
           ),
         ]),
       ),

@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { UsageError, type Context } from '../context.js';
+import { setOwn } from '../../core/own-keys.js';
 import { STACK_PORT_VARS } from '../../scripts/stack/config.js';
 
 export const STACK_USAGE = `usage:
@@ -51,7 +52,7 @@ export async function stackCommand(ctx: Context, argv: readonly string[]): Promi
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === '--help' || arg === '-h') return (ctx.say(STACK_USAGE), 0);
-    if (arg === '--any-ports') for (const name of STACK_PORT_VARS) env[name] = '0';
+    if (arg === '--any-ports') for (const name of STACK_PORT_VARS) setOwn(env, name, '0');
     else if (arg === '--state-file' || arg.startsWith('--state-file=')) {
       const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : argv[++i];
       if (value === undefined || value === '') throw new UsageError('--state-file needs a path', STACK_USAGE);

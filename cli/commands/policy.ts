@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { PolicyList, PolicyView } from '../../core/admin-wire.js';
 import { defaultIdleTtl, isLogKind } from '../../core/policy.js';
+import { ownValue, setOwn } from '../../core/own-keys.js';
 import { AdminApiError } from '../admin-client.js';
 import { UsageError, type Context } from '../context.js';
 import { numberFlag, parseFlags, positionals, stringFlag, type Parsed } from '../flags.js';
@@ -45,12 +46,12 @@ function fieldsFrom(parsed: Parsed, usage: string): Spec {
   const v = parsed.values;
   const out: Spec = {};
   const num = (flag: string, field: string) => {
-    const n = numberFlag(v[flag], `--${flag}`, usage);
-    if (n !== undefined) out[field] = n;
+    const n = numberFlag(ownValue(v, flag), `--${flag}`, usage);
+    if (n !== undefined) setOwn(out, field, n);
   };
   const str = (flag: string, field: string) => {
-    const s = stringFlag(v[flag]);
-    if (s !== undefined) out[field] = s;
+    const s = stringFlag(ownValue(v, flag));
+    if (s !== undefined) setOwn(out, field, s);
   };
   num('capacity', 'capacity');
   num('refill', 'refillPerSecond');
@@ -291,7 +292,7 @@ export function storedSpec(p: PolicyView): Spec {
       const spec: Record<string, number> = { ...c };
       if (isLogKind(p.kind) || p.kind === 'daily') delete spec['refillPerSecond'];
       if (c.maxCost === Math.min(1, c.capacity)) delete spec['maxCost'];
-      classes[name] = spec;
+      setOwn(classes, name, spec);
     }
     out['classes'] = classes;
   }

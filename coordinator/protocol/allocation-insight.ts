@@ -19,6 +19,7 @@ import type {
   ShareMove,
 } from '../../core/admin-wire.js';
 import type { AllocationView, RegionView } from '../../core/lease/allocation-views.js';
+import { ownValue, setOwn } from '../../core/own-keys.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import { shareOfBudget } from '../../core/share-sizing.js';
 import type { Usage } from '../../core/wire/protocol.js';
@@ -103,7 +104,9 @@ export class AllocationInsight {
     p.written = { ...view.shares };
     if (
       before !== null &&
-      !this.#regions.some((r) => Math.abs((before[r] ?? 0) - (view.shares[r] ?? 0)) > SAME)
+      !this.#regions.some(
+        (r) => Math.abs((ownValue(before, r) ?? 0) - (ownValue(view.shares, r) ?? 0)) > SAME,
+      )
     ) {
       return undefined;
     }
@@ -160,30 +163,30 @@ export class AllocationInsight {
     const refused = p === undefined ? {} : this.#rates(p.refused, now);
     const perRegion: Record<string, RegionAllocation> = {};
     for (const region of this.#regions) {
-      const share = view.shares[region] ?? 0;
-      const lease = view.leases[region];
+      const share = ownValue(view.shares, region) ?? 0;
+      const lease = ownValue(view.leases, region);
       const live = regions.find((r) => r.region === region)?.agents.filter((a) => !a.lapsed) ?? [];
       const renewed = live.reduce<number | null>(
         (latest, a) => (a.lastHeartbeatAt === null ? latest : Math.max(latest ?? 0, a.lastHeartbeatAt)),
         null,
       );
-      const pending = view.pending[region] ?? null;
+      const pending = ownValue(view.pending, region) ?? null;
       const gives = shareOfBudget(view.budget, share);
-      perRegion[region] = {
+      setOwn(perRegion, region, {
         share: roundShare(share),
         pending: pending === null ? null : roundShare(pending),
         capacity: floorAmount(gives.capacity),
         refillPerSecond: floorAmount(gives.refillPerSecond),
-        demandPerSecond: roundAmount(view.demand[region] ?? 0),
-        admittedPerSecond: admitted[region] ?? 0,
-        refusedPerSecond: refused[region] ?? 0,
+        demandPerSecond: roundAmount(ownValue(view.demand, region) ?? 0),
+        admittedPerSecond: ownValue(admitted, region) ?? 0,
+        refusedPerSecond: ownValue(refused, region) ?? 0,
         lease: {
           expiresAt: iso(lease?.expiresAt ?? null),
           acked: lease?.acked ?? true,
           holders: live.map((a) => a.instance).sort(),
           renewedAt: iso(renewed),
         },
-      };
+      });
     }
     return {
       policy: view.policy,

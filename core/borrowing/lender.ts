@@ -3,6 +3,7 @@
  * tokens, and what its reply teaches the borrower. The agent (over NATS and Redis) and the simulator (over its
  * network and in-memory buckets) call these, so a loan means the same thing in both.
  */
+import { hasOwnKey } from '../own-keys.js';
 import { withClass, type Policy } from '../policy.js';
 import { sizedBucket } from '../share-sizing.js';
 import type { RegionalShare } from '../shares.js';
@@ -50,7 +51,7 @@ export function acceptLoan(
     };
   }
   if (request.class === undefined) return { policy };
-  if (policy.classes?.[request.class] === undefined)
+  if (!hasOwnKey(policy.classes, request.class))
     return { error: 'unknown_class', message: `${policy.name} has no class ${request.class} here` };
   return { policy: withClass(policy, request.class) };
 }

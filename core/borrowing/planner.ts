@@ -173,8 +173,9 @@ export class BorrowPlanner {
     const candidates: { lender: string; expected: number }[] = [];
     const held: string[] = [];
     const dry: string[] = [];
-    for (const lender of Object.keys(need.shares).sort()) {
-      const share = need.shares[lender] ?? 0;
+    for (const [lender, share] of Object.entries(need.shares).sort(([a], [b]) =>
+      a < b ? -1 : a > b ? 1 : 0,
+    )) {
       if (lender === need.borrower || !(share > 0)) continue;
       const entry = this.#peek(need, lender);
       if (entry !== undefined && entry.dryUntil > now) {

@@ -14,6 +14,7 @@
  */
 import { defaultLeaseSettings } from './settings.js';
 import type { Clock } from '../clock.js';
+import { hasOwnKey, ownValue } from '../own-keys.js';
 import type { RegionalShare, ShareView } from '../shares.js';
 import type { AllocationRecord, Renewal } from '../wire/protocol.js';
 import {
@@ -120,11 +121,10 @@ export class AgentLease implements ShareView {
     if (record === null) this.#records.delete(policy);
     else this.#records.set(policy, { record, revision });
     this.#applied = Math.max(this.#applied, revision);
-    if (record !== null && record.default.pending[this.region] !== undefined)
+    if (record !== null && hasOwnKey(record.default.pending, this.region))
       this.#wantAck = Math.max(this.#wantAck, revision);
-    for (const subject of Object.keys(record?.overrides ?? {})) {
-      if (record!.overrides[subject]!.pending[this.region] !== undefined)
-        this.#wantAck = Math.max(this.#wantAck, revision);
+    for (const unit of Object.values(record?.overrides ?? {})) {
+      if (hasOwnKey(unit.pending, this.region)) this.#wantAck = Math.max(this.#wantAck, revision);
     }
     this.#noteIssued(policy, before, record, revision, now);
     this.#releaseHeldRenewal();
@@ -224,9 +224,13 @@ export class AgentLease implements ShareView {
     const mode = this.#observeMode(now);
     if (mode === 'none') return undefined;
     const { record } = entry;
-    const override = record.overrides[subject];
+    const override = ownValue(record.overrides, subject);
     const unit = override ?? record.default;
-    const share = inForceShare(unit.shares[this.region] ?? 0, record.safe[this.region] ?? 0, mode);
+    const share = inForceShare(
+      ownValue(unit.shares, this.region) ?? 0,
+      ownValue(record.safe, this.region) ?? 0,
+      mode,
+    );
     const key = override === undefined ? policy : unitKey(policy, subject);
     const floor = this.#history.floor(key, share, record.idleTtlSeconds * 1000, now);
     const out: RegionalShare =
@@ -239,7 +243,7 @@ export class AgentLease implements ShareView {
   regionShares(policy: string, subject: string): Readonly<Record<string, number>> | undefined {
     const record = this.#records.get(policy)?.record;
     if (record === undefined) return undefined;
-    return (record.overrides[subject] ?? record.default).shares;
+    return (ownValue(record.overrides, subject) ?? record.default).shares;
   }
 
   enter(_policy: string): () => void {
@@ -331,17 +335,17 @@ export class AgentLease implements ShareView {
     this.#mode = mode;
     if (mode === 'none') return mode;
     for (const [policy, { record }] of this.#records) {
-      const safe = record.safe[this.region] ?? 0;
+      const safe = ownValue(record.safe, this.region) ?? 0;
       this.#history.push(
         policy,
-        inForceShare(record.default.shares[this.region] ?? 0, safe, mode),
+        inForceShare(ownValue(record.default.shares, this.region) ?? 0, safe, mode),
         at,
         record.idleTtlSeconds,
       );
       for (const [subject, unit] of Object.entries(record.overrides)) {
         this.#history.push(
           unitKey(policy, subject),
-          inForceShare(unit.shares[this.region] ?? 0, safe, mode),
+          inForceShare(ownValue(unit.shares, this.region) ?? 0, safe, mode),
           at,
           record.idleTtlSeconds,
         );
@@ -372,14 +376,14 @@ export class AgentLease implements ShareView {
           ? undefined
           : subject === ''
             ? record.default
-            : (record.overrides[subject] ?? record.default);
-      const issued = unit?.shares[this.region] ?? 0;
+            : (ownValue(record.overrides, subject) ?? record.default);
+      const issued = ownValue(unit?.shares, this.region) ?? 0;
       if (record !== null) {
         // Before the first lease nothing is decided: no share was in force, so none enters the history.
         if (mode !== 'none') {
           this.#history.push(
             key,
-            inForceShare(issued, record.safe[this.region] ?? 0, mode),
+            inForceShare(issued, ownValue(record.safe, this.region) ?? 0, mode),
             now,
             record.idleTtlSeconds,
           );

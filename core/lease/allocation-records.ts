@@ -3,20 +3,21 @@
  * pending shrinks, watch list), and back from a record after a restart.
  */
 import type { Policy } from '../policy.js';
+import { ownRecordOf, ownValue, setOwn } from '../own-keys.js';
 import type { AllocationRecord, UnitRecord } from '../wire/protocol.js';
 import type { PolicyState, Unit } from './allocation-state.js';
 
 /** Shares by region name. */
 export function byRegion(regions: readonly string[], shares: readonly number[]): Record<string, number> {
   const out: Record<string, number> = {};
-  for (let i = 0; i < regions.length; i++) out[regions[i]!] = shares[i]!;
+  for (let i = 0; i < regions.length; i++) setOwn(out, regions[i]!, shares[i]!);
   return out;
 }
 
 function unitRecord(regions: readonly string[], unit: Unit): UnitRecord {
   const pending: Record<string, number> = {};
   unit.pending.forEach((p, r) => {
-    if (p !== undefined) pending[regions[r]!] = p;
+    if (p !== undefined) setOwn(pending, regions[r]!, p);
   });
   return { shares: byRegion(regions, unit.shares), pending, epoch: unit.epoch };
 }
@@ -34,7 +35,7 @@ export function policyRecord(
     safe: byRegion(regions, safe),
     idleTtlSeconds: state.policy.idleTtlSeconds,
     default: unitRecord(regions, state.base),
-    overrides: Object.fromEntries([...state.overrides].map(([s, u]) => [s, unitRecord(regions, u)])),
+    overrides: ownRecordOf([...state.overrides].map(([s, u]) => [s, unitRecord(regions, u)])),
     ...(state.watch.length > 0 ? { watch: [...state.watch] } : {}),
     updatedAt: state.updatedAt,
   };
@@ -42,9 +43,9 @@ export function policyRecord(
 
 /** A unit as a record at KV `revision` left it; the revision carries every pending shrink. */
 export function restoredUnit(regions: readonly string[], u: UnitRecord, revision: number, now: number): Unit {
-  const pending = regions.map((r) => u.pending[r]);
+  const pending = regions.map((r) => ownValue(u.pending, r));
   return {
-    shares: regions.map((r) => u.shares[r] ?? 0),
+    shares: regions.map((r) => ownValue(u.shares, r) ?? 0),
     pending,
     pendingRevision: pending.some((p) => p !== undefined) ? revision : undefined,
     pendingSeq: 0,

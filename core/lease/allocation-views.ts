@@ -3,6 +3,7 @@
  * data, built on each call from the coordinator's state; nothing here changes it, and a view shares nothing
  * with it.
  */
+import { setOwn } from '../own-keys.js';
 import type { PolicyKind } from '../policy.js';
 import type { AgentRoster } from './agent-roster.js';
 import { byRegion } from './allocation-records.js';
@@ -58,7 +59,7 @@ export function allocationView(
 ): AllocationView {
   const leases: AllocationView['leases'] = {};
   regions.forEach((region, r) => {
-    leases[region] = { expiresAt: roster.leaseExpiry(r), acked: state.base.pending[r] === undefined };
+    setOwn(leases, region, { expiresAt: roster.leaseExpiry(r), acked: state.base.pending[r] === undefined });
   });
   return {
     policy: state.policy.name,

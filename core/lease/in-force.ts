@@ -4,6 +4,7 @@
  * checkers in tests and the simulator, every change of the share in force of each unit, in-flight decisions of
  * older records included.
  */
+import { ownValue } from '../own-keys.js';
 import type { AllocationRecord } from '../wire/protocol.js';
 import { overridePrefix, splitUnitKey, unitKey } from './share-history.js';
 
@@ -142,7 +143,7 @@ export class InForceObserver {
     }
     const current = new Map<string, number>();
     for (const [policy, { record }] of records) {
-      const safe = record.safe[region] ?? 0;
+      const safe = ownValue(record.safe, region) ?? 0;
       const subjects = new Set(['', ...Object.keys(record.overrides)]);
       const prefix = overridePrefix(policy);
       for (const key of this.#issuedSince.keys()) {
@@ -152,8 +153,9 @@ export class InForceObserver {
       }
       for (const subject of subjects) {
         const key = unitKey(policy, subject);
-        const unit = subject === '' ? record.default : (record.overrides[subject] ?? record.default);
-        let share = inForceShare(unit.shares[region] ?? 0, safe, mode);
+        const unit =
+          subject === '' ? record.default : (ownValue(record.overrides, subject) ?? record.default);
+        let share = inForceShare(ownValue(unit.shares, region) ?? 0, safe, mode);
         // In-flight decisions of older records count at what they may be deciding with: the issued share they
         // started under if they started with a valid lease, at most the safe share otherwise. The last entry is
         // the current record, already counted above.

@@ -17,6 +17,7 @@
  * the grace period ends. A restarted coordinator grows nothing for one lease (learning mode).
  */
 import type { Clock } from '../clock.js';
+import { ownValue } from '../own-keys.js';
 import type { Policy } from '../policy.js';
 import { subjectDemand } from '../usage-accounting.js';
 import {
@@ -115,7 +116,7 @@ export class LeaseCoordinator {
       options.rebalance === undefined ? defaultRebalanceSettings : RebalanceSettings.parse(options.rebalance);
     this.lease = options.lease === undefined ? defaultLeaseSettings : LeaseSettings.parse(options.lease);
     this.#ackTimeoutMs = ackTimeoutMs(this.lease, this.settings.roundMs);
-    this.safe = this.regions.map((r) => options.safeShares?.[r] ?? 1 / this.regions.length);
+    this.safe = this.regions.map((r) => ownValue(options.safeShares, r) ?? 1 / this.regions.length);
     const safeSum = this.safe.reduce((a, b) => a + b, 0);
     if (this.safe.some((s) => !(s >= 0 && s <= 1)) || safeSum > 1 + EPSILON) {
       throw new RangeError(`safe shares must be in [0, 1] and sum to at most 1 (got ${safeSum})`);

@@ -24,7 +24,8 @@ export function shareSum(shares: readonly number[]): number {
 
 /** True when a sum of shares in force would admit more than the budget. */
 export function sumExceedsBudget(sum: number): boolean {
-  return sum > 1 + SHARE_SUM_TOLERANCE;
+  // Written so that NaN (a share that is no number) exceeds: a sum that cannot be read is no sum within budget.
+  return !(sum <= 1 + SHARE_SUM_TOLERANCE);
 }
 
 /** True when the shares in force would admit more than the budget. */

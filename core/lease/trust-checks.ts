@@ -7,6 +7,7 @@
  */
 import type { AllocationRecord, Renewal, UnitRecord } from '../wire/protocol.js';
 import { settingRange } from '../setting-range.js';
+import { ownValue } from '../own-keys.js';
 import { defaultLeaseSettings, LeaseSettings } from './settings.js';
 import { shareSum, sumExceedsBudget } from './shares-in-force.js';
 
@@ -39,7 +40,7 @@ export const defaultRenewalBounds: RenewalBounds = {
 function unitClaim(unit: UnitRecord): number {
   let sum = 0;
   const regions = new Set([...Object.keys(unit.shares), ...Object.keys(unit.pending)]);
-  for (const r of regions) sum += Math.max(unit.shares[r] ?? 0, unit.pending[r] ?? 0);
+  for (const r of regions) sum += Math.max(ownValue(unit.shares, r) ?? 0, ownValue(unit.pending, r) ?? 0);
   return sum;
 }
 

@@ -9,6 +9,7 @@
  * finished, it acknowledges that revision (`ackRevision`) in an ack message and in every heartbeat.
  */
 import { z } from 'zod';
+import { ownRecord } from '../own-keys.js';
 import { PolicyName, RegionName } from '../policy.js';
 import { KvNamespace } from './kv.js';
 
@@ -171,7 +172,7 @@ export const Bye = z.strictObject({ agentId: AgentId, region: RegionName });
 export type Bye = z.infer<typeof Bye>;
 
 const Share = z.number().min(0).max(1);
-const ShareByRegion = z.record(RegionName, Share);
+const ShareByRegion = ownRecord(RegionName, Share);
 
 /** One allocation unit: the default vector of a policy, or a per-subject override. */
 export const UnitRecord = z.strictObject({
@@ -196,7 +197,7 @@ export const AllocationRecord = z.strictObject({
   idleTtlSeconds: z.number().int().positive(),
   default: UnitRecord,
   /** Per-subject overrides (capped), by normalized subject. */
-  overrides: z.record(ReportedSubject, UnitRecord),
+  overrides: ownRecord(ReportedSubject, UnitRecord),
   /** Subjects every agent reports for this policy each interval (override candidates and overrides). */
   watch: z.array(ReportedSubject).max(MAX_WATCHED_PER_POLICY).optional(),
   updatedAt: z.number(),

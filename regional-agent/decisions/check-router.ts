@@ -2,6 +2,7 @@ import { checksOf, type DecisionRequest } from '../../core/agent-wire.js';
 import { dailyKey, sizedDay } from '../../core/daily-budget.js';
 import { ipPrefixesOf, ipSubject } from '../../core/ip-subject.js';
 import { bucketKey, shardKey } from '../../core/keys.js';
+import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { isLogKind, withClass, type Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import { sizedBucket } from '../../core/share-sizing.js';
@@ -218,10 +219,10 @@ function assertOneRequest(checks: readonly PreparedCheck[]): void {
  */
 function classOf(policy: Policy, rawSubject: string, requested: string | undefined): string | undefined {
   if (requested !== undefined) {
-    if (policy.classes?.[requested] === undefined) {
+    if (!hasOwnKey(policy.classes, requested)) {
       throw new AgentErrors.AGT_ERR_UNKNOWN_CLASS(requested, policy.name);
     }
     return requested;
   }
-  return policy.subjects === undefined ? undefined : policy.subjects[rawSubject];
+  return ownValue(policy.subjects, rawSubject);
 }

@@ -10,6 +10,7 @@
 import type { Logger } from 'pino';
 import type { DecisionRequest } from '../../core/agent-wire.js';
 import type { Clock } from '../../core/clock.js';
+import { hasOwnKey } from '../../core/own-keys.js';
 import { isLogKind, withClass } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import type { ShareView } from '../../core/shares.js';
@@ -156,7 +157,7 @@ export class DecisionService {
     for (const c of request.checks) {
       const named = policies.get(c.policy);
       if (named === undefined) return { error: 'unknown_policy', message: `unknown policy ${c.policy}` };
-      if (c.class !== undefined && named.classes?.[c.class] === undefined) {
+      if (c.class !== undefined && !hasOwnKey(named.classes, c.class)) {
         return {
           error: 'invalid_request',
           message: `class ${c.class} is not one of the classes of ${c.policy}`,

@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { DecisionCheck } from '../../core/agent-wire.js';
 import { ipPrefixesOf } from '../../core/ip-subject.js';
+import { ownValue } from '../../core/own-keys.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import { RlsRequest, type RlsResponse } from '../../core/wire/rls.js';
 import type { DecisionService } from '../decisions/decision-service.js';
@@ -152,7 +153,7 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
       } catch (error) {
         if (error instanceof RlsError) throw error;
         const code = (error as AgentError).code;
-        const status = typeof code === 'string' ? STATUS_OF_CODE[code] : undefined;
+        const status = typeof code === 'string' ? ownValue(STATUS_OF_CODE, code) : undefined;
         if (status !== undefined) return refuse(new RlsError(status, (error as Error).message, code));
         log.error({ err: error }, 'rate-limit request failed');
         return refuse(new RlsError('INTERNAL', 'internal error', 'AGT_ERR_INTERNAL'));

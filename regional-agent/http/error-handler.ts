@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { AgentErrors, type AgentError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import { retryAfterSeconds } from '../resilience/admission.js';
@@ -25,8 +26,8 @@ export function installErrorHandling(
   app.setErrorHandler((raw: FastifyError & AgentError, request, reply) => {
     let error: AgentError = raw;
     if (raw.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = new AgentErrors.AGT_ERR_BODY_TOO_LARGE(bodyLimit);
-    else if (raw.code !== undefined && FRAMEWORK_CODES[raw.code] !== undefined)
-      error = FRAMEWORK_CODES[raw.code]!();
+    else if (typeof raw.code === 'string' && hasOwnKey(FRAMEWORK_CODES, raw.code))
+      error = ownValue(FRAMEWORK_CODES, raw.code)!();
     else if (raw instanceof SyntaxError && raw.statusCode === 400)
       error = new AgentErrors.AGT_ERR_MALFORMED_JSON();
     const status = error.statusCode ?? 500;

@@ -7,6 +7,7 @@ import type {
 } from 'fastify';
 import { ForwardAuthProxy, ForwardAuthQuery } from '../../core/agent-wire.js';
 import { clientAddressSubject, ipPrefixesOf } from '../../core/ip-subject.js';
+import { ownValue } from '../../core/own-keys.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { AgentErrors, withProblems } from '../errors.js';
@@ -120,7 +121,7 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
       const problems = query.error.issues.map((i) => `${i.path.join('.') || 'query'}: ${i.message}`);
       throw withProblems(new AgentErrors.AGT_ERR_INVALID_QUERY(problems.join('; ')), problems);
     }
-    const header = request.headers[subjectHeader];
+    const header = ownValue(request.headers, subjectHeader);
     const sent = typeof header === 'string' && header.length > 0 ? header : undefined;
     const policy = policies.current().get(query.data.policy);
     // The peer is a trusted proxy: its X-Forwarded-For names the client (request.ip walks the chain from the

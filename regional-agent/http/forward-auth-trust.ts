@@ -7,6 +7,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
+import { ownValue } from '../../core/own-keys.js';
 import { AgentErrors } from '../errors.js';
 
 export interface ForwardAuthTrustConfig {
@@ -37,7 +38,7 @@ export function forwardAuthTrust(
       );
     }
     if (secret === undefined) return;
-    const sent = request.headers[header];
+    const sent = ownValue(request.headers, header);
     // Digests have one length, so the comparison takes the same time whatever was sent.
     if (typeof sent !== 'string' || !timingSafeEqual(digest(sent), secret)) {
       throw new AgentErrors.AGT_ERR_UNTRUSTED_PROXY(`the shared secret header ${header} is missing or wrong`);

@@ -1,12 +1,13 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
+import { ownRecord } from '../../core/own-keys.js';
 import { PolicyName, PolicySpec, type Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 
 /** The policies file: `{ "policies": { "<name>": { …policy body… } } }`. */
 export const PoliciesFile = z.strictObject({
-  policies: z.record(PolicyName, z.unknown()),
+  policies: ownRecord(PolicyName, z.unknown()),
 });
 
 /** The file could not be read or holds invalid policies; `problems` lists every one. */

@@ -3,6 +3,7 @@
  * class's capacity and refill when the policy's `subjects` names one (core/policy.ts `withClass`), else the
  * policy itself. Every strategy, the ideal oracle and the over-admission measure size a subject by it.
  */
+import { ownValue } from '../../core/own-keys.js';
 import { withClass, type Policy } from '../../core/policy.js';
 import type { Settings } from '../settings.js';
 import { subjectName } from '../dynamic/subject-name.js';
@@ -57,8 +58,7 @@ export class SubjectPolicies {
 
   /** The class of `subject`, undefined for the policy's own limits. */
   classOf(subject: number): string | undefined {
-    const subjects = this.policy.subjects;
-    return subjects === undefined ? undefined : subjects[subjectName(subject)];
+    return ownValue(this.policy.subjects, subjectName(subject));
   }
 
   /** The policy as `subject` sees it (the policy itself when it has no class). */

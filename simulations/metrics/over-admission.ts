@@ -5,6 +5,7 @@
  * window [t, t + W] always starts at an admission, so a two-pointer pass over each subject's sorted admissions
  * visits every candidate.
  */
+import { ownValue, setOwn } from '../../core/own-keys.js';
 
 /** Windows of docs/design.md, seconds. */
 export const OVER_ADMISSION_WINDOWS_S = [1, 10, 60] as const;
@@ -117,7 +118,7 @@ export function overAdmission(
       const allowed = own.capacity * 1e6 + own.refillPerSecond * windowUs;
       const { sum, startUs } = fullestWindow(times, costs, windowUs);
       const r = sum / allowed;
-      if (r > byWindow[`${w}s`]!) byWindow[`${w}s`] = r;
+      if (r > (ownValue(byWindow, `${w}s`) ?? 0)) setOwn(byWindow, `${w}s`, r);
       if (r > ratio) {
         ratio = r;
         worst = { subject, windowS: w, startUs, admittedMicro: sum };

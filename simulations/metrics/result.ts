@@ -2,6 +2,7 @@
  * One object of results.json: a strategy's run of a scenario. Counts are requests unless named `…Cost` (tokens).
  */
 import { z } from 'zod';
+import { ownRecord } from '../../core/own-keys.js';
 
 const count = z.number().int().min(0);
 const latency = z.strictObject({ p50: z.number(), p99: z.number(), max: z.number() });
@@ -15,7 +16,7 @@ export const StrategyResult = z.strictObject({
   sweep: z.strictObject({ setting: z.string(), value: z.union([z.number(), z.string()]) }).optional(),
   /** Max over subjects and windows (1, 10, 60 s) of admitted(W) / (C + R·W). */
   overAdmission: z.number(),
-  overAdmissionByWindow: z.record(z.string(), z.number()),
+  overAdmissionByWindow: ownRecord(z.string(), z.number()),
   /** Where the worst window was (subject id, window, start), null when nothing was admitted. */
   worstWindow: z
     .strictObject({ subject: z.number(), windowS: z.number(), startS: z.number(), admitted: z.number() })
@@ -71,12 +72,12 @@ export const StrategyResult = z.strictObject({
   falseDenials: count,
   falseAdmissions: count,
   /** Degraded decisions by reason (home_unreachable, emergency_bucket). */
-  degraded: z.record(z.string(), count),
+  degraded: ownRecord(z.string(), count),
   /** Strategy-specific counters (lostGrants: grants whose reply never reached the client in time). */
-  counters: z.record(z.string(), count),
+  counters: ownRecord(z.string(), count),
   network: z.strictObject({ control: count, data: count, lost: count, dropped: count }),
   /** Most live bucket keys seen in each region's store. */
-  peakKeys: z.record(z.string(), count),
+  peakKeys: ownRecord(z.string(), count),
   /**
    * Largest sum over regions of the shares in force at the agents (1 = budget conserved), over every change the
    * strategy reported and every allocation unit (the policy's vector and per-subject overrides); null without a
@@ -86,7 +87,7 @@ export const StrategyResult = z.strictObject({
   /** Simulated seconds during which some unit's shares in force summed above 1; null without a regional split. */
   shareSumAboveOneS: z.number().nullable(),
   durationS: z.number(),
-  settings: z.record(z.string(), z.union([z.number(), z.string()])),
+  settings: ownRecord(z.string(), z.union([z.number(), z.string()])),
 });
 export type StrategyResult = z.infer<typeof StrategyResult>;
 

@@ -2,6 +2,7 @@
  * Just enough of the Prometheus text exposition format to read the services' counters: `name{label="v",…} value`
  * lines, comments skipped. (prom-client writes the format but does not read it.)
  */
+import { ownValue, setOwn } from '../../core/own-keys.js';
 
 /** One sample: a metric name, its labels and value. */
 export interface MetricSample {
@@ -25,7 +26,11 @@ export function parsePrometheusText(text: string): MetricSample[] {
     const labels: Record<string, string> = {};
     for (const l of (m[2] ?? '').matchAll(LABEL))
       // One pass: in `\\n` the escaped backslash is taken first, so the `n` after it stays a letter.
-      labels[l[1]!] = l[2]!.replace(/\\(["\\n])/g, (_, c: string) => (c === 'n' ? '\n' : c));
+      setOwn(
+        labels,
+        l[1]!,
+        l[2]!.replace(/\\(["\\n])/g, (_, c: string) => (c === 'n' ? '\n' : c)),
+      );
     out.push({ name: m[1]!, labels, value });
   }
   return out;
@@ -40,7 +45,7 @@ export function sumOf(
   let sum = 0;
   for (const s of samples) {
     if (s.name !== name) continue;
-    if (Object.entries(where).every(([k, v]) => s.labels[k] === v)) sum += s.value;
+    if (Object.entries(where).every(([k, v]) => ownValue(s.labels, k) === v)) sum += s.value;
   }
   return sum;
 }

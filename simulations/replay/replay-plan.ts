@@ -12,6 +12,7 @@ import { AgentConfig, DEFAULT_DECISION_DEADLINE_MS } from '../../regional-agent/
 import { ZodError } from 'zod';
 import { defaultLeaseSettings, LeaseSettings } from '../../core/lease/settings.js';
 import { PolicySpec, type PolicyMode, type PolicySpecInput } from '../../core/policy.js';
+import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { defaultRebalanceSettings, RebalanceSettings } from '../../core/rebalance/settings.js';
 import { settingRange } from '../../core/setting-range.js';
 import { STACK_REGIONS } from '../../scripts/stack/config.js';
@@ -159,7 +160,7 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
     throw new SimConfigError('--real-stack replays one scenario at a time (give one --scenario)');
   if (o.sweep !== undefined) throw new SimConfigError('--real-stack does not sweep: drop --sweep');
   const scenario = o.scenarios[0]!;
-  const unsupported = UNSUPPORTED_SCENARIOS[scenario.name];
+  const unsupported = ownValue(UNSUPPORTED_SCENARIOS, scenario.name);
   if (unsupported !== undefined) problems.push(`--real-stack cannot replay ${scenario.name}: ${unsupported}`);
   const regions = regionsOf(o.regionCount);
   if (regions.join(',') !== STACK_REGIONS.join(','))
@@ -173,8 +174,8 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
       `--real-stack needs a strategy the stack enforces: ${Object.keys(REPLAY_MODES).join(', ')}`,
     );
   for (const s of strategies) {
-    if (REPLAY_MODES[s.name] !== undefined) continue;
-    const why = UNSUPPORTED_STRATEGIES[s.name] ?? 'the stack has no counterpart';
+    if (hasOwnKey(REPLAY_MODES, s.name)) continue;
+    const why = ownValue(UNSUPPORTED_STRATEGIES, s.name) ?? 'the stack has no counterpart';
     problems.push(
       `--real-stack cannot replay ${s.name}: ${why} (replayable: ${Object.keys(REPLAY_MODES).join(', ')})`,
     );

@@ -4,6 +4,7 @@
  * replay measured beside the metrics (compression, wall time, send lag, control messages).
  */
 import { z } from 'zod';
+import { ownRecord } from '../../core/own-keys.js';
 import { runSimulation, type RunSpec } from '../engine/run.js';
 import { roundMetric, sortedRecord, type RunSeries } from '../metrics/recorder.js';
 import { percentile } from '../metrics/percentiles.js';
@@ -50,7 +51,7 @@ export const ReplayDetails = z.strictObject({
   /** Samples of the issued shares (GET /v1/allocations) behind `maxShareSum` and the shares chart. */
   shareSamples: z.number().int().min(0),
   /** Protocol timers the stack ran with, wall ms. */
-  wallTiming: z.record(z.string(), z.number()),
+  wallTiming: ownRecord(z.string(), z.number()),
 });
 export type ReplayDetails = z.infer<typeof ReplayDetails>;
 

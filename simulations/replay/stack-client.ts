@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { AllocationsResponse } from '../../core/admin-wire.js';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import type { PolicySpecInput } from '../../core/policy.js';
+import { ownValue } from '../../core/own-keys.js';
 import { parsePrometheusText, type MetricSample } from './prometheus-text.js';
 import { ReplayError, ReplayInterrupted } from './replay-errors.js';
 import type { StackEndpoints } from './stack-session.js';
@@ -65,7 +66,7 @@ export class StackClient {
     }
     const parsed = AllocationsResponse.safeParse(await r.json());
     const entry = parsed.success ? parsed.data.policies.find((p) => p.policy === policy) : undefined;
-    return entry === undefined ? undefined : regions.map((region) => entry.shares[region] ?? 0);
+    return entry === undefined ? undefined : regions.map((region) => ownValue(entry.shares, region) ?? 0);
   }
 
   coordinatorMetrics(): Promise<MetricSample[]> {

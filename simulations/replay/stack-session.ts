@@ -11,6 +11,7 @@ import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
+import { ownRecord, ownValue, setOwn } from '../../core/own-keys.js';
 import { STACK_PORT_VARS, STACK_REGIONS } from '../../scripts/stack/config.js';
 import { SimConfigError } from '../errors.js';
 import { ReplayError, ReplayInterrupted } from './replay-errors.js';
@@ -40,8 +41,8 @@ export interface StackSession {
 /** The part of the launcher's state file the replay reads (scripts/stack/launcher.ts StackState). */
 const StateFile = z.object({
   coordinator: z.url(),
-  agents: z.record(z.string(), z.url()),
-  redis: z.record(z.string(), z.string()),
+  agents: ownRecord(z.string(), z.url()),
+  redis: ownRecord(z.string(), z.string()),
 });
 
 /** How long a started stack may take to be ready before the replay gives up (the launcher waits 90 s per service). */
@@ -54,7 +55,7 @@ export function conflictingEnv(
   env: Readonly<Record<string, string | undefined>>,
   reserved: readonly string[],
 ): void {
-  const set = reserved.filter((name) => env[name] !== undefined && env[name] !== '');
+  const set = reserved.filter((name) => (ownValue(env, name) ?? '') !== '');
   if (set.length > 0)
     throw new SimConfigError(
       `--real-stack sets ${set.join(', ')} itself (from --compress and the settings): unset ${set.length === 1 ? 'it' : 'them'} or use --set`,
@@ -112,9 +113,9 @@ export async function startStack(o: StartOptions): Promise<StackSession> {
   const adminToken = o.env['QP_ADMIN_TOKEN'] || randomBytes(24).toString('hex');
   const readToken = o.env['QP_READ_TOKEN'] || undefined;
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(o.env)) if (v !== undefined) env[k] = v;
+  for (const [k, v] of Object.entries(o.env)) if (v !== undefined) setOwn(env, k, v);
   // Unset ports get 0 (any free port), so a replay never meets a stack on 7100.
-  for (const name of STACK_PORT_VARS) if (env[name] === undefined || env[name] === '') env[name] = '0';
+  for (const name of STACK_PORT_VARS) if ((ownValue(env, name) ?? '') === '') setOwn(env, name, '0');
   Object.assign(env, o.stackEnv, {
     QP_ADMIN_TOKEN: adminToken,
     QP_STACK_SEED: 'false',

@@ -2,6 +2,7 @@
  * The charts of a run: admitted rate against the budget over time (the hottest subject, then every subject
  * together), shares over time per strategy, and for sweeps the overshoot / false-denial trade-off.
  */
+import { ownValue } from '../../core/own-keys.js';
 import type { RunSeries } from '../metrics/recorder.js';
 import type { StrategyResult } from '../metrics/result.js';
 import { svgDocument, type ChartOptions, type Series } from './svg.js';
@@ -27,7 +28,7 @@ const REGION_COLORS = [
 ];
 
 export function strategyColor(name: string, index: number): string {
-  return STRATEGY_COLORS[name] ?? EXTRA_COLORS[index % EXTRA_COLORS.length]!;
+  return ownValue(STRATEGY_COLORS, name) ?? EXTRA_COLORS[index % EXTRA_COLORS.length]!;
 }
 
 /** One run of a strategy, with what its charts need. */
@@ -186,7 +187,7 @@ export function tradeoffChart(results: readonly StrategyResult[]): ChartOptions[
  * capacity and refill come from the first run's settings.
  */
 export function runChartFiles(runs: readonly ChartRun[]): { name: string; svg: string }[] {
-  const setting = (name: string) => Number(runs[0]?.result.settings[name] ?? 0);
+  const setting = (name: string) => Number(ownValue(runs[0]?.result.settings, name) ?? 0);
   const files = [
     {
       name: 'admitted.svg',

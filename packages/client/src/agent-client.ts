@@ -16,6 +16,7 @@ import {
   type WireCheckResult,
   LeaseReleaseResponse,
 } from '../../../core/agent-wire.js';
+import { ownValue, setOwn } from '../../../core/own-keys.js';
 import {
   ReservationResponse,
   SettlementResponse,
@@ -280,7 +281,7 @@ export class AgentClient {
       return answer;
     } catch (error) {
       if (error instanceof AgentRequestError) {
-        this.#stats.refused[error.code] = (this.#stats.refused[error.code] ?? 0) + 1;
+        setOwn(this.#stats.refused, error.code, (ownValue(this.#stats.refused, error.code) ?? 0) + 1);
         throw error;
       }
       const unavailable =
@@ -315,8 +316,9 @@ export class AgentClient {
     const local: { at: number; check: FallbackCheck }[] = [];
     let closed = false;
     checks.forEach((c, at) => {
-      const mode = typeof override === 'string' ? override : (override?.[c.policy] ?? this.#modeOf(c.policy));
-      const bucket = this.#policies[c.policy]?.fallback ?? this.#fallbackBucket;
+      const mode =
+        typeof override === 'string' ? override : (ownValue(override, c.policy) ?? this.#modeOf(c.policy));
+      const bucket = ownValue(this.#policies, c.policy)?.fallback ?? this.#fallbackBucket;
       if (mode === 'local' && bucket !== undefined) {
         local.push({ at, check: { policy: c.policy, subject: c.subject, cost: c.cost ?? 1, bucket } });
         results[at] = { policy: c.policy, allowed: false, resetMs: null, retryAfterMs: 0 };
@@ -400,7 +402,7 @@ export class AgentClient {
   }
 
   #modeOf(policy: string): FailureMode {
-    return this.#policies[policy]?.onUnavailable ?? this.#mode;
+    return ownValue(this.#policies, policy)?.onUnavailable ?? this.#mode;
   }
 
   async #call(payload: string, requestId: string | undefined): Promise<DecisionResponse> {

@@ -22,6 +22,7 @@ import {
   type DecisionCheck,
   type Problem,
 } from '../../../core/agent-wire.js';
+import { setOwn } from '../../../core/own-keys.js';
 import {
   AgentRequestError,
   AgentUnavailableError,
@@ -95,7 +96,7 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
   const modes: Record<string, FailureMode> = {};
   for (const rule of rules) {
     const mode = rule.onUnavailable ?? options.onUnavailable;
-    if (mode !== undefined) modes[rule.policy] = mode;
+    if (mode !== undefined) setOwn(modes, rule.policy, mode);
   }
   return async function quotaPreHandler(request: FastifyRequest, reply: FastifyReply) {
     const checks: DecisionCheck[] = [];
