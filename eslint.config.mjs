@@ -7,6 +7,7 @@ import {
   SHELL_FILES,
   SIMULATOR_IMPORTS,
 } from './eslint.shell-rules.mjs';
+import { OWN_KEY_FILES, ownKeysPlugin, zodRecordSelector } from './eslint.own-keys.mjs';
 
 const ioModules = [
   'ioredis',
@@ -29,6 +30,9 @@ const noExportAll = {
   selector: 'ExportAllDeclaration',
   message: 'Use explicit named exports, not export *.',
 };
+
+/** Syntax refused everywhere (each `no-restricted-syntax` list below starts with these). */
+const everywhere = [noExportAll, zodRecordSelector];
 
 /** Files allowed some copied-rule syntax (eslint.shell-rules.mjs), with the rules each may use. */
 const exceptions = new Map();
@@ -61,14 +65,17 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'import-x/no-cycle': 'error',
-      'no-restricted-syntax': ['error', noExportAll],
+      'no-restricted-syntax': ['error', ...everywhere],
     },
   },
   // One copy of each rule, in core/: the shells write none of their own (test/unit/sim-runs-core.test.ts).
-  { files: SHELL_FILES, rules: { 'no-restricted-syntax': ['error', noExportAll, ...copiedRuleSelectors()] } },
+  {
+    files: SHELL_FILES,
+    rules: { 'no-restricted-syntax': ['error', ...everywhere, ...copiedRuleSelectors()] },
+  },
   ...[...exceptions].map(([file, rules]) => ({
     files: [file],
-    rules: { 'no-restricted-syntax': ['error', noExportAll, ...copiedRuleSelectors(rules)] },
+    rules: { 'no-restricted-syntax': ['error', ...everywhere, ...copiedRuleSelectors(rules)] },
   })),
   {
     files: ['core/**/*.ts'],
@@ -94,6 +101,12 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': ['error', SIMULATOR_IMPORTS],
     },
+  },
+  {
+    // Untrusted strings are never plain-object keys (eslint.own-keys.mjs).
+    files: OWN_KEY_FILES,
+    plugins: { quotaplane: ownKeysPlugin },
+    rules: { 'quotaplane/no-untrusted-record-key': 'error' },
   },
   { files: ['**/*.mjs'], ...tseslint.configs.disableTypeChecked },
 );
