@@ -35,9 +35,16 @@ const fail = (text: string, code: number): never => {
 
 async function main(): Promise<void> {
   const root = fileURLToPath(new URL('..', import.meta.url));
+  // `npm start -- --geo`: the geo topology, as QP_STACK_TOPOLOGY=geo would.
+  const args = process.argv.slice(2);
+  const unknown = args.filter((a) => a !== '--geo');
+  if (unknown.length > 0) fail(`unknown argument ${unknown.join(' ')} (known: --geo)`, 2);
   let config;
   try {
-    config = loadStackConfig(process.env);
+    config = loadStackConfig({
+      ...process.env,
+      ...(args.includes('--geo') ? { QP_STACK_TOPOLOGY: 'geo' } : {}),
+    });
   } catch (error) {
     if (error instanceof StackConfigError) fail(error.message, 2);
     throw error;

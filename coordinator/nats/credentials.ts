@@ -58,6 +58,29 @@ export interface ServerConfigOptions {
   readonly monitorPort?: number;
   /** Certificate and key files: every client connection is then TLS. */
   readonly tls?: { readonly certFile: string; readonly keyFile: string };
+  /** This server's name in a cluster (JetStream in a cluster requires one per server). */
+  readonly serverName?: string;
+  /** Membership of a cluster of servers (one per region in the geo topology; docs/running.md). */
+  readonly cluster?: ClusterOptions;
+}
+
+/** How a server joins its cluster: where it listens for routes, and the routes it opens to the others. */
+export interface ClusterOptions {
+  readonly name: string;
+  readonly host: string;
+  readonly port: number;
+  /** `nats-route://host:port` of the other servers (or of the links that lead to them). */
+  readonly routes: readonly string[];
+  /**
+   * Neither tell clients of the other servers nor gossip route addresses: routes are only those listed, so
+   * traffic between regions crosses the links named there and never a direct route around them.
+   */
+  readonly noAdvertise: boolean;
+  /**
+   * The route address this server tells the others to reach it at (gossip); default its listen address. A peer
+   * that learns of a server it has no route to yet dials this address (an implicit route).
+   */
+  readonly advertise?: string;
 }
 
 /**
@@ -69,15 +92,30 @@ export function serverConfig(options: ServerConfigOptions): string {
     nkey: c.publicKey,
     permissions: natsPermissions(options.namespace, c.role, inboxPrefix(c.publicKey)),
   }));
+  const cluster = options.cluster;
   const config: Record<string, unknown> = {
+    ...(options.serverName !== undefined ? { server_name: options.serverName } : {}),
     ...(options.host !== undefined ? { host: options.host } : {}),
     ...(options.port !== undefined ? { port: options.port } : {}),
     ...(options.monitorPort !== undefined ? { http_port: options.monitorPort } : {}),
     max_payload: 1_048_576,
-    authorization: { users },
+    // No credentials: an open server (the harness's plain servers); with some, nobody else connects.
+    ...(users.length > 0 ? { authorization: { users } } : {}),
     ...(options.jetstreamDir !== undefined ? { jetstream: { store_dir: options.jetstreamDir } } : {}),
     ...(options.tls !== undefined
       ? { tls: { cert_file: options.tls.certFile, key_file: options.tls.keyFile, timeout: 10 } }
+      : {}),
+    ...(cluster !== undefined
+      ? {
+          cluster: {
+            name: cluster.name,
+            host: cluster.host,
+            port: cluster.port,
+            routes: cluster.routes,
+            no_advertise: cluster.noAdvertise,
+            ...(cluster.advertise !== undefined ? { advertise: cluster.advertise } : {}),
+          },
+        }
       : {}),
   };
   return `${JSON.stringify(config, null, 2)}\n`;

@@ -34,6 +34,7 @@ import {
   deploymentIdentities,
   publicKeyOf,
   serverConfig,
+  type ClusterOptions,
   type NatsCredential,
   type NatsIdentity,
 } from './credentials.js';
@@ -59,6 +60,9 @@ export interface BundleOptions {
   readonly host?: string;
   readonly port?: number;
   readonly monitorPort?: number;
+  /** The server's name and cluster, for a server of a cluster (the geo topology's one per region). */
+  readonly serverName?: string;
+  readonly cluster?: ClusterOptions;
 }
 
 export interface SecretsBundle {
@@ -149,6 +153,8 @@ export function ensureSecretsBundle(dir: string, options: BundleOptions): Secret
       ...(options.host !== undefined ? { host: options.host } : {}),
       ...(options.port !== undefined ? { port: options.port } : {}),
       ...(options.monitorPort !== undefined ? { monitorPort: options.monitorPort } : {}),
+      ...(options.serverName !== undefined ? { serverName: options.serverName } : {}),
+      ...(options.cluster !== undefined ? { cluster: options.cluster } : {}),
       ...(options.tls !== undefined
         ? {
             tls: {

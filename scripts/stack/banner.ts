@@ -18,7 +18,16 @@ export function banner(stack: Stack, tokenSources: { admin: boolean; read: boole
       (r) =>
         `  ${pad(`agent ${r.name}`)}${stack.agentUrl(r)}   ${stack.grpcUrl(r)}   (Redis: ${state.redis[r.name]})`,
     ),
-    `  ${pad('nats')}${state.nats}   (JetStream, namespace "${config.namespace}")`,
+    ...(state.geo === undefined
+      ? [`  ${pad('nats')}${state.nats}   (JetStream, namespace "${config.namespace}")`]
+      : [
+          ...Object.entries(state.geo.nats).map(
+            ([region, url]) =>
+              `  ${pad(`nats ${region}`)}${url}   (monitoring ${state.geo!.monitoring[region]})${url === state.nats ? '   coordinator' : ''}`,
+          ),
+          `  ${pad('topology')}geo: one NATS cluster, routes through links of ${state.geo.roundTrips.replace(/,/g, ', ')} ms round trip, ±${Math.round(state.geo.jitter * 100)} % jitter`,
+          `  ${pad('links')}${state.geo.links}/links   (POST /partition/ap, /heal/ap; PUT /round-trip/us/ap)`,
+        ]),
     `  ${pad('servers')}${state.servers}`,
     `  ${pad('admin token')}${tokens.admin}${tokenSources.admin ? '   (from QP_ADMIN_TOKEN)' : '   (generated)'}`,
     `  ${pad('read token')}${tokens.read}${tokenSources.read ? '   (from QP_READ_TOKEN)' : '   (generated)'}`,

@@ -5,6 +5,13 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { MIN_TOKEN_LENGTH } from '../../coordinator/config.js';
+import {
+  DEFAULT_LINK_JITTER,
+  DEFAULT_ROUND_TRIPS,
+  missingPairs,
+  parseRoundTrips,
+  type RoundTrips,
+} from '../../core/distance.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../../core/wire/kv.js';
 
 /** The stack's regions, in order: agent ports and Redis ports are named after them. */
@@ -15,6 +22,18 @@ export type StackRegion = (typeof STACK_REGIONS)[number];
 export const CLUSTER_MASTERS = 3;
 /** Redis puts a node's cluster bus on its port + 10000. */
 export const CLUSTER_BUS_OFFSET = 10_000;
+
+/**
+ * How the regions are joined: `single`, one NATS server for all three on loopback; `geo`, one NATS server per
+ * region in one cluster whose routes cross delaying proxies, so the regions are a WAN apart (docs/running.md).
+ */
+export const StackTopology = z.enum(['single', 'geo']);
+export type StackTopology = z.infer<typeof StackTopology>;
+
+/** The geo topology's links: the server of `from` reaches the server of `to` through the link's port. */
+export const GEO_LINKS: readonly (readonly [StackRegion, StackRegion])[] = STACK_REGIONS.flatMap((from) =>
+  STACK_REGIONS.filter((to) => to !== from).map((to) => [from, to] as const),
+);
 
 /** Where redis-server and nats-server come from. */
 export const ServerSource = z.enum(['auto', 'binaries', 'docker']);
@@ -71,6 +90,31 @@ export const StackEnv = z
     QP_STACK_US_GRPC_PORT: Port.default(7141),
     QP_STACK_EU_GRPC_PORT: Port.default(7142),
     QP_STACK_AP_GRPC_PORT: Port.default(7143),
+    QP_STACK_TOPOLOGY: StackTopology.default('single'),
+    // Geo topology only: each region's NATS server (clients, routes, monitoring), the links between them and
+    // the links' control API.
+    QP_STACK_US_NATS_PORT: Port.default(7114),
+    QP_STACK_EU_NATS_PORT: Port.default(7124),
+    QP_STACK_AP_NATS_PORT: Port.default(7134),
+    QP_STACK_US_ROUTE_PORT: Port.default(7115),
+    QP_STACK_EU_ROUTE_PORT: Port.default(7125),
+    QP_STACK_AP_ROUTE_PORT: Port.default(7135),
+    QP_STACK_US_MONITOR_PORT: Port.default(7116),
+    QP_STACK_EU_MONITOR_PORT: Port.default(7126),
+    QP_STACK_AP_MONITOR_PORT: Port.default(7136),
+    QP_STACK_LINKS_PORT: Port.default(7150),
+    QP_STACK_US_EU_LINK_PORT: Port.default(7151),
+    QP_STACK_US_AP_LINK_PORT: Port.default(7152),
+    QP_STACK_EU_US_LINK_PORT: Port.default(7153),
+    QP_STACK_EU_AP_LINK_PORT: Port.default(7154),
+    QP_STACK_AP_US_LINK_PORT: Port.default(7155),
+    QP_STACK_AP_EU_LINK_PORT: Port.default(7156),
+    QP_STACK_ROUND_TRIPS: z.string().default(DEFAULT_ROUND_TRIPS),
+    QP_STACK_LINK_JITTER: z.coerce
+      .number({ error: 'QP_STACK_LINK_JITTER is a fraction in [0, 1)' })
+      .min(0, 'QP_STACK_LINK_JITTER is a fraction in [0, 1)')
+      .lt(1, 'QP_STACK_LINK_JITTER is a fraction in [0, 1)')
+      .default(DEFAULT_LINK_JITTER),
     QP_STACK_CLUSTER_REGIONS: regionList.default([]),
     QP_STACK_SERVERS: ServerSource.default('auto'),
     QP_STACK_DATA_DIR: z.string().min(1).optional(),
@@ -107,6 +151,33 @@ export type RedisLayout =
   | { readonly kind: 'single'; readonly port: number }
   | { readonly kind: 'cluster'; readonly ports: readonly number[] };
 
+/** One region's NATS server in the geo topology. */
+export interface GeoServerPlan {
+  readonly region: StackRegion;
+  /** Clients (the region's agents, and the coordinator in the first region). */
+  readonly port: number;
+  /** Routes from the other servers (reached through the links). */
+  readonly routePort: number;
+  /** HTTP monitoring (`/routez`, `/jsz`, `/healthz`). */
+  readonly monitorPort: number;
+}
+
+/** One direction of a link between regions: `from`'s server dials `port` to reach `to`'s route port. */
+export interface GeoLinkPlan {
+  readonly from: StackRegion;
+  readonly to: StackRegion;
+  readonly port: number;
+}
+
+/** The geo topology: servers, links, their round trips and jitter, and the links' control API. */
+export interface GeoPlan {
+  readonly roundTrips: RoundTrips;
+  readonly jitter: number;
+  readonly controlPort: number;
+  readonly servers: readonly GeoServerPlan[];
+  readonly links: readonly GeoLinkPlan[];
+}
+
 export interface RegionPlan {
   readonly name: StackRegion;
   readonly agentPort: number;
@@ -122,8 +193,12 @@ export interface RegionPlan {
 export interface StackConfig {
   readonly host: string;
   readonly coordinatorPort: number;
+  /** The one NATS server of the single topology (unused by the geo topology). */
   readonly natsPort: number;
   readonly regions: readonly RegionPlan[];
+  readonly topology: StackTopology;
+  /** With the geo topology: its servers and links (the coordinator uses the first region's server). */
+  readonly geo: GeoPlan | undefined;
   readonly servers: ServerSource;
   /** Given tokens; missing ones are generated at start. */
   readonly adminToken: string | undefined;
@@ -209,7 +284,11 @@ function passThrough(
   return out;
 }
 
-function regionPort(env: StackEnv, region: StackRegion, what: 'PORT' | 'REDIS_PORT' | 'GRPC_PORT'): number {
+function regionPort(
+  env: StackEnv,
+  region: StackRegion,
+  what: 'PORT' | 'REDIS_PORT' | 'GRPC_PORT' | 'NATS_PORT' | 'ROUTE_PORT' | 'MONITOR_PORT',
+): number {
   const key = `QP_STACK_${region.toUpperCase()}_${what}` as keyof StackEnv;
   return env[key] as number;
 }
@@ -225,8 +304,23 @@ export interface PlannedPort {
 export function plannedPorts(config: StackConfig): PlannedPort[] {
   const out: PlannedPort[] = [
     { name: 'coordinator admin API', env: 'QP_STACK_COORDINATOR_PORT', port: config.coordinatorPort },
-    { name: 'nats', env: 'QP_STACK_NATS_PORT', port: config.natsPort },
   ];
+  const geo = config.geo;
+  if (geo === undefined) out.push({ name: 'nats', env: 'QP_STACK_NATS_PORT', port: config.natsPort });
+  else {
+    for (const s of geo.servers) {
+      const upper = s.region.toUpperCase();
+      out.push(
+        { name: `nats ${s.region}`, env: `QP_STACK_${upper}_NATS_PORT`, port: s.port },
+        { name: `nats ${s.region} routes`, env: `QP_STACK_${upper}_ROUTE_PORT`, port: s.routePort },
+        { name: `nats ${s.region} monitoring`, env: `QP_STACK_${upper}_MONITOR_PORT`, port: s.monitorPort },
+      );
+    }
+    for (const l of geo.links) {
+      out.push({ name: `link ${l.from} → ${l.to}`, env: linkPortVar(l.from, l.to), port: l.port });
+    }
+    out.push({ name: 'links control API', env: 'QP_STACK_LINKS_PORT', port: geo.controlPort });
+  }
   for (const region of config.regions) {
     const upper = region.name.toUpperCase();
     out.push({ name: `agent ${region.name}`, env: `QP_STACK_${upper}_PORT`, port: region.agentPort });
@@ -252,6 +346,42 @@ export function plannedPorts(config: StackConfig): PlannedPort[] {
     }
   }
   return out;
+}
+
+/** The variable of the link `from` → `to`: `QP_STACK_US_EU_LINK_PORT`. */
+export function linkPortVar(from: StackRegion, to: StackRegion): string {
+  return `QP_STACK_${from.toUpperCase()}_${to.toUpperCase()}_LINK_PORT`;
+}
+
+function geoPlan(e: StackEnv, problems: string[]): GeoPlan | undefined {
+  const parsed = parseRoundTrips(e.QP_STACK_ROUND_TRIPS, STACK_REGIONS);
+  if (!parsed.ok) {
+    for (const p of parsed.problems) problems.push(`QP_STACK_ROUND_TRIPS: ${p}`);
+    return undefined;
+  }
+  const missing = missingPairs(parsed.roundTrips, STACK_REGIONS);
+  if (missing.length > 0) {
+    problems.push(
+      `QP_STACK_ROUND_TRIPS: no round trip for ${missing.join(', ')} (e.g. ${DEFAULT_ROUND_TRIPS})`,
+    );
+    return undefined;
+  }
+  return {
+    roundTrips: parsed.roundTrips,
+    jitter: e.QP_STACK_LINK_JITTER,
+    controlPort: e.QP_STACK_LINKS_PORT,
+    servers: STACK_REGIONS.map((region) => ({
+      region,
+      port: regionPort(e, region, 'NATS_PORT'),
+      routePort: regionPort(e, region, 'ROUTE_PORT'),
+      monitorPort: regionPort(e, region, 'MONITOR_PORT'),
+    })),
+    links: GEO_LINKS.map(([from, to]) => ({
+      from,
+      to,
+      port: e[linkPortVar(from, to) as keyof StackEnv] as number,
+    })),
+  };
 }
 
 /** Build the plan from the environment. Throws StackConfigError listing every problem. */
@@ -297,6 +427,8 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
     coordinatorPort: e.QP_STACK_COORDINATOR_PORT,
     natsPort: e.QP_STACK_NATS_PORT,
     regions,
+    topology: e.QP_STACK_TOPOLOGY,
+    geo: e.QP_STACK_TOPOLOGY === 'geo' ? geoPlan(e, problems) : undefined,
     servers: e.QP_STACK_SERVERS,
     adminToken: e.QP_ADMIN_TOKEN,
     readToken: e.QP_READ_TOKEN,

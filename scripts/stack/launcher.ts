@@ -9,13 +9,20 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { ensureSecretsBundle, type SecretsBundle } from '../../coordinator/nats/secrets-bundle.js';
-import type { RegionPlan, StackConfig } from './config.js';
+import {
+  ensureSecretsBundle,
+  type BundleOptions,
+  type SecretsBundle,
+} from '../../coordinator/nats/secrets-bundle.js';
+import { formatRoundTrips } from '../../core/distance.js';
+import { PROXY_MAIN } from '../../test/helpers/tcp-proxy.js';
+import type { GeoPlan, RegionPlan, StackConfig } from './config.js';
+import { geoCluster, geoProxySpec, geoServerName } from './geo.js';
 import { ManagedProcess, type ExitStatus } from './managed-process.js';
-import { natsInfo, redisPing, until } from './probes.js';
+import { natsClusterFormed, natsInfo, redisPing, until } from './probes.js';
 import { formCluster } from './redis-cluster.js';
 import { seedDemoPolicy, type SeedResult } from './seed.js';
-import type { ServerRunner } from './servers.js';
+import type { ServerRunner, ServerSpec } from './servers.js';
 import {
   agentEnv,
   baseEnv,
@@ -58,7 +65,17 @@ export interface StackState {
   readonly secretsDir: string;
   readonly servers: ServerRunner['kind'];
   readonly coordinator: string;
+  /** The coordinator's NATS server (the one server of the single topology). */
   readonly nats: string;
+  readonly topology: StackConfig['topology'];
+  /** Geo topology: each region's NATS server, its monitoring, the links' control API and round trips. */
+  readonly geo?: {
+    readonly nats: Record<string, string>;
+    readonly monitoring: Record<string, string>;
+    readonly links: string;
+    readonly roundTrips: string;
+    readonly jitter: number;
+  };
   readonly agents: Record<string, string>;
   /** Each agent's gRPC rate-limit service, `grpc://host:port`. */
   readonly grpc: Record<string, string>;
@@ -164,15 +181,24 @@ export class Stack {
       logFile: this.#logFile(name),
       env: base,
     });
-    const natsSpec = spec('nats', config.natsPort);
-    const secrets = this.#secrets(
-      runner.natsView(natsSpec, this.secretsDir),
-      join(natsSpec.dir, 'nats.conf'),
-    );
-    const nats = this.#track(
-      runner.nats(natsSpec, { configFile: secrets.configFile, secretsDir: this.secretsDir }),
-      this.#servers,
-    );
+    const waits: Promise<void>[] = [];
+    let secrets: SecretsBundle;
+    const geo = config.geo;
+    if (geo === undefined) {
+      const natsSpec = spec('nats', config.natsPort);
+      secrets = this.#secrets(runner.natsView(natsSpec, this.secretsDir), join(natsSpec.dir, 'nats.conf'), {
+        port: config.natsPort,
+      });
+      const nats = this.#track(
+        runner.nats(natsSpec, { configFile: secrets.configFile, secretsDir: this.secretsDir }),
+        this.#servers,
+      );
+      waits.push(this.#natsReady(nats, config.natsPort));
+    } else {
+      const started = this.#startGeo(geo, spec, base);
+      secrets = started.secrets;
+      waits.push(started.ready);
+    }
     const access: StackSecrets = {
       caFile: secrets.caFile!,
       nkeyFile: (identity) => secrets.nkeyFile(identity),
@@ -181,13 +207,6 @@ export class Stack {
           ? { QP_HMAC_SECRET: config.hmacSecret }
           : { QP_HMAC_SECRET_FILE: secrets.hmacKeyFile },
     };
-    const waits: Promise<void>[] = [
-      this.#ready(
-        nats,
-        async () => (await natsInfo(config.host, config.natsPort))?.['jetstream'] === true,
-        30_000,
-      ),
-    ];
     for (const region of config.regions) {
       if (region.redis.kind === 'single') {
         const port = region.redis.port;
@@ -289,6 +308,23 @@ export class Stack {
       servers: this.#deps.runner.kind,
       coordinator: this.coordinatorUrl,
       nats: natsUrl(config),
+      topology: config.topology,
+      ...(config.geo === undefined
+        ? {}
+        : {
+            geo: {
+              nats: Object.fromEntries(config.geo.servers.map((s) => [s.region, natsUrl(config, s.region)])),
+              monitoring: Object.fromEntries(
+                config.geo.servers.map((s) => [s.region, `http://${config.host}:${s.monitorPort}`]),
+              ),
+              links: this.linksUrl!,
+              roundTrips: formatRoundTrips(
+                config.geo.roundTrips,
+                config.regions.map((r) => r.name),
+              ),
+              jitter: config.geo.jitter,
+            },
+          }),
       agents: Object.fromEntries(config.regions.map((r) => [r.name, this.agentUrl(r)])),
       grpc: Object.fromEntries(config.regions.map((r) => [r.name, this.grpcUrl(r)])),
       redis: Object.fromEntries(
@@ -334,18 +370,111 @@ export class Stack {
    * The secrets bundle (made on the first start, kept after) and this run's NATS configuration, written in the
    * run's own directory so stacks sharing the secrets directory never share a configuration.
    */
-  #secrets(view: { secretsDir: string; storeDir: string }, configFile: string): SecretsBundle {
+  #secrets(
+    view: { secretsDir: string; storeDir: string },
+    configFile: string,
+    server: Pick<BundleOptions, 'port' | 'monitorPort' | 'serverName' | 'cluster'>,
+  ): SecretsBundle {
     const { config } = this;
     return ensureSecretsBundle(this.secretsDir, {
       namespace: config.namespace,
       regions: config.regions.map((r) => r.name),
       tls: { altNames: [...new Set([config.host, '127.0.0.1', 'localhost'])] },
       host: config.host,
-      port: config.natsPort,
       serverDir: view.secretsDir,
       jetstreamDir: view.storeDir,
       configFile,
+      ...server,
     });
+  }
+
+  /** A NATS server is ready once it says JetStream is on. */
+  #natsReady(nats: ManagedProcess, port: number): Promise<void> {
+    return this.#ready(
+      nats,
+      async () => (await natsInfo(this.config.host, port))?.['jetstream'] === true,
+      30_000,
+    );
+  }
+
+  /**
+   * The geo topology's links (one proxy process; every port is fixed by the plan, so the servers' configurations
+   * name them at once) and one NATS server per region, each routing to the others through the links. `ready`
+   * resolves once the links answer, every server runs JetStream and the cluster has formed through the links.
+   */
+  #startGeo(
+    geo: GeoPlan,
+    spec: (name: string, port: number) => ServerSpec,
+    base: NodeJS.ProcessEnv,
+  ): { secrets: SecretsBundle; ready: Promise<void> } {
+    const { config } = this;
+    const { runner, cwd } = this.#deps;
+    const regions = geo.servers.map((s) => s.region);
+    const routePort = (region: string) => geo.servers.find((s) => s.region === region)!.routePort;
+    const linkPort = (from: string, to: string) =>
+      geo.links.find((l) => l.from === from && l.to === to)!.port;
+    const proxySpec = geoProxySpec({
+      host: config.host,
+      regions,
+      roundTrips: geo.roundTrips,
+      jitter: geo.jitter,
+      routePort,
+      linkPort,
+      controlPort: geo.controlPort,
+    });
+    const links = this.#track(
+      new ManagedProcess({
+        name: 'links',
+        command: process.execPath,
+        args: ['--import', 'tsx', PROXY_MAIN, JSON.stringify(proxySpec)],
+        env: base,
+        cwd,
+        logFile: this.#logFile('links'),
+      }),
+      this.#servers,
+    );
+    const bundles = geo.servers.map((server) => {
+      const natsSpec = spec(`nats ${server.region}`, server.port);
+      const bundle = this.#secrets(
+        runner.natsView(natsSpec, this.secretsDir),
+        join(natsSpec.dir, 'nats.conf'),
+        {
+          port: server.port,
+          monitorPort: server.monitorPort,
+          serverName: geoServerName(server.region),
+          cluster: geoCluster(config.host, server.region, regions, server.routePort, linkPort),
+        },
+      );
+      const nats = this.#track(
+        runner.nats(natsSpec, { configFile: bundle.configFile, secretsDir: this.secretsDir }),
+        this.#servers,
+      );
+      return { bundle, ready: this.#natsReady(nats, server.port) };
+    });
+    const monitors = geo.servers.map((s) => `http://${config.host}:${s.monitorPort}`);
+    const ready = (async () => {
+      await this.#ready(links, () => this.#httpOk(`${this.linksUrl!}/links`), 30_000);
+      await Promise.all(bundles.map((b) => b.ready));
+      // Routes retry about once a second and JetStream elects its meta leader over the links' round trips.
+      await this.#ready(links, () => natsClusterFormed(monitors), 60_000);
+    })();
+    return { secrets: bundles[0]!.bundle, ready };
+  }
+
+  /** The links' control API (geo topology only). */
+  get linksUrl(): string | undefined {
+    const geo = this.config.geo;
+    return geo === undefined ? undefined : `http://${this.config.host}:${geo.controlPort}`;
+  }
+
+  async #httpOk(url: string): Promise<boolean> {
+    try {
+      const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
+      await r.body?.cancel();
+      return r.status === 200;
+    } catch {
+      return false;
+    }
   }
 
   #check(): void {

@@ -8,6 +8,8 @@ import {
   CLUSTER_BUS_OFFSET,
   CLUSTER_MASTERS,
   plannedPorts,
+  type GeoLinkPlan,
+  type GeoServerPlan,
   type PlannedPort,
   type RegionPlan,
   type StackConfig,
@@ -87,7 +89,22 @@ export async function resolvePorts(
     }
   };
   const coordinatorPort = await pick(config.coordinatorPort);
-  const natsPort = await pick(config.natsPort);
+  const natsPort = config.geo === undefined ? await pick(config.natsPort) : config.natsPort;
+  let geo = config.geo;
+  if (geo !== undefined) {
+    const servers: GeoServerPlan[] = [];
+    for (const s of geo.servers) {
+      servers.push({
+        region: s.region,
+        port: await pick(s.port),
+        routePort: await pick(s.routePort),
+        monitorPort: await pick(s.monitorPort),
+      });
+    }
+    const links: GeoLinkPlan[] = [];
+    for (const l of geo.links) links.push({ ...l, port: await pick(l.port) });
+    geo = { ...geo, servers, links, controlPort: await pick(geo.controlPort) };
+  }
   const regions: RegionPlan[] = [];
   for (const region of config.regions) {
     const agentPort = await pick(region.agentPort);
@@ -103,5 +120,5 @@ export async function resolvePorts(
     }
     regions.push({ name: region.name, agentPort, grpcPort, redis });
   }
-  return Object.freeze({ ...config, coordinatorPort, natsPort, regions });
+  return Object.freeze({ ...config, coordinatorPort, natsPort, regions, geo });
 }

@@ -68,3 +68,47 @@ export async function until(probe: () => Promise<boolean>, timeoutMs: number, wh
     await sleep(50);
   }
 }
+
+/** The JSON of a NATS monitoring endpoint (`http://host:port/routez`), or undefined when it does not answer. */
+export async function monitorJson(url: string): Promise<Record<string, unknown> | undefined> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+    if (res.status !== 200) {
+      await res.body?.cancel();
+      return undefined;
+    }
+    return (await res.json()) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Whether the NATS servers whose monitoring ports are `monitors` (`http://host:port`) form one cluster ready for
+ * JetStream: each holds routes to every other, and the JetStream meta leader sees every other server current
+ * (until then a stream with one replica per server cannot be placed).
+ */
+export async function natsClusterFormed(monitors: readonly string[]): Promise<boolean> {
+  const states = await Promise.all(
+    monitors.map(async (base) => {
+      const [routez, jsz, varz] = await Promise.all(
+        ['routez', 'jsz', 'varz'].map((p) => monitorJson(`${base}/${p}`)),
+      );
+      const peers = new Set(((routez?.['routes'] ?? []) as { remote_id?: string }[]).map((r) => r.remote_id));
+      const meta = jsz?.['meta_cluster'] as
+        { leader?: string; replicas?: { current?: boolean }[] } | undefined;
+      const leader = meta?.leader ?? '';
+      return {
+        routed: peers.size === monitors.length - 1,
+        // Only the leader lists the other peers.
+        current:
+          leader !== '' && leader === varz?.['server_name']
+            ? (meta?.replicas ?? []).filter((p) => p.current === true).length
+            : undefined,
+        led: leader !== '',
+      };
+    }),
+  );
+  const current = states.find((s) => s.current !== undefined)?.current;
+  return states.every((s) => s.routed && s.led) && current === monitors.length - 1;
+}

@@ -24,9 +24,16 @@ export function baseEnv(env: NodeJS.ProcessEnv, stackId: string): NodeJS.Process
   return out;
 }
 
-/** The stack's NATS always runs with TLS and per-process nkeys (docs/security.md). */
-export function natsUrl(config: StackConfig): string {
-  return `tls://${config.host}:${config.natsPort}`;
+/**
+ * The NATS server a process of `region` connects to: the one server of the single topology, or the region's
+ * own in the geo topology (the coordinator's is the first region's). The stack's NATS always runs with TLS and
+ * per-process nkeys (docs/security.md).
+ */
+export function natsUrl(config: StackConfig, region?: string): string {
+  const geo = config.geo;
+  if (geo === undefined) return `tls://${config.host}:${config.natsPort}`;
+  const server = geo.servers.find((s) => s.region === (region ?? config.regions[0]!.name)) ?? geo.servers[0]!;
+  return `tls://${config.host}:${server.port}`;
 }
 
 /** `redis://host:port` for one Redis, `host:port,…` seeds for a cluster. */
@@ -89,7 +96,7 @@ export function agentEnv(
     ...secrets.subjectSecret,
     QP_REGION: region.name,
     ...redisTarget(config, region),
-    QP_NATS_URL: natsUrl(config),
+    QP_NATS_URL: natsUrl(config, region.name),
     QP_NATS_NKEY_FILE: secrets.nkeyFile(agentIdentity(region.name)),
     QP_NATS_TLS_CA_FILE: secrets.caFile,
     QP_KV_NAMESPACE: config.namespace,

@@ -66,9 +66,34 @@ export interface NatsOptions {
   secure?: SecureNatsOptions;
 }
 
+/** Where a NATS server sees its files: its own paths, or a container's. */
+export interface NatsNodeView {
+  /** `NatsNodeSpec.dir` as the server sees it. */
+  readonly dir: string;
+  /** Where it keeps JetStream data (kept across a stop and start). */
+  readonly storeDir: string;
+}
+
+/**
+ * One server of a NATS cluster, run from a configuration its caller writes (test/helpers/geo-topology.ts):
+ * every port is fixed before the first server starts, because each server's configuration names the others'.
+ */
+export interface NatsNodeSpec {
+  /** Client port (the configuration listens there). */
+  readonly port: number;
+  /** Files the server reads; the configuration is written into it as `nats.conf` (copied into a container). */
+  readonly dir: string;
+  /** The configuration text, for where the server sees its files. */
+  config(view: NatsNodeView): string;
+  /** Credentials of a locked-down server; undefined for an open one. */
+  readonly security?: NatsSecurity | undefined;
+}
+
 export interface ServerBackend {
   readonly name: string;
   startRedis(): Promise<RedisServer>;
   startNats(options?: NatsOptions): Promise<NatsServer>;
   startRedisCluster(masters?: number): Promise<RedisCluster>;
+  /** A NATS server from a configuration of the caller's (a member of a cluster). */
+  startNatsNode(spec: NatsNodeSpec): Promise<NatsServer>;
 }

@@ -11,12 +11,13 @@
  * (the reaper container needs a bridge network, which these machines do not allow): every container carries
  * the label `org.quotaplane.harness` so CI can remove any a crashed run left behind.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import type { GenericContainer } from 'testcontainers';
 import type {
+  NatsNodeSpec,
   NatsOptions,
   NatsSecurity,
   NatsServer,
@@ -245,6 +246,43 @@ class ContainerNats extends ContainerServer implements NatsServer {
   }
 }
 
+/** Where a cluster member's container sees its files. */
+const NODE_MOUNT = '/node';
+
+/** A server of a cluster, from the configuration its caller wrote (its ports are in it). */
+class ContainerNatsNode extends ContainerServer implements NatsServer {
+  readonly security: NatsSecurity | undefined;
+  readonly #dir: string;
+
+  constructor(spec: NatsNodeSpec) {
+    super();
+    this.port = spec.port;
+    this.security = spec.security;
+    this.#dir = spec.dir;
+    writeFileSync(join(spec.dir, 'nats.conf'), spec.config({ dir: NODE_MOUNT, storeDir: '/data/js' }));
+  }
+
+  get url(): string {
+    return `${this.security?.bundle.caFile !== undefined ? 'tls' : 'nats'}://${this.host}:${this.port}`;
+  }
+
+  protected image(): string {
+    return images().nats;
+  }
+
+  protected override prepare(container: GenericContainer): GenericContainer {
+    return container.withCopyDirectoriesToContainer([{ source: this.#dir, target: NODE_MOUNT }]);
+  }
+
+  protected command(): string[] {
+    return ['nats-server', '-c', `${NODE_MOUNT}/nats.conf`];
+  }
+
+  protected async ready(): Promise<void> {
+    await waitForPort(this.host, this.port, 20_000);
+  }
+}
+
 class ContainerRedisCluster implements RedisCluster {
   readonly nodes: ContainerRedis[];
 
@@ -274,6 +312,12 @@ export const containerBackend: ServerBackend = {
   async startNats(options) {
     const server = new ContainerNats(options);
     server.port = await freePort();
+    await server.start();
+    return server;
+  },
+
+  async startNatsNode(spec) {
+    const server = new ContainerNatsNode(spec);
     await server.start();
     return server;
   },

@@ -3,11 +3,12 @@
  * (the nats.js launcher pattern: temporary directory, ports file, early exit raced against readiness).
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type {
+  NatsNodeSpec,
   NatsOptions,
   NatsSecurity,
   NatsServer,
@@ -233,6 +234,32 @@ class ProcessNats extends ProcessServer implements NatsServer {
   }
 }
 
+/** A server of a cluster, from the configuration its caller wrote (its ports are in it). */
+class ProcessNatsNode extends ProcessServer implements NatsServer {
+  readonly security: NatsSecurity | undefined;
+  readonly #configFile: string;
+
+  constructor(spec: NatsNodeSpec) {
+    super('qp-nats-node-');
+    this.port = spec.port;
+    this.security = spec.security;
+    this.#configFile = join(spec.dir, 'nats.conf');
+    writeFileSync(this.#configFile, spec.config({ dir: spec.dir, storeDir: join(this.dir, 'js') }));
+  }
+
+  get url(): string {
+    return `${this.security?.bundle.caFile !== undefined ? 'tls' : 'nats'}://${this.host}:${this.port}`;
+  }
+
+  protected command() {
+    return { bin: 'nats-server', args: ['-c', this.#configFile] };
+  }
+
+  protected async ready(): Promise<void> {
+    await waitForPort(this.host, this.port);
+  }
+}
+
 class ProcessRedisCluster implements RedisCluster {
   readonly nodes: ProcessRedis[];
 
@@ -272,6 +299,12 @@ export const processBackend: ServerBackend = {
 
   async startNats(options) {
     const server = new ProcessNats(options);
+    await server.start();
+    return server;
+  },
+
+  async startNatsNode(spec) {
+    const server = new ProcessNatsNode(spec);
     await server.start();
     return server;
   },

@@ -13,6 +13,7 @@ import { startAgent, type RunningAgent } from '../../regional-agent/start.js';
 import type { NatsServer, RedisServer } from '../harness/backend.js';
 import { backend } from '../harness/fixtures.js';
 import { ADMIN_TOKEN, testConfig } from './coordinator-fixture.js';
+import type { GeoTopology } from './geo-topology.js';
 import { FAST_LEASE, FAST_REBALANCE } from './protocol-stack.js';
 
 /** A strict policy homed in us, 5 tokens with next to no refill: exact counts for the length of a test. */
@@ -43,42 +44,68 @@ export interface MultiRegionOptions {
   lease?: LeaseSettingsInput;
   /** The agents' logger (default: silent), e.g. to read what they log. */
   log?: Logger;
+  /**
+   * Run on regions a WAN apart (test/helpers/geo-topology.ts): each region's agents on its own NATS server and
+   * Redis, the coordinator on `coordinatorRegion`'s server. The topology's regions are the run's; it stays the
+   * caller's to stop. Without it: one NATS server and one Redis per region, on loopback.
+   */
+  geo?: GeoTopology;
+  /** Region whose NATS server the coordinator connects to, with `geo` (default the first region). */
+  coordinatorRegion?: string;
+  /** The KV namespace (default a random one): a locked-down `geo` topology's, whose permissions name it. */
+  namespace?: string;
 }
 
 export class MultiRegion implements AsyncDisposable {
   readonly regions: string[];
   readonly agents: RegionAgent[] = [];
+  /** The NATS server (the coordinator's region's, with `geo`). */
   nats!: NatsServer;
   readonly redis = new Map<string, RedisServer>();
   coordinator!: RunningCoordinator;
-  readonly namespace = `m${Math.random().toString(36).slice(2, 10)}`;
+  readonly namespace: string;
   readonly #options: MultiRegionOptions;
   #instance = 0;
   readonly #perRegion = new Map<string, number>();
 
   constructor(options: MultiRegionOptions = {}) {
     this.#options = options;
-    this.regions = options.regions ?? ['us', 'eu', 'ap'];
+    this.namespace = options.namespace ?? `m${Math.random().toString(36).slice(2, 10)}`;
+    this.regions =
+      options.geo !== undefined ? [...options.geo.regions] : (options.regions ?? ['us', 'eu', 'ap']);
+  }
+
+  /** The NATS URL clients of `region` connect to. */
+  natsUrl(region: string): string {
+    return this.#options.geo?.natsUrl(region) ?? this.nats.url;
   }
 
   async start(): Promise<this> {
     const b = backend();
     const secure = this.#options.secure;
-    this.nats = await b.startNats({
-      jetstream: true,
-      ...(secure !== undefined
-        ? {
-            secure: {
-              namespace: this.namespace,
-              regions: this.regions,
-              // Room for agents a test starts later (restarts, replacements).
-              agentsPerRegion: (this.#options.agentsPerRegion ?? 2) + 2,
-              tls: secure.tls,
-            },
-          }
-        : {}),
-    });
-    for (const region of this.regions) this.redis.set(region, await b.startRedis());
+    const geo = this.#options.geo;
+    if (geo !== undefined) {
+      // A locked-down topology's credentials serve (startGeoTopology's `secure`, with this namespace).
+      if (secure !== undefined) throw new Error('with geo, lock the topology down (startGeoTopology secure)');
+      this.nats = geo.nats(this.#options.coordinatorRegion ?? this.regions[0]!);
+      for (const region of this.regions) this.redis.set(region, geo.redis(region));
+    } else {
+      this.nats = await b.startNats({
+        jetstream: true,
+        ...(secure !== undefined
+          ? {
+              secure: {
+                namespace: this.namespace,
+                regions: this.regions,
+                // Room for agents a test starts later (restarts, replacements).
+                agentsPerRegion: (this.#options.agentsPerRegion ?? 2) + 2,
+                tls: secure.tls,
+              },
+            }
+          : {}),
+      });
+      for (const region of this.regions) this.redis.set(region, await b.startRedis());
+    }
     const bundle = this.nats.security?.bundle;
     this.coordinator = await startCoordinator(
       {
@@ -111,7 +138,7 @@ export class MultiRegion implements AsyncDisposable {
         : {}),
       region,
       redisUrl: redis.url,
-      natsUrl: [this.nats.url],
+      natsUrl: [this.natsUrl(region)],
       kvNamespace: this.namespace,
       instance: `${region}-${++this.#instance}`,
       port: 0,
@@ -166,6 +193,7 @@ export class MultiRegion implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     for (const a of [...this.agents]) await a.running.agent.close().catch(() => undefined);
     await this.coordinator?.stop().catch(() => undefined);
+    if (this.#options.geo !== undefined) return;
     for (const r of this.redis.values()) await r[Symbol.asyncDispose]();
     await this.nats?.[Symbol.asyncDispose]();
   }

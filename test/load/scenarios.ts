@@ -13,6 +13,7 @@ import { processBackend } from '../harness/process-backend.js';
 import { freePort, waitForPort } from '../harness/ports.js';
 import { burstPool, decide, metric, quantile, type Answer } from '../helpers/decision-load.js';
 import type { RealStack } from '../helpers/real-stack.js';
+import { PROXY_MAIN, type ProxyPorts, type ProxySpec } from '../helpers/tcp-proxy.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 
@@ -332,13 +333,16 @@ async function stop(proc: ChildProcess): Promise<void> {
  */
 export async function redisLatency(ctx: ScenarioContext): Promise<Row> {
   await using redis = await processBackend.startRedis();
-  const proxy = child(['test/load/delay-proxy-main.ts', redis.host, String(redis.port), '10'], {});
+  const spec: ProxySpec = {
+    links: [{ name: 'redis', target: { host: redis.host, port: redis.port }, delayMs: 10 }],
+  };
+  const proxy = child([PROXY_MAIN, JSON.stringify(spec)], {});
   const policiesFile = join(tmpdir(), `qp-load-latency-${process.pid}.json`);
   writeFileSync(policiesFile, JSON.stringify({ policies: { slow: { capacity: 50, refillPerSecond: 5 } } }));
   const port = await freePort();
   let agent: ChildProcess | undefined;
   try {
-    const proxyPort = await proxy.firstLine;
+    const proxyPort = (JSON.parse(await proxy.firstLine) as ProxyPorts).links['redis']!;
     agent = child(['regional-agent/main.ts'], {
       QP_REGION: 'lat',
       QP_REDIS_URL: `redis://127.0.0.1:${proxyPort}`,

@@ -128,6 +128,61 @@ describe('stack configuration', () => {
     expect(problems({ QP_STACK_CLUSTER_REGIONS: 'us', QP_STACK_US_REDIS_PORT: '55533' })).toEqual([]);
   });
 
+  it('plans the geo topology: a NATS server per region, six links and their control API, the round trips', () => {
+    const single = loadStackConfig({});
+    expect(single.topology).toBe('single');
+    expect(single.geo).toBeUndefined();
+    expect(plannedPorts(single).some((p) => p.name.startsWith('link'))).toBe(false);
+    const c = loadStackConfig({
+      QP_STACK_TOPOLOGY: 'geo',
+      QP_STACK_ROUND_TRIPS: 'us-eu=80,eu-ap=200,us-ap=140',
+    });
+    expect(c.geo!.servers).toEqual([
+      { region: 'us', port: 7114, routePort: 7115, monitorPort: 7116 },
+      { region: 'eu', port: 7124, routePort: 7125, monitorPort: 7126 },
+      { region: 'ap', port: 7134, routePort: 7135, monitorPort: 7136 },
+    ]);
+    expect(c.geo!.links.map((l) => [`${l.from}>${l.to}`, l.port])).toEqual([
+      ['us>eu', 7151],
+      ['us>ap', 7152],
+      ['eu>us', 7153],
+      ['eu>ap', 7154],
+      ['ap>us', 7155],
+      ['ap>eu', 7156],
+    ]);
+    expect(c.geo!.controlPort).toBe(7150);
+    expect(c.geo!.jitter).toBe(0.1);
+    expect([...c.geo!.roundTrips.values()].sort((a, b) => a - b)).toEqual([80, 140, 200]);
+    const planned = plannedPorts(c);
+    expect(planned.some((p) => p.name === 'nats')).toBe(false);
+    expect(planned.find((p) => p.name === 'link ap → eu')).toEqual({
+      name: 'link ap → eu',
+      env: 'QP_STACK_AP_EU_LINK_PORT',
+      port: 7156,
+    });
+    expect(planned).toHaveLength(1 + 9 + 6 + 1 + 3 * 3);
+  });
+
+  it('refuses a geo topology whose round trips miss a pair or name an unknown region', () => {
+    expect(problems({ QP_STACK_TOPOLOGY: 'geo', QP_STACK_ROUND_TRIPS: 'us-eu=70,us-ap=150' })).toEqual([
+      'QP_STACK_ROUND_TRIPS: no round trip for eu-ap (e.g. us-eu=70,us-ap=150,eu-ap=220)',
+    ]);
+    expect(
+      problems({
+        QP_STACK_TOPOLOGY: 'geo',
+        QP_STACK_ROUND_TRIPS: 'us-mars=70,us-eu=-1',
+        QP_STACK_LINK_JITTER: '1',
+      }),
+    ).toEqual(['QP_STACK_LINK_JITTER: QP_STACK_LINK_JITTER is a fraction in [0, 1)']);
+    expect(problems({ QP_STACK_TOPOLOGY: 'geo', QP_STACK_ROUND_TRIPS: 'us-mars=70,us-eu=-1' })).toEqual([
+      'QP_STACK_ROUND_TRIPS: us-mars does not join two of the regions us, eu, ap',
+      'QP_STACK_ROUND_TRIPS: us-eu: the round trip is a number of ms in [0, 10000]',
+    ]);
+    expect(problems({ QP_STACK_TOPOLOGY: 'geo', QP_STACK_US_NATS_PORT: '7100' })).toEqual([
+      'port 7100 is asked for twice: coordinator admin API and nats us',
+    ]);
+  });
+
   it('treats empty variables as unset', () => {
     const c = loadStackConfig({ QP_STACK_COORDINATOR_PORT: '', QP_ADMIN_TOKEN: '' });
     expect(c.coordinatorPort).toBe(7100);
