@@ -84,10 +84,25 @@ export const AgentConfig = z
   .strictObject({
     /** Region this agent serves (`us`, `eu-west`). */
     region: RegionName,
-    /** One Redis: `redis://host:port/db`. Exactly one of `redisUrl` and `redisClusterNodes`. */
+    /** One Redis: `redis://host:port/db`. Exactly one of `redisUrl`, `redisClusterNodes` and `redisSentinels`. */
     redisUrl: z.url({ protocol: /^rediss?$/ }).optional(),
     /** Redis Cluster seed nodes, `host:port` each. */
     redisClusterNodes: list.pipe(z.array(ClusterNode).min(1)).optional(),
+    /** Redis under Sentinel: the sentinels, `host:port` each; the agent follows the master they name. */
+    redisSentinels: list.pipe(z.array(ClusterNode).min(1)).optional(),
+    /** Redis under Sentinel: the master's name (`sentinel monitor <name> …`); required with `redisSentinels`. */
+    redisMasterName: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,64}$/, 'a master name is 1-64 letters, digits, dot, dash or underscore')
+      .optional(),
+    /**
+     * Replicas that must hold each decision's write before it is answered (Redis `WAIT` after every script call
+     * that charges); 0 does not wait. A failover then forgets no admission the replicas acknowledged
+     * (docs/running.md, "Redis high availability"). One Redis or Sentinel only.
+     */
+    redisWaitReplicas: int(0, 16).default(0),
+    /** Longest `WAIT` for `redisWaitReplicas`, ms; fewer acknowledgements by then is a store failure. */
+    redisWaitTimeoutMs: int(1, 10_000).default(20),
     /**
      * Longest a decision waits for a strict policy's home region (the forwarded request carries what is left of
      * it) before the policy's failure mode applies with `home_unreachable`.
@@ -230,8 +245,24 @@ export type AgentConfig = z.output<typeof AgentConfig>;
 /** Rules across fields; checked on raw input too, so they are listed even when other fields are invalid. */
 function crossFieldProblems(c: Record<string, unknown>): { path: string[]; message: string }[] {
   const out: { path: string[]; message: string }[] = [];
-  if ((c['redisUrl'] === undefined) === (c['redisClusterNodes'] === undefined)) {
-    out.push({ path: ['redisUrl'], message: 'set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES' });
+  const targets = [c['redisUrl'], c['redisClusterNodes'], c['redisSentinels']].filter((v) => v !== undefined);
+  if (targets.length !== 1) {
+    out.push({
+      path: ['redisUrl'],
+      message: 'set exactly one of QP_REDIS_URL, QP_REDIS_CLUSTER_NODES and QP_REDIS_SENTINELS',
+    });
+  }
+  if ((c['redisSentinels'] === undefined) !== (c['redisMasterName'] === undefined)) {
+    out.push({
+      path: ['redisMasterName'],
+      message: 'QP_REDIS_SENTINELS and QP_REDIS_MASTER_NAME go together',
+    });
+  }
+  if (c['redisClusterNodes'] !== undefined && Number(c['redisWaitReplicas'] ?? 0) > 0) {
+    out.push({
+      path: ['redisWaitReplicas'],
+      message: 'QP_REDIS_WAIT_REPLICAS needs one Redis or Sentinel (a cluster routes WAIT to no slot)',
+    });
   }
   if (c['policiesFile'] === undefined && c['natsUrl'] === undefined) {
     out.push({
