@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { ProcessRedis, ProcessServer } from '../harness/process-backend.js';
 import { freePort, waitForPort } from '../harness/ports.js';
+import { tcpProxy, type TcpProxy } from './tcp-proxy.js';
 import { eventually } from './wait.js';
 
 const HOST = '127.0.0.1';
@@ -47,6 +48,11 @@ export interface SentinelGroupOptions {
   downAfterMs?: number;
   /** Sentinel's `failover-timeout` (default 3000). */
   failoverTimeoutMs?: number;
+  /**
+   * Each replica replicates through its own TCP proxy (`links`), which a test cuts to lose the writes made
+   * meanwhile: a replication lag it controls exactly. Sentinel still reaches every server directly.
+   */
+  replicationLinks?: boolean;
 }
 
 export interface SentinelGroup extends AsyncDisposable {
@@ -56,6 +62,8 @@ export interface SentinelGroup extends AsyncDisposable {
   /** The master the group started with (tests kill it). */
   readonly master: ProcessRedis;
   readonly replicas: ProcessRedis[];
+  /** With `replicationLinks`: replica i's link to the master. */
+  readonly links: TcpProxy[];
   /** The port of the master the sentinels name now. */
   currentMasterPort(): Promise<number>;
 }
@@ -81,13 +89,21 @@ async function replication(port: number): Promise<Map<string, string>> {
 /** Start a master, its replicas (linked and in sync) and three sentinels that know all of them and each other. */
 export async function startSentinelGroup(options: SentinelGroupOptions = {}): Promise<SentinelGroup> {
   const masterName = 'qp-region';
-  const started: ProcessServer[] = [];
+  const started: AsyncDisposable[] = [];
   try {
     const master = await new ProcessRedis().init();
     started.push(master);
     const replicas: ProcessRedis[] = [];
+    const links: TcpProxy[] = [];
     for (let i = 0; i < (options.replicas ?? 1); i++) {
-      const replica = await new ProcessRedis(['--replicaof', HOST, String(master.port)]).init();
+      let upstream = master.port;
+      if (options.replicationLinks === true) {
+        const link = await tcpProxy({ host: HOST, port: master.port });
+        started.push(link);
+        links.push(link);
+        upstream = link.port;
+      }
+      const replica = await new ProcessRedis(['--replicaof', HOST, String(upstream)]).init();
       started.push(replica);
       replicas.push(replica);
     }
@@ -142,6 +158,7 @@ export async function startSentinelGroup(options: SentinelGroupOptions = {}): Pr
       sentinelNodes: sentinels.map((s) => `${HOST}:${s.port}`),
       master,
       replicas,
+      links,
       async currentMasterPort() {
         const reply = (await ask(sentinels[0]!.port, 'GET-MASTER-ADDR-BY-NAME', masterName)) as string[];
         return Number(reply[1]);
