@@ -19,7 +19,7 @@ import type { Admission } from './resilience/admission.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { LeaseHolder } from './leases/lease-holder.js';
 import type { AgentMetrics } from './observability/metrics.js';
-import { natsCredentials } from './nats/credentials.js';
+import { natsCredentials, natsCredentialTag } from './nats/credentials.js';
 import { KvPolicySource } from './policies/kv-policy-source.js';
 import { UsageRecorder } from './reporting/usage-recorder.js';
 import { NatsForwarder } from './strict/nats-forwarder.js';
@@ -85,6 +85,7 @@ export async function connectCoordination(
     instance: config.instance ?? `${hostname()}:${config.port}`,
     clock: systemClock,
     namespace,
+    credentialTag: natsCredentialTag(config.natsNkeyFile),
     usage,
     renewalBounds: {
       maxLeaseMs: config.maxLeaseMs,

@@ -10,7 +10,15 @@ import type { AllocationSample, AllocationSummary, RegionSummary } from '../../c
 import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
-import { Ack, Bye, Heartbeat, protocolSubjects, Usage } from '../../core/wire/protocol.js';
+import {
+  Ack,
+  agentIdTag,
+  Bye,
+  Heartbeat,
+  protocolSender,
+  protocolSubjects,
+  Usage,
+} from '../../core/wire/protocol.js';
 import type { KvGuard } from '../nats/kv-guard.js';
 import type { EngineContext, EngineFactory, ProtocolService } from '../ports.js';
 import { AllocationInsight } from './allocation-insight.js';
@@ -182,7 +190,7 @@ class ProtocolEngine implements ProtocolService {
       kind: MessageKind,
       subject: string,
       schema: z.ZodType<T>,
-      handle: (value: T, msg: Msg) => void,
+      handle: (value: T, msg: Msg, tag: string | undefined) => void,
     ) => {
       this.#subscriptions.push(
         nc.subscribe(subject, {
@@ -195,19 +203,26 @@ class ProtocolEngine implements ProtocolService {
               return;
             }
             // The region in the subject must be the region in the message: no agent speaks for another region.
-            const region = msg.subject.slice(msg.subject.lastIndexOf('.') + 1);
-            if ((value as { region?: string }).region !== region) {
+            const sender = protocolSender(msg.subject);
+            const said = value as { region?: string; agentId?: string };
+            if (sender === undefined || said.region !== sender.region) {
               this.#metrics.dropped.inc({ kind, reason: 'region_mismatch' });
               return;
             }
-            handle(value, msg);
+            // The credential tag in the subject (the server lets each nkey publish under its own tag only) must
+            // be the tag the agent id was made under: no agent speaks for another agent.
+            if (sender.tag !== undefined && agentIdTag(said.agentId ?? '') !== sender.tag) {
+              this.#metrics.dropped.inc({ kind, reason: 'agent_mismatch' });
+              return;
+            }
+            handle(value, msg, sender.tag);
             this.#writer.schedule();
           },
         }),
       );
     };
-    on('heartbeat', subjects.all.heartbeat, Heartbeat, (hb, msg) => {
-      const reply = this.#engine.heartbeat(hb);
+    on('heartbeat', subjects.all.heartbeat, Heartbeat, (hb, msg, tag) => {
+      const reply = this.#engine.heartbeat(hb, tag);
       if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(reply));
     });
     on('usage', subjects.all.usage, Usage, (usage) => {

@@ -194,7 +194,11 @@ export class LeaseCoordinator {
   // ---- messages -------------------------------------------------------------------------------------------
 
   /** A heartbeat: register or refresh the agent, record its progress, and answer with a renewal or a refusal. */
-  heartbeat(hb: Heartbeat): RenewalReply {
+  /**
+   * `credential`: the tag of the credential the heartbeat came with (its subject's), when known; a new agent
+   * replaces an old one of the same instance name only when both came with the same credential.
+   */
+  heartbeat(hb: Heartbeat, credential?: string): RenewalReply {
     const now = this.#clock.now();
     const region = this.#regionIndex.get(hb.region);
     if (region === undefined) {
@@ -211,6 +215,7 @@ export class LeaseCoordinator {
         ackRevision: hb.ackRevision,
         renewedSeq: hb.renewedSeq,
         shed: hb.shed,
+        credential,
       },
       now,
     );

@@ -23,6 +23,7 @@ import {
 } from '../../core/wire/kv.js';
 import {
   AllocationRecord,
+  OPEN_CREDENTIAL_TAG,
   protocolSubjects,
   RenewalReply,
   type ProtocolSubjects,
@@ -37,6 +38,11 @@ export interface LeaseHolderOptions {
   instance: string;
   clock: Clock;
   namespace?: string;
+  /**
+   * The tag of this agent's NATS credential (regional-agent/nats/credentials.ts `natsCredentialTag`): the last
+   * token of the subjects it publishes on and the start of its id. Default `open` (a server without credentials).
+   */
+  credentialTag?: string;
   /** Counted usage to report each interval. */
   usage?: UsageRecorder;
   /** Margin for the offset between this clock and Redis time in refill floors, ms. Default: the lease settings'. */
@@ -88,8 +94,9 @@ export class LeaseHolder {
 
   constructor(options: LeaseHolderOptions) {
     this.#options = options;
-    this.agentId = `agent-${randomBytes(9).toString('base64url')}`;
-    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE);
+    const tag = options.credentialTag ?? OPEN_CREDENTIAL_TAG;
+    this.agentId = `${tag}_${randomBytes(9).toString('hex')}`;
+    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE, tag);
     this.#bucket = kvNames(options.namespace ?? DEFAULT_KV_NAMESPACE).allocations;
     this.#interval = options.reportIntervalMs ?? defaultLeaseSettings.reportIntervalMs;
     this.lease = new AgentLease({
