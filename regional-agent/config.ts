@@ -13,6 +13,7 @@ import {
   MAX_LENDERS_LIMIT,
 } from '../core/borrowing/planner.js';
 import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
+import { RoundTripsText, type RoundTrips } from '../core/distance.js';
 import { MAX_LRU_ENTRIES } from '../core/bounded-lru.js';
 import {
   DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT,
@@ -108,6 +109,13 @@ export const AgentConfig = z
      * it) before the policy's failure mode applies with `home_unreachable`.
      */
     decisionDeadlineMs: int(1, 10_000).default(DEFAULT_DECISION_DEADLINE_MS),
+    /**
+     * Round trips from this region to the others, ms (`us-eu=70,us-ap=150`, core/distance.ts). A check forwarded
+     * to a home region may wait `decisionDeadlineMs` plus 1.25 × the round trip to it, its home must charge by
+     * the end of that less 1.25 × one way, and a top-up waits for its lenders as long; an unnamed pair counts the
+     * longest round trip this agent has measured to that region (docs/protocol.md, "Timings at a distance").
+     */
+    roundTrips: RoundTripsText.default((): RoundTrips => new Map()),
     /**
      * Longest a store call may wait for its reply, measured on the wire from its write (time queued in the agent
      * never counts); the script refuses to run a call later than this, so a late call charges nothing.

@@ -59,7 +59,8 @@ export async function connectCoordination(
     | 'maxLeaseMs'
     | 'maxGraceMs'
     | 'maxReportIntervalMs'
-  >,
+  > &
+    Partial<Pick<AgentConfig, 'roundTrips'>>,
   log: Logger,
   metrics: AgentMetrics,
 ): Promise<Coordination> {
@@ -98,7 +99,13 @@ export async function connectCoordination(
   });
   // The first load waits for the coordinator's bucket; the agent listens meanwhile, not ready.
   holder.start().catch((error: unknown) => log.error({ err: error }, 'lease holder failed to start'));
-  const forwarder = new NatsForwarder({ nc, region: config.region, namespace, registry });
+  const forwarder = new NatsForwarder({
+    nc,
+    region: config.region,
+    namespace,
+    registry,
+    roundTrips: config.roundTrips,
+  });
   let responder: StrictResponder | undefined;
   let lender: LoanResponder | undefined;
   return {

@@ -2,6 +2,7 @@
  * Start an agent from its configuration: open Redis (and NATS when `natsUrl` is set), build the app, listen.
  * Used by `main.ts` and by tests that run whole agents in one process.
  */
+import { farthestRoundTrip, linkAllowanceMs } from '../core/distance.js';
 import type { Logger } from 'pino';
 import { StaticShareView } from '../core/shares.js';
 import { buildApp, type AgentApp } from './app.js';
@@ -75,7 +76,10 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
           clock: systemClock,
           reserveMs: borrowReserveMs(config.storeTimeoutMs),
           lowWater: config.borrowLowWater,
-          topUpMs: config.decisionDeadlineMs,
+          // Off the request path, a top-up may wait for the farthest lender's round trip too, so a loan from
+          // across the widest link still arrives (docs/protocol.md, "Timings at a distance").
+          topUpMs:
+            config.decisionDeadlineMs + linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
           metrics: loanMetrics,
           imported: (policy, tokens) => coordination.usage.imported(policy, tokens),
         });
