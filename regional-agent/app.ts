@@ -20,6 +20,7 @@ import { EmergencyBuckets } from './decisions/emergency-buckets.js';
 import { RefusalMemory, refusalMemoryGauge } from './decisions/refusal-memory.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { AgentErrors } from './errors.js';
+import { batchRoute } from './http/batch-route.js';
 import { decisionsRoute } from './http/decisions-route.js';
 import { installErrorHandling } from './http/error-handler.js';
 import { explainRoute } from './http/explain-route.js';
@@ -250,6 +251,16 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   registerDocs(app);
   void app.register((scope: FastifyInstance) => {
     decisionsRoute(scope, { service, legacyHeaders: config.legacyHeaders, assertServing });
+    batchRoute(scope, {
+      service,
+      admission,
+      metrics,
+      log,
+      legacyHeaders: config.legacyHeaders,
+      // A batch carries up to MAX_DECISIONS_PER_BATCH bodies: 16 times one request's limit.
+      bodyLimit: config.bodyLimitBytes * 16,
+      assertServing,
+    });
     forwardAuthRoute(scope, {
       service,
       policies: deps.policies,

@@ -92,6 +92,11 @@ export const AgentErrors = {
     'Class %s is not one of the classes of policy %s',
     400,
   ),
+  AGT_ERR_BATCH_TOO_LARGE: createError(
+    'AGT_ERR_BATCH_TOO_LARGE',
+    'A batch may carry at most %s decisions, got %s',
+    400,
+  ),
 } as const;
 
 export type AgentErrorCode = keyof typeof AgentErrors;

@@ -4,9 +4,12 @@ import type { AgentMetrics } from '../observability/metrics.js';
 import { retryAfterSeconds, type Admission, type AdmissionRoute } from '../resilience/admission.js';
 import { errorProblem, sendProblem } from './problem.js';
 
-/** The decision route a route pattern belongs to: `POST /v1/decisions`, or any forward-auth flavour. */
+/**
+ * The decision route a route pattern belongs to: `POST /v1/decisions` (and its batch, which enters as its first
+ * element: batch-route.ts admits the others one by one), or any forward-auth flavour.
+ */
 function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
-  if (url === '/v1/decisions') return 'http';
+  if (url === '/v1/decisions' || url === '/v1/decisions/batch') return 'http';
   if (url === '/v1/forward-auth' || url?.startsWith('/v1/forward-auth/') === true) return 'forward_auth';
   return undefined;
 }
