@@ -3,13 +3,13 @@
  * ports it is given (store, policies, shares, clock, logger), so tests build it with real or fake parts and
  * `main.ts` alone reads the environment and listens.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import proxyAddr from '@fastify/proxy-addr';
 import { trace, type Tracer } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../core/clock.js';
-import { MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
+import { leaseKeyFrom, MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
 import { ownValue } from '../core/own-keys.js';
 import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
@@ -81,6 +81,7 @@ export type AgentAppConfig = Pick<
   | 'forwardAuthSecretHeader'
   | 'requestIdHeader'
   | 'hmacSecret'
+  | 'leaseTokenSecret'
   | 'legacyHeaders'
   | 'logSampleRate'
   | 'bodyLimitBytes'
@@ -123,6 +124,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   const clock = deps.clock ?? systemClock;
   const metrics = deps.metrics ?? new AgentMetrics({ region: config.region });
   const log = deps.log;
+  const leaseKey = leaseKeyFrom(config, () => randomBytes(32));
   const guard = new StoreGuard(
     {
       errorPercent: config.breakerErrorPercent,
@@ -174,6 +176,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       region: config.region,
       deadlineMs: config.decisionDeadlineMs,
       hmacSecret: config.hmacSecret,
+      leaseKey,
       idempotencyTtlMs: config.idempotencyTtlMs,
       failureRetryAfterMs: config.breakerResetMs,
       logSampleRate: config.logSampleRate,
@@ -272,6 +275,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       policies: deps.policies,
       metrics,
       region: config.region,
+      leaseKey,
       assertServing,
     });
     healthRoutes(scope, {
