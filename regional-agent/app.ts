@@ -104,7 +104,7 @@ export interface AgentApp {
   guard: StoreGuard;
   /** Reserve-then-commit, with its expiry sweep. */
   reservations: ReservationService;
-  /** Admission control in front of every decision route and of forwarded strict decisions. */
+  /** Admission control in front of every decision route (HTTP, gRPC, reservations, leases, explain) and of forwarded strict decisions. */
   admission: Admission;
   /** Resolves once policies are known (the agent is ready unless draining). */
   ready: Promise<void>;
@@ -308,6 +308,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     log,
     legacyHeaders: config.legacyHeaders,
     assertServing,
+    admission,
   });
   const listeners: { close(): Promise<void> }[] = [];
 
