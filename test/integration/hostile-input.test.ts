@@ -548,6 +548,35 @@ describe('hostile input at every agent entry point: a 4xx with a stable code, an
     );
   });
 
+  it("with Redis frozen, a caller's mistake is still its 4xx, never the failure mode (open or closed)", async () => {
+    await server.pause();
+    const answers: { status: number; code: unknown }[] = [];
+    try {
+      for (const payload of [
+        `{"policy":"open","subject":"${run}-frozen","class":"constructor"}`,
+        `{"policy":"open","subject":"${run}-frozen","cost":6}`,
+        `{"policy":"open","subject":"${run}-frozen","cost":-1}`,
+        `{"policy":"constructor","subject":"${run}-frozen"}`,
+        `{"policy":"open","subject":""}`,
+      ]) {
+        const a = await send(decisions(payload));
+        answers.push({ status: a.status, code: a.code });
+        expectedCodes.set(String(a.code), (expectedCodes.get(String(a.code)) ?? 0) + 1);
+      }
+    } finally {
+      await server.resume();
+    }
+    expect(answers).toEqual([
+      { status: 400, code: 'AGT_ERR_UNKNOWN_CLASS' },
+      { status: 400, code: 'AGT_ERR_COST_ABOVE_MAX' },
+      { status: 400, code: 'AGT_ERR_INVALID_COST' },
+      { status: 404, code: 'AGT_ERR_UNKNOWN_POLICY' },
+      { status: 400, code: 'AGT_ERR_INVALID_REQUEST' },
+    ]);
+    expect(await redis.exists(bucketKey(1, `${run}-frozen`, 'open'))).toBe(0);
+    expect(agent.guard.state).toBe('closed');
+  });
+
   it('over the whole file: every refusal counted under its code, no slow Redis command, no stalled event loop', async () => {
     const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
     for (const [code, count] of expectedCodes) {
