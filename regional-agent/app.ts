@@ -3,13 +3,13 @@
  * ports it is given (store, policies, shares, clock, logger), so tests build it with real or fake parts and
  * `main.ts` alone reads the environment and listens.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import proxyAddr from '@fastify/proxy-addr';
 import { trace, type Tracer } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../core/clock.js';
-import { MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
+import { leaseKeyFrom, MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
 import { ownValue } from '../core/own-keys.js';
 import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
@@ -82,6 +82,7 @@ export type AgentAppConfig = Pick<
   | 'forwardAuthSecretHeader'
   | 'requestIdHeader'
   | 'hmacSecret'
+  | 'leaseTokenSecret'
   | 'legacyHeaders'
   | 'logSampleRate'
   | 'bodyLimitBytes'
@@ -104,7 +105,7 @@ export interface AgentApp {
   guard: StoreGuard;
   /** Reserve-then-commit, with its expiry sweep. */
   reservations: ReservationService;
-  /** Admission control in front of every decision route and of forwarded strict decisions. */
+  /** Admission control in front of every decision route (HTTP, gRPC, reservations, leases, explain) and of forwarded strict decisions. */
   admission: Admission;
   /** Resolves once policies are known (the agent is ready unless draining). */
   ready: Promise<void>;
@@ -124,6 +125,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   const clock = deps.clock ?? systemClock;
   const metrics = deps.metrics ?? new AgentMetrics({ region: config.region });
   const log = deps.log;
+  const leaseKey = leaseKeyFrom(config, () => randomBytes(32));
   const guard = new StoreGuard(
     {
       errorPercent: config.breakerErrorPercent,
@@ -175,6 +177,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       region: config.region,
       deadlineMs: config.decisionDeadlineMs,
       hmacSecret: config.hmacSecret,
+      leaseKey,
       idempotencyTtlMs: config.idempotencyTtlMs,
       failureRetryAfterMs: config.breakerResetMs,
       logSampleRate: config.logSampleRate,
@@ -283,6 +286,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       policies: deps.policies,
       metrics,
       region: config.region,
+      leaseKey,
       assertServing,
     });
     healthRoutes(scope, {
@@ -315,6 +319,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     log,
     legacyHeaders: config.legacyHeaders,
     assertServing,
+    admission,
   });
   const listeners: { close(): Promise<void> }[] = [];
 

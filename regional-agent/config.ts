@@ -163,6 +163,13 @@ export const AgentConfig = z
     /** A file holding `hmacSecret` (trailing whitespace dropped): what `npm start` and the compose file pass. */
     hmacSecretFile: z.string().min(1).optional(),
     /**
+     * Key of the MAC on concurrency lease tokens (≥ 16 chars), the same for every agent of a region. Default:
+     * derived from `hmacSecret`; without either, random per process (a lease is released at its own agent).
+     */
+    leaseTokenSecret: z.string().min(16, 'leaseTokenSecret must be at least 16 characters').optional(),
+    /** A file holding `leaseTokenSecret` (trailing whitespace dropped). */
+    leaseTokenSecretFile: z.string().min(1).optional(),
+    /**
      * NATS servers of the coordinator (comma-separated). When set, policies come from the coordinator's KV bucket,
      * shares from its leases, and strict policies homed elsewhere are forwarded to their home region.
      */
@@ -339,6 +346,7 @@ export function loadConfig(
   const fromFiles: [file: string, field: string, read: (text: string) => unknown][] = [
     ['rlsRulesFile', 'rlsRules', (text) => JSON.parse(text) as unknown],
     ['hmacSecretFile', 'hmacSecret', (text) => text.trim()],
+    ['leaseTokenSecretFile', 'leaseTokenSecret', (text) => text.trim()],
   ];
   for (const [fileField, field, read] of fromFiles) {
     const path = ownValue(input, fileField);
