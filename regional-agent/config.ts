@@ -180,6 +180,12 @@ export const AgentConfig = z
     natsTlsCaFile: z.string().min(1).optional(),
     /** JetStream namespace of the coordinator (its `QP_KV_NAMESPACE`). */
     kvNamespace: KvNamespace.default(DEFAULT_KV_NAMESPACE),
+    /**
+     * Accept a reload of the coordinator's policies that comes back empty (no policy and no deletion): off by
+     * default, the agent keeps its last good policies then (a lost or recreated bucket); policies an operator
+     * deleted are dropped either way.
+     */
+    policiesAcceptEmpty: bool.default(false),
     /** Longest lease a heartbeat reply may grant; a reply asking more is refused (counted, logged). */
     maxLeaseMs: int(100, 3_600_000).default(defaultRenewalBounds.maxLeaseMs),
     /** Longest grace period a heartbeat reply may set; a reply asking more is refused. */

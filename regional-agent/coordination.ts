@@ -53,6 +53,7 @@ export async function connectCoordination(
     | 'natsNkeyFile'
     | 'natsTlsCaFile'
     | 'kvNamespace'
+    | 'policiesAcceptEmpty'
     | 'instance'
     | 'region'
     | 'port'
@@ -73,7 +74,12 @@ export async function connectCoordination(
   });
   const namespace = config.kvNamespace;
   const registry = metrics.registry;
-  const policies = new KvPolicySource(nc, { namespace, registry, log });
+  const policies = new KvPolicySource(nc, {
+    namespace,
+    registry,
+    log,
+    acceptEmptyReload: config.policiesAcceptEmpty ?? false,
+  });
   // The records say which subjects to report every interval (override candidates): the lease knows them.
   const usage = new UsageRecorder(systemClock.now(), {
     watched: (policy) => holder.lease.watched(policy),
