@@ -9,6 +9,7 @@
  * This file holds the script's model (operation for operation: lendBucket in `fill` mode and creditBucket), its
  * arguments and replies, and the agent's sizing rule: at most GRANT_MAX_SHARE of the bucket in one grant.
  */
+import { MAX_GRANT_TOKENS } from './grant-wire.js';
 import type { BucketModel } from './token-bucket.js';
 import {
   creditBucket,
@@ -20,10 +21,8 @@ import {
 
 /** Most of a bucket's capacity one grant may take: a small part, so tokens held by clients stay few. */
 export const GRANT_MAX_SHARE = 0.1;
-/** Longest a grant lives, ms; a client never decides on one after it (it hands the rest back). */
-export const GRANT_MAX_TTL_MS = 5_000;
-/** Most tokens one grant may carry, whatever the capacity (whole tokens). */
-export const GRANT_MAX_TOKENS = 1_000;
+/** How long a grant lives, ms: the client decides on it no longer, then hands the rest back. */
+export const GRANT_TTL_MS = 1_000;
 
 /** One take or return, in script units (micro-tokens). */
 export interface EncodedGrant {
@@ -94,8 +93,8 @@ export function parseReturnReply(reply: unknown): EncodedReturnResult {
 
 /**
  * The most a grant may take from a bucket of `capacity` whole tokens: GRANT_MAX_SHARE of it (at least 1, at most
- * GRANT_MAX_TOKENS), whole tokens.
+ * MAX_GRANT_TOKENS), whole tokens.
  */
 export function grantCeiling(capacity: number): number {
-  return Math.max(1, Math.min(GRANT_MAX_TOKENS, Math.floor(capacity * GRANT_MAX_SHARE)));
+  return Math.max(1, Math.min(MAX_GRANT_TOKENS, Math.floor(capacity * GRANT_MAX_SHARE)));
 }

@@ -7,6 +7,7 @@ import { errorProblem, sendProblem } from './problem.js';
 /** The decision route a route pattern belongs to: `POST /v1/decisions`, or any forward-auth flavour. */
 function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
   if (url === '/v1/decisions') return 'http';
+  if (url === '/v1/grants' || url === '/v1/grants/return') return 'grants';
   if (url === '/v1/forward-auth' || url?.startsWith('/v1/forward-auth/') === true) return 'forward_auth';
   return undefined;
 }
