@@ -28,6 +28,9 @@ import { forwardAuthRoute } from './http/forward-auth-route.js';
 import { forwardAuthTrust } from './http/forward-auth-trust.js';
 import { healthRoutes } from './http/health-routes.js';
 import { leasesRoute } from './http/leases-route.js';
+import { grantsRoute } from './http/grants-route.js';
+import { ModelGrantStore, RedisGrantStore } from './grants/grant-store.js';
+import { ModelDecisionStore } from './decisions/model-decision-store.js';
 import { reservationsRoute } from './http/reservations-route.js';
 import { RedisDecisionStore } from './redis/decision-store.js';
 import { RedisReservationStore } from './redis/reservation-store.js';
@@ -280,6 +283,23 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       assertServing,
     });
     reservationsRoute(scope, { reservations, legacyHeaders: config.legacyHeaders, assertServing });
+    // Local grants take from the buckets decisions charge: on Redis, or on the model store's own buckets.
+    const grants =
+      deps.store instanceof RedisDecisionStore
+        ? new RedisGrantStore(deps.store.redis, { timeoutMs: deps.store.timeoutMs })
+        : deps.store instanceof ModelDecisionStore
+          ? new ModelGrantStore(deps.store.model.buckets, clock)
+          : undefined;
+    if (grants !== undefined) {
+      grantsRoute(scope, {
+        service,
+        store: grants,
+        guard,
+        shares: deps.shares,
+        metrics,
+        assertServing,
+      });
+    }
     leasesRoute(scope, {
       store: deps.store,
       guard,

@@ -97,6 +97,12 @@ export const AgentErrors = {
     'A batch may carry at most %s decisions, got %s',
     400,
   ),
+  AGT_ERR_INVALID_GRANT: createError('AGT_ERR_INVALID_GRANT', 'Invalid grant request: %s', 400),
+  AGT_ERR_GRANT_NOT_ALLOWED: createError(
+    'AGT_ERR_GRANT_NOT_ALLOWED',
+    'Policy %s gives no local grants: %s',
+    400,
+  ),
 } as const;
 
 export type AgentErrorCode = keyof typeof AgentErrors;
