@@ -95,7 +95,8 @@ const replicaAcks = new WeakMap<Redis | Cluster, ReplicaAck>();
  * failover then cannot forget a decision that was answered. One Redis or Sentinel only (WAIT has no slot).
  */
 export function ackReplicas(redis: Redis | Cluster, ack: ReplicaAck): void {
-  if (redis instanceof Cluster) throw new Error('WAIT after scripts needs one Redis or Sentinel, not a cluster');
+  if (redis instanceof Cluster)
+    throw new Error('WAIT after scripts needs one Redis or Sentinel, not a cluster');
   if (ack.replicas > 0) replicaAcks.set(redis, ack);
 }
 
