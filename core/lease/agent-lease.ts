@@ -241,7 +241,13 @@ export class AgentLease implements ShareView {
     const floor = this.#history.floor(key, share, record.idleTtlSeconds * 1000, now);
     const out: RegionalShare =
       floor === undefined ? { share, epoch: unit.epoch } : { share, epoch: unit.epoch, floor };
-    const lowest = this.#history.lowest(key, share, record.idleTtlSeconds * 1000, now);
+    // The lowest share held within the window: this agent's own memory, and the coordinator's (in the record),
+    // which an agent that restarted or was just added has no memory of.
+    const held = ownValue(unit.lowest, this.region);
+    const lowest = Math.min(
+      this.#history.lowest(key, share, record.idleTtlSeconds * 1000, now),
+      held ?? share,
+    );
     if (lowest < share) out.lowest = lowest;
     return out;
   }

@@ -31,6 +31,13 @@ export interface Unit {
   /** The target of the last round, to tell whether it is still moving. */
   lastIdeal?: number[] | undefined;
   epoch: number;
+  /**
+   * Shares issued (written) over the policy's window, oldest first, one point older than the window (the shares
+   * in force at its start): where the record's `lowest` comes from (allocation-records.ts).
+   */
+  issued?: { at: number; shares: number[] }[] | undefined;
+  /** The `lowest` the last record carried, by region (undefined: none below the shares). */
+  writtenLowest?: (number | undefined)[] | undefined;
 }
 
 /** What the coordinator knows of one subject's demand, for overrides. */

@@ -42,7 +42,13 @@ import type {
   Usage,
 } from '../wire/protocol.js';
 import { AgentRoster, type RegistryWrite } from './agent-roster.js';
-import { placeholderPolicy, policyRecord, restoredUnit } from './allocation-records.js';
+import {
+  lowestChanged,
+  lowestWindowMs,
+  placeholderPolicy,
+  policyRecord,
+  restoredUnit,
+} from './allocation-records.js';
 import {
   claimOf,
   EPSILON,
@@ -319,7 +325,13 @@ export class LeaseCoordinator {
     for (const name of this.#dirty) {
       const state = this.#policies.get(name);
       if (state !== undefined) {
-        out.push({ policy: name, record: policyRecord(this.regions, this.safe, state), seq: state.seq });
+        const now = this.#clock.now();
+        const windowMs = lowestWindowMs(state, this.lease.skewMs);
+        out.push({
+          policy: name,
+          record: policyRecord(this.regions, this.safe, state, now, windowMs),
+          seq: state.seq,
+        });
       }
     }
     this.#dirty.clear();
@@ -369,6 +381,10 @@ export class LeaseCoordinator {
         state.slowDemand.prune(now, 60_000);
       }
       if (state.subjects.size > 0) this.#overrides.prune(state, now);
+      // A lowest share that aged out of the window: the record is written again without it.
+      const windowMs = lowestWindowMs(state, this.lease.skewMs);
+      if (unitsOf(state).some((unit) => lowestChanged(unit, now, windowMs)))
+        this.#dirty.add(state.policy.name);
     }
   }
 
