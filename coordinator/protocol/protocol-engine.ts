@@ -225,7 +225,8 @@ class ProtocolEngine implements ProtocolService {
       );
     };
     on('heartbeat', subjects.all.heartbeat, Heartbeat, (hb, msg, tag) => {
-      const reply = this.#engine.heartbeat(hb, tag);
+      // Untagged: an agent from before credential tags (records are then written without newer fields).
+      const reply = this.#engine.heartbeat(hb, tag, tag === undefined);
       if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(reply));
     });
     on('usage', subjects.all.usage, Usage, (usage) => {

@@ -43,14 +43,20 @@ export function lowestIssued(unit: Unit, now: number, windowMs: number): (number
   });
 }
 
-function unitRecord(regions: readonly string[], unit: Unit, now: number, windowMs: number): UnitRecord {
+function unitRecord(
+  regions: readonly string[],
+  unit: Unit,
+  now: number,
+  windowMs: number,
+  withLowest: boolean,
+): UnitRecord {
   const pending: Record<string, number> = {};
   unit.pending.forEach((p, r) => {
     if (p !== undefined) setOwn(pending, regions[r]!, p);
   });
   noteIssued(unit, now, windowMs);
   const lowest = lowestIssued(unit, now, windowMs);
-  unit.writtenLowest = lowest;
+  unit.writtenLowest = withLowest ? lowest : undefined;
   const below: Record<string, number> = {};
   lowest.forEach((l, r) => {
     if (l !== undefined) setOwn(below, regions[r]!, l);
@@ -59,7 +65,7 @@ function unitRecord(regions: readonly string[], unit: Unit, now: number, windowM
     shares: byRegion(regions, unit.shares),
     pending,
     epoch: unit.epoch,
-    ...(Object.keys(below).length > 0 ? { lowest: below } : {}),
+    ...(withLowest && Object.keys(below).length > 0 ? { lowest: below } : {}),
   };
 }
 
@@ -68,10 +74,14 @@ export function lowestWindowMs(state: PolicyState, skewMs: number): number {
   return state.policy.idleTtlSeconds * 1000 + 2 * skewMs;
 }
 
-/** True when the lowest shares of `unit` at `now` differ from what its last record carried (a point aged out). */
-export function lowestChanged(unit: Unit, now: number, windowMs: number): boolean {
+/**
+ * True when the lowest shares of `unit` at `now` differ from what its last record carried (a point aged out), or
+ * it carried some and `legacy` agents (which refuse the field) are registered now.
+ */
+export function lowestChanged(unit: Unit, now: number, windowMs: number, legacy = false): boolean {
   const written = unit.writtenLowest;
   if (written === undefined) return false;
+  if (legacy) return written.some((l) => l !== undefined);
   const current = lowestIssued(unit, now, windowMs);
   return current.some((l, r) => l !== written[r]);
 }
@@ -83,6 +93,8 @@ export function policyRecord(
   state: PolicyState,
   now: number = state.updatedAt,
   windowMs: number = state.policy.idleTtlSeconds * 1000,
+  /** Carry `lowest` (false while an agent from before it is registered: its strict schema would refuse it). */
+  withLowest = true,
 ): AllocationRecord {
   return {
     policy: state.policy.name,
@@ -90,8 +102,10 @@ export function policyRecord(
     epoch: state.epoch,
     safe: byRegion(regions, safe),
     idleTtlSeconds: state.policy.idleTtlSeconds,
-    default: unitRecord(regions, state.base, now, windowMs),
-    overrides: ownRecordOf([...state.overrides].map(([s, u]) => [s, unitRecord(regions, u, now, windowMs)])),
+    default: unitRecord(regions, state.base, now, windowMs, withLowest),
+    overrides: ownRecordOf(
+      [...state.overrides].map(([s, u]) => [s, unitRecord(regions, u, now, windowMs, withLowest)]),
+    ),
     ...(state.watch.length > 0 ? { watch: [...state.watch] } : {}),
     updatedAt: state.updatedAt,
   };
