@@ -104,7 +104,13 @@ class ProtocolEngine implements ProtocolService {
     for (const { policy } of policies) engine.upsertPolicy(policy);
     const self = new ProtocolEngine(context, engine, buckets, protocolMetrics(context.registry), options);
     for (const { value } of records) self.#insight.restored(value.policy, value.default.shares);
-    for (const { key, raw, revision } of records) self.#writer.guard.seed(key, raw, revision);
+    for (const { key, raw, revision } of records) {
+      self.#writer.guard.seed(key, raw, revision);
+      self.#writer.known(key, revision);
+    }
+    // A leader stamps its epoch on every record before answering anyone: agents that see it refuse records and
+    // renewals of older epochs, and the compare-and-set of an older coordinator's next write fails.
+    if (context.leader !== undefined) for (const name of engine.policyNames()) engine.writeFailed(name);
     // Persist what restoring decided (budget restored after a restart) before answering anyone.
     await self.#writer.flushNow();
     self.#unsubscribePolicies = context.policies.onChange((change) => {
@@ -225,9 +231,16 @@ class ProtocolEngine implements ProtocolService {
       );
     };
     on('heartbeat', subjects.all.heartbeat, Heartbeat, (hb, msg, tag) => {
+      const leader = this.#context.leader;
+      if (leader !== undefined && !leader.isLeader()) {
+        this.#metrics.dropped.inc({ kind: 'heartbeat', reason: 'not_leader' });
+        return;
+      }
       // Untagged: an agent from before credential tags (records are then written without newer fields).
       const reply = this.#engine.heartbeat(hb, tag, tag === undefined);
-      if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(reply));
+      const stamped =
+        leader === undefined || 'refused' in reply ? reply : { ...reply, leaderEpoch: leader.epoch };
+      if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(stamped));
     });
     on('usage', subjects.all.usage, Usage, (usage) => {
       this.#engine.usage(usage);

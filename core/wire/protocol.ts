@@ -86,6 +86,8 @@ export const AgentId = z
 export const Instance = z.string().min(1).max(128);
 
 const Cost = z.number().min(0).max(1e15);
+/** A coordinator's epoch: bumped by every coordinator that takes the leader lease (coordinator/leadership). */
+export const LeaderEpoch = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
 const Revision = z.number().int().min(0);
 
 /** An agent's heartbeat; the reply renews its lease. */
@@ -135,6 +137,11 @@ export const Renewal = z.strictObject({
   learning: z.boolean(),
   /** How often the coordinator wants heartbeats and usage, ms (agents follow it). */
   reportIntervalMs: z.number().int().positive(),
+  /**
+   * The answering coordinator's epoch (its term as leader, coordinator/leadership): an agent that has seen a
+   * higher one ignores this reply (a coordinator that lost its lease). Absent from coordinators without election.
+   */
+  leaderEpoch: LeaderEpoch.optional(),
 });
 export type Renewal = z.infer<typeof Renewal>;
 
@@ -247,6 +254,11 @@ export const AllocationRecord = z.strictObject({
   /** Subjects every agent reports for this policy each interval (override candidates and overrides). */
   watch: z.array(ReportedSubject).max(MAX_WATCHED_PER_POLICY).optional(),
   updatedAt: z.number(),
+  /**
+   * Epoch of the coordinator that wrote the record (coordinator/leadership): an agent that has seen a higher one
+   * keeps its last good record instead. Absent from coordinators without election.
+   */
+  leaderEpoch: LeaderEpoch.optional(),
 });
 export type AllocationRecord = z.infer<typeof AllocationRecord>;
 
