@@ -6,6 +6,7 @@
 import type { Msg, NatsConnection, Subscription } from '@nats-io/nats-core';
 import type { z } from 'zod';
 import { roundAmount } from '../../core/admin-numbers.js';
+import { steadyClock } from '../../core/clock.js';
 import type { AllocationSample, AllocationSummary, RegionSummary } from '../../core/admin-wire.js';
 import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
@@ -87,7 +88,9 @@ class ProtocolEngine implements ProtocolService {
     const engine = new LeaseCoordinator({
       coordinatorId: `coordinator-${process.pid}-${clock.now().toString(36)}`,
       regions: config.regions,
-      clock,
+      // Agents' leases and grace periods are durations: a wall-clock step on this host must not end them early
+      // (a share handed on while its agents may still decide with it) or late.
+      clock: steadyClock(clock),
       rebalance: options.rebalance,
       lease: options.lease,
       safeShares: options.safeShares,
@@ -233,7 +236,8 @@ class ProtocolEngine implements ProtocolService {
         this.#metrics.dropped.inc({ kind: 'heartbeat', reason: 'not_leader' });
         return;
       }
-      const reply = this.#engine.heartbeat(hb, tag);
+      // Untagged: an agent from before credential tags (records are then written without newer fields).
+      const reply = this.#engine.heartbeat(hb, tag, tag === undefined);
       const stamped =
         leader === undefined || 'refused' in reply ? reply : { ...reply, leaderEpoch: leader.epoch };
       if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(stamped));

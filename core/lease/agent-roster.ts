@@ -30,6 +30,11 @@ export interface Agent {
    * holding, plus the lease, minus the longest a reply may take to count (a report interval) and the skew.
    */
   surelyValidUntil: number;
+  /**
+   * Its last heartbeat came on an untagged subject: an agent from before credential tags, whose strict record
+   * schema refuses fields it does not know (the coordinator then writes records without them).
+   */
+  legacy?: boolean;
 }
 
 /** A change of the agent registry the shell must persist. */
@@ -47,6 +52,8 @@ export interface HeartbeatFacts {
   renewedSeq: number;
   /** Requests shed since the previous heartbeat. */
   shed?: number | undefined;
+  /** The heartbeat came on an untagged subject (an agent from before credential tags). */
+  legacy?: boolean | undefined;
   /**
    * The tag of the credential the heartbeat came with (its subject's; the shell checked the id carries it), when
    * known: an agent of another credential cannot replace this one by taking its instance name.
@@ -145,6 +152,7 @@ export class AgentRoster {
         put: { agentId: agent.id, instance: agent.instance, region: facts.regionName, registeredAt: now },
       });
     }
+    agent.legacy = facts.legacy === true;
     const previous = agent.lastHeartbeatAt;
     if (facts.shed !== undefined) {
       // Over the interval since the previous heartbeat; a first heartbeat covers one report interval.
@@ -181,6 +189,12 @@ export class AgentRoster {
     if (ackRevision <= agent.ackRevision) return false;
     agent.ackRevision = ackRevision;
     return true;
+  }
+
+  /** Some registered agent is from before credential tags (see `Agent.legacy`). */
+  anyLegacy(): boolean {
+    for (const a of this.#agents.values()) if (a.legacy === true) return true;
+    return false;
   }
 
   forget(agentId: string): void {

@@ -47,6 +47,13 @@ export interface Unit {
   /** Why its shares last moved; undefined before the first move (or when restored). */
   cause?: MoveCause | undefined;
   epoch: number;
+  /**
+   * Shares issued (written) over the policy's window, oldest first, one point older than the window (the shares
+   * in force at its start): where the record's `lowest` comes from (allocation-records.ts).
+   */
+  issued?: { at: number; shares: number[] }[] | undefined;
+  /** The `lowest` the last record carried, by region (undefined: none below the shares). */
+  writtenLowest?: (number | undefined)[] | undefined;
 }
 
 /** What the coordinator knows of one subject's demand, for overrides. */

@@ -44,7 +44,13 @@ import type {
   Usage,
 } from '../wire/protocol.js';
 import { AgentRoster, type RegistryWrite } from './agent-roster.js';
-import { placeholderPolicy, policyRecord, restoredUnit } from './allocation-records.js';
+import {
+  lowestChanged,
+  lowestWindowMs,
+  placeholderPolicy,
+  policyRecord,
+  restoredUnit,
+} from './allocation-records.js';
 import {
   claimOf,
   EPSILON,
@@ -201,7 +207,7 @@ export class LeaseCoordinator {
    * `credential`: the tag of the credential the heartbeat came with (its subject's), when known; a new agent
    * replaces an old one of the same instance name only when both came with the same credential.
    */
-  heartbeat(hb: Heartbeat, credential?: string): RenewalReply {
+  heartbeat(hb: Heartbeat, credential?: string, legacy = false): RenewalReply {
     const now = this.#clock.now();
     const region = this.#regionIndex.get(hb.region);
     if (region === undefined) {
@@ -219,6 +225,7 @@ export class LeaseCoordinator {
         renewedSeq: hb.renewedSeq,
         shed: hb.shed,
         credential,
+        legacy,
       },
       now,
     );
@@ -322,7 +329,13 @@ export class LeaseCoordinator {
     for (const name of this.#dirty) {
       const state = this.#policies.get(name);
       if (state !== undefined) {
-        out.push({ policy: name, record: policyRecord(this.regions, this.safe, state), seq: state.seq });
+        const now = this.#clock.now();
+        const windowMs = lowestWindowMs(state, this.lease.skewMs);
+        out.push({
+          policy: name,
+          record: policyRecord(this.regions, this.safe, state, now, windowMs, !this.#roster.anyLegacy()),
+          seq: state.seq,
+        });
       }
     }
     this.#dirty.clear();
@@ -358,6 +371,7 @@ export class LeaseCoordinator {
     const lapsed = this.#lapsedByRegion(now);
     const unreachable = this.regions.map((_, r) => this.#roster.unreachable(r, now));
     const learning = this.learning(now);
+    const legacy = this.#roster.anyLegacy();
     for (const state of this.#policies.values()) {
       this.#round(state, undefined, state.base, lapsed, unreachable, learning, now);
       for (const [subject, unit] of state.overrides) {
@@ -372,6 +386,10 @@ export class LeaseCoordinator {
         state.slowDemand.prune(now, 60_000);
       }
       if (state.subjects.size > 0) this.#overrides.prune(state, now);
+      // A lowest share that aged out of the window: the record is written again without it.
+      const windowMs = lowestWindowMs(state, this.lease.skewMs);
+      if (unitsOf(state).some((unit) => lowestChanged(unit, now, windowMs, legacy)))
+        this.#dirty.add(state.policy.name);
     }
   }
 

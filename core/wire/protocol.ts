@@ -227,6 +227,14 @@ export const UnitRecord = z.strictObject({
   pending: ShareByRegion,
   /** Bumped on every change of this unit. */
   epoch: z.number().int().min(0),
+  /**
+   * The lowest share each region was issued within the policy's idle TTL (plus the skew margin on both sides),
+   * for regions where it is below the share issued now (absent: none). Sliding-log, concurrency and daily
+   * decisions size a region by the lowest share it held within the window; an agent that restarted or was added
+   * knows it from here, not only from its own memory. Agents from before it refuse a record carrying it: upgrade
+   * agents before the coordinator (docs/protocol.md).
+   */
+  lowest: ShareByRegion.optional(),
 });
 export type UnitRecord = z.infer<typeof UnitRecord>;
 

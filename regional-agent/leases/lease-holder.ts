@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Clock } from '../../core/clock.js';
+import { monotonicOf, type Clock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
 import type { RenewalBounds } from '../../core/lease/trust-checks.js';
 import {
@@ -172,6 +172,8 @@ export class LeaseHolder {
     const seq = this.#seq++;
     this.lease.poll();
     const sentAt = clock.now();
+    // The lease is a duration: measured from when the heartbeat left on the monotonic clock.
+    const sentAtMono = monotonicOf(clock);
     const heartbeat = {
       agentId: this.agentId,
       instance: this.#options.instance,
@@ -222,7 +224,7 @@ export class LeaseHolder {
         );
         return;
       }
-      const outcome = this.lease.renewed(reply, sentAt, seq);
+      const outcome = this.lease.renewed(reply, sentAtMono, seq);
       if (outcome === 'out_of_bounds') {
         // Not the coordinator's word, or not one to follow: the lease and interval stay as they were.
         this.#metrics?.heartbeats.inc({ outcome: 'out_of_bounds' });
