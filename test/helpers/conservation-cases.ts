@@ -257,7 +257,9 @@ export interface Charge {
   class: string | undefined;
   /** The region whose agent answered. */
   region: Region;
+  /** When the answer came (epoch ms); `sentAt`: when the call was sent (the real stack; the models: `at`). */
   at: number;
+  sentAt: number;
   cost: number;
 }
 
@@ -295,6 +297,7 @@ export function recordAnswer(
   at: number,
   failing: boolean,
   region: Region,
+  sentAt = at,
 ): void {
   const hostile = call.checks.find((c) => c.class !== undefined && c.class !== 'gold');
   const noGold = call.checks.find(
@@ -339,6 +342,7 @@ export function recordAnswer(
       class: cls,
       region,
       at,
+      sentAt,
       cost: c.cost,
     });
   });
@@ -377,9 +381,12 @@ export function conservationViolations(
       const R = policy.refillPerSecond;
       for (let i = 0; i < list.length; i++) {
         let sum = 0;
+        // The widest the window can have been: from the earliest send among them to the last answer.
+        let from = list[i]!.sentAt;
         for (let j = i; j < list.length; j++) {
           sum += list[j]!.cost;
-          const w = (list[j]!.at - list[i]!.at) / 1000;
+          from = Math.min(from, list[j]!.sentAt);
+          const w = (list[j]!.at - from) / 1000;
           if (sum > C + R * w + EPS) {
             out.push(`${what}: ${sum} admitted in ${w} s, above C + R·W = ${C} + ${R}·${w}`);
             break;
@@ -398,7 +405,13 @@ export function conservationViolations(
       const windowMs = spec.windowSeconds! * 1000;
       for (let j = 0; j < list.length; j++) {
         let sum = 0;
-        for (let i = j; i >= 0 && list[i]!.at > list[j]!.at - windowMs; i--) sum += list[i]!.cost;
+        // Only admissions surely within one window of each other: the widest span below the window.
+        let from = list[j]!.sentAt;
+        for (let i = j; i >= 0; i--) {
+          from = Math.min(from, list[i]!.sentAt);
+          if (list[j]!.at - from >= windowMs) break;
+          sum += list[i]!.cost;
+        }
         if (sum > C + EPS) out.push(`${what}: ${sum} admitted within ${spec.windowSeconds} s, above ${C}`);
       }
     }
