@@ -196,8 +196,8 @@ function stepOf(names: readonly string[]): fc.Arbitrary<Step> {
         .record({
           calls: fc.array(callOf(names), { minLength: 1, maxLength: 3 }),
           rounds: fc.oneof(
-            { weight: 2, arbitrary: fc.constant(1) },
-            { weight: 1, arbitrary: fc.integer({ min: 2, max: 4 }) },
+            { weight: 1, arbitrary: fc.constant(1) },
+            { weight: 1, arbitrary: fc.integer({ min: 2, max: 6 }) },
           ),
           gapMs: fc.constantFrom(0, 100, 500, 1000),
         })
