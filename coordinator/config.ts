@@ -18,7 +18,7 @@ import { settingRange } from '../core/setting-range.js';
 import { grantsFromConfig, type TokenGrant } from './auth/tokens.js';
 
 /** Length of the coordinators' leader lease by default, ms: a standby leads within about this long. */
-export const DEFAULT_LEADER_LEASE_MS = 6000;
+export const DEFAULT_LEADER_LEASE_MS = 10_000;
 
 /** Shortest bearer token accepted: 16 characters (an operator's `openssl rand -hex 16` gives 32). */
 export const MIN_TOKEN_LENGTH = 16;

@@ -39,6 +39,8 @@ export interface StartOptions {
   engine?: EngineFactory;
   /** Told when this coordinator loses the leader lease (main.ts exits, to start again as a standby). */
   onLeadershipLost?: (reason: LostReason) => void;
+  /** Stops a standby's wait for the leader lease (the start then rejects). */
+  signal?: AbortSignal;
 }
 
 export async function startCoordinator(
@@ -73,7 +75,13 @@ export async function startCoordinator(
         log: logger,
         floor: () => highestRecordEpoch(nc, names.allocations, config.natsTimeoutMs),
       });
-      await lease.acquire();
+      const stopWaiting = () => void lease?.stop();
+      options.signal?.addEventListener('abort', stopWaiting, { once: true });
+      try {
+        await lease.acquire();
+      } finally {
+        options.signal?.removeEventListener('abort', stopWaiting);
+      }
     }
     const leader: Leadership | undefined =
       lease === undefined
@@ -83,21 +91,32 @@ export async function startCoordinator(
             isLeader: () => lease!.isLeader(),
             fenced: () => void lease!.stop(),
           };
-    const stores = await openStores(nc, config, { clock, metrics, log: logger });
+    // A new leader may start while JetStream still elects stream and meta leaders among the regions left (its
+    // calls time out meanwhile): it tries again for as long as it holds the lease.
+    const whileLeading = <T>(what: string, start: () => Promise<T>): Promise<T> =>
+      lease === undefined ? start() : retryWhileLeading(lease, what, start, logger);
+    const stores = await whileLeading('open stores', () =>
+      openStores(nc, config, { clock, metrics, log: logger }),
+    );
+    logger.debug('coordinator stores open');
+    const factory = options.engine;
     const engine: ProtocolService | undefined =
-      options.engine === undefined
+      factory === undefined
         ? undefined
-        : await options.engine({
-            nc,
-            policies: stores.policies,
-            names: stores.names,
-            config,
-            clock,
-            log: logger,
-            registry: metrics.registry,
-            audit: stores.audit,
-            ...(leader !== undefined ? { leader } : {}),
-          });
+        : await whileLeading('start the protocol engine', () =>
+            factory({
+              nc,
+              policies: stores.policies,
+              names: stores.names,
+              config,
+              clock,
+              log: logger,
+              registry: metrics.registry,
+              audit: stores.audit,
+              ...(leader !== undefined ? { leader } : {}),
+            }),
+          );
+    logger.debug('coordinator engine started');
     const readiness: ReadinessProbe = {
       reasons: () => [
         ...stores.readiness.reasons(),
@@ -157,5 +176,23 @@ export async function startCoordinator(
     await lease?.stop().catch(() => undefined);
     await nc.close();
     throw error;
+  }
+}
+
+/** `start()` again after a failure, every 250 ms, while `lease` is held; rethrows once it is not. */
+async function retryWhileLeading<T>(
+  lease: LeaderLease,
+  what: string,
+  start: () => Promise<T>,
+  log: { warn(obj: object, msg?: string): void },
+): Promise<T> {
+  for (;;) {
+    try {
+      return await start();
+    } catch (error) {
+      if (!lease.isLeader()) throw error;
+      log.warn({ err: error }, `could not ${what}; trying again while this coordinator leads`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
   }
 }

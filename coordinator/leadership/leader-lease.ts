@@ -13,8 +13,10 @@
  * - A renewal refused because the revision moved means another coordinator took the lease: this one lost at once.
  * - A graceful stop releases the lease (same epoch, no holder), so a standby or a restart takes it without waiting.
  *
- * Takeover time after the leader's region is cut off: at most leaseMs after its last renewal plus one poll
- * (leaseMs / 4), plus what JetStream needs to elect a new stream leader among the servers that remain.
+ * Takeover time after the leader's region is cut off: the longer of leaseMs (after its last renewal) and what
+ * JetStream needs to elect new stream leaders among the servers that remain, plus one poll (at most 1 s). The
+ * lease must outlast JetStream's elections (seconds): a heal makes streams elect again, and a renewal fails
+ * until they have; a lease shorter than that would depose a healthy leader.
  */
 import { hostname } from 'node:os';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -117,7 +119,7 @@ export class LeaderLease {
 
   /**
    * Wait until this coordinator holds the lease; resolves with its epoch, rejects when stopped first. Polls every
-   * leaseMs / 4 and starts renewing once it leads.
+   * pollMs(leaseMs) (a quarter lease, at most 1 s) and starts renewing once it leads.
    */
   async acquire(): Promise<number> {
     if (this.#kv === undefined) await this.open();
@@ -157,11 +159,11 @@ export class LeaderLease {
           );
         }
       } catch (error) {
-        // Someone else won the race, or the KV is unreachable (a partition, an election): look again.
+        // Someone else won the race, or the KV is unreachable (a partition, an election): look again. The wait
+        // for the revision already seen goes on: the holder cannot have renewed without changing it.
         log.debug({ err: error }, 'leader lease: not taken this time');
-        seen = undefined;
       }
-      await this.#sleep(Math.max(25, Math.floor(leaseMs / 4)));
+      await this.#sleep(pollMs(leaseMs));
     }
     throw new Error('leader lease: stopped before leading');
   }
@@ -264,6 +266,11 @@ export class LeaderLease {
       };
     });
   }
+}
+
+/** How often a standby looks at the lease: a quarter lease, at most a second. */
+export function pollMs(leaseMs: number): number {
+  return Math.max(25, Math.min(1000, Math.floor(leaseMs / 4)));
 }
 
 function entryJson(entry: { json<T>(): T }): unknown {

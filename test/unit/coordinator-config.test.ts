@@ -31,7 +31,7 @@ describe('coordinator configuration', () => {
       kvNamespace: 'qp',
       natsTimeoutMs: 2000,
       replicas: 1,
-      leader: { leaseMs: 6000, name: undefined },
+      leader: { leaseMs: 10_000, name: undefined },
       maxPolicies: 1000,
       bodyLimitBytes: 16_384,
       audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
