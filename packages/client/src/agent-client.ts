@@ -112,8 +112,14 @@ export interface AgentClientOptions {
   fallbackMaxBuckets?: number;
   /** Retry hint of a `closed` answer given for an unreachable agent. Default 1000 ms. */
   unavailableRetryAfterMs?: number;
-  /** Most exchanges with the agent at once (and sockets kept open to it). Default 64. */
+  /** Most sockets kept open to the agent. Default 64. */
   maxSockets?: number;
+  /**
+   * Most exchanges with the agent in flight at once (at most `maxSockets`). While they are out, new decisions
+   * gather in the queue and leave together when one returns: the busier the service, the bigger the batches.
+   * Default 8 with coalescing, `maxSockets` without.
+   */
+  maxExchanges?: number;
   /**
    * Most decisions waiting in the client for an exchange; one more is shed (its policy's failure mode answers,
    * `failure: 'shed'`, counted in `stats().shed`). Default 8192.
@@ -295,13 +301,14 @@ export class AgentClient {
     this.#fallback = new FallbackBuckets(options.fallbackMaxBuckets ?? 10_000);
     this.#retryAfterMs = options.unavailableRetryAfterMs ?? 1000;
     this.#onFailure = options.onFailure;
-    this.#maxInFlight = options.maxSockets ?? 64;
-    this.#maxQueued = options.maxQueued ?? 8192;
+    const maxSockets = options.maxSockets ?? 64;
     const coalesce = options.coalesce === false ? undefined : (options.coalesce ?? {});
+    this.#maxInFlight = Math.min(maxSockets, options.maxExchanges ?? (coalesce === undefined ? maxSockets : 8));
+    this.#maxQueued = options.maxQueued ?? 8192;
     this.#windowMs = coalesce?.windowMs ?? 0;
     this.#maxBatch = coalesce === undefined ? 1 : (coalesce.maxBatch ?? 64);
     if (!(Number.isInteger(this.#maxInFlight) && this.#maxInFlight >= 1))
-      throw new TypeError('AgentClient: maxSockets must be an integer >= 1');
+      throw new TypeError('AgentClient: maxSockets and maxExchanges must be integers >= 1');
     if (!(Number.isInteger(this.#maxQueued) && this.#maxQueued >= 0))
       throw new TypeError('AgentClient: maxQueued must be an integer >= 0');
     if (!(Number.isInteger(this.#maxBatch) && this.#maxBatch >= 1 && this.#maxBatch <= 128))
@@ -309,7 +316,11 @@ export class AgentClient {
     if (!(this.#windowMs >= 0 && this.#windowMs <= 1000))
       throw new TypeError('AgentClient: coalesce.windowMs must be from 0 to 1000');
     // One socket more than exchanges: calls of other routes (leases, reservations) never wait behind decisions.
-    this.#agent = new Agent({ keepAlive: true, maxSockets: this.#maxInFlight + 1, scheduling: 'lifo' });
+    this.#agent = new Agent({
+      keepAlive: true,
+      maxSockets: Math.max(maxSockets, this.#maxInFlight + 1),
+      scheduling: 'lifo',
+    });
     if (options.breaker !== false) {
       const b = options.breaker ?? {};
       this.#breaker = new CircuitBreaker((batch: Pending[]) => this.#exchange(batch), {
@@ -710,11 +721,20 @@ export class AgentClient {
       });
       // The timeout runs from the moment the request has its socket (connecting included): time it waited for one
       // is not the agent's. When it fires, answers already read from the socket are handled first (a busy event
-      // loop in this process runs timers before the I/O that arrived meanwhile): only a missing answer times out.
+      // loop in this process runs timers before the I/O that arrived meanwhile), and a timer that fires late by more
+      // than half the timeout (this process was stalled, not the agent) is armed once more: only an answer the
+      // agent did not give in time times out.
       let timer: NodeJS.Timeout | undefined;
       let settled = false;
-      req.once('socket', () => {
+      let rearmed = false;
+      const arm = () => {
+        const due = performance.now() + this.#timeoutMs;
         timer = setTimeout(() => {
+          if (!rearmed && performance.now() - due > this.#timeoutMs / 2) {
+            rearmed = true;
+            arm();
+            return;
+          }
           setImmediate(() => {
             if (settled) return;
             req.destroy(
@@ -722,7 +742,8 @@ export class AgentClient {
             );
           });
         }, this.#timeoutMs);
-      });
+      };
+      req.once('socket', arm);
       req.on('error', (error) => {
         settled = true;
         clearTimeout(timer);
