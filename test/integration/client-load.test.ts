@@ -119,9 +119,9 @@ describe('a burst through the plugin with default options', () => {
       try {
         const answers = await burstFromOutside(`${url}/work`, uniquePrefix('burst'), BURST);
         expect(tally(answers), JSON.stringify(client.stats())).toEqual({
-        200: 500,
-        '429 RATE_LIMITED': BURST - 500,
-      });
+          200: 500,
+          '429 RATE_LIMITED': BURST - 500,
+        });
         for (const a of answers.filter((x) => x.status === 429)) {
           expect(a).toMatchObject({ reason: 'subject_exhausted', violated: ['burst'] });
         }

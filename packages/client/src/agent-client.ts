@@ -303,7 +303,10 @@ export class AgentClient {
     this.#onFailure = options.onFailure;
     const maxSockets = options.maxSockets ?? 64;
     const coalesce = options.coalesce === false ? undefined : (options.coalesce ?? {});
-    this.#maxInFlight = Math.min(maxSockets, options.maxExchanges ?? (coalesce === undefined ? maxSockets : 8));
+    this.#maxInFlight = Math.min(
+      maxSockets,
+      options.maxExchanges ?? (coalesce === undefined ? maxSockets : 8),
+    );
     this.#maxQueued = options.maxQueued ?? 8192;
     this.#windowMs = coalesce?.windowMs ?? 0;
     this.#maxBatch = coalesce === undefined ? 1 : (coalesce.maxBatch ?? 64);
