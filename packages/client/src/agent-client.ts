@@ -117,7 +117,7 @@ export interface AgentClientOptions {
   /**
    * Most exchanges with the agent in flight at once (at most `maxSockets`). While they are out, new decisions
    * gather in the queue and leave together when one returns: the busier the service, the bigger the batches.
-   * Default 8 with coalescing, `maxSockets` without.
+   * Default 4 with coalescing, `maxSockets` without.
    */
   maxExchanges?: number;
   /**
@@ -305,7 +305,7 @@ export class AgentClient {
     const coalesce = options.coalesce === false ? undefined : (options.coalesce ?? {});
     this.#maxInFlight = Math.min(
       maxSockets,
-      options.maxExchanges ?? (coalesce === undefined ? maxSockets : 8),
+      options.maxExchanges ?? (coalesce === undefined ? maxSockets : 4),
     );
     this.#maxQueued = options.maxQueued ?? 8192;
     this.#windowMs = coalesce?.windowMs ?? 0;
