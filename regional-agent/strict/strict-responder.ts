@@ -26,6 +26,12 @@ export interface StrictResponderOptions {
    * is answered `overloaded` at once, so the requester hears "busy" rather than waiting out its deadline.
    */
   admit?: () => (() => void) | string;
+  /**
+   * Whether a region is one of this deployment's (it holds a share of some policy): a request from any other
+   * region, or from this one (a home never forwards to itself), is refused `invalid_request` and charges
+   * nothing; its name never becomes a metric label. Absent: every region but this one is taken.
+   */
+  knownRegion?: (region: string) => boolean;
   registry?: Registry;
   log?: { warn(obj: object, msg?: string): void };
 }
@@ -92,6 +98,14 @@ export class StrictResponder {
       return;
     }
     const request = parsed.data;
+    const known = this.#options.knownRegion ?? (() => true);
+    if (request.fromRegion === this.#options.region || !known(request.fromRegion)) {
+      this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
+      respond(
+        error('invalid_request', `fromRegion ${request.fromRegion} is not another region of this deployment`),
+      );
+      return;
+    }
     // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
     // store call carries the deadline into the script, so it charges before it or not at all (then it is
     // answered `overloaded`). Only one whose deadline has already passed is shed at once.
