@@ -27,9 +27,8 @@ export interface StrictResponderOptions {
    */
   admit?: () => (() => void) | string;
   /**
-   * Whether a region is one of this deployment's (it holds a share of some policy): a request from any other
-   * region, or from this one (a home never forwards to itself), is refused `invalid_request` and charges
-   * nothing; its name never becomes a metric label. Absent: every region but this one is taken.
+   * Whether a region is one this agent has seen in the allocation records: any other name a request carries is
+   * counted under the label `other`, so a sender cannot mint metric series. Absent: every name is its own label.
    */
   knownRegion?: (region: string) => boolean;
   registry?: Registry;
@@ -98,19 +97,18 @@ export class StrictResponder {
       return;
     }
     const request = parsed.data;
-    const known = this.#options.knownRegion ?? (() => true);
-    if (request.fromRegion === this.#options.region || !known(request.fromRegion)) {
-      this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
-      respond(
-        error('invalid_request', `fromRegion ${request.fromRegion} is not another region of this deployment`),
-      );
+    // A home never forwards to itself: a request naming this region as its origin is not an agent's.
+    if (request.fromRegion === this.#options.region) {
+      this.#answered?.inc({ from: 'other', outcome: 'invalid_request' });
+      respond(error('invalid_request', `fromRegion ${request.fromRegion} is this home region`));
       return;
     }
+    const from = (this.#options.knownRegion?.(request.fromRegion) ?? true) ? request.fromRegion : 'other';
     // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
     // store call carries the deadline into the script, so it charges before it or not at all (then it is
     // answered `overloaded`). Only one whose deadline has already passed is shed at once.
     if (request.deadlineAtMs !== undefined && Date.now() >= request.deadlineAtMs) {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
+      this.#answered?.inc({ from, outcome: 'overloaded' });
       respond(
         error('overloaded', 'the home region took the request up too late to answer within its deadline'),
       );
@@ -118,16 +116,16 @@ export class StrictResponder {
     }
     const admitted = this.#options.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string') {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
+      this.#answered?.inc({ from, outcome: 'overloaded' });
       respond(error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`));
       return;
     }
     try {
       const reply = await this.#options.decide(request);
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'error' in reply ? reply.error : 'ok' });
+      this.#answered?.inc({ from, outcome: 'error' in reply ? reply.error : 'ok' });
       respond(reply);
     } catch (err) {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'failed' });
+      this.#answered?.inc({ from, outcome: 'failed' });
       this.#options.log?.warn({ err }, 'strict responder: deciding a forwarded request failed');
       respond(error('failed', 'the home region could not decide'));
     } finally {

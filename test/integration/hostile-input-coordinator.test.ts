@@ -277,7 +277,10 @@ describe('hostile NATS messages, sent with another region’s real agent credent
     }
     // A policy that is not homed in us, and regions that are not the sender's or are not regions at all.
     await ask('strict not home', to, forwarded('', '"policy":"demo","subject":"hx","cost":1'), stable);
-    for (const region of ['mars', 'us', 'constructor', '__proto__', '', 'US']) {
+    // The home itself, and names that are not region names. A well-formed name of no region ('mars') is decided as
+    // the sender's own traffic (its credentials may forward; binding them to a region is issue 25's item 5), and
+    // counted under the metric label `other`.
+    for (const region of ['us', '__proto__', '', 'US', 'x'.repeat(65)]) {
       await ask(`strict from ${region}`, to, forwarded('').replace('"eu"', JSON.stringify(region)), stable);
     }
     await ask('strict a __proto__ body', to, '{"__proto__":{"fromRegion":"eu"}}', stable);
