@@ -20,6 +20,7 @@ import { EmergencyBuckets } from './decisions/emergency-buckets.js';
 import { RefusalMemory, refusalMemoryGauge } from './decisions/refusal-memory.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { AgentErrors } from './errors.js';
+import { batchRoute } from './http/batch-route.js';
 import { decisionsRoute } from './http/decisions-route.js';
 import { installErrorHandling } from './http/error-handler.js';
 import { errorProblem, sendProblem } from './http/problem.js';
@@ -28,6 +29,9 @@ import { forwardAuthRoute } from './http/forward-auth-route.js';
 import { forwardAuthTrust } from './http/forward-auth-trust.js';
 import { healthRoutes } from './http/health-routes.js';
 import { leasesRoute } from './http/leases-route.js';
+import { grantsRoute } from './http/grants-route.js';
+import { ModelGrantStore, RedisGrantStore } from './grants/grant-store.js';
+import { ModelDecisionStore } from './decisions/model-decision-store.js';
 import { reservationsRoute } from './http/reservations-route.js';
 import { RedisDecisionStore } from './redis/decision-store.js';
 import { RedisReservationStore } from './redis/reservation-store.js';
@@ -265,6 +269,16 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   registerDocs(app);
   void app.register((scope: FastifyInstance) => {
     decisionsRoute(scope, { service, legacyHeaders: config.legacyHeaders, assertServing });
+    batchRoute(scope, {
+      service,
+      admission,
+      metrics,
+      log,
+      legacyHeaders: config.legacyHeaders,
+      // A batch carries up to MAX_DECISIONS_PER_BATCH bodies: 16 times one request's limit.
+      bodyLimit: config.bodyLimitBytes * 16,
+      assertServing,
+    });
     forwardAuthRoute(scope, {
       service,
       policies: deps.policies,
@@ -281,6 +295,23 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       assertServing,
     });
     reservationsRoute(scope, { reservations, legacyHeaders: config.legacyHeaders, assertServing });
+    // Local grants take from the buckets decisions charge: on Redis, or on the model store's own buckets.
+    const grants =
+      deps.store instanceof RedisDecisionStore
+        ? new RedisGrantStore(deps.store.redis, { timeoutMs: deps.store.timeoutMs })
+        : deps.store instanceof ModelDecisionStore
+          ? new ModelGrantStore(deps.store.model.buckets, clock)
+          : undefined;
+    if (grants !== undefined) {
+      grantsRoute(scope, {
+        service,
+        store: grants,
+        guard,
+        shares: deps.shares,
+        metrics,
+        assertServing,
+      });
+    }
     leasesRoute(scope, {
       store: deps.store,
       guard,

@@ -97,6 +97,17 @@ export const AgentErrors = {
     'Class %s is not one of the classes of policy %s',
     400,
   ),
+  AGT_ERR_BATCH_TOO_LARGE: createError(
+    'AGT_ERR_BATCH_TOO_LARGE',
+    'A batch may carry at most %s decisions, got %s',
+    400,
+  ),
+  AGT_ERR_INVALID_GRANT: createError('AGT_ERR_INVALID_GRANT', 'Invalid grant request: %s', 400),
+  AGT_ERR_GRANT_NOT_ALLOWED: createError(
+    'AGT_ERR_GRANT_NOT_ALLOWED',
+    'Policy %s gives no local grants: %s',
+    400,
+  ),
 } as const;
 
 export type AgentErrorCode = keyof typeof AgentErrors;

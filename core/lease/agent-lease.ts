@@ -14,7 +14,7 @@
  */
 import { defaultLeaseSettings } from './settings.js';
 import type { Clock } from '../clock.js';
-import { hasOwnKey, ownValue } from '../own-keys.js';
+import { hasOwnKey, ownRecordOf, ownValue } from '../own-keys.js';
 import type { RegionalShare, ShareView } from '../shares.js';
 import type { AllocationRecord, Renewal } from '../wire/protocol.js';
 import {
@@ -244,6 +244,17 @@ export class AgentLease implements ShareView {
     const record = this.#records.get(policy)?.record;
     if (record === undefined) return undefined;
     return (ownValue(record.overrides, subject) ?? record.default).shares;
+  }
+
+  regionCeilings(policy: string, subject: string): Readonly<Record<string, number>> | undefined {
+    const record = this.#records.get(policy)?.record;
+    if (record === undefined) return undefined;
+    const unit = ownValue(record.overrides, subject) ?? record.default;
+    const out = new Map<string, number>();
+    for (const [region, share] of Object.entries(unit.shares)) out.set(region, share);
+    for (const [region, share] of Object.entries(unit.pending))
+      out.set(region, Math.max(out.get(region) ?? 0, share));
+    return ownRecordOf(out);
   }
 
   enter(_policy: string): () => void {

@@ -4,7 +4,7 @@
  * coordinator asks it; it changes nothing of the allocations. Registrations it adds or forgets are handed to the
  * shell to persist (`takeWrites`).
  */
-import type { AgentRegistration } from '../wire/protocol.js';
+import { agentIdTag, type AgentRegistration } from '../wire/protocol.js';
 import type { LeaseSettings } from './settings.js';
 
 /** How many of an agent's latest renewals are remembered (a heartbeat names the one it holds). */
@@ -47,6 +47,11 @@ export interface HeartbeatFacts {
   renewedSeq: number;
   /** Requests shed since the previous heartbeat. */
   shed?: number | undefined;
+  /**
+   * The tag of the credential the heartbeat came with (its subject's; the shell checked the id carries it), when
+   * known: an agent of another credential cannot replace this one by taking its instance name.
+   */
+  credential?: string | undefined;
 }
 
 /** An agent not heard from yet by this incarnation: possibly lapsed until it reports a renewal granted here. */
@@ -123,7 +128,12 @@ export class AgentRoster {
       for (const other of this.#agents.values()) {
         if (other.region !== facts.region) continue;
         inRegion++;
-        if (other.instance === facts.instance) replaces = other;
+        // Only the same credential may take an instance name over (a restart); another's new agent is one more.
+        if (
+          other.instance === facts.instance &&
+          (facts.credential === undefined || agentIdTag(other.id) === facts.credential)
+        )
+          replaces = other;
       }
       if (replaces === undefined && inRegion >= this.#lease.maxAgentsPerRegion) {
         return { refused: `region full: ${inRegion} agents registered (maxAgentsPerRegion)` };

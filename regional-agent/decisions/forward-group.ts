@@ -27,8 +27,11 @@ export async function runForwardGroup(
   const run = newRun(group);
   try {
     // Earlier groups may have used the whole deadline: then nothing is sent (a request the caller gives up
-    // on before it starts would only charge the home bucket for an answer nobody reads).
-    const budgetMs = call.deadlineAt - deps.clock.now();
+    // on before it starts would only charge the home bucket for an answer nobody reads). The link to the home
+    // gets its round trip on top of the deadline (docs/protocol.md, "Timings at a distance").
+    const localLeft = call.deadlineAt - deps.clock.now();
+    if (localLeft <= 0) throw new Error('deadline passed before forwarding');
+    const budgetMs = localLeft + (deps.forwarder?.linkAllowanceMs?.(group.homeRegion) ?? 0);
     if (budgetMs <= 0) throw new Error('deadline passed before forwarding');
     if (deps.forwarder === undefined) throw new Error('no forwarder');
     const remote = await settleWithin(

@@ -21,6 +21,8 @@ export class AgentMetrics {
   readonly scriptErrors: Counter<'operation'>;
   readonly refunds: Counter<'outcome'>;
   readonly leaseReleases: Counter<'policy' | 'outcome'>;
+  readonly grants: Counter<'policy' | 'outcome'>;
+  readonly grantTokens: Counter<'policy' | 'flow'>;
   readonly reservations: Counter<'outcome'>;
   readonly idempotency: Counter<'outcome'>;
   readonly subjectFlood: Counter<'policy' | 'answer'>;
@@ -94,6 +96,18 @@ export class AgentMetrics {
       name: 'quotaplane_refunds_total',
       help: 'Refunds of earlier grants after a later slot denied a layered request, by outcome (ok, failed).',
       labelNames: ['outcome'],
+      registers,
+    });
+    this.grants = new Counter({
+      name: 'quotaplane_grants_total',
+      help: 'Local grant calls, by policy and outcome (granted; dry: nothing to take; returned; failed: no store answer).',
+      labelNames: ['policy', 'outcome'],
+      registers,
+    });
+    this.grantTokens = new Counter({
+      name: 'quotaplane_grant_tokens_total',
+      help: 'Tokens moved by local grants, by policy and flow (taken out to clients; returned; dropped: no room on return).',
+      labelNames: ['policy', 'flow'],
       registers,
     });
     this.leaseReleases = new Counter({

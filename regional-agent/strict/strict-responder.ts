@@ -7,9 +7,11 @@ import type { NatsConnection, Subscription } from '@nats-io/nats-core';
 import { Counter, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import {
+  ForwardedBatch,
   ForwardedDecision,
   strictSubject,
   type ForwardErrorCode,
+  type ForwardedBatchReply,
   type ForwardedReply,
 } from '../../core/wire/strict.js';
 
@@ -78,30 +80,43 @@ export class StrictResponder {
     await Promise.allSettled([...this.#inFlight]);
   }
 
-  async #handle(data: Uint8Array, respond: (reply: ForwardedReply) => void): Promise<void> {
+  async #handle(
+    data: Uint8Array,
+    respond: (reply: ForwardedReply | ForwardedBatchReply) => void,
+  ): Promise<void> {
     let value: unknown;
     try {
       value = JSON.parse(new TextDecoder().decode(data));
     } catch {
       value = undefined;
     }
+    // A batch (the checks one agent forwarded here within one turn of its event loop): each decision is decided
+    // on its own, as if it had come alone, and the answers go back together, in order.
+    if (typeof value === 'object' && value !== null && Object.hasOwn(value, 'batch')) {
+      const batch = ForwardedBatch.safeParse(value);
+      if (!batch.success) {
+        this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
+        respond(error('invalid_request', issues(batch.error.issues)));
+        return;
+      }
+      const replies = await Promise.all(batch.data.batch.map((request) => this.#decideOne(request)));
+      respond({ replies });
+      return;
+    }
     const parsed = ForwardedDecision.safeParse(value);
     if (!parsed.success) {
       this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
-      respond(
-        error(
-          'invalid_request',
-          parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '),
-        ),
-      );
+      respond(error('invalid_request', issues(parsed.error.issues)));
       return;
     }
-    const request = parsed.data;
+    respond(await this.#decideOne(parsed.data));
+  }
+
+  async #decideOne(request: ForwardedDecision): Promise<ForwardedReply> {
     // A home never forwards to itself: a request naming this region as its origin is not an agent's.
     if (request.fromRegion === this.#options.region) {
       this.#answered?.inc({ from: 'other', outcome: 'invalid_request' });
-      respond(error('invalid_request', `fromRegion ${request.fromRegion} is this home region`));
-      return;
+      return error('invalid_request', `fromRegion ${request.fromRegion} is this home region`);
     }
     const from = (this.#options.knownRegion?.(request.fromRegion) ?? true) ? request.fromRegion : 'other';
     // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
@@ -109,29 +124,32 @@ export class StrictResponder {
     // answered `overloaded`). Only one whose deadline has already passed is shed at once.
     if (request.deadlineAtMs !== undefined && Date.now() >= request.deadlineAtMs) {
       this.#answered?.inc({ from, outcome: 'overloaded' });
-      respond(
-        error('overloaded', 'the home region took the request up too late to answer within its deadline'),
+      return error(
+        'overloaded',
+        'the home region took the request up too late to answer within its deadline',
       );
-      return;
     }
     const admitted = this.#options.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string') {
       this.#answered?.inc({ from, outcome: 'overloaded' });
-      respond(error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`));
-      return;
+      return error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`);
     }
     try {
       const reply = await this.#options.decide(request);
       this.#answered?.inc({ from, outcome: 'error' in reply ? reply.error : 'ok' });
-      respond(reply);
+      return reply;
     } catch (err) {
       this.#answered?.inc({ from, outcome: 'failed' });
       this.#options.log?.warn({ err }, 'strict responder: deciding a forwarded request failed');
-      respond(error('failed', 'the home region could not decide'));
+      return error('failed', 'the home region could not decide');
     } finally {
       admitted();
     }
   }
+}
+
+function issues(list: readonly { path: readonly PropertyKey[]; message: string }[]): string {
+  return list.map((i) => `${i.path.map(String).join('.')}: ${i.message}`).join('; ');
 }
 
 function error(code: ForwardErrorCode, message: string): ForwardedReply {

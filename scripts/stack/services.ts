@@ -2,6 +2,7 @@
  * The environment of each quotaplane process the stack runs: the coordinator (`coordinator/main.ts`) and one
  * agent per region (`regional-agent/main.ts`), each configured only through its documented `QP_*` variables.
  */
+import { formatRoundTrips } from '../../core/distance.js';
 import type { RegionPlan, StackConfig } from './config.js';
 
 /** Marks every process the launcher starts, so a test (or an operator) can find any left behind. */
@@ -92,6 +93,16 @@ export function agentEnv(
     QP_LOG_LEVEL: config.logLevel,
     // Forward-auth answers trusted proxies only: on the local stack, whatever runs on its own address.
     QP_TRUSTED_PROXIES: config.host,
+    // Geo: each agent knows its round trips, so its deadlines cover the links (an operator's QP_AGENT_ROUND_TRIPS
+    // wins, as on a real deployment where the figures are measured).
+    ...(config.geo === undefined
+      ? {}
+      : {
+          QP_ROUND_TRIPS: formatRoundTrips(
+            config.geo.roundTrips,
+            config.regions.map((r) => r.name),
+          ),
+        }),
     ...config.agentEnv,
     ...secrets.subjectSecret,
     QP_REGION: region.name,

@@ -214,7 +214,9 @@ describe('conservation under failures', () => {
   it('holds when heartbeats buffered through an outage arrive late, still saying the lease was valid', () => {
     // us has no demand and sits at its floor, so nothing shrinks it while one of its agents is away: no overdue
     // acknowledgement gets that agent refused, and only the heartbeats' own word could fool the coordinator.
-    const loop = settled({ us: 0, eu: 90, ap: 10 });
+    // One step of 85% of the gap (maxStep 1) and the next lands every region on its target: us exactly at its
+    // floor (in steps of 0.05 the move comes to rest within the settle band of it, and a later move shrinks it).
+    const loop = settled({ us: 0, eu: 90, ap: 10 }, { rebalance: { maxStep: 1 } });
     const cut = loop.agents.find((a) => a.region === 'us')!;
     expect(loop.shares('writes')['us']).toBeCloseTo(0.02, 9);
     // The agent loses its connection while its client buffers what it sends; its peer keeps reporting.
