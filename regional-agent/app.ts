@@ -23,6 +23,7 @@ import { AgentErrors } from './errors.js';
 import { batchRoute } from './http/batch-route.js';
 import { decisionsRoute } from './http/decisions-route.js';
 import { installErrorHandling } from './http/error-handler.js';
+import { errorProblem, sendProblem } from './http/problem.js';
 import { explainRoute } from './http/explain-route.js';
 import { forwardAuthRoute } from './http/forward-auth-route.js';
 import { forwardAuthTrust } from './http/forward-auth-trust.js';
@@ -220,6 +221,17 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     genReqId: (req) => {
       const sent = ownValue(req.headers, config.requestIdHeader);
       return typeof sent === 'string' && REQUEST_ID.test(sent) ? sent : randomUUID();
+    },
+    // A path the router cannot take apart: a parameter past its length (a forged lease token) is 414 with a
+    // stable code, a bad escape names no route; never the framework's own JSON.
+    frameworkErrors: (error, request, reply) => {
+      const problem =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? new AgentErrors.AGT_ERR_URI_TOO_LONG(MAX_LEASE_TOKEN_LENGTH)
+          : new AgentErrors.AGT_ERR_NOT_FOUND(request.method, request.url.split('?')[0]);
+      metrics.requestErrors.labels(problem.code).inc();
+      reply.header('x-request-id', request.id);
+      void sendProblem(reply, errorProblem(problem.statusCode ?? 400, problem.code, problem.message));
     },
     return503OnClosing: true,
     forceCloseConnections: 'idle',

@@ -4,6 +4,7 @@
  * elsewhere, answering those homed here). Without it the agent runs standalone on a policies file and static
  * shares.
  */
+import { ownValue } from '../core/own-keys.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { connect } from '@nats-io/transport-node';
@@ -131,6 +132,10 @@ export async function connectCoordination(
         log,
         decide: (request) => service.decideForwarded(request, randomUUID()),
         admit: () => admission.enter('strict'),
+        knownRegion: (region) =>
+          holder.lease
+            .policies()
+            .some((policy) => ownValue(holder.lease.regionShares(policy, '') ?? {}, region) !== undefined),
       });
       responder.start();
     },

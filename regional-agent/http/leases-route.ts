@@ -25,6 +25,7 @@ const schema = {
     ...problems({
       ...COMMON_PROBLEMS,
       400: ['AGT_ERR_INVALID_LEASE'],
+      414: ['AGT_ERR_URI_TOO_LONG'],
       404: ['AGT_ERR_UNKNOWN_POLICY'],
       421: ['AGT_ERR_WRONG_REGION'],
       503: [...COMMON_PROBLEMS[503], 'AGT_ERR_STORE_UNAVAILABLE'],

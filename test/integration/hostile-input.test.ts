@@ -516,7 +516,13 @@ describe('hostile input at every agent entry point: a 4xx with a stable code, an
     for (const token of forged) {
       await refused(`release ${token.slice(0, 40)}`, release(token), 'AGT_ERR_INVALID_LEASE', 400);
     }
-    await refused('a token above the path limit', release(`l2.${'A'.repeat(600)}`), /^[A-Z_]+$/, 414, false);
+    await refused(
+      'a token above the path limit',
+      release(`l2.${'A'.repeat(600)}`),
+      'AGT_ERR_URI_TOO_LONG',
+      414,
+    );
+    await refused('a bad escape', release('%zz'), 'AGT_ERR_INVALID_LEASE', 400);
     // Another region's token (its key is not ours): misdirected.
     await refused('another region', release(reencode(6, 2, 'eu')), 'AGT_ERR_WRONG_REGION', 421);
     // The real one releases exactly its two slots, once.
