@@ -2,7 +2,7 @@
  * Start an agent from its configuration: open Redis (and NATS when `natsUrl` is set), build the app, listen.
  * Used by `main.ts` and by tests that run whole agents in one process.
  */
-import { farthestRoundTrip, linkAllowanceMs } from '../core/distance.js';
+import { farthestRoundTrip, linkAllowanceMs, roundTripOf } from '../core/distance.js';
 import type { Logger } from 'pino';
 import { StaticShareView } from '../core/shares.js';
 import { buildApp, type AgentApp } from './app.js';
@@ -80,6 +80,9 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
           // across the widest link still arrives (docs/protocol.md, "Timings at a distance").
           topUpMs:
             config.decisionDeadlineMs + linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
+          // A refusal's borrow may wait as long beyond the decision's deadline as a forwarded strict check does.
+          linkAllowanceMs: linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
+          roundTripMs: (lender) => roundTripOf(config.roundTrips, config.region, lender) ?? 0,
           metrics: loanMetrics,
           imported: (policy, tokens) => coordination.usage.imported(policy, tokens),
         });

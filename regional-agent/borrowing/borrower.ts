@@ -21,6 +21,7 @@ import { GrantCheck, lenderBound } from '../../core/borrowing/loan-bounds.js';
 import { ownValue } from '../../core/own-keys.js';
 import { encodeRequest } from '../../core/bucket-wire.js';
 import type { Clock } from '../../core/clock.js';
+import { oneWayAllowanceMs } from '../../core/distance.js';
 import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { LoanRequest } from '../../core/wire/loan.js';
@@ -42,8 +43,15 @@ export interface BorrowerOptions {
   reserveMs: number;
   /** Top a bucket up once an admission leaves it below this fraction of its capacity (0: never). */
   lowWater: number;
-  /** How long a top-up may wait for its lenders, ms (the decision deadline). */
+  /** How long a top-up may wait for its lenders, ms (the decision deadline and the farthest link's allowance). */
   topUpMs: number;
+  /**
+   * How much longer than its decision's deadline a refusal's borrow may wait for its lenders, ms: the link's
+   * allowance (core/distance.ts linkAllowanceMs of the farthest lender), so a loan can cross it. Default 0.
+   */
+  linkAllowanceMs?: number | undefined;
+  /** The round trip to a lender region, ms: its answer needs one way of it (default 0). */
+  roundTripMs?: ((lender: string) => number) | undefined;
   metrics?: BorrowMetrics | undefined;
   /** Monotonic ms for the grant check's refill (core/borrowing/loan-bounds.ts); default performance.now. */
   monotonic?: (() => number) | undefined;
@@ -174,7 +182,8 @@ export class Borrower implements ShortfallHandler {
 
   #borrow(short: ShortCheck, deadlineAt: number): Promise<BorrowResult> {
     const need = shortfallNeed(this.#shortfall(short));
-    return this.#run(short, need, askDeadline(deadlineAt, this.#o.clock.now(), this.#o.reserveMs), 'refusal');
+    const until = deadlineAt + (this.#o.linkAllowanceMs ?? 0);
+    return this.#run(short, need, askDeadline(until, this.#o.clock.now(), this.#o.reserveMs), 'refusal');
   }
 
   async #run(
@@ -213,7 +222,8 @@ export class Borrower implements ShortfallHandler {
   }
 
   async #ask(ask: LoanAsk, need: BorrowNeed, version: number, until: number): Promise<LoanAnswer> {
-    const request = loanRequest(need, ask, version, until, this.#o.clock.now());
+    const answerMs = oneWayAllowanceMs(this.#o.roundTripMs?.(ask.lender) ?? 0);
+    const request = loanRequest(need, ask, version, until, this.#o.clock.now(), answerMs);
     if (request === undefined) return { kind: 'late' };
     const answer = await this.#o.ask(ask.lender, request, until);
     return answer.kind === 'grant' ? this.#believe(ask, need, answer) : answer;
