@@ -23,6 +23,7 @@ import {
   type ReservationRequest,
 } from '../../../core/reservations.js';
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
+import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
 
 /** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
 export type FailureMode = 'closed' | 'open' | 'local';
@@ -112,6 +113,8 @@ export interface AgentClientOptions {
   onFailure?: (error: AgentUnavailableError) => void;
   /** Told when the breaker opens, half-opens (a probe is let through) or closes. */
   onBreakerChange?: (state: BreakerState) => void;
+  /** Local grants of hot subjects' tokens (grants.ts); `false` asks the agent for every decision. */
+  grants?: GrantOptions | false;
 }
 
 /** Per-call options. */
@@ -200,6 +203,7 @@ export class AgentClient {
   readonly #onFailure: ((error: AgentUnavailableError) => void) | undefined;
   readonly #breaker: CircuitBreaker<[string, string | undefined], DecisionResponse> | undefined;
   #state: BreakerState = 'closed';
+  readonly #grants: GrantPool | undefined;
   readonly #stats = {
     decided: 0,
     failures: counts(AGENT_FAILURES),
@@ -222,6 +226,14 @@ export class AgentClient {
     this.#retryAfterMs = options.unavailableRetryAfterMs ?? 1000;
     this.#onFailure = options.onFailure;
     this.#agent = new Agent({ keepAlive: true, maxSockets: options.maxSockets ?? 64, scheduling: 'lifo' });
+    if (options.grants !== false) {
+      this.#grants = new GrantPool(async (path, body) => {
+        const answer = await this.#post(JSON.stringify(body), undefined, 'POST', new URL(path, this.#url));
+        const json = parseJson(answer.text);
+        const problem = Problem.safeParse(json);
+        return { status: answer.status, json, code: problem.success ? problem.data.code : undefined };
+      }, options.grants);
+    }
     if (options.breaker !== false) {
       const b = options.breaker ?? {};
       this.#breaker = new CircuitBreaker(
@@ -255,6 +267,11 @@ export class AgentClient {
     return this.#state;
   }
 
+  /** What local grants did since the client was made (undefined when they are off). */
+  grantStats(): GrantStats | undefined {
+    return this.#grants?.stats();
+  }
+
   /** Counts since the client was made. */
   stats(): ClientStats {
     return {
@@ -271,6 +288,8 @@ export class AgentClient {
    * set); throws AgentRequestError when the agent refuses the request (4xx).
    */
   async decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
+    const local = this.#grants?.trySpend(body);
+    if (local !== undefined) return local;
     const payload = JSON.stringify(body);
     try {
       const answer =
@@ -278,6 +297,7 @@ export class AgentClient {
           ? await this.#call(payload, options.requestId)
           : await this.#breaker.fire(payload, options.requestId);
       this.#stats.decided++;
+      this.#grants?.observe(body, answer);
       return answer;
     } catch (error) {
       if (error instanceof AgentRequestError) {
@@ -398,7 +418,9 @@ export class AgentClient {
   close(): void {
     this.#breaker?.shutdown();
     this.#fallback.close();
-    this.#agent.destroy();
+    const grants = this.#grants?.close();
+    if (grants === undefined) this.#agent.destroy();
+    else void grants.finally(() => this.#agent.destroy());
   }
 
   #modeOf(policy: string): FailureMode {
