@@ -31,6 +31,8 @@ export interface GrantOptions {
 export interface GrantStats {
   /** Decisions made in this process on a grant (the agent was not asked). */
   local: number;
+  /** Denials given in this process while the agent's last denial of the subject held (the agent was not asked). */
+  denied: number;
   /** Grants taken with tokens / asked for and found empty / failed (no answer, refused). */
   taken: number;
   empty: number;
@@ -68,6 +70,12 @@ interface Entry {
   limit: number;
   bucketRemaining: number;
   taking: boolean;
+  /**
+   * The agent denied this subject a check of `deniedCost` and said when it would fit (epoch ms): until then
+   * the same answer is given here. Tokens handed back by other processes meanwhile only make it stricter.
+   */
+  deniedUntil: number;
+  deniedCost: number;
   /** No take before this (epoch ms): after an empty take or a failure. */
   quietUntil: number;
   timer: NodeJS.Timeout | undefined;
@@ -90,6 +98,7 @@ export class GrantPool {
   readonly #policyHeaders = new Map<string, string>();
   readonly #stats = {
     local: 0,
+    denied: 0,
     taken: 0,
     empty: 0,
     failed: 0,
@@ -125,7 +134,13 @@ export class GrantPool {
     const entry = this.#entry(body.policy, body.subject, Date.now());
     const cost = body.cost ?? 1;
     const now = Date.now();
-    if (entry.tokens < cost || now >= entry.expiresAt) return undefined;
+    if (entry.tokens < cost || now >= entry.expiresAt) {
+      if (now < entry.deniedUntil && cost >= entry.deniedCost) {
+        this.#stats.denied++;
+        return this.#denial(entry, entry.deniedUntil - now);
+      }
+      return undefined;
+    }
     entry.tokens -= cost;
     this.#stats.local++;
     // The next grant before this one runs out, so a hot subject does not wait on the agent.
@@ -140,11 +155,23 @@ export class GrantPool {
     const header = decision.headers['RateLimit-Policy'];
     if (header !== undefined && !this.#policyHeaders.has(body.policy))
       this.#policyHeaders.set(body.policy, header);
-    if (this.#noGrants.has(body.policy) || !decision.allowed || result?.mode === 'strict') return;
+    if (this.#noGrants.has(body.policy) || result?.mode === 'strict') return;
     const entry = this.#entries.get(keyOf(body.policy, body.subject));
     if (entry === undefined) return;
     if (result?.limit !== undefined) entry.limit = result.limit;
-    if (entry.perSecond >= this.#hot) this.#take(entry, Date.now());
+    if (entry.perSecond < this.#hot) return;
+    const now = Date.now();
+    if (decision.allowed) this.#take(entry, now);
+    else if (
+      result !== undefined &&
+      (result.reason === undefined || result.reason === 'subject_exhausted') &&
+      result.retryAfterMs !== null &&
+      result.retryAfterMs > 0
+    ) {
+      // Over quota, not a failure: the agent said when this cost fits; a hot subject is told the same here.
+      entry.deniedUntil = now + result.retryAfterMs;
+      entry.deniedCost = body.cost ?? 1;
+    }
   }
 
   /** Hand back every grant's rest and stop taking new ones. */
@@ -170,6 +197,8 @@ export class GrantPool {
         limit: 0,
         bucketRemaining: 0,
         taking: false,
+        deniedUntil: 0,
+        deniedCost: 0,
         quietUntil: 0,
         timer: undefined,
       };
@@ -276,6 +305,21 @@ export class GrantPool {
     this.#pending.add(work);
   }
 
+  #denial(entry: Entry, retryAfterMs: number): GrantDecision {
+    const result: ClientCheckResult = {
+      policy: entry.policy,
+      allowed: false,
+      remaining: 0,
+      limit: entry.limit,
+      resetMs: null,
+      retryAfterMs,
+    };
+    const headers = retryHeaders(entry.policy, retryAfterMs);
+    const policyHeader = this.#policyHeaders.get(entry.policy);
+    if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
+    return { allowed: false, retryAfterMs, results: [result], headers, local: 'grant' };
+  }
+
   #decision(entry: Entry): GrantDecision {
     // What this process knows: the bucket's capacity, and at least the rest of its own grant.
     const remaining = Math.floor(entry.tokens);
@@ -292,6 +336,11 @@ export class GrantPool {
     if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
     return { allowed: true, retryAfterMs: 0, results: [result], headers, local: 'grant' };
   }
+}
+
+function retryHeaders(policy: string, retryAfterMs: number): Record<string, string> {
+  const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
+  return { RateLimit: `"${policy}";r=0;t=${seconds}`, 'Retry-After': String(seconds) };
 }
 
 function keyOf(policy: string, subject: string): string {
