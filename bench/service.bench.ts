@@ -314,9 +314,13 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     // As docs/agent.md shows it, with the client's defaults.
     const { AgentClient } = await import('../packages/client/src/index.js');
     const { quotaplane } = await import('../packages/client/src/fastify.js');
-    const client = new AgentClient(
-      kind === 'quotaplane' ? { baseUrl: agentUrl } : { baseUrl: agentUrl, grants: false },
-    );
+    // QP_BENCH_CLIENT_TIMEOUT_MS (not a default: a look at the client when its timeout is not what fails it).
+    const timeout = Number(process.env['QP_BENCH_CLIENT_TIMEOUT_MS'] ?? '') || undefined;
+    const client = new AgentClient({
+      baseUrl: agentUrl,
+      ...(timeout === undefined ? {} : { timeoutMs: timeout }),
+      ...(kind === 'quotaplane' ? {} : { grants: false }),
+    });
     closers.push(() => client.close());
     await app.register(quotaplane, { client, subject: tenant });
     app.get('/work', { config: { quota: { policy: POLICY } } }, work);

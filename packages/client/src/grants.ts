@@ -23,7 +23,7 @@ export interface GrantOptions {
   hotPerSecond?: number;
   /** How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket). Default 250. */
   horizonMs?: number;
-  /** Most subjects tracked at once (the coldest are forgotten, their grants handed back). Default 1000. */
+  /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */
   maxSubjects?: number;
 }
 
@@ -185,7 +185,7 @@ export class GrantPool {
     const key = keyOf(policy, subject);
     let entry = this.#entries.get(key);
     if (entry === undefined) {
-      if (this.#entries.size >= this.#maxSubjects) this.#forgetColdest();
+      if (this.#entries.size >= this.#maxSubjects) this.#forgetOne();
       entry = {
         policy,
         subject,
@@ -214,13 +214,25 @@ export class GrantPool {
     return entry;
   }
 
-  #forgetColdest(): void {
-    let coldest: [string, Entry] | undefined;
-    for (const pair of this.#entries)
-      if (coldest === undefined || pair[1].perSecond < coldest[1].perSecond) coldest = pair;
-    if (coldest === undefined) return;
-    this.#giveBack(coldest[1]);
-    this.#entries.delete(coldest[0]);
+  /**
+   * Make room for a new subject in O(1): the oldest tracked subject that is cold (no grant, no denial held, below
+   * the hot rate), looking at a few; hot ones looked at move to the back. A forgotten subject is tracked again
+   * at its next check.
+   */
+  #forgetOne(): void {
+    const now = Date.now();
+    let looked = 0;
+    for (const [key, entry] of this.#entries) {
+      const busy =
+        entry.perSecond >= this.#hot || entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
+      this.#entries.delete(key);
+      if (!busy || ++looked >= 8) {
+        this.#giveBack(entry);
+        return;
+      }
+      // A hot subject goes to the back of the line: the front stays the cold ones.
+      this.#entries.set(key, entry);
+    }
   }
 
   #amountFor(entry: Entry): number {
