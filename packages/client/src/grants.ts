@@ -108,8 +108,12 @@ export class GrantPool {
   };
   #closed = false;
 
-  constructor(send: GrantTransport, options: GrantOptions = {}) {
+  readonly #now: () => number;
+
+  /** `now`: epoch ms (tests pass their own clock). */
+  constructor(send: GrantTransport, options: GrantOptions = {}, now: () => number = Date.now) {
     this.#send = send;
+    this.#now = now;
     this.#hot = options.hotPerSecond ?? 20;
     this.#horizonMs = options.horizonMs ?? 250;
     this.#maxSubjects = options.maxSubjects ?? 1000;
@@ -131,9 +135,9 @@ export class GrantPool {
     if (this.#closed || 'checks' in body || body.dryRun === true || body.idempotencyKey !== undefined)
       return undefined;
     if (this.#noGrants.has(body.policy)) return undefined;
-    const entry = this.#entry(body.policy, body.subject, Date.now());
+    const entry = this.#entry(body.policy, body.subject, this.#now());
     const cost = body.cost ?? 1;
-    const now = Date.now();
+    const now = this.#now();
     if (entry.tokens < cost || now >= entry.expiresAt) {
       if (now < entry.deniedUntil && cost >= entry.deniedCost) {
         this.#stats.denied++;
@@ -160,7 +164,7 @@ export class GrantPool {
     if (entry === undefined) return;
     if (result?.limit !== undefined) entry.limit = result.limit;
     if (entry.perSecond < this.#hot) return;
-    const now = Date.now();
+    const now = this.#now();
     if (decision.allowed) this.#take(entry, now);
     else if (
       result !== undefined &&
@@ -220,7 +224,7 @@ export class GrantPool {
    * at its next check.
    */
   #forgetOne(): void {
-    const now = Date.now();
+    const now = this.#now();
     let looked = 0;
     for (const [key, entry] of this.#entries) {
       const busy =
@@ -250,14 +254,14 @@ export class GrantPool {
         if (status !== 200) {
           if (code === NOT_ALLOWED) this.#noGrants.add(entry.policy);
           this.#stats.failed++;
-          entry.quietUntil = Date.now() + FAILURE_BACKOFF_MS;
+          entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
           return;
         }
         const parsed = GrantResponse.safeParse(json);
         if (!parsed.success) {
           // Tokens may have been taken: they are lost (fewer admissions, never more).
           this.#stats.failed++;
-          entry.quietUntil = Date.now() + FAILURE_BACKOFF_MS;
+          entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
           return;
         }
         const g = parsed.data;
@@ -265,7 +269,7 @@ export class GrantPool {
         entry.bucketRemaining = g.remaining;
         if (g.granted <= 0) {
           this.#stats.empty++;
-          entry.quietUntil = Date.now() + Math.max(RATE_WINDOW_MS, g.refillMs ?? FAILURE_BACKOFF_MS);
+          entry.quietUntil = this.#now() + Math.max(RATE_WINDOW_MS, g.refillMs ?? FAILURE_BACKOFF_MS);
           return;
         }
         this.#stats.taken++;
@@ -275,7 +279,7 @@ export class GrantPool {
           this.#giveBack(entry);
           return;
         }
-        const at = Date.now();
+        const at = this.#now();
         // A rest still held from the previous grant joins this one and expires with it.
         entry.tokens += g.granted;
         entry.expiresAt = at + g.expiresInMs - EXPIRY_MARGIN_MS;
@@ -285,7 +289,7 @@ export class GrantPool {
       })
       .catch(() => {
         this.#stats.failed++;
-        entry.quietUntil = Date.now() + FAILURE_BACKOFF_MS;
+        entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
       })
       .finally(() => {
         entry.taking = false;
