@@ -11,7 +11,7 @@
  * else: a 503 is the limiter failing the service), and CPU per request of everything on core 1 the contender
  * uses (service + agent + Redis, from /proc/<pid>/stat, over the same saturated run).
  *
- * Run as a script (`--serve quotaplane|rlf|frl|none --port P --redis URL [--agent URL]`) it is one of the services.
+ * Run as a script (`--serve quotaplane|nogrants|rlf|frl|none --port P --redis URL [--agent URL]`) it is one of the services.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -31,9 +31,10 @@ const POLICY = 'service';
 const CAPACITY = 100;
 const WINDOW_SECONDS = 60;
 
-type Contender = 'quotaplane' | 'rlf' | 'frl' | 'none';
+type Contender = 'quotaplane' | 'nogrants' | 'rlf' | 'frl' | 'none';
 const LABELS: Record<Contender, string> = {
   quotaplane: '@quotaplane/client (defaults)',
+  nogrants: '@quotaplane/client, grants off',
   rlf: 'rate-limiter-flexible',
   frl: '@fastify/rate-limit',
   none: 'unprotected',
@@ -135,7 +136,7 @@ export const serviceSuite: BenchSuite = {
         policies: { [POLICY]: { capacity: CAPACITY, refillPerSecond: CAPACITY / WINDOW_SECONDS } },
       }),
     );
-    const names: Contender[] = ['quotaplane', 'rlf', 'frl', 'none'];
+    const names: Contender[] = ['quotaplane', 'nogrants', 'rlf', 'frl', 'none'];
     const [agentPort, ...ports] = await Promise.all([freePort(), ...names.map(() => freePort())]);
     const port = Object.fromEntries(names.map((n, k) => [n, ports[k]!])) as Record<Contender, number>;
     const agentUrl = `http://127.0.0.1:${agentPort}`;
@@ -166,7 +167,9 @@ export const serviceSuite: BenchSuite = {
       await Promise.all([agentPort, ...ports].map((p) => waitForPort('127.0.0.1', p, 30_000)));
       const url = (n: Contender) => `http://127.0.0.1:${port[n]}`;
       const pids = (n: Contender) =>
-        n === 'quotaplane' ? [services[n].pid!, agent.pid!, rPid] : [services[n].pid!, rPid];
+        n === 'quotaplane' || n === 'nogrants'
+          ? [services[n].pid!, agent.pid!, rPid]
+          : [services[n].pid!, rPid];
       const cpu = (list: number[]) => {
         const v = list.map(cpuMs);
         return v.includes(undefined) ? undefined : v.reduce((a, b) => a! + b!, 0)!;
@@ -244,6 +247,13 @@ export const serviceSuite: BenchSuite = {
             },
           },
           {
+            bench: `${what} requests/s, grants on vs off (the same client)`,
+            ours: Math.round(rps('quotaplane')),
+            peer: LABELS.nogrants,
+            peerValue: Math.round(rps('nogrants')),
+            ratio: ratio(rps('quotaplane'), rps('nogrants')),
+          },
+          {
             bench: `${what} requests/s vs unprotected (goal ≥ 0.85)`,
             ours: Math.round(rps('quotaplane')),
             peer: LABELS.none,
@@ -273,11 +283,13 @@ export const serviceSuite: BenchSuite = {
           });
         }
       }
-      try {
-        const stats: unknown = await (await fetch(`${url('quotaplane')}/_stats`)).json();
-        progress(`service: the quotaplane client's counts: ${JSON.stringify(stats)}`);
-      } catch {
-        // The counts are a courtesy; the figures above stand without them.
+      for (const n of ['quotaplane', 'nogrants'] as const) {
+        try {
+          const stats: unknown = await (await fetch(`${url(n)}/_stats`)).json();
+          progress(`service: ${LABELS[n]}: client counts ${JSON.stringify(stats)}`);
+        } catch {
+          // The counts are a courtesy; the figures above stand without them.
+        }
       }
       return out;
     } finally {
@@ -298,15 +310,21 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
   };
   const work = () => ({ ok: true });
   const closers: (() => void)[] = [];
-  if (kind === 'quotaplane') {
+  if (kind === 'quotaplane' || kind === 'nogrants') {
     // As docs/agent.md shows it, with the client's defaults.
     const { AgentClient } = await import('../packages/client/src/index.js');
     const { quotaplane } = await import('../packages/client/src/fastify.js');
-    const client = new AgentClient({ baseUrl: agentUrl });
+    // QP_BENCH_CLIENT_TIMEOUT_MS (not a default: a look at the client when its timeout is not what fails it).
+    const timeout = Number(process.env['QP_BENCH_CLIENT_TIMEOUT_MS'] ?? '') || undefined;
+    const client = new AgentClient({
+      baseUrl: agentUrl,
+      ...(timeout === undefined ? {} : { timeoutMs: timeout }),
+      ...(kind === 'quotaplane' ? {} : { grants: false }),
+    });
     closers.push(() => client.close());
     await app.register(quotaplane, { client, subject: tenant });
     app.get('/work', { config: { quota: { policy: POLICY } } }, work);
-    app.get('/_stats', () => client.stats());
+    app.get('/_stats', () => ({ ...client.stats(), grants: client.grantStats() }));
   } else if (kind === 'rlf') {
     const { Redis } = await import('ioredis');
     const { RateLimiterRedis, RateLimiterRes } = await import('rate-limiter-flexible');
@@ -381,13 +399,13 @@ if (process.argv[1] === THIS_FILE) {
   const kind = values.serve as Contender | undefined;
   if (
     kind === undefined ||
-    !['quotaplane', 'rlf', 'frl', 'none'].includes(kind) ||
+    !['quotaplane', 'nogrants', 'rlf', 'frl', 'none'].includes(kind) ||
     values.port === undefined ||
     values.redis === undefined ||
     values.agent === undefined
   ) {
     console.error(
-      'usage: node --import tsx bench/service.bench.ts --serve quotaplane|rlf|frl|none --port P --redis URL --agent URL',
+      'usage: node --import tsx bench/service.bench.ts --serve quotaplane|nogrants|rlf|frl|none --port P --redis URL --agent URL',
     );
     process.exit(2);
   }

@@ -31,6 +31,7 @@ import {
   type ReservationRequest,
 } from '../../../core/reservations.js';
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
+import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
 
 /** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
 export type FailureMode = 'closed' | 'open' | 'local';
@@ -136,6 +137,8 @@ export interface AgentClientOptions {
   onFailure?: (error: AgentUnavailableError) => void;
   /** Told when the breaker opens, half-opens (a probe is let through) or closes. */
   onBreakerChange?: (state: BreakerState) => void;
+  /** Local grants of hot subjects' tokens (grants.ts); `false` asks the agent for every decision. */
+  grants?: GrantOptions | false;
 }
 
 export interface CoalesceOptions {
@@ -276,6 +279,7 @@ export class AgentClient {
   #queue: Pending[] = [];
   #inFlight = 0;
   #flushScheduled = false;
+  readonly #grants: GrantPool | undefined;
   readonly #stats = {
     decided: 0,
     failures: counts(AGENT_FAILURES),
@@ -324,6 +328,14 @@ export class AgentClient {
       maxSockets: Math.max(maxSockets, this.#maxInFlight + 1),
       scheduling: 'lifo',
     });
+    if (options.grants !== false) {
+      this.#grants = new GrantPool(async (path, body) => {
+        const answer = await this.#post(JSON.stringify(body), undefined, 'POST', new URL(path, this.#url));
+        const json = parseJson(answer.text);
+        const problem = Problem.safeParse(json);
+        return { status: answer.status, json, code: problem.success ? problem.data.code : undefined };
+      }, options.grants);
+    }
     if (options.breaker !== false) {
       const b = options.breaker ?? {};
       this.#breaker = new CircuitBreaker((batch: Pending[]) => this.#exchange(batch), {
@@ -355,6 +367,11 @@ export class AgentClient {
     return this.#state;
   }
 
+  /** What local grants did since the client was made (undefined when they are off). */
+  grantStats(): GrantStats | undefined {
+    return this.#grants?.stats();
+  }
+
   /** Counts since the client was made. */
   stats(): ClientStats {
     return {
@@ -376,9 +393,12 @@ export class AgentClient {
    * set); throws AgentRequestError when the agent refuses the request (4xx).
    */
   async decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
+    const local = this.#grants?.trySpend(body);
+    if (local !== undefined) return local;
     try {
       const answer = await this.#send(JSON.stringify(body), options.requestId);
       this.#stats.decided++;
+      this.#grants?.observe(body, answer);
       return answer;
     } catch (error) {
       if (error instanceof AgentRequestError) {
@@ -507,7 +527,9 @@ export class AgentClient {
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
-    this.#agent.destroy();
+    const grants = this.#grants?.close();
+    if (grants === undefined) this.#agent.destroy();
+    else void grants.finally(() => this.#agent.destroy());
   }
 
   #modeOf(policy: string): FailureMode {

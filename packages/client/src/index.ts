@@ -22,6 +22,7 @@ export {
   type PolicyFailureOptions,
 } from './agent-client.js';
 export type { FallbackBucket } from './fallback.js';
+export type { GrantDecision, GrantOptions, GrantStats } from './grants.js';
 export {
   DecisionCheck,
   DecisionRequest,
