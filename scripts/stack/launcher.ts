@@ -496,7 +496,7 @@ export class Stack {
   }
 
   #service(name: string, entry: 'coordinator/main.ts' | 'regional-agent/main.ts', env: NodeJS.ProcessEnv) {
-    const { command, args } = serviceCommand(entry);
+    const { command, args } = serviceCommand(entry, this.config.runtime);
     const child = new ManagedProcess({
       name,
       command,
