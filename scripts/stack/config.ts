@@ -38,6 +38,12 @@ export function sentinelMasterName(region: string): string {
  */
 export const StackTopology = z.enum(['single', 'geo']);
 export type StackTopology = z.infer<typeof StackTopology>;
+/**
+ * How the coordinator and the agents run: `compiled`, the JavaScript `npm run build` wrote to dist/ (what `npm
+ * start` runs, as the images do); `source`, the TypeScript through tsx (tests that start the launcher directly).
+ */
+export const StackRuntime = z.enum(['source', 'compiled']);
+export type StackRuntime = z.infer<typeof StackRuntime>;
 
 /** The geo topology's links: the server of `from` reaches the server of `to` through the link's port. */
 export const GEO_LINKS: readonly (readonly [StackRegion, StackRegion])[] = STACK_REGIONS.flatMap((from) =>
@@ -100,6 +106,7 @@ export const StackEnv = z
     QP_STACK_EU_GRPC_PORT: Port.default(7142),
     QP_STACK_AP_GRPC_PORT: Port.default(7143),
     QP_STACK_TOPOLOGY: StackTopology.default('single'),
+    QP_STACK_RUNTIME: StackRuntime.default('source'),
     // Geo topology only: each region's NATS server (clients, routes, monitoring), the links between them and
     // the links' control API.
     QP_STACK_US_NATS_PORT: Port.default(7114),
@@ -224,6 +231,8 @@ export interface StackConfig {
   readonly natsPort: number;
   readonly regions: readonly RegionPlan[];
   readonly topology: StackTopology;
+  /** How the services run (compiled JavaScript from dist/, or TypeScript through tsx). */
+  readonly runtime: StackRuntime;
   /** With the geo topology: its servers and links (the coordinator uses the first region's server). */
   readonly geo: GeoPlan | undefined;
   readonly servers: ServerSource;
@@ -460,6 +469,7 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
     natsPort: e.QP_STACK_NATS_PORT,
     regions,
     topology: e.QP_STACK_TOPOLOGY,
+    runtime: e.QP_STACK_RUNTIME,
     geo: e.QP_STACK_TOPOLOGY === 'geo' ? geoPlan(e, problems) : undefined,
     servers: e.QP_STACK_SERVERS,
     adminToken: e.QP_ADMIN_TOKEN,

@@ -348,12 +348,14 @@ export class Stack {
   envFile(): string {
     const quote = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
     return [
-      `# quotaplane stack ${this.stackId} (pid ${process.pid}): its tokens and coordinator, for another shell:`,
+      `# quotaplane stack ${this.stackId} (pid ${process.pid}): its tokens, coordinator and agents, for another shell:`,
       '#   source <this file>',
       '# Removed when the stack stops.',
       `export QP_ADMIN_TOKEN=${quote(this.tokens.admin)}`,
       `export QP_READ_TOKEN=${quote(this.tokens.read)}`,
       `export QUOTAPLANE_URL=${quote(this.coordinatorUrl)}`,
+      // Every agent, as `quotaplane explain` reads them (docs/cli.md).
+      `export QUOTAPLANE_AGENTS=${quote(this.config.regions.map((r) => `${r.name}=${this.agentUrl(r)}`).join(','))}`,
       '',
     ].join('\n');
   }
@@ -567,7 +569,7 @@ export class Stack {
   }
 
   #service(name: string, entry: 'coordinator/main.ts' | 'regional-agent/main.ts', env: NodeJS.ProcessEnv) {
-    const { command, args } = serviceCommand(entry);
+    const { command, args } = serviceCommand(entry, this.config.runtime);
     const child = new ManagedProcess({
       name,
       command,

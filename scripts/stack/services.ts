@@ -3,7 +3,13 @@
  * agent per region (`regional-agent/main.ts`), each configured only through its documented `QP_*` variables.
  */
 import { formatRoundTrips } from '../../core/distance.js';
-import { SENTINEL_PORT_OFFSET, sentinelMasterName, type RegionPlan, type StackConfig } from './config.js';
+import {
+  SENTINEL_PORT_OFFSET,
+  sentinelMasterName,
+  type RegionPlan,
+  type StackConfig,
+  type StackRuntime,
+} from './config.js';
 
 /** Marks every process the launcher starts, so a test (or an operator) can find any left behind. */
 export const STACK_ID_VAR = 'QUOTAPLANE_STACK_ID';
@@ -130,10 +136,22 @@ export function agentEnv(
   };
 }
 
-/** The command that runs a service from source (what `npm run coordinator` does, without npm in between). */
-export function serviceCommand(entry: 'coordinator/main.ts' | 'regional-agent/main.ts'): {
+/**
+ * The command that runs a service: compiled, its JavaScript in dist/ (`npm run build`, as the images compile it);
+ * from source, the TypeScript through tsx (what `npm run coordinator` does, without npm in between).
+ */
+export function serviceCommand(
+  entry: 'coordinator/main.ts' | 'regional-agent/main.ts',
+  runtime: StackRuntime = 'source',
+): {
   command: string;
   args: string[];
 } {
+  if (runtime === 'compiled') return { command: process.execPath, args: [compiledEntry(entry)] };
   return { command: process.execPath, args: ['--import', 'tsx', entry] };
+}
+
+/** Where `npm run build` writes a service's entry point (relative to the repository). */
+export function compiledEntry(entry: 'coordinator/main.ts' | 'regional-agent/main.ts'): string {
+  return `dist/${entry.replace(/\.ts$/, '.js')}`;
 }

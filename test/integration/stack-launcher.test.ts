@@ -232,13 +232,17 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       'bash',
       [
         '-c',
-        `source "$1" && printf '%s\\n' "$QP_ADMIN_TOKEN" "$QP_READ_TOKEN" "$QUOTAPLANE_URL"`,
+        `source "$1" && printf '%s\\n' "$QP_ADMIN_TOKEN" "$QP_READ_TOKEN" "$QUOTAPLANE_URL" "$QUOTAPLANE_AGENTS"`,
         '-',
         envFile,
       ],
       { encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '' } },
     );
-    expect(sourced.split('\n')).toEqual([ADMIN_TOKEN, readToken, state.coordinator, '']);
+    // The agents too, as `quotaplane explain` reads them.
+    const agents = Object.entries(state.agents)
+      .map(([region, url]) => `${region}=${url}`)
+      .join(',');
+    expect(sourced.split('\n')).toEqual([ADMIN_TOKEN, readToken, state.coordinator, agents, '']);
 
     // Before any traffic the budget is split evenly: each region enforces a third of 90. Dry runs report no
     // demand, so the shares stay where they are while the test looks.

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { loadStackConfig, plannedPorts, StackConfigError } from '../../scripts/stack/config.js';
+import { compiledEntry, serviceCommand } from '../../scripts/stack/services.js';
 
 function problems(env: Record<string, string>): string[] {
   try {
@@ -204,5 +205,22 @@ describe('stack configuration', () => {
     const c = loadStackConfig({ QP_STACK_COORDINATOR_PORT: '', QP_ADMIN_TOKEN: '' });
     expect(c.coordinatorPort).toBe(7100);
     expect(c.adminToken).toBeUndefined();
+  });
+});
+
+describe('how the stack runs its services', () => {
+  it('from source through tsx by default, compiled from dist/ with QP_STACK_RUNTIME=compiled (npm start)', () => {
+    expect(loadStackConfig({}).runtime).toBe('source');
+    expect(loadStackConfig({ QP_STACK_RUNTIME: 'compiled' }).runtime).toBe('compiled');
+    expect(() => loadStackConfig({ QP_STACK_RUNTIME: 'bundled' })).toThrow(StackConfigError);
+    expect(serviceCommand('regional-agent/main.ts')).toEqual({
+      command: process.execPath,
+      args: ['--import', 'tsx', 'regional-agent/main.ts'],
+    });
+    expect(serviceCommand('coordinator/main.ts', 'compiled')).toEqual({
+      command: process.execPath,
+      args: ['dist/coordinator/main.js'],
+    });
+    expect(compiledEntry('regional-agent/main.ts')).toBe('dist/regional-agent/main.js');
   });
 });
