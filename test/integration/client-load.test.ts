@@ -110,7 +110,7 @@ function tally(answers: readonly Answer[]): Record<string, number> {
 
 describe('a burst through the plugin with default options', () => {
   // Default options but the timeout: the agent must answer 2,000 decisions on a machine these tests share with
-  // others, and this test counts what the client makes of answers, not how fast they come (the default 100 ms is
+  // others, and this test counts what the client makes of answers, not how fast they come (the default 300 ms is
   // measured by hand and in the bench). That queueing never counts toward it is the next describe's test.
   it(
     `answers ${BURST} concurrent requests with 200 or a truthful 429, admitting exactly the bucket`,

@@ -98,7 +98,12 @@ export interface BreakerOptions {
 export interface AgentClientOptions {
   /** The agent's base URL, e.g. `http://127.0.0.1:7101`. */
   baseUrl: string;
-  /** Longest wait for a decision, connection included. Default 100 ms. */
+  /**
+   * Longest wait for an exchange's answer, from the moment it has its socket (connecting included; time queued in
+   * the client never counts). Default 300 ms: longer than the agent's own decision deadline (250 ms by default,
+   * `QP_DECISION_DEADLINE_MS`), so a healthy agent's slow path (borrowing from another region, a strict policy's
+   * home) is an answer, not a timeout.
+   */
   timeoutMs?: number;
   /**
    * What to answer when the agent cannot (default `closed`). Set it as the policy's `onStoreFailure` says, so a
@@ -295,7 +300,7 @@ export class AgentClient {
     this.#batchUrl = new URL('/v1/decisions/batch', options.baseUrl);
     if (this.#url.protocol !== 'http:')
       throw new TypeError('the agent listens on plain http on a private network');
-    this.#timeoutMs = options.timeoutMs ?? 100;
+    this.#timeoutMs = options.timeoutMs ?? 300;
     this.#mode = options.onUnavailable ?? 'closed';
     this.#policies = options.policies ?? {};
     this.#fallbackBucket = options.fallback;
