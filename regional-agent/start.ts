@@ -13,6 +13,7 @@ import { AgentMetrics } from './observability/metrics.js';
 import { FilePolicySource } from './policies/file-policy-source.js';
 import { connectRedis, whenReady } from './redis/connect.js';
 import { RedisDecisionStore } from './redis/decision-store.js';
+import { ackReplicas } from './redis/scripts.js';
 import { RedisClock } from './redis/redis-clock.js';
 import { RedisTransferStore } from './redis/transfer-store.js';
 import { BorrowPlanner } from '../core/borrowing/planner.js';
@@ -35,6 +36,9 @@ export interface RunningAgent {
 
 export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Promise<RunningAgent> {
   const redis = connectRedis(config);
+  if (config.redisWaitReplicas > 0) {
+    ackReplicas(redis, { replicas: config.redisWaitReplicas, timeoutMs: config.redisWaitTimeoutMs });
+  }
   const redisClock = new RedisClock(redis);
   redis.on('error', (error: Error) => log.debug({ err: error }, 'redis connection error'));
   const metrics = new AgentMetrics({ region: config.region });

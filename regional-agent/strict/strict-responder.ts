@@ -28,6 +28,11 @@ export interface StrictResponderOptions {
    * is answered `overloaded` at once, so the requester hears "busy" rather than waiting out its deadline.
    */
   admit?: () => (() => void) | string;
+  /**
+   * Whether a region is one this agent has seen in the allocation records: any other name a request carries is
+   * counted under the label `other`, so a sender cannot mint metric series. Absent: every name is its own label.
+   */
+  knownRegion?: (region: string) => boolean;
   registry?: Registry;
   log?: { warn(obj: object, msg?: string): void };
 }
@@ -108,11 +113,17 @@ export class StrictResponder {
   }
 
   async #decideOne(request: ForwardedDecision): Promise<ForwardedReply> {
+    // A home never forwards to itself: a request naming this region as its origin is not an agent's.
+    if (request.fromRegion === this.#options.region) {
+      this.#answered?.inc({ from: 'other', outcome: 'invalid_request' });
+      return error('invalid_request', `fromRegion ${request.fromRegion} is this home region`);
+    }
+    const from = (this.#options.knownRegion?.(request.fromRegion) ?? true) ? request.fromRegion : 'other';
     // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
     // store call carries the deadline into the script, so it charges before it or not at all (then it is
     // answered `overloaded`). Only one whose deadline has already passed is shed at once.
     if (request.deadlineAtMs !== undefined && Date.now() >= request.deadlineAtMs) {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
+      this.#answered?.inc({ from, outcome: 'overloaded' });
       return error(
         'overloaded',
         'the home region took the request up too late to answer within its deadline',
@@ -120,15 +131,15 @@ export class StrictResponder {
     }
     const admitted = this.#options.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string') {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
+      this.#answered?.inc({ from, outcome: 'overloaded' });
       return error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`);
     }
     try {
       const reply = await this.#options.decide(request);
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'error' in reply ? reply.error : 'ok' });
+      this.#answered?.inc({ from, outcome: 'error' in reply ? reply.error : 'ok' });
       return reply;
     } catch (err) {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'failed' });
+      this.#answered?.inc({ from, outcome: 'failed' });
       this.#options.log?.warn({ err }, 'strict responder: deciding a forwarded request failed');
       return error('failed', 'the home region could not decide');
     } finally {

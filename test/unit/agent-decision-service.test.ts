@@ -452,6 +452,7 @@ describe('route parameters', () => {
     expect(long.json()).toMatchObject({ code: 'AGT_ERR_INVALID_LEASE' });
     const tooLong = await release('x'.repeat(MAX_LEASE_TOKEN_LENGTH + 1));
     expect(tooLong.statusCode).toBe(414);
+    expect(tooLong.json()).toMatchObject({ code: 'AGT_ERR_URI_TOO_LONG' });
   });
 });
 
