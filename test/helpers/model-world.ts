@@ -30,6 +30,8 @@ import { AgentErrors } from '../../regional-agent/errors.js';
 import { AgentMetrics } from '../../regional-agent/observability/metrics.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { StoreGuard } from '../../regional-agent/resilience/store-guard.js';
+import { ReservationService } from '../../regional-agent/reservations/reservation-service.js';
+import { ModelReservationStore } from '../../regional-agent/reservations/reservation-store.js';
 
 export const WORLD_EPOCH_MS = 1_750_000_000_000;
 const log = pino({ level: 'silent' });
@@ -134,9 +136,13 @@ export class WorldRegion {
   readonly store: FreezableStore;
   shares: RegionShares;
   service!: DecisionService;
+  reservations!: ReservationService;
+  /** The region's reservation records live in its store (Redis), across agent restarts. */
+  readonly reservationStore: ModelReservationStore;
   #emergency!: EmergencyBuckets;
   #planner!: BorrowPlanner;
   #lender!: LoanResponder;
+  #guard: StoreGuard | undefined;
   cut = false;
 
   constructor(
@@ -144,6 +150,7 @@ export class WorldRegion {
     readonly name: string,
   ) {
     this.store = new FreezableStore(new ModelDecisionStore(world.clock), world.clock);
+    this.reservationStore = new ModelReservationStore(world.clock);
     this.shares = new RegionShares(world.shares, name, world.clock);
     this.restart();
   }
@@ -178,14 +185,17 @@ export class WorldRegion {
       store: this.store,
       monotonic: () => world.clock.now(),
     });
+    this.#guard?.shutdown();
+    // The breaker never opens here: a failure mode applies exactly while the store is frozen.
+    const guard = (this.#guard = new StoreGuard(
+      { errorPercent: 100, volumeThreshold: 10_000, resetMs: 1000, windowMs: 10_000 },
+      metrics,
+      tracer,
+    ));
     this.service = new DecisionService(
       {
         store: this.store,
-        guard: new StoreGuard(
-          { errorPercent: 50, volumeThreshold: 10, resetMs: 1000, windowMs: 10_000 },
-          metrics,
-          tracer,
-        ),
+        guard,
         policies: new StaticPolicySource(world.options.policies),
         shares: this.shares,
         emergency: this.#emergency,
@@ -204,6 +214,35 @@ export class WorldRegion {
         logSampleRate: 0,
       },
     );
+    this.reservations = this.#reservationsFor(guard, metrics);
+  }
+
+  /** The reservation service of the agent now running (regional-agent/reservations). */
+  #reservationsFor(guard: StoreGuard, metrics: AgentMetrics): ReservationService {
+    const { world } = this;
+    const frozen = () => this.store.frozen;
+    const records = this.reservationStore;
+    // The records are in the region's Redis: frozen with it.
+    const reservations = new Proxy(records, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) =>
+          frozen()
+            ? Promise.reject(new Error('ETIMEDOUT: the store is frozen'))
+            : (v as (...a: unknown[]) => unknown).apply(target, args);
+      },
+    });
+    return new ReservationService({
+      service: this.service,
+      store: this.store,
+      reservations,
+      guard,
+      metrics,
+      log,
+      region: this.name,
+      now: () => world.clock.now(),
+    });
   }
 
   /** Answer a loan request: the agent's own LoanResponder, without its NATS subscription. */
@@ -213,6 +252,7 @@ export class WorldRegion {
 
   close(): void {
     this.#emergency.close();
+    this.#guard?.shutdown();
   }
 }
 
