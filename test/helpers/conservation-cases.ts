@@ -57,6 +57,16 @@ export type Step =
   | { op: 'traffic'; calls: Call[]; rounds: number; gapMs: number }
   | { op: 'advance'; ms: number }
   | { op: 'move'; policy: string; from: Region; to: Region; amount: number }
+  /** Reserve `amount` of one check, then commit `used` of it, cancel it, or hold it (left to expire). */
+  | {
+      op: 'reserve';
+      region: Region;
+      policy: string;
+      subject: string;
+      amount: number;
+      settle: 'commit' | 'cancel' | 'hold';
+      used: number;
+    }
   | { op: 'restart'; region: Region }
   | { op: 'freeze'; region: Region; on: boolean }
   | { op: 'cut'; region: Region; on: boolean };
@@ -219,6 +229,19 @@ function stepOf(names: readonly string[]): fc.Arbitrary<Step> {
           amount: fc.constantFrom(0.05, 0.1, 0.2, 1 / 3),
         })
         .map((m) => ({ op: 'move' as const, ...m })),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .record({
+          region,
+          policy: fc.constantFrom(...names),
+          subject: fc.constantFrom('a', 'b'),
+          amount: fc.constantFrom(1, 2),
+          settle: fc.constantFrom('commit', 'cancel', 'hold'),
+          used: fc.constantFrom(0, 1, 2),
+        })
+        .map((r) => ({ op: 'reserve' as const, ...r, used: Math.min(r.used, r.amount) })),
     },
     { weight: 1, arbitrary: region.map((r) => ({ op: 'restart' as const, region: r })) },
     {

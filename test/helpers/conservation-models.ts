@@ -64,6 +64,49 @@ export async function runOnModels(c: Case, seed: number): Promise<RunRecord> {
           world.grow(step.policy, step.to, given);
           break;
         }
+        case 'reserve': {
+          const r = world.region(step.region);
+          const call = {
+            regions: [step.region],
+            checks: [{ policy: step.policy, subject: step.subject, cost: step.amount }],
+            dryRun: false,
+            repeat: 1,
+          };
+          const failing = frozen.size > 0 || cut.size > 0;
+          let reserved;
+          try {
+            reserved = await r.reservations.reserve(
+              { policy: step.policy, subject: step.subject, amount: step.amount },
+              'world',
+            );
+          } catch (error) {
+            if (error instanceof Error && 'code' in error) break; // a 4xx (or the store is frozen)
+            throw error;
+          }
+          const before = record.charges.length;
+          recordAnswer(record, specs, call, reserved.outcome, world.clock.now(), failing, step.region);
+          const charged = record.charges.slice(before);
+          if (reserved.reservation === undefined || step.settle === 'hold') break;
+          const id = reserved.reservation.id;
+          try {
+            const settled =
+              step.settle === 'commit'
+                ? await r.reservations.commit(id, step.used)
+                : await r.reservations.cancel(id);
+            // What came back is a negative charge at the settlement (the checker sums admits less refunds).
+            if (!settled.replayed && settled.refunded > 0)
+              for (const c of charged)
+                record.charges.push({
+                  ...c,
+                  cost: -settled.refunded,
+                  at: world.clock.now(),
+                  sentAt: world.clock.now(),
+                });
+          } catch (error) {
+            if (!(error instanceof Error && 'code' in error)) throw error;
+          }
+          break;
+        }
         case 'restart':
           world.region(step.region).restart();
           break;

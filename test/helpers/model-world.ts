@@ -1,6 +1,6 @@
 /**
  * A world of regional agents on the models: each region runs the agent's real decision path (DecisionService,
- * Borrower, loan lending as LoanResponder does it, strict forwarding) over its own in-memory store (the reference
+ * Borrower, LoanResponder, strict forwarding) over its own in-memory store (the reference
  * models of the Lua scripts), all on one manual clock. Regions talk through in-process calls that a NATS cut
  * breaks; a region's store can be frozen (every call fails, as a store that stopped answering); an agent can be
  * restarted (its memory is lost, its store is kept); shares move as the coordinator moves them (shrink first,
@@ -8,16 +8,17 @@
  */
 import { trace } from '@opentelemetry/api';
 import { pino } from 'pino';
-import { acceptLoan, grantReply, lendBy, loanAnswer, sizeLend } from '../../core/borrowing/lender.js';
+import type { NatsConnection } from '@nats-io/nats-core';
+import { loanAnswer } from '../../core/borrowing/lender.js';
 import { BorrowPlanner, type LoanAnswer } from '../../core/borrowing/planner.js';
 import { creditOnModel, lendOnModel } from '../../core/borrowing/transfer.js';
 import type { DecisionRequest } from '../../core/agent-wire.js';
 import { ManualClock } from '../../core/clock.js';
-import { bucketKey } from '../../core/keys.js';
 import { ShareHistory } from '../../core/lease/share-history.js';
 import type { Policy } from '../../core/policy.js';
 import type { RegionalShare, ShareView } from '../../core/shares.js';
-import { LoanRequest, type LoanReply } from '../../core/wire/loan.js';
+import type { LoanRequest, LoanReply } from '../../core/wire/loan.js';
+import { LoanResponder } from '../../regional-agent/borrowing/loan-responder.js';
 import { Borrower } from '../../regional-agent/borrowing/borrower.js';
 import type { TransferStore } from '../../regional-agent/borrowing/transfer-store.js';
 import { DecisionService, type DecisionOutcome } from '../../regional-agent/decisions/decision-service.js';
@@ -29,6 +30,8 @@ import { AgentErrors } from '../../regional-agent/errors.js';
 import { AgentMetrics } from '../../regional-agent/observability/metrics.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { StoreGuard } from '../../regional-agent/resilience/store-guard.js';
+import { ReservationService } from '../../regional-agent/reservations/reservation-service.js';
+import { ModelReservationStore } from '../../regional-agent/reservations/reservation-store.js';
 
 export const WORLD_EPOCH_MS = 1_750_000_000_000;
 const log = pino({ level: 'silent' });
@@ -133,8 +136,13 @@ export class WorldRegion {
   readonly store: FreezableStore;
   shares: RegionShares;
   service!: DecisionService;
+  reservations!: ReservationService;
+  /** The region's reservation records live in its store (Redis), across agent restarts. */
+  readonly reservationStore: ModelReservationStore;
   #emergency!: EmergencyBuckets;
   #planner!: BorrowPlanner;
+  #lender!: LoanResponder;
+  #guard: StoreGuard | undefined;
   cut = false;
 
   constructor(
@@ -142,6 +150,7 @@ export class WorldRegion {
     readonly name: string,
   ) {
     this.store = new FreezableStore(new ModelDecisionStore(world.clock), world.clock);
+    this.reservationStore = new ModelReservationStore(world.clock);
     this.shares = new RegionShares(world.shares, name, world.clock);
     this.restart();
   }
@@ -167,14 +176,26 @@ export class WorldRegion {
           topUpMs: 200,
         })
       : undefined;
+    this.#lender = new LoanResponder({
+      // Only its subscription uses the connection; the world calls `answer` directly.
+      nc: undefined as unknown as NatsConnection,
+      region: this.name,
+      policies: new StaticPolicySource(world.options.policies),
+      shares: this.shares,
+      store: this.store,
+      monotonic: () => world.clock.now(),
+    });
+    this.#guard?.shutdown();
+    // The breaker never opens here: a failure mode applies exactly while the store is frozen.
+    const guard = (this.#guard = new StoreGuard(
+      { errorPercent: 100, volumeThreshold: 10_000, resetMs: 1000, windowMs: 10_000 },
+      metrics,
+      tracer,
+    ));
     this.service = new DecisionService(
       {
         store: this.store,
-        guard: new StoreGuard(
-          { errorPercent: 50, volumeThreshold: 10, resetMs: 1000, windowMs: 10_000 },
-          metrics,
-          tracer,
-        ),
+        guard,
         policies: new StaticPolicySource(world.options.policies),
         shares: this.shares,
         emergency: this.#emergency,
@@ -193,33 +214,45 @@ export class WorldRegion {
         logSampleRate: 0,
       },
     );
+    this.reservations = this.#reservationsFor(guard, metrics);
   }
 
-  /** Answer a loan request as LoanResponder.answer does (regional-agent/borrowing/loan-responder.ts). */
-  async lend(value: unknown): Promise<LoanReply> {
-    const parsed = LoanRequest.safeParse(value);
-    if (!parsed.success) return { error: 'invalid_request', message: 'invalid' };
-    const request = parsed.data;
-    const policies = new Map(this.world.options.policies.map((p) => [p.name, p]));
-    const accepted = acceptLoan(request, policies.get(request.policy), this.world.clock.now());
-    if (!('policy' in accepted)) return accepted;
-    const { policy } = accepted;
-    const sized = sizeLend(
-      request,
-      policy,
-      this.shares.shareFor(policy.name),
-      bucketKey(policy.version, request.subject, policy.name),
-    );
-    if (!('lend' in sized)) return sized;
-    try {
-      return grantReply(await this.store.lend(sized.lend, lendBy(request)));
-    } catch {
-      return { error: 'failed', message: 'the lender could not reach its store' };
-    }
+  /** The reservation service of the agent now running (regional-agent/reservations). */
+  #reservationsFor(guard: StoreGuard, metrics: AgentMetrics): ReservationService {
+    const { world } = this;
+    const frozen = () => this.store.frozen;
+    const records = this.reservationStore;
+    // The records are in the region's Redis: frozen with it.
+    const reservations = new Proxy(records, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) =>
+          frozen()
+            ? Promise.reject(new Error('ETIMEDOUT: the store is frozen'))
+            : (v as (...a: unknown[]) => unknown).apply(target, args);
+      },
+    });
+    return new ReservationService({
+      service: this.service,
+      store: this.store,
+      reservations,
+      guard,
+      metrics,
+      log,
+      region: this.name,
+      now: () => world.clock.now(),
+    });
+  }
+
+  /** Answer a loan request: the agent's own LoanResponder, without its NATS subscription. */
+  lend(value: unknown): Promise<LoanReply> {
+    return this.#lender.answer(value);
   }
 
   close(): void {
     this.#emergency.close();
+    this.#guard?.shutdown();
   }
 }
 

@@ -3,8 +3,8 @@
  * sampled set of the generated cases (test/helpers/conservation-cases.ts) on the real stack: three regions, one
  * agent and one Redis each, the coordinator and real NATS, borrowing on. Shares move as the coordinator's
  * rebalancer moves them (the generated moves are its to make here); restarts stop an agent and start a new one;
- * freezes SIGSTOP a region's Redis. NATS cuts are left to the unit tier (one NATS server serves every region
- * here). Clock jumps become short real waits. The global checker takes the widest window the real times allow.
+ * freezes SIGSTOP a region's Redis. NATS cuts (one NATS server serves every region here) and reservations are
+ * left to the unit tier. Clock jumps become short real waits. The global checker takes the widest window the real times allow.
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -129,7 +129,7 @@ describe('conservation on the real stack (sampled cases)', () => {
           await stack.startAgent(step.region);
           if (frozen.size === 0) await leased(c.policies);
         }
-        // 'move': the rebalancer moves shares on the real stack; 'cut': left to the unit tier.
+        // 'move': the rebalancer moves shares on the real stack; 'cut' and 'reserve': left to the unit tier.
       }
     } finally {
       for (const r of frozen) await stack.redis.get(r)!.resume();
