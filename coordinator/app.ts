@@ -26,7 +26,7 @@ import { registerPolicyRoutes } from './http/policy-routes.js';
 import { classify, problemHandler, sendProblem } from './http/problem.js';
 import { CoordinatorMetrics } from './metrics.js';
 import type { PolicyStore } from './policies/policy-store.js';
-import { noAllocations, type AllocationsReader, type ReadinessProbe } from './ports.js';
+import { noAllocations, type AllocationsReader, type Leadership, type ReadinessProbe } from './ports.js';
 
 /** What the app runs on. */
 export interface CoordinatorDeps {
@@ -41,6 +41,8 @@ export interface CoordinatorDeps {
   logger?: FastifyBaseLogger;
   /** Time of the audit records the app writes itself (refusals); default the system clock. */
   clock?: Clock;
+  /** The leader lease: while this coordinator does not hold it, every write is refused (COORD_ERR_NOT_LEADER). */
+  leader?: Pick<Leadership, 'isLeader'>;
 }
 
 /** The settings the app itself reads. */
@@ -65,6 +67,7 @@ export type CoordinatorApp = FastifyInstance & {
 };
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
+const READS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const VERSION = '0.1.0';
 
 export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConfig): Promise<CoordinatorApp> {
@@ -126,6 +129,10 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     if (draining && request.url.startsWith('/v1/')) throw new Errors.NOT_READY();
+    // A coordinator that lost its lease (a zombie after a partition) changes nothing.
+    const leader = deps.leader;
+    if (leader !== undefined && !READS.has(request.method) && !leader.isLeader())
+      throw new Errors.NOT_LEADER();
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';

@@ -17,6 +17,9 @@ import { RebalanceSettings } from '../core/rebalance/settings.js';
 import { settingRange } from '../core/setting-range.js';
 import { grantsFromConfig, type TokenGrant } from './auth/tokens.js';
 
+/** Length of the coordinators' leader lease by default, ms: a standby leads within about this long. */
+export const DEFAULT_LEADER_LEASE_MS = 10_000;
+
 /** Shortest bearer token accepted: 16 characters (an operator's `openssl rand -hex 16` gives 32). */
 export const MIN_TOKEN_LENGTH = 16;
 
@@ -104,6 +107,18 @@ export const CoordinatorEnv = z
     QP_LOG_LEVEL: LogLevel.default('info'),
     QP_KV_NAMESPACE: KvNamespace.default(DEFAULT_KV_NAMESPACE),
     QP_NATS_TIMEOUT_MS: int(100, 60_000).default(DEFAULT_NATS_TIMEOUT_MS),
+    // Replicas of every bucket and of the audit stream: 3 across three regions' servers survives losing one.
+    QP_KV_REPLICAS: int(1, 5).default(1),
+    // The leader lease (coordinator/leadership): 0 runs without election (one coordinator, nothing fenced).
+    QP_LEADER_LEASE_MS: z.coerce
+      .number()
+      .int()
+      .refine((n) => n === 0 || (n >= 1000 && n <= 600_000), 'QP_LEADER_LEASE_MS is 0 (off) or 1000-600000')
+      .default(DEFAULT_LEADER_LEASE_MS),
+    QP_COORDINATOR_NAME: z
+      .string()
+      .regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'coordinator names are 1-64 chars of A-Z a-z 0-9 _ . : -')
+      .optional(),
     QP_MAX_POLICIES: int(1, 1_000_000).default(1000),
     QP_BODY_LIMIT_BYTES: int(256, 1_048_576).default(16_384),
     QP_AUDIT_MAX_RECORDS: int(100, 10_000_000).default(100_000),
@@ -251,6 +266,13 @@ export interface CoordinatorConfig {
   readonly kvNamespace: string;
   /** Deadline of one JetStream request, milliseconds. */
   readonly natsTimeoutMs: number;
+  /** Replicas of the buckets and the audit stream (`QP_KV_REPLICAS`); default 1. */
+  readonly replicas?: number;
+  /**
+   * The leader lease (`QP_LEADER_LEASE_MS`, `QP_COORDINATOR_NAME`): a coordinator leads only while it holds it;
+   * undefined runs without election.
+   */
+  readonly leader?: { readonly leaseMs: number; readonly name?: string | undefined } | undefined;
   /** Most policies the store holds; creating one more is refused with COORD_ERR_POLICY_LIMIT. */
   readonly maxPolicies: number;
   /** Largest request body, bytes; larger ones are refused with COORD_ERR_BODY_TOO_LARGE. */
@@ -336,6 +358,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
     logLevel: e.QP_LOG_LEVEL,
     kvNamespace: e.QP_KV_NAMESPACE,
     natsTimeoutMs: e.QP_NATS_TIMEOUT_MS,
+    replicas: e.QP_KV_REPLICAS,
+    leader:
+      e.QP_LEADER_LEASE_MS === 0 ? undefined : { leaseMs: e.QP_LEADER_LEASE_MS, name: e.QP_COORDINATOR_NAME },
     maxPolicies: e.QP_MAX_POLICIES,
     bodyLimitBytes: e.QP_BODY_LIMIT_BYTES,
     audit: {

@@ -37,6 +37,11 @@ export const Errors = {
     503,
   ),
   NOT_READY: createError('COORD_ERR_NOT_READY', 'The coordinator is shutting down', 503),
+  NOT_LEADER: createError(
+    'COORD_ERR_NOT_LEADER',
+    'This coordinator does not hold the leader lease; send writes to the leader',
+    503,
+  ),
   INTERNAL: createError('COORD_ERR_INTERNAL', 'Internal error', 500),
 } as const;
 

@@ -18,7 +18,15 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const running = await startCoordinator(config, { engine: protocolEngine(config.protocol) });
+  const running = await startCoordinator(config, {
+    engine: protocolEngine(config.protocol),
+    // A coordinator that lost the leader lease has stopped acting; exit so the supervisor starts it again as a
+    // standby (it then waits for the lease like any other).
+    onLeadershipLost: (reason) => {
+      process.stderr.write(`coordinator lost the leader lease (${reason}); exiting\n`);
+      void running.stop().finally(() => process.exit(1));
+    },
+  });
   running.app.log.info({ url: running.url, regions: config.regions }, 'coordinator listening');
   const shutdown = (signal: string): void => {
     running.app.log.info({ signal }, 'shutting down');

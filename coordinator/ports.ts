@@ -66,6 +66,22 @@ export interface EngineContext {
   readonly registry: Registry;
   /** Where share moves are recorded beside policy changes; none, none recorded. */
   readonly audit?: AuditTrail;
+  /**
+   * The leader lease this coordinator holds (coordinator/leadership); none without election. The engine stamps
+   * its epoch on every record and renewal, answers and writes only while `isLeader()`, and writes allocation
+   * records by compare-and-set so a coordinator with an older epoch cannot overwrite a newer one's.
+   */
+  readonly leader?: Leadership;
+}
+
+/** What the engine and the admin API see of the leader lease. */
+export interface Leadership {
+  /** The epoch this coordinator leads with. */
+  readonly epoch: number;
+  /** True while it holds the lease (its last renewal sent less than a lease length ago). */
+  isLeader(): boolean;
+  /** Give up at once: a record with a newer epoch was found (another coordinator leads). */
+  fenced(): void;
 }
 
 /** The protocol engine as the coordinator runs it: the admin API reads it, shutdown stops it. */

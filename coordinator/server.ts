@@ -14,12 +14,17 @@ import { CoordinatorMetrics } from './metrics.js';
 import { natsClientOptions } from './nats/client-options.js';
 import { startMetricsListener } from './http/metrics-listener.js';
 import { openStores, type CoordinatorStores } from './nats/open-stores.js';
-import type { EngineFactory, ProtocolService, ReadinessProbe } from './ports.js';
+import type { EngineFactory, Leadership, ProtocolService, ReadinessProbe } from './ports.js';
+import { LeaderLease, type LostReason } from './leadership/leader-lease.js';
+import { highestRecordEpoch } from './leadership/record-epochs.js';
+import { kvNames } from '../core/wire/kv.js';
 
 export interface RunningCoordinator {
   readonly app: CoordinatorApp;
   readonly nc: NatsConnection;
   readonly stores: CoordinatorStores;
+  /** The leader lease this coordinator holds; undefined without election. */
+  readonly leader: LeaderLease | undefined;
   /** `http://host:port` the admin API listens on. */
   readonly url: string;
   /** `http://host:port` of the metrics listener, when `QP_METRICS_PORT` gives it one. */
@@ -32,6 +37,10 @@ export interface StartOptions {
   clock?: Clock;
   /** Builds the protocol engine (usage reports, rebalancer, leases); without one, allocations are empty. */
   engine?: EngineFactory;
+  /** Told when this coordinator loses the leader lease (main.ts exits, to start again as a standby). */
+  onLeadershipLost?: (reason: LostReason) => void;
+  /** Stops a standby's wait for the leader lease (the start then rejects). */
+  signal?: AbortSignal;
 }
 
 export async function startCoordinator(
@@ -49,26 +58,78 @@ export async function startCoordinator(
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
   });
+  let lease: LeaderLease | undefined;
   try {
     const metrics = new CoordinatorMetrics({ defaultMetrics: true });
     const clock = options.clock ?? systemClock;
-    const stores = await openStores(nc, config, { clock, metrics, log: logger });
-    const engine: ProtocolService | undefined =
-      options.engine === undefined
+    // A standby waits here, touching nothing, until it holds the leader lease.
+    if (config.leader !== undefined) {
+      const names = kvNames(config.kvNamespace);
+      lease = new LeaderLease({
+        nc,
+        bucket: names.leader,
+        leaseMs: config.leader.leaseMs,
+        ...(config.leader.name !== undefined ? { holder: config.leader.name } : {}),
+        replicas: config.replicas ?? 1,
+        timeoutMs: config.natsTimeoutMs,
+        log: logger,
+        floor: () => highestRecordEpoch(nc, names.allocations, config.natsTimeoutMs),
+      });
+      const stopWaiting = () => void lease?.stop();
+      options.signal?.addEventListener('abort', stopWaiting, { once: true });
+      try {
+        await lease.acquire();
+      } finally {
+        options.signal?.removeEventListener('abort', stopWaiting);
+      }
+    }
+    const leader: Leadership | undefined =
+      lease === undefined
         ? undefined
-        : await options.engine({
-            nc,
-            policies: stores.policies,
-            names: stores.names,
-            config,
-            clock,
-            log: logger,
-            registry: metrics.registry,
-            audit: stores.audit,
-          });
+        : {
+            epoch: lease.epoch,
+            isLeader: () => lease!.isLeader(),
+            fenced: () => void lease!.stop(),
+          };
+    // A new leader may start while JetStream still elects stream and meta leaders among the regions left (its
+    // calls time out meanwhile): it tries again for as long as it holds the lease.
+    const whileLeading = <T>(what: string, start: () => Promise<T>): Promise<T> =>
+      lease === undefined ? start() : retryWhileLeading(lease, what, start, logger);
+    const stores = await whileLeading('open stores', () =>
+      openStores(nc, config, { clock, metrics, log: logger }),
+    );
+    logger.debug('coordinator stores open');
+    const factory = options.engine;
+    const engine: ProtocolService | undefined =
+      factory === undefined
+        ? undefined
+        : await whileLeading('start the protocol engine', () =>
+            factory({
+              nc,
+              policies: stores.policies,
+              names: stores.names,
+              config,
+              clock,
+              log: logger,
+              registry: metrics.registry,
+              audit: stores.audit,
+              ...(leader !== undefined ? { leader } : {}),
+            }),
+          );
+    logger.debug('coordinator engine started');
     const readiness: ReadinessProbe = {
-      reasons: () => [...stores.readiness.reasons(), ...(engine?.reasons?.() ?? [])],
+      reasons: () => [
+        ...stores.readiness.reasons(),
+        ...(engine?.reasons?.() ?? []),
+        ...(lease !== undefined && !lease.isLeader() ? ['not the leader'] : []),
+      ],
     };
+    lease?.onLost((reason) => {
+      if (reason === 'stopped') return;
+      // Stop acting at once: no heartbeat answered, no record written; the process decides what comes next.
+      void engine?.stop();
+      options.onLeadershipLost?.(reason);
+    });
     const app = await buildApp(
       {
         policies: stores.policies,
@@ -78,6 +139,7 @@ export async function startCoordinator(
         logger,
         clock,
         ...(engine !== undefined ? { allocations: engine } : {}),
+        ...(leader !== undefined ? { leader } : {}),
       },
       config,
     );
@@ -105,12 +167,32 @@ export async function startCoordinator(
         }
         await metricsListener?.app.close();
         await engine?.stop();
+        await lease?.stop();
         stores.readiness.close();
         await nc.drain();
       })());
-    return { app, nc, stores, url: address, metricsUrl: metricsListener?.url, stop };
+    return { app, nc, stores, leader: lease, url: address, metricsUrl: metricsListener?.url, stop };
   } catch (error) {
+    await lease?.stop().catch(() => undefined);
     await nc.close();
     throw error;
+  }
+}
+
+/** `start()` again after a failure, every 250 ms, while `lease` is held; rethrows once it is not. */
+async function retryWhileLeading<T>(
+  lease: LeaderLease,
+  what: string,
+  start: () => Promise<T>,
+  log: { warn(obj: object, msg?: string): void },
+): Promise<T> {
+  for (;;) {
+    try {
+      return await start();
+    } catch (error) {
+      if (!lease.isLeader()) throw error;
+      log.warn({ err: error }, `could not ${what}; trying again while this coordinator leads`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
   }
 }

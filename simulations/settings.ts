@@ -63,6 +63,9 @@ export const SettingsObject = z.strictObject({
   ),
   faultAtS: nonNegative(86_400).describe('when the injected failure starts, s'),
   faultForS: positive(86_400).describe('how long a crash or partition lasts, s'),
+  standbyAfterS: nonNegative(3600).describe(
+    'dynamic: a standby coordinator takes over this long after a crash (its leader lease), s; 0: none, the crashed one returns',
+  ),
   failoverLagS: nonNegative(86_400).describe('redis-failover: seconds of writes the promoted replica lost'),
   failoverReset: z
     .enum(['snapshot', 'full'])
@@ -213,6 +216,7 @@ export const DEFAULT_SETTINGS: Settings = {
   warmupS: 0,
   faultAtS: 120,
   faultForS: 60,
+  standbyAfterS: 0,
   failoverLagS: 5,
   failoverReset: 'snapshot',
   homeSplit: '70/20/10',

@@ -27,8 +27,10 @@ export async function ensureAuditStream(
   jsm: JetStreamManager,
   names: KvNames,
   limits: AuditLimits,
+  replicas = 1,
 ): Promise<void> {
   const wanted: Partial<StreamConfig> = {
+    num_replicas: replicas,
     max_msgs: limits.maxRecords,
     max_bytes: limits.maxBytes,
     max_age: nanos(limits.maxAgeDays * 24 * 3600 * 1000),
@@ -37,8 +39,13 @@ export async function ensureAuditStream(
   try {
     const info = await jsm.streams.info(names.auditStream);
     const c = info.config;
-    if (c.max_msgs !== wanted.max_msgs || c.max_bytes !== wanted.max_bytes || c.max_age !== wanted.max_age) {
-      await jsm.streams.update(names.auditStream, wanted);
+    if (
+      c.max_msgs !== wanted.max_msgs ||
+      c.max_bytes !== wanted.max_bytes ||
+      c.max_age !== wanted.max_age ||
+      c.num_replicas !== wanted.num_replicas
+    ) {
+      await jsm.streams.update(names.auditStream, { ...c, ...wanted });
     }
   } catch (error) {
     if (!(error instanceof Error) || !/stream not found/i.test(error.message)) throw error;

@@ -12,6 +12,7 @@ import type { CoordinatorConfig } from '../config.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import { KvPolicyStore } from '../policies/kv-policy-store.js';
 import { KvGuard } from './kv-guard.js';
+import { ensureReplicas } from './replicas.js';
 import type { Logger, ReadinessProbe } from '../ports.js';
 
 /** Settings of the policies bucket. Fixed: agents bind to it as it is. */
@@ -33,14 +34,19 @@ export interface CoordinatorStores {
 
 export async function openStores(
   nc: NatsConnection,
-  config: Pick<CoordinatorConfig, 'kvNamespace' | 'natsTimeoutMs' | 'regions' | 'maxPolicies' | 'audit'>,
+  config: Pick<
+    CoordinatorConfig,
+    'kvNamespace' | 'natsTimeoutMs' | 'regions' | 'maxPolicies' | 'audit' | 'replicas'
+  >,
   deps: { clock: Clock; metrics: CoordinatorMetrics; log: Logger },
 ): Promise<CoordinatorStores> {
   const names = kvNames(config.kvNamespace);
   const js = jetstream(nc, { timeout: config.natsTimeoutMs });
   const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
-  const kv = await new Kvm(js).create(names.policies, POLICY_BUCKET_OPTIONS);
-  await ensureAuditStream(jsm, names, config.audit);
+  const replicas = config.replicas ?? 1;
+  const kv = await new Kvm(js).create(names.policies, { ...POLICY_BUCKET_OPTIONS, replicas });
+  await ensureReplicas(jsm, `KV_${names.policies}`, replicas);
+  await ensureAuditStream(jsm, names, config.audit, replicas);
   const audit = new JetStreamAuditTrail({ js, jsm, names, metrics: deps.metrics, log: deps.log });
   const guard: KvGuard = new KvGuard({
     nc,

@@ -3,7 +3,7 @@
  * records and agent registrations the lease coordinator asks for written back (a bounded number in flight), the
  * guard that undoes foreign writes to the allocation bucket, and the audit record of every written share move.
  */
-import { jetstream } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { z } from 'zod';
 import type { AuditRecord } from '../../core/admin-wire.js';
@@ -12,6 +12,7 @@ import type { LeaseCoordinator, RecordWrite } from '../../core/lease/lease-coord
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
 import { AgentRegistration, AllocationRecord } from '../../core/wire/protocol.js';
 import { KvGuard } from '../nats/kv-guard.js';
+import { ensureReplicas } from '../nats/replicas.js';
 import type { EngineContext } from '../ports.js';
 import type { AllocationInsight } from './allocation-insight.js';
 import type { WriteMetrics } from './protocol-metrics.js';
@@ -49,8 +50,12 @@ export interface AllocationBuckets {
 export async function openAllocationBuckets(context: EngineContext): Promise<AllocationBuckets> {
   const { nc, names, config, log } = context;
   const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs }));
-  const allocations = await kvm.create(names.allocations, ALLOCATION_BUCKET_OPTIONS);
-  const agents = await kvm.create(names.agents, AGENT_BUCKET_OPTIONS);
+  const replicas = config.replicas ?? 1;
+  const allocations = await kvm.create(names.allocations, { ...ALLOCATION_BUCKET_OPTIONS, replicas });
+  const agents = await kvm.create(names.agents, { ...AGENT_BUCKET_OPTIONS, replicas });
+  const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
+  await ensureReplicas(jsm, `KV_${names.allocations}`, replicas);
+  await ensureReplicas(jsm, `KV_${names.agents}`, replicas);
   const loaded = await loadAll(allocations, AllocationRecord, log);
   const records = loaded.filter(({ key, value }) => policyNameFromKey(key) === value.policy);
   const registrations = await loadAll(agents, AgentRegistration, log);
@@ -77,6 +82,8 @@ export class AllocationWriter {
   readonly #writeConcurrency: number;
   /** The guard of the allocations bucket. */
   readonly guard: KvGuard;
+  /** Revision of each allocation key as this writer last knew it, for compare-and-set writes (with a leader). */
+  readonly #revisions = new Map<string, number>();
   #writing: Promise<void> = Promise.resolve();
   #flushQueued = false;
   #lastWriteError: string | undefined;
@@ -136,8 +143,16 @@ export class AllocationWriter {
     await this.#writing;
   }
 
+  /** The revision a key held when loaded: compare-and-set writes start from it. */
+  known(key: string, revision: number): void {
+    this.#revisions.set(key, revision);
+  }
+
   /** Persist every record and registration the engine asked for, one write per policy in flight at a time. */
   async flushNow(): Promise<void> {
+    const leader = this.#context.leader;
+    // A coordinator that does not lead writes nothing (its records would be refused anyway).
+    if (leader !== undefined && !leader.isLeader()) return;
     const registry = this.#engine.takeRegistryWrites();
     for (const change of registry) {
       try {
@@ -177,7 +192,15 @@ export class AllocationWriter {
       before: null,
       after: null,
       requestId: `allocation:${revision}`,
-      move: { epoch: move.epoch, from: move.from, to: move.to, reason: move.reason, demand: move.demand },
+      move: {
+        epoch: move.epoch,
+        from: move.from,
+        to: move.to,
+        reason: move.reason,
+        demand: move.demand,
+        ...(move.unmet === undefined ? {} : { unmet: move.unmet }),
+        ...(move.target === undefined ? {} : { target: move.target }),
+      },
     };
     audit.record(record).catch((error: unknown) => {
       this.#metrics.moveAuditFailures.inc();
@@ -188,17 +211,56 @@ export class AllocationWriter {
     });
   }
 
+  /** Write `payload` only over the revision this writer knows (create when it knows none). */
+  async #cas(key: string, payload: string): Promise<number> {
+    const known = this.#revisions.get(key);
+    return known === undefined
+      ? this.#allocations.create(key, payload)
+      : this.#allocations.update(key, payload, known);
+  }
+
+  /**
+   * A compare-and-set write was refused: someone else wrote the key. A record with a newer epoch means another
+   * coordinator leads (this one is fenced and stops); otherwise the key's revision is adopted and the engine's
+   * record written over it on the next flush (the guard restores it too).
+   */
+  async #refused(key: string): Promise<void> {
+    const leader = this.#context.leader!;
+    const entry = await this.#allocations.get(key).catch(() => null);
+    const epoch = epochOf(entry);
+    this.#metrics.writes.inc({ outcome: 'refused' });
+    if (epoch > leader.epoch) {
+      this.#context.log.error(
+        { key, epoch, own: leader.epoch },
+        'protocol: an allocation record of a newer coordinator epoch: this coordinator is fenced',
+      );
+      leader.fenced();
+      return;
+    }
+    if (entry !== null) this.#revisions.set(key, entry.revision);
+  }
+
   async #write(write: RecordWrite, views: ReadonlyMap<string, AllocationView>): Promise<void> {
     const key = policyKey(write.policy);
     const end = this.#metrics.writeSeconds.startTimer();
-    const payload = write.record === null ? null : JSON.stringify(write.record);
+    const leader = this.#context.leader;
+    const payload =
+      write.record === null
+        ? null
+        : JSON.stringify(
+            leader === undefined ? write.record : { ...write.record, leaderEpoch: leader.epoch },
+          );
     this.guard.writing(key, payload);
     try {
       if (payload === null) {
-        await this.#allocations.delete(key);
+        if (leader === undefined) await this.#allocations.delete(key);
+        else await this.#allocations.delete(key, { previousSeq: this.#revisions.get(key) ?? 0 });
+        this.#revisions.delete(key);
         this.guard.wrote(key, undefined);
       } else {
-        const revision = await this.#allocations.put(key, payload);
+        const revision =
+          leader === undefined ? await this.#allocations.put(key, payload) : await this.#cas(key, payload);
+        this.#revisions.set(key, revision);
         this.guard.wrote(key, revision);
         this.#engine.written(write.policy, write.seq, revision);
         this.#recordMove(write, views.get(write.policy), revision);
@@ -206,6 +268,7 @@ export class AllocationWriter {
       this.#metrics.writes.inc({ outcome: 'ok' });
       this.#lastWriteError = undefined;
     } catch (error) {
+      if (leader !== undefined && /wrong last sequence/i.test(String(error))) await this.#refused(key);
       // The engine keeps counting the old shares until the write lands; retry on the next flush.
       this.guard.failed(key);
       this.#engine.writeFailed(write.policy);
@@ -218,6 +281,17 @@ export class AllocationWriter {
     } finally {
       end();
     }
+  }
+}
+
+/** The epoch a stored allocation record carries (0: none). */
+function epochOf(entry: { json<T>(): T } | null): number {
+  if (entry === null) return 0;
+  try {
+    const value = entry.json<{ leaderEpoch?: unknown }>();
+    return typeof value.leaderEpoch === 'number' ? value.leaderEpoch : 0;
+  } catch {
+    return 0;
   }
 }
 

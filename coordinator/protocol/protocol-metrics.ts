@@ -19,7 +19,18 @@ export interface ProtocolMetrics {
 /** The metrics of the KV writes (allocation records and share moves), a part of ProtocolMetrics. */
 export type WriteMetrics = Pick<ProtocolMetrics, 'writes' | 'writeSeconds' | 'moveAuditFailures'>;
 
+/** One set per registry: an engine started again on the same registry (a start retried) shares it. */
+const made = new WeakMap<Registry, ProtocolMetrics>();
+
 export function protocolMetrics(registry: Registry): ProtocolMetrics {
+  const existing = made.get(registry);
+  if (existing !== undefined) return existing;
+  const metrics = newProtocolMetrics(registry);
+  made.set(registry, metrics);
+  return metrics;
+}
+
+function newProtocolMetrics(registry: Registry): ProtocolMetrics {
   const registers = [registry];
   return {
     messages: new Counter({

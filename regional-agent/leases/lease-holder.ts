@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Clock } from '../../core/clock.js';
+import { monotonicOf, type Clock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
 import type { RenewalBounds } from '../../core/lease/trust-checks.js';
 import {
@@ -23,6 +23,7 @@ import {
 } from '../../core/wire/kv.js';
 import {
   AllocationRecord,
+  OPEN_CREDENTIAL_TAG,
   protocolSubjects,
   RenewalReply,
   type ProtocolSubjects,
@@ -37,6 +38,11 @@ export interface LeaseHolderOptions {
   instance: string;
   clock: Clock;
   namespace?: string;
+  /**
+   * The tag of this agent's NATS credential (regional-agent/nats/credentials.ts `natsCredentialTag`): the last
+   * token of the subjects it publishes on and the start of its id. Default `open` (a server without credentials).
+   */
+  credentialTag?: string;
   /** Counted usage to report each interval. */
   usage?: UsageRecorder;
   /** Margin for the offset between this clock and Redis time in refill floors, ms. Default: the lease settings'. */
@@ -59,6 +65,7 @@ interface HolderMetrics {
   reloads: Counter;
   badRecords: Counter;
   refusedRecords: Counter;
+  staleRecords: Counter;
   mode: Gauge<'mode'>;
   appliedRevision: Gauge;
   share: Gauge<'policy'>;
@@ -84,12 +91,15 @@ export class LeaseHolder {
   #closed = false;
   #loop: KvWatchLoop | undefined;
   #loaded = false;
+  /** Highest coordinator epoch seen in a renewal or a record: anything older comes from a deposed coordinator. */
+  #leaderEpoch = 0;
   #firstLoad: (() => void) | undefined;
 
   constructor(options: LeaseHolderOptions) {
     this.#options = options;
-    this.agentId = `agent-${randomBytes(9).toString('base64url')}`;
-    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE);
+    const tag = options.credentialTag ?? OPEN_CREDENTIAL_TAG;
+    this.agentId = `${tag}_${randomBytes(9).toString('hex')}`;
+    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE, tag);
     this.#bucket = kvNames(options.namespace ?? DEFAULT_KV_NAMESPACE).allocations;
     this.#interval = options.reportIntervalMs ?? defaultLeaseSettings.reportIntervalMs;
     this.lease = new AgentLease({
@@ -162,6 +172,8 @@ export class LeaseHolder {
     const seq = this.#seq++;
     this.lease.poll();
     const sentAt = clock.now();
+    // The lease is a duration: measured from when the heartbeat left on the monotonic clock.
+    const sentAtMono = monotonicOf(clock);
     const heartbeat = {
       agentId: this.agentId,
       instance: this.#options.instance,
@@ -203,7 +215,16 @@ export class LeaseHolder {
         this.#options.log?.warn({ reason: reply.refused }, 'lease renewal refused');
         return;
       }
-      const outcome = this.lease.renewed(reply, sentAt, seq);
+      if (this.#staleEpoch(reply.leaderEpoch)) {
+        // A coordinator that lost the leader lease (a zombie after a partition): its word renews nothing.
+        this.#metrics?.heartbeats.inc({ outcome: 'stale_epoch' });
+        this.#options.log?.warn(
+          { epoch: reply.leaderEpoch ?? 0, seen: this.#leaderEpoch, coordinatorId: reply.coordinatorId },
+          'heartbeat reply of an older coordinator epoch refused',
+        );
+        return;
+      }
+      const outcome = this.lease.renewed(reply, sentAtMono, seq);
       if (outcome === 'out_of_bounds') {
         // Not the coordinator's word, or not one to follow: the lease and interval stay as they were.
         this.#metrics?.heartbeats.inc({ outcome: 'out_of_bounds' });
@@ -231,6 +252,19 @@ export class LeaseHolder {
         }
       }
     }
+  }
+
+  /** The highest coordinator epoch seen so far (0: none). */
+  get leaderEpoch(): number {
+    return this.#leaderEpoch;
+  }
+
+  /** True for an epoch older than one already seen (absent counts as 0); otherwise remembers it. */
+  #staleEpoch(epoch: number | undefined): boolean {
+    const e = epoch ?? 0;
+    if (e < this.#leaderEpoch) return true;
+    this.#leaderEpoch = e;
+    return false;
   }
 
   #publish(subject: string, body: object): void {
@@ -284,6 +318,14 @@ export class LeaseHolder {
         this.#metrics?.badRecords.inc();
         return;
       }
+      if (this.#staleEpoch(parsed.data.leaderEpoch)) {
+        this.#metrics?.staleRecords.inc();
+        this.#options.log?.warn(
+          { policy, revision: entry.revision, epoch: parsed.data.leaderEpoch ?? 0, seen: this.#leaderEpoch },
+          'allocation record of an older coordinator epoch refused; the last good record stays in force',
+        );
+        return;
+      }
       const refused = this.lease.applyRecord(policy, parsed.data, entry.revision);
       if (refused !== undefined) {
         this.#metrics?.refusedRecords.inc();
@@ -303,7 +345,7 @@ function holderMetrics(registry: Registry): HolderMetrics {
   return {
     heartbeats: new Counter({
       name: 'quotaplane_agent_heartbeats_total',
-      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply, stale_reply: later than one report interval, ignored; out_of_bounds: a lease, grace or interval beyond the bounds, ignored).',
+      help: 'Heartbeats sent to the coordinator, by outcome (renewed, refused, no_reply, bad_reply, stale_reply: later than one report interval, ignored; out_of_bounds: a lease, grace or interval beyond the bounds, ignored; stale_epoch: from a coordinator of an older epoch, ignored).',
       labelNames: ['outcome'],
       registers,
     }),
@@ -320,6 +362,11 @@ function holderMetrics(registry: Registry): HolderMetrics {
     badRecords: new Counter({
       name: 'quotaplane_agent_allocation_bad_records_total',
       help: 'Allocation records that failed validation and were ignored.',
+      registers,
+    }),
+    staleRecords: new Counter({
+      name: 'quotaplane_agent_allocation_stale_epoch_records_total',
+      help: 'Allocation records of an older coordinator epoch (a coordinator that lost the leader lease), refused; the last good record stays in force.',
       registers,
     }),
     refusedRecords: new Counter({

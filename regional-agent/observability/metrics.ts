@@ -170,7 +170,7 @@ export class AgentMetrics {
     });
     this.shed = new Counter({
       name: 'quotaplane_shed_decisions_total',
-      help: 'Decision requests refused before any store call because the agent was overloaded (503 AGT_ERR_OVERLOADED), by route (http, forward_auth, strict) and cause (in_flight, event_loop_delay).',
+      help: 'Decision requests refused before any store call because the agent was overloaded (503 AGT_ERR_OVERLOADED), by route (http, forward_auth, grpc, reservations, leases, explain, strict, loan) and cause (in_flight, event_loop_delay).',
       labelNames: ['region', 'route', 'reason', 'cause'],
       registers,
     });

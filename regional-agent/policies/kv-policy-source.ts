@@ -34,6 +34,12 @@ export interface KvPolicySourceOptions {
   maxRetryMs?: number;
   /** When set, `ready()` rejects if no complete set was loaded by then (the source keeps trying). */
   readyTimeoutMs?: number;
+  /**
+   * A reload that finds neither a policy nor a deletion marker (a lost, purged or recreated bucket) replaces the
+   * policies held, leaving none: default false, the last good policies stay (counted, logged). Policies deleted
+   * through the admin API leave deletion markers and are dropped either way.
+   */
+  acceptEmptyReload?: boolean;
   /** Registers `qp_agent_policy_source_*` metrics here when given. */
   registry?: Registry;
   /** Told about skipped entries and failures; never given a policy body. */
@@ -51,10 +57,13 @@ export interface KvPolicySourceStats {
   readonly failures: number;
   /** Highest KV revision applied. */
   readonly revision: number;
+  /** Reloads that came back empty while policies were held, and were not applied. */
+  readonly emptyReloadsKept: number;
 }
 
 interface SourceMetrics {
   badEntries: Counter<'reason'>;
+  emptyKept: Counter;
   loads: Counter;
   failures: Counter;
   policies: Gauge;
@@ -75,7 +84,8 @@ export class KvPolicySource implements PolicySource {
   #resolveReady!: () => void;
   #rejectReady!: (error: Error) => void;
   #isReady = false;
-  #stats = { loads: 0, badEntries: 0, failures: 0, revision: 0 };
+  #stats = { loads: 0, badEntries: 0, failures: 0, revision: 0, emptyReloadsKept: 0 };
+  readonly #acceptEmptyReload: boolean;
   readonly #loop: KvWatchLoop;
 
   constructor(nc: NatsConnection, options: KvPolicySourceOptions = {}) {
@@ -85,6 +95,7 @@ export class KvPolicySource implements PolicySource {
     this.#retryMs = options.retryMs ?? 250;
     this.#maxRetryMs = options.maxRetryMs ?? 5000;
     this.#log = options.log;
+    this.#acceptEmptyReload = options.acceptEmptyReload ?? false;
     this.#metrics = options.registry === undefined ? undefined : sourceMetrics(options.registry);
     this.#ready = new Promise<void>((resolve, reject) => {
       this.#resolveReady = resolve;
@@ -151,15 +162,28 @@ export class KvPolicySource implements PolicySource {
    */
   #session(): KvWatchSession {
     let loading: Map<string, Policy> | undefined = new Map<string, Policy>();
+    let entries = 0;
     return {
       loaded: () => {
         this.#stats.loads++;
         this.#metrics?.loads.inc();
-        this.#swap(loading ?? new Map<string, Policy>());
+        const next = loading ?? new Map<string, Policy>();
         loading = undefined;
+        if (entries === 0 && this.#policies.size > 0 && !this.#acceptEmptyReload) {
+          // Nothing at all, not even a deletion: the bucket was lost or recreated, not emptied by an operator.
+          this.#stats.emptyReloadsKept++;
+          this.#metrics?.emptyKept.inc();
+          this.#log?.warn(
+            { bucket: this.#bucket, kept: this.#policies.size },
+            'policy source: a reload came back empty; keeping the last good policies',
+          );
+          return;
+        }
+        this.#swap(next);
       },
       entry: (entry, initial) => {
         if (initial && loading !== undefined) {
+          entries++;
           this.#apply(loading, entry);
           return;
         }
@@ -239,6 +263,11 @@ function sourceMetrics(registry: Registry): SourceMetrics {
       name: 'qp_agent_policy_source_bad_entries_total',
       help: 'Policy entries in the KV bucket that failed validation and were skipped, by reason.',
       labelNames: ['reason'],
+      registers,
+    }),
+    emptyKept: new Counter({
+      name: 'qp_agent_policy_source_empty_reloads_kept_total',
+      help: 'Reloads of the policy bucket that found neither a policy nor a deletion while policies were held; the last good policies stayed.',
       registers,
     }),
     loads: new Counter({

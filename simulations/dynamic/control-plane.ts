@@ -39,6 +39,12 @@ export interface ControlPlaneOptions {
   lease: LeaseSettings;
   rebalance: RebalanceSettings;
   agentsPerRegion: number;
+  /**
+   * A standby coordinator takes over this long after the leader crashes (its leader lease, coordinator/leadership),
+   * from the replicated KV, in learning mode like any start; the crashed one then stays a standby. 0 or absent:
+   * no standby, the crashed coordinator leads again when it returns.
+   */
+  standbyAfterMs?: number;
   /** Borrow a short subject's tokens from other regions (sim-borrowing.ts); undefined: never. */
   borrowing?: SimBorrowingOptions | undefined;
 }
@@ -154,8 +160,25 @@ export class DynamicControlPlane {
   }
 
   onFault(fault: Fault): void {
-    if (fault.kind === 'coordinator-down') this.#crash();
-    else if (fault.kind === 'coordinator-up') {
+    if (fault.kind === 'coordinator-down') {
+      this.#crash();
+      const after = this.#options.standbyAfterMs ?? 0;
+      if (after > 0) {
+        const incarnation = this.#incarnation;
+        this.#ctx.at(this.#ctx.now() + after * 1000, () => {
+          // Only if nothing leads yet: the standby takes the lease once the crashed leader's has run out.
+          if (this.#engine !== undefined || this.#incarnation !== incarnation) return;
+          this.#ctx.count('standbyTakeovers');
+          // The standby runs at the coordinator's node (the simulator keeps one coordinator node): it answers there
+          // from now on, while the crashed process stays down.
+          this.#ctx.network.setDown(this.#ctx.coordinator, false);
+          this.#startEngine();
+          this.#flush(false);
+        });
+      }
+    } else if (fault.kind === 'coordinator-up') {
+      // With a standby leading, the returning coordinator waits as the standby (it finds the lease held).
+      if (this.#engine !== undefined) return;
       this.#startEngine();
       this.#flush(false);
     }

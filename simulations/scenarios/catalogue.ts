@@ -436,9 +436,9 @@ export const ignoreRetryAfter: Scenario = {
 export const coordinatorCrash: Scenario = {
   name: 'coordinator-crash',
   description:
-    'step-shift traffic (shift at shiftAtS); the coordinator is down from faultAtS for faultForS (matters to dynamic strategies)',
-  defaults: { load: 1.5, shiftAtS: 100, faultAtS: 120 },
-  uses: ['load', 'subjects', 'shiftAtS', 'faultAtS', 'faultForS'],
+    'step-shift traffic (shift at shiftAtS); the leading coordinator is down from faultAtS for faultForS; a standby takes over standbyAfterS later (its leader lease; 0: none) (matters to dynamic strategies)',
+  defaults: { load: 1.5, shiftAtS: 100, faultAtS: 120, standbyAfterS: 10 },
+  uses: ['load', 'subjects', 'shiftAtS', 'faultAtS', 'faultForS', 'standbyAfterS'],
   plan: (regions, s) =>
     plan(stepTraffic(regions, s), {
       // Recovery is measured after the demand shift and again after the coordinator returns.

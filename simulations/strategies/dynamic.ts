@@ -34,6 +34,7 @@ export class DynamicStrategy implements Strategy {
       lease: leaseSettings(s),
       rebalance: rebalanceSettings(s),
       agentsPerRegion: s.agentsPerRegion,
+      standbyAfterMs: s.standbyAfterS * 1000,
       // The agent borrows token buckets only: a log's entries are not tokens another region can lend.
       borrowing: isLogKind(ctx.policy.kind) ? undefined : borrowingSettings(s),
     });

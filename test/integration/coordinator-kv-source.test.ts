@@ -2,6 +2,7 @@
  * The agents' `KvPolicySource` against the coordinator's bucket on a real NATS: initial load, changes from the
  * admin API within a stated time, deletes, bad entries, a bucket that appears late, and a NATS restart.
  */
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Registry } from 'prom-client';
@@ -286,5 +287,57 @@ describe('KvPolicySource', { timeout: 30_000 }, () => {
       'the source catches up after the partition heals',
     );
     expect(s.stats().loads).toBe(2);
+  });
+
+  it('keeps its last good policies when a reload comes back empty, unless told to accept it', async () => {
+    await using f = await coordinatorFixture();
+    const { host, port } = inject('nats');
+    await put(f, 'a', { capacity: 1, refillPerSecond: 1 });
+    await put(f, 'b', { capacity: 2, refillPerSecond: 1 });
+    await using proxy = await tcpProxy({ host, port });
+    await using nc = await agentConnection(`nats://127.0.0.1:${proxy.port}`);
+    await using kept = source(nc, { namespace: f.config.kvNamespace });
+    await using accepting = source(nc, { namespace: f.config.kvNamespace, acceptEmptyReload: true });
+    await kept.ready();
+    await accepting.ready();
+    expect(kept.current().size).toBe(2);
+
+    // The bucket is lost and created again, empty (no policy, no deletion marker), while the agent is cut off.
+    await proxy.cut();
+    const bucket = `KV_${f.config.kvNamespace}-policies`;
+    const jsm = await jetstreamManager(f.nc);
+    const config = (await jsm.streams.info(bucket)).config;
+    await jsm.streams.delete(bucket);
+    await jsm.streams.add({ ...config });
+    await proxy.restore();
+    await eventually(
+      () => accepting.current().size === 0,
+      10_000,
+      'the accepting source applies the empty reload',
+    );
+    await eventually(() => kept.stats().loads === 2, 10_000, 'the keeping source reloads');
+    expect([...kept.current().keys()].sort()).toEqual(['a', 'b']);
+    expect(kept.stats().emptyReloadsKept).toBe(1);
+    expect(accepting.stats().emptyReloadsKept).toBe(0);
+  });
+
+  it('still drops every policy an operator deleted while it was cut off', async () => {
+    await using f = await coordinatorFixture();
+    const { host, port } = inject('nats');
+    await put(f, 'a', { capacity: 1, refillPerSecond: 1 });
+    await put(f, 'b', { capacity: 2, refillPerSecond: 1 });
+    await using proxy = await tcpProxy({ host, port });
+    await using nc = await agentConnection(`nats://127.0.0.1:${proxy.port}`);
+    await using s = source(nc, { namespace: f.config.kvNamespace });
+    await s.ready();
+    await proxy.cut();
+    for (const name of ['a', 'b']) {
+      const r = await f.app.inject({ method: 'DELETE', url: `/v1/policies/${name}`, headers: admin });
+      expect(r.statusCode).toBe(204);
+    }
+    await proxy.restore();
+    await eventually(() => s.current().size === 0, 10_000, 'the deletions reach the source');
+    expect(s.stats().loads).toBe(2);
+    expect(s.stats().emptyReloadsKept).toBe(0);
   });
 });

@@ -30,6 +30,8 @@ describe('coordinator configuration', () => {
       logLevel: 'info',
       kvNamespace: 'qp',
       natsTimeoutMs: 2000,
+      replicas: 1,
+      leader: { leaseMs: 10_000, name: undefined },
       maxPolicies: 1000,
       bodyLimitBytes: 16_384,
       audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
@@ -52,6 +54,20 @@ describe('coordinator configuration', () => {
     expect(Object.isFrozen(c)).toBe(true);
     expect(Object.isFrozen(c.regions)).toBe(true);
     expect(Object.isFrozen(c.audit)).toBe(true);
+  });
+
+  it('reads replicas and the leader lease; 0 turns election off', () => {
+    const c = loadConfig({
+      ...base,
+      QP_KV_REPLICAS: '3',
+      QP_LEADER_LEASE_MS: '4000',
+      QP_COORDINATOR_NAME: 'eu-1',
+    });
+    expect(c.replicas).toBe(3);
+    expect(c.leader).toEqual({ leaseMs: 4000, name: 'eu-1' });
+    expect(loadConfig({ ...base, QP_LEADER_LEASE_MS: '0' }).leader).toBeUndefined();
+    expect(() => loadConfig({ ...base, QP_LEADER_LEASE_MS: '500' })).toThrow(/QP_LEADER_LEASE_MS/);
+    expect(() => loadConfig({ ...base, QP_KV_REPLICAS: '7' })).toThrow(/QP_KV_REPLICAS/);
   });
 
   it('reads every variable', () => {

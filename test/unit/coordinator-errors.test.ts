@@ -35,6 +35,7 @@ describe('coordinator error codes', () => {
       .map((e) => e.code);
     expect(fiveHundreds.sort()).toEqual([
       'COORD_ERR_INTERNAL',
+      'COORD_ERR_NOT_LEADER',
       'COORD_ERR_NOT_READY',
       'COORD_ERR_STORE_UNAVAILABLE',
     ]);

@@ -99,7 +99,7 @@ describe('dynamic: the checks of issue 5', () => {
   });
 
   it('through a coordinator crash: leases lapse to the safe shares, learning mode, then shares follow demand again', () => {
-    const { result: r, series } = run('coordinator-crash', 'dynamic', MOVING);
+    const { result: r, series } = run('coordinator-crash', 'dynamic', { ...MOVING, standbyAfterS: 0 });
     conserved(r);
     expect(r.counters['coordinatorStarts']).toBe(2);
     // Down from 120 s to 180 s: after lease (6 s) and grace (12 s) every agent decides at its safe share.
@@ -108,6 +108,17 @@ describe('dynamic: the checks of issue 5', () => {
     expect(series.shares![185]![1]).toBeCloseTo(1 / 3, 9);
     expect(series.shares![200]![1]).toBeGreaterThan(0.8);
     expect(r.overAdmission).toBeLessThanOrEqual(1);
+  });
+
+  it('through a coordinator crash with a standby: it leads after its lease, from the KV, and the budget holds', () => {
+    const without = run('coordinator-crash', 'dynamic', { ...MOVING, standbyAfterS: 0 }).result;
+    const { result: r } = run('coordinator-crash', 'dynamic', { ...MOVING, standbyAfterS: 10 });
+    conserved(r);
+    // The standby starts at 130 s; the crashed coordinator, back at 180 s, finds the lease held and stays standby.
+    expect(r.counters['standbyTakeovers']).toBe(1);
+    expect(r.counters['coordinatorStarts']).toBe(2);
+    expect(r.overAdmission).toBeLessThanOrEqual(1);
+    expect(r.utilisation).toBeGreaterThan(without.utilisation ?? 1);
   });
 
   it('through a region partition: the cut region settles at its safe share, the others share the rest', () => {
