@@ -170,10 +170,6 @@ export const serviceSuite: BenchSuite = {
         n === 'quotaplane' || n === 'nogrants'
           ? [services[n].pid!, agent.pid!, rPid]
           : [services[n].pid!, rPid];
-      const cpu = (list: number[]) => {
-        const v = list.map(cpuMs);
-        return v.includes(undefined) ? undefined : v.reduce((a, b) => a! + b!, 0)!;
-      };
       const out: Comparison[] = [];
       let warmed = false;
       for (const distribution of ['uniform', 'zipf'] as const) {
@@ -187,15 +183,22 @@ export const serviceSuite: BenchSuite = {
         }
         const runs = Object.fromEntries(names.map((n) => [n, [] as Run[]])) as Record<Contender, Run[]>;
         const measure = (n: Contender) => async () => {
-          const before = cpu(pids(n));
+          const before = pids(n).map(cpuMs);
           const r = await load(url(n), seconds, tenants, prefix);
-          const after = cpu(pids(n));
-          if (before !== undefined && after !== undefined && r.total > 0)
-            r.cpuUs = ((after - before) * 1000) / r.total;
+          const after = pids(n).map(cpuMs);
+          // Per process (service, [agent,] Redis), µs per request.
+          const split = after.map((a, k) =>
+            a === undefined || before[k] === undefined || r.total === 0
+              ? undefined
+              : ((a - before[k]) * 1000) / r.total,
+          );
+          if (!split.includes(undefined)) r.cpuUs = split.reduce((a, b) => a! + b!, 0);
           runs[n].push(r);
           progress(
             `    ${distribution} ${n}: p99 ${r.p99} ms, ${r.ok} × 2xx, ${r.limited} × 429, ${r.other} other` +
-              (r.cpuUs === undefined ? '' : `, ${r.cpuUs.toFixed(1)} µs CPU per request`),
+              (r.cpuUs === undefined
+                ? ''
+                : `, ${r.cpuUs.toFixed(1)} µs CPU per request (${split.map((v) => v!.toFixed(0)).join(' + ')})`),
           );
           return r.rps;
         };
