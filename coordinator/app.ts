@@ -14,10 +14,11 @@ import { systemClock, type Clock } from '../core/clock.js';
 import type { AuditTrail } from './audit/audit-trail.js';
 import { RefusalRecorder } from './audit/refusal-recorder.js';
 import { TokenVerifier } from './auth/tokens.js';
-import type { CoordinatorConfig } from './config.js';
+import { DEFAULT_RESTORE_LIMIT_BYTES, type CoordinatorConfig } from './config.js';
 import { Errors } from './errors.js';
 import { registerAllocationRoutes } from './http/allocation-routes.js';
 import { registerAuditRoutes } from './http/audit-routes.js';
+import { registerBackupRoutes } from './http/backup-routes.js';
 import { registerDashboardRoutes } from './http/dashboard-routes.js';
 import { authHooks } from './http/auth-hook.js';
 import { registerDocs } from './http/docs.js';
@@ -48,7 +49,15 @@ export interface CoordinatorDeps {
 /** The settings the app itself reads. */
 export type CoordinatorAppConfig = Pick<
   CoordinatorConfig,
-  'regions' | 'tokens' | 'bodyLimitBytes' | 'logLevel' | 'metricsAuth' | 'metricsListener' | 'auditRefusals'
+  | 'regions'
+  | 'tokens'
+  | 'bodyLimitBytes'
+  | 'logLevel'
+  | 'metricsAuth'
+  | 'metricsListener'
+  | 'auditRefusals'
+  | 'restoreLimitBytes'
+  | 'maxPolicies'
 >;
 
 /** Shutdown control: turn not-ready (and refuse new admin requests) before closing. */
@@ -166,6 +175,14 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
   registerDashboardRoutes(app);
   registerPolicyRoutes(app, { store: deps.policies, regions: config.regions, auth });
   registerAuditRoutes(app, { audit: deps.audit, auth, metrics });
+  registerBackupRoutes(app, {
+    store: deps.policies,
+    audit: deps.audit,
+    regions: config.regions,
+    maxPolicies: config.maxPolicies ?? Number.MAX_SAFE_INTEGER,
+    bodyLimitBytes: config.restoreLimitBytes ?? DEFAULT_RESTORE_LIMIT_BYTES,
+    auth,
+  });
   registerAllocationRoutes(app, {
     allocations: deps.allocations ?? noAllocations,
     regions: config.regions,

@@ -17,6 +17,9 @@ import { RebalanceSettings } from '../core/rebalance/settings.js';
 import { settingRange } from '../core/setting-range.js';
 import { grantsFromConfig, type TokenGrant } from './auth/tokens.js';
 
+/** Largest `POST /v1/restore` body by default, bytes (a backup of 1000 policies and 100k audit records fits). */
+export const DEFAULT_RESTORE_LIMIT_BYTES = 64 * 1_048_576;
+
 /** Length of the coordinators' leader lease by default, ms: a standby leads within about this long. */
 export const DEFAULT_LEADER_LEASE_MS = 10_000;
 
@@ -121,6 +124,7 @@ export const CoordinatorEnv = z
       .optional(),
     QP_MAX_POLICIES: int(1, 1_000_000).default(1000),
     QP_BODY_LIMIT_BYTES: int(256, 1_048_576).default(16_384),
+    QP_RESTORE_LIMIT_BYTES: int(1024, 1 << 30).default(DEFAULT_RESTORE_LIMIT_BYTES),
     QP_AUDIT_MAX_RECORDS: int(100, 10_000_000).default(100_000),
     QP_AUDIT_MAX_AGE_DAYS: int(1, 3650).default(365),
     QP_AUDIT_MAX_BYTES: int(1_048_576, 1 << 30).default(64 * 1_048_576),
@@ -277,6 +281,8 @@ export interface CoordinatorConfig {
   readonly maxPolicies: number;
   /** Largest request body, bytes; larger ones are refused with COORD_ERR_BODY_TOO_LARGE. */
   readonly bodyLimitBytes: number;
+  /** Largest `POST /v1/restore` body, bytes (`QP_RESTORE_LIMIT_BYTES`); default DEFAULT_RESTORE_LIMIT_BYTES. */
+  readonly restoreLimitBytes?: number;
   /** Audit trail bounds: the oldest records go first when any is reached. */
   readonly audit: { readonly maxRecords: number; readonly maxAgeDays: number; readonly maxBytes: number };
   /** Time between turning not-ready and closing the listener on shutdown, milliseconds. */
@@ -363,6 +369,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       e.QP_LEADER_LEASE_MS === 0 ? undefined : { leaseMs: e.QP_LEADER_LEASE_MS, name: e.QP_COORDINATOR_NAME },
     maxPolicies: e.QP_MAX_POLICIES,
     bodyLimitBytes: e.QP_BODY_LIMIT_BYTES,
+    restoreLimitBytes: e.QP_RESTORE_LIMIT_BYTES,
     audit: {
       maxRecords: e.QP_AUDIT_MAX_RECORDS,
       maxAgeDays: e.QP_AUDIT_MAX_AGE_DAYS,

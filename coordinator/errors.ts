@@ -30,6 +30,11 @@ export const Errors = {
     'The store already holds %s policies, the configured maximum; delete one or raise QP_MAX_POLICIES',
     409,
   ),
+  RESTORE_NOT_EMPTY: createError(
+    'COORD_ERR_RESTORE_NOT_EMPTY',
+    'This coordinator already holds policies; a restore goes into an empty one (delete them first)',
+    409,
+  ),
   INVALID_POLICY: createError('COORD_ERR_INVALID_POLICY', 'The resulting policy would be invalid: %s', 422),
   STORE_UNAVAILABLE: createError(
     'COORD_ERR_STORE_UNAVAILABLE',

@@ -81,14 +81,17 @@ export class JetStreamAuditTrail implements AuditTrail {
     this.#log = deps.log;
   }
 
-  async record(record: AuditRecord): Promise<void> {
+  async record(record: AuditRecord, options: { imported?: boolean } = {}): Promise<void> {
     // Refusals name no policy (or one that may not exist): they go to a subject of their own, which no policy
     // key can be (policy names start with a-z or 0-9).
     const subject =
       record.policy === undefined || record.action === 'refused'
         ? `${this.#names.auditSubjectPrefix}._refused`
         : auditSubject(this.#names, record.policy);
-    await this.#js.publish(subject, JSON.stringify(record), { msgID: messageId(record) });
+    // The stream drops a message whose id it saw in its duplicate window: an imported record's id is its own, or
+    // the restore's fresh writes (the same policy at the same revision) would be taken for duplicates of it.
+    const id = options.imported === true ? `import:${record.at}:${messageId(record)}` : messageId(record);
+    await this.#js.publish(subject, JSON.stringify(record), { msgID: id });
   }
 
   async read(query: AuditQuery): Promise<AuditResponse> {

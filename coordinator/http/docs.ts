@@ -30,6 +30,7 @@ export async function registerDocs(app: FastifyInstance, version: string): Promi
         { name: 'policies', description: 'Global budgets' },
         { name: 'allocations', description: 'Shares of each budget per region' },
         { name: 'audit', description: 'Who changed what' },
+        { name: 'backup', description: 'Policies and audit trail out, and into an empty coordinator' },
         { name: 'health', description: 'Probes and metrics' },
       ],
     },

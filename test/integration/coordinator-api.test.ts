@@ -290,6 +290,8 @@ describe('coordinator docs, probes and metrics', () => {
         'DELETE /v1/policies/{name}',
         'PATCH /v1/policies/{name}/budget',
         'GET /v1/audit',
+        'GET /v1/backup',
+        'POST /v1/restore',
         'GET /v1/allocations',
         'GET /v1/allocations/history',
         'GET /v1/regions',

@@ -34,6 +34,7 @@ describe('coordinator configuration', () => {
       leader: { leaseMs: 10_000, name: undefined },
       maxPolicies: 1000,
       bodyLimitBytes: 16_384,
+      restoreLimitBytes: 64 * 1_048_576,
       audit: { maxRecords: 100_000, maxAgeDays: 365, maxBytes: 64 * 1_048_576 },
       shutdownGraceMs: 0,
       protocol: {
