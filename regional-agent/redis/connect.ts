@@ -34,9 +34,9 @@ function hostPort(node: string): { host: string; port: number } {
 /**
  * A client for one Redis, one Redis Cluster or a Redis under Sentinel, with the decision path's options.
  *
- * Under Sentinel the client asks the sentinels for the master at every (re)connection and, with
- * `failoverDetector`, drops its connection as soon as a sentinel announces `+switch-master`, so a failover costs
- * the time Sentinel takes to promote plus one reconnection. A command in flight when the master died fails (it is
+ * Under Sentinel the client asks the sentinels for the master at every (re)connection; a dead master drops the
+ * connection and a demoted one answers READONLY, so a failover costs the time Sentinel takes to promote plus one
+ * reconnection. A command in flight when the master died fails (it is
  * never resent: see decisionRedisOptions); the new master's empty script cache is refilled by ioredis, which
  * answers NOSCRIPT with EVAL (defineScript).
  */
@@ -50,7 +50,12 @@ export function connectRedis(target: RedisTarget): Redis | Cluster {
       sentinels: target.redisSentinels.map(hostPort),
       name: target.redisMasterName,
       role: 'master',
-      failoverDetector: true,
+      // Not ioredis's failoverDetector: its disconnect on +switch-master can land while the client is asking a
+      // sentinel for the new master, and ioredis then ends the client for good (seen in
+      // test/integration/redis-sentinel.test.ts: status `end`, no decision for 30 s after a promotion). A killed
+      // master drops the connection by itself; a demoted one answers writes READONLY, which reconnects
+      // (the command was refused, so nothing ran and nothing is resent).
+      reconnectOnError: (error: Error) => error.message.startsWith('READONLY'),
       // Ask the sentinels again quickly: until one answers, every decision takes its policy's failure mode.
       sentinelRetryStrategy: (times: number) => Math.min(50 * times, 1000),
     });
@@ -63,6 +68,10 @@ export function connectRedis(target: RedisTarget): Redis | Cluster {
       enableReadyCheck: true,
       enableAutoPipelining,
       clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
+      // Without it ioredis learns a new slot map only from MOVED, which a dead master never sends: a command for
+      // its slots fails until restart, though a replica was promoted seconds ago. Refreshing every second, the
+      // agent finds the promoted replica within a second of the promotion.
+      slotsRefreshInterval: 1000,
       redisOptions: perNode,
     } satisfies ClusterOptions;
     return new Cluster(nodes, options);

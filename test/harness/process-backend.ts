@@ -276,7 +276,7 @@ class ProcessRedisCluster implements RedisCluster {
   }
 }
 
-async function waitClusterOk(nodes: readonly RedisServer[]): Promise<void> {
+export async function waitClusterOk(nodes: readonly RedisServer[]): Promise<void> {
   for (let i = 0; i < 400; i++) {
     const states = await Promise.all(
       nodes.map(async (n) => {

@@ -5,10 +5,12 @@
  * `WAIT` acknowledgement (QP_REDIS_WAIT_REPLICAS) it forgets no admission.
  */
 import { createHash } from 'node:crypto';
+import calculateSlot from 'cluster-key-slot';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
+import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
 import { StaticShareView } from '../../core/shares.js';
 import { buildApp } from '../../regional-agent/app.js';
@@ -17,7 +19,7 @@ import { StaticPolicySource } from '../../regional-agent/policies/static-policy-
 import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { ackReplicas, luaSource } from '../../regional-agent/redis/scripts.js';
-import { startSentinelGroup } from '../helpers/redis-sentinel.js';
+import { startReplicatedCluster, startSentinelGroup } from '../helpers/redis-sentinel.js';
 import { eventually } from '../helpers/wait.js';
 
 const CAPACITY = 300;
@@ -134,7 +136,11 @@ describe.each([
         else expect(a.reason).toBe('store_unavailable');
       }
       const firstNormal = answers.find((a) => a.at > killedAt! && a.allowed && a.reason === undefined);
-      expect(firstNormal).toBeDefined();
+      expect(
+        firstNormal,
+        `no normal decision within ${RECOVERY_BOUND_MS} ms of the kill: the sentinels name port ${promoted} ` +
+          `(the killed master was ${group.master.port}); the client is ${redis.status}`,
+      ).toBeDefined();
       const recoveryMs = firstNormal!.at - killedAt!;
       expect(recoveryMs).toBeLessThan(RECOVERY_BOUND_MS);
       // The promoted replica had no script: the agent's EVALSHA met NOSCRIPT and loaded it with EVAL.
@@ -166,8 +172,9 @@ describe.each([
           `normal again ${Math.round(recoveryMs)} ms after the kill; ${admitted} of ${CAPACITY} admitted in all ` +
           `(${forgotten} forgotten by the promotion)`,
       );
-      // A decision in flight at the kill may have charged without an answer: at most one per worker is lost.
-      expect(admitted).toBeGreaterThanOrEqual(CAPACITY - WORKERS);
+      // A token is spent without an admission only by a decision answered as a failure (in flight at the kill, or
+      // timed out while the store ran it): never more lost tokens than failure answers.
+      expect(admitted).toBeGreaterThanOrEqual(CAPACITY - failed);
       // With WAIT, every answered admission was on a replica before its answer: the promotion forgets none.
       if (waitReplicas > 0) expect(admitted).toBeLessThanOrEqual(CAPACITY);
     } finally {
@@ -260,6 +267,89 @@ describe.each([
         `lagging replica promoted (WAIT ${waitReplicas}): ${admitted} of ${CAPACITY} admitted, ${admitted - CAPACITY} forgotten`,
       );
       expect(admitted - CAPACITY).toBe(forgotten);
+    } finally {
+      await agent.close();
+      redis.disconnect();
+    }
+  }, 90_000);
+});
+
+describe('an agent on a Redis Cluster with a replica per master', () => {
+  it('follows the promotion of the replica of a master killed mid-burst', async () => {
+    await using cluster = await startReplicatedCluster();
+    const target = { redisClusterNodes: cluster.seeds };
+    const redis = connectRedis(target);
+    redis.on('error', () => undefined);
+    expect(await whenReady(redis, 10_000)).toBe(true);
+    const agent = buildApp(
+      {
+        store: new RedisDecisionStore(redis, { timeoutMs: 300 }),
+        policies: new StaticPolicySource([policy]),
+        shares: new StaticShareView(),
+        log: pino({ level: 'silent' }),
+      },
+      AgentConfig.parse({
+        region: 'us',
+        ...target,
+        policiesFile: 'unused',
+        decisionDeadlineMs: 400,
+        storeTimeoutMs: 300,
+        breakerResetMs: 200,
+        breakerVolumeThreshold: 5,
+      }),
+    );
+    try {
+      await agent.ready;
+      const decide = async (): Promise<Answer> => {
+        const res = await agent.app.inject({
+          method: 'POST',
+          url: '/v1/decisions',
+          payload: { policy: 'orders', subject: 'tenant-c' },
+        });
+        expect(res.statusCode).toBe(200);
+        const body = DecisionResponse.parse(res.json());
+        return { at: performance.now(), allowed: body.allowed, reason: body.results[0]!.reason };
+      };
+      const master = await cluster.masterOf(calculateSlot(bucketKey(policy.version, 'tenant-c', 'orders')));
+      const answers: Answer[] = [];
+      for (let i = 0; i < 100; i++) answers.push(await decide());
+      await master.kill();
+      const killedAt = performance.now();
+      // Callers keep deciding through the switch until 20 normal answers came from the promoted replica.
+      const normal = () => answers.filter((a) => a.at > killedAt && a.allowed).length;
+      const worker = async () => {
+        while (normal() < 20 && performance.now() - killedAt < RECOVERY_BOUND_MS)
+          answers.push(await decide());
+      };
+      await Promise.all(Array.from({ length: WORKERS }, worker));
+      for (const a of answers) {
+        if (a.allowed) expect(a.reason).toBeUndefined();
+        else expect(a.reason).toBe('store_unavailable');
+      }
+      const firstNormal = answers.find((a) => a.at > killedAt && a.allowed);
+      expect(firstNormal).toBeDefined();
+      expect(await cluster.masterOf(calculateSlot(bucketKey(policy.version, 'tenant-c', 'orders')))).not.toBe(
+        master,
+      );
+      let drained = 0;
+      for (;;) {
+        const a = await decide();
+        if (!a.allowed) {
+          expect(a.reason).toBe('subject_exhausted');
+          break;
+        }
+        drained++;
+        expect(drained).toBeLessThanOrEqual(CAPACITY);
+      }
+      const admitted = answers.filter((a) => a.allowed).length + drained;
+      console.info(
+        `cluster failover: normal again ${Math.round(firstNormal!.at - killedAt)} ms after the kill; ` +
+          `${admitted} of ${CAPACITY} admitted (${Math.max(0, admitted - CAPACITY)} forgotten by the promotion)`,
+      );
+      // Sequential admissions before the kill were replicated long before it: nothing is forgotten here; and a
+      // token is spent without an admission only by a decision answered as a failure.
+      expect(admitted).toBeLessThanOrEqual(CAPACITY);
+      expect(admitted).toBeGreaterThanOrEqual(CAPACITY - answers.filter((a) => !a.allowed).length);
     } finally {
       await agent.close();
       redis.disconnect();
