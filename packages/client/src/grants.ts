@@ -76,6 +76,8 @@ interface Entry {
    */
   deniedUntil: number;
   deniedCost: number;
+  /** The agent's reason for that denial, repeated with it. */
+  deniedReason: ClientCheckResult['reason'];
   /** No take before this (epoch ms): after an empty take or a failure. */
   quietUntil: number;
   timer: NodeJS.Timeout | undefined;
@@ -175,6 +177,7 @@ export class GrantPool {
       // Over quota, not a failure: the agent said when this cost fits; a hot subject is told the same here.
       entry.deniedUntil = now + result.retryAfterMs;
       entry.deniedCost = body.cost ?? 1;
+      entry.deniedReason = result.reason;
     }
   }
 
@@ -203,6 +206,7 @@ export class GrantPool {
         taking: false,
         deniedUntil: 0,
         deniedCost: 0,
+        deniedReason: undefined,
         quietUntil: 0,
         timer: undefined,
       };
@@ -330,6 +334,7 @@ export class GrantPool {
       resetMs: null,
       retryAfterMs,
     };
+    if (entry.deniedReason !== undefined) result.reason = entry.deniedReason;
     const headers = retryHeaders(entry.policy, retryAfterMs);
     const policyHeader = this.#policyHeaders.get(entry.policy);
     if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
