@@ -182,6 +182,54 @@ const NAMED: Record<string, Case> = {
       },
     ],
   },
+  // Seed 16 (QP_PROPERTY_RUNS=300): the same, across regions: a layered request from us whose strict check is
+  // homed in ap sent the caller's key to ap, where a one-check request had used it for the same check; ap
+  // replayed that record (3 admitted of 2). Fixed: a group of a several-group request goes to its home under a
+  // key bound to the whole request (idempotency-claim.ts forwardedKey).
+  'one key on a single and a layered request, forwarded to the home (replay of another request)': {
+    policies: [
+      {
+        ...base,
+        name: 'p0',
+        kind: 'token_bucket',
+        capacity: 2,
+        refillPerSecond: 0.1,
+        mode: 'strict',
+        homeRegion: 'us',
+        onStoreFailure: 'closed',
+      },
+      {
+        ...base,
+        name: 'p1',
+        kind: 'token_bucket',
+        capacity: 2,
+        refillPerSecond: 0.1,
+        mode: 'strict',
+        homeRegion: 'ap',
+        onStoreFailure: 'closed',
+      },
+    ],
+    borrowing: false,
+    steps: [
+      {
+        op: 'traffic',
+        calls: [
+          { regions: ['us'], checks: [one('p1')], dryRun: false, repeat: 1 },
+          { regions: ['us'], checks: [one('p1')], idempotencyKey: 'k2', dryRun: false, repeat: 1 },
+        ],
+        rounds: 2,
+        gapMs: 0,
+      },
+      {
+        op: 'traffic',
+        calls: [
+          { regions: ['us'], checks: [one('p0'), one('p1')], idempotencyKey: 'k2', dryRun: false, repeat: 1 },
+        ],
+        rounds: 1,
+        gapMs: 0,
+      },
+    ],
+  },
 };
 
 describe('conservation over generated policies and traffic (models)', () => {
