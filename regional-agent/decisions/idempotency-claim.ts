@@ -12,6 +12,26 @@ export interface ClaimDeps {
   idempotencyTtlMs: number;
 }
 
+/** Every policy, subject and cost of a request, hashed: what tells one request from another under one key. */
+export function requestFingerprint(request: PreparedRequest): string {
+  return createHash('sha1')
+    .update(
+      request.checks.map((p) => `${p.policy.name}/${p.policy.version} ${p.subject} ${p.cost}`).join('\n'),
+    )
+    .digest('hex');
+}
+
+/**
+ * The key a group of a several-group request sends to its home region: the caller's key bound to the whole
+ * request, so the home's record of another request that used the key for the same checks is never replayed for
+ * this one, while a retry of this request, from any region, finds this one's record.
+ */
+export function forwardedKey(request: PreparedRequest, idempotencyKey: string): string {
+  return `r.${createHash('sha1')
+    .update(`${idempotencyKey}\n${requestFingerprint(request)}`)
+    .digest('hex')}`;
+}
+
 /**
  * A request spanning several store groups claims its idempotency key once for the whole request, so the same
  * key on a different request is refused before anything is charged. One group needs no claim: the script's
@@ -25,11 +45,7 @@ export async function claimIdempotencyKey(
   const [first] = request.checks;
   if (first === undefined) return 'none';
   const key = `${idempotencyRecordKey(first.subject, idempotencyKey)}:req`;
-  const fingerprint = createHash('sha1')
-    .update(
-      request.checks.map((p) => `${p.policy.name}/${p.policy.version} ${p.subject} ${p.cost}`).join('\n'),
-    )
-    .digest('hex');
+  const fingerprint = requestFingerprint(request);
   try {
     const outcome = await deps.guard.run('claim', () =>
       deps.store.claim(

@@ -6,7 +6,7 @@ import { runForwardGroup, type ForwardGroupDeps } from './forward-group.js';
 import type { GroupRun } from './group-run.js';
 import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
-import { claimIdempotencyKey, type ClaimDeps } from './idempotency-claim.js';
+import { claimIdempotencyKey, forwardedKey, type ClaimDeps } from './idempotency-claim.js';
 import { summarize } from './outcome.js';
 import {
   newSheet,
@@ -72,7 +72,7 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, false, deadlineAt, sheet, chargeBy);
+        run = await this.#runGroup(request, group, groups.length > 1, false, deadlineAt, sheet, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
         // yet a local group replayed: the record is another request's that used the key for these same checks
@@ -108,7 +108,9 @@ export class LayeredRunner {
     }
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
-      await Promise.all(groups.slice(next).map((g) => this.#runGroup(request, g, true, deadlineAt, sheet)));
+      await Promise.all(
+        groups.slice(next).map((g) => this.#runGroup(request, g, groups.length > 1, true, deadlineAt, sheet)),
+      );
     }
     // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
     // record, which refunds it itself if it is denied. Refunding it here too gave it back twice when two calls of
@@ -151,6 +153,8 @@ export class LayeredRunner {
   #runGroup(
     request: PreparedRequest,
     group: CheckGroup,
+    /** The request has several groups (its other groups are decided elsewhere). */
+    several: boolean,
     lookOnly: boolean,
     deadlineAt: number,
     sheet: DecisionSheet,
@@ -159,7 +163,11 @@ export class LayeredRunner {
     const { idempotencyKey } = request;
     const dryRun = request.dryRun || lookOnly;
     if (group.kind === 'forward') {
-      return runForwardGroup(this.#deps, { group, idempotencyKey, dryRun, deadlineAt }, sheet);
+      // Part of a several-group request: the home records it under a key bound to the whole request (a new
+      // local claim cannot vouch for a record another region holds).
+      const key =
+        idempotencyKey !== undefined && several ? forwardedKey(request, idempotencyKey) : idempotencyKey;
+      return runForwardGroup(this.#deps, { group, idempotencyKey: key, dryRun, deadlineAt }, sheet);
     }
     if (group.kind === 'day') {
       return runDayGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly }, sheet);

