@@ -98,11 +98,13 @@ export class Borrower implements ShortfallHandler {
   }
 
   /**
-   * Whether the next refusal of `check` for one token would ask some lender now: the planner's own judgement
-   * (a region known dry, backed off or holding no share is not asked). Changes nothing but the planner's
-   * recency order.
+   * Whether a token can reach `check`'s bucket from other regions now: a borrow of its subject is in flight, or
+   * the next refusal for one token would ask some lender (the planner's own judgement: a region known dry,
+   * backed off or holding no share is not asked). Changes nothing but the planner's recency order.
    */
   mayLend(check: StoreCheck): boolean {
+    // A borrow of the subject in flight (a top-up the admission just started, say) is bringing tokens.
+    if (this.#o.planner.running(check.policy.name, check.subject)) return true;
     const need = shortfallNeed({
       ...this.#shortfall({ check, remaining: 0 }),
       costMicros: MICRO,
