@@ -73,34 +73,35 @@ export interface AgentDeps {
 }
 
 /** The configuration fields the app uses (everything but where Redis and the policies file are). */
-export type AgentAppConfig = Pick<
-  AgentConfig,
-  | 'region'
-  | 'decisionDeadlineMs'
-  | 'maxInFlight'
-  | 'maxEventLoopDelayMs'
-  | 'overloadRetryAfterMs'
-  | 'trustedProxies'
-  | 'subjectHeader'
-  | 'forwardAuthSecret'
-  | 'forwardAuthSecretHeader'
-  | 'requestIdHeader'
-  | 'hmacSecret'
-  | 'leaseTokenSecret'
-  | 'legacyHeaders'
-  | 'logSampleRate'
-  | 'bodyLimitBytes'
-  | 'idempotencyTtlMs'
-  | 'breakerErrorPercent'
-  | 'breakerVolumeThreshold'
-  | 'breakerResetMs'
-  | 'breakerWindowMs'
-  | 'emergencyFraction'
-  | 'emergencyMaxBuckets'
-  | 'rlsRules'
-  | 'reservationSweepMs'
-  | 'explainRefusals'
->;
+export type AgentAppConfig = Partial<Pick<AgentConfig, 'rateLimitHeaders'>> &
+  Pick<
+    AgentConfig,
+    | 'region'
+    | 'decisionDeadlineMs'
+    | 'maxInFlight'
+    | 'maxEventLoopDelayMs'
+    | 'overloadRetryAfterMs'
+    | 'trustedProxies'
+    | 'subjectHeader'
+    | 'forwardAuthSecret'
+    | 'forwardAuthSecretHeader'
+    | 'requestIdHeader'
+    | 'hmacSecret'
+    | 'leaseTokenSecret'
+    | 'legacyHeaders'
+    | 'logSampleRate'
+    | 'bodyLimitBytes'
+    | 'idempotencyTtlMs'
+    | 'breakerErrorPercent'
+    | 'breakerVolumeThreshold'
+    | 'breakerResetMs'
+    | 'breakerWindowMs'
+    | 'emergencyFraction'
+    | 'emergencyMaxBuckets'
+    | 'rlsRules'
+    | 'reservationSweepMs'
+    | 'explainRefusals'
+  >;
 
 export interface AgentApp {
   app: FastifyInstance;
@@ -268,13 +269,19 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   // The OpenAPI document at /docs; the routes are added in a plugin after it so it sees each one.
   registerDocs(app);
   void app.register((scope: FastifyInstance) => {
-    decisionsRoute(scope, { service, legacyHeaders: config.legacyHeaders, assertServing });
+    decisionsRoute(scope, {
+      service,
+      legacyHeaders: config.legacyHeaders,
+      rateLimitDraft: config.rateLimitHeaders,
+      assertServing,
+    });
     batchRoute(scope, {
       service,
       admission,
       metrics,
       log,
       legacyHeaders: config.legacyHeaders,
+      rateLimitDraft: config.rateLimitHeaders,
       // A batch carries up to MAX_DECISIONS_PER_BATCH bodies: 16 times one request's limit.
       bodyLimit: config.bodyLimitBytes * 16,
       assertServing,
@@ -283,6 +290,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       service,
       policies: deps.policies,
       legacyHeaders: config.legacyHeaders,
+      rateLimitDraft: config.rateLimitHeaders,
       subjectHeader: config.subjectHeader,
       trust: forwardAuthTrust(config, (address) => trusted !== undefined && trusted(address, 0)),
       assertServing,
@@ -294,7 +302,12 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       region: config.region,
       assertServing,
     });
-    reservationsRoute(scope, { reservations, legacyHeaders: config.legacyHeaders, assertServing });
+    reservationsRoute(scope, {
+      reservations,
+      legacyHeaders: config.legacyHeaders,
+      rateLimitDraft: config.rateLimitHeaders,
+      assertServing,
+    });
     // Local grants take from the buckets decisions charge: on Redis, or on the model store's own buckets.
     const grants =
       deps.store instanceof RedisDecisionStore
@@ -350,6 +363,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     metrics,
     log,
     legacyHeaders: config.legacyHeaders,
+    rateLimitDraft: config.rateLimitHeaders,
     assertServing,
     admission,
   });

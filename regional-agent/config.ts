@@ -23,6 +23,7 @@ import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
 import { PolicyName, RegionName } from '../core/policy.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
 import { RlsRules } from './grpc/descriptor-rules.js';
+import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from './http/rate-limit-headers.js';
 
 const bool = z.union([
   z.boolean(),
@@ -209,6 +210,8 @@ export const AgentConfig = z
     defaultShare: num(0, 1).default(1),
     /** Also send `X-RateLimit-Limit`, `-Remaining`, `-Reset`. */
     legacyHeaders: bool.default(false),
+    /** Which draft-ietf-httpapi-ratelimit-headers revision `RateLimit` and `Retry-After` follow. */
+    rateLimitHeaders: z.enum(RATE_LIMIT_DRAFTS).default(DEFAULT_RATE_LIMIT_DRAFT),
     host: z.string().min(1).default('127.0.0.1'),
     port: int(0, 65_535).default(7101),
     /** Port of the gRPC rate-limit service (Envoy's RLS); unset: none; 0: any free port. */

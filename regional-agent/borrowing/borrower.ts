@@ -25,6 +25,7 @@ import { oneWayAllowanceMs } from '../../core/distance.js';
 import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { LoanRequest } from '../../core/wire/loan.js';
+import type { StoreCheck } from '../decisions/prepared.js';
 import type { ShortCheck, ShortfallHandler, ShortfallOutcome } from '../decisions/store-group.js';
 import type { BorrowMetrics } from './borrow-metrics.js';
 import type { TransferStore } from './transfer-store.js';
@@ -94,6 +95,21 @@ export class Borrower implements ShortfallHandler {
 
   generation(policy: string, subject: string): number {
     return this.#credits.get(refusalKey(policy, subject)) ?? 0;
+  }
+
+  /**
+   * Whether a token can reach `check`'s bucket from other regions now: a borrow of its subject is in flight, or
+   * the next refusal for one token would ask some lender (the planner's own judgement: a region known dry,
+   * backed off or holding no share is not asked). Changes nothing but the planner's recency order.
+   */
+  mayLend(check: StoreCheck): boolean {
+    // A borrow of the subject in flight (a top-up the admission just started, say) is bringing tokens.
+    if (this.#o.planner.running(check.policy.name, check.subject)) return true;
+    const need = shortfallNeed({
+      ...this.#shortfall({ check, remaining: 0 }),
+      costMicros: MICRO,
+    });
+    return this.#o.planner.plan(need, this.#o.clock.now()).asks.length > 0;
   }
 
   async #cover(short: readonly ShortCheck[], deadlineAt: number): Promise<ShortfallOutcome> {

@@ -122,7 +122,7 @@ export class LayeredRunner {
         sheet,
       );
     const replayed = runs.length > 0 && runs.length === groups.length && runs.every((r) => r.replayed);
-    const outcome = summarize(checks, sheet, !denied, replayed);
+    const outcome = summarize(checks, sheet, !denied, replayed, this.#deps.shortfall);
     if (!denied && !dryRun) outcome.charges = chargesOf(runs, checks.length);
     return outcome;
   }

@@ -80,6 +80,16 @@ export interface PreparedRequest {
   forwarded?: boolean | undefined;
 }
 
+/** The subject's budget behind a check that borrows: what its headers describe instead of the region's part. */
+export interface GlobalBudget {
+  /** The policy's capacity as the subject sees it (its class's), tokens. */
+  capacity: number;
+  /** The policy's refill as the subject sees it, tokens per second. */
+  refillPerSecond: number;
+  /** Borrowing could still fetch a token for this subject now (some other region is neither dry nor away). */
+  borrowable: boolean;
+}
+
 /** The decision, before it is put on the wire. */
 export interface DecisionOutcome {
   allowed: boolean;
@@ -90,6 +100,11 @@ export interface DecisionOutcome {
   violated: boolean[];
   /** Per result: the policy's window (seconds to refill from empty), for RateLimit-Policy. */
   windows: number[];
+  /**
+   * Per result: the subject's global budget when the check borrows (a regional token bucket with borrowing on),
+   * which its rate-limit headers describe instead of this region's part; undefined otherwise.
+   */
+  budgets?: (GlobalBudget | undefined)[] | undefined;
   /** True when the denial comes only from fail-closed failures (store, home region, lease), not from quota. */
   unavailable: boolean;
   /** Admitted (not a dry run): what each check charged in this region's store, for reservations to refund. */

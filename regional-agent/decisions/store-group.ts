@@ -70,6 +70,11 @@ export interface ShortfallHandler {
   admitted?(checks: readonly ShortCheck[]): void;
   /** A number that changes whenever tokens are credited to (policy, subject)'s bucket here. */
   generation?(policy: string, subject: string): number;
+  /**
+   * Whether borrowing could fetch a token for `check`'s subject now: some other region holding a share of it is
+   * neither known dry nor backed off (what the next refusal's borrow would ask). Read only, for headers.
+   */
+  mayLend?(check: StoreCheck): boolean;
 }
 
 /**

@@ -16,6 +16,7 @@ import type { DecisionOutcome } from '../decisions/decision-service.js';
 import { decisionHeaders, violatedPolicies } from '../http/decision-reply.js';
 import { LIMITER_UNAVAILABLE } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, quotaExceededProblem } from '../http/problem.js';
+import type { RateLimitDraft } from '../http/rate-limit-headers.js';
 
 const UNITS: readonly (readonly [RlsUnit, number])[] = [
   ['SECOND', 1],
@@ -68,6 +69,7 @@ export function rlsResponse(
   outcome: DecisionOutcome | undefined,
   policies: ReadonlyMap<string, Policy>,
   legacyHeaders: boolean,
+  draft?: RateLimitDraft,
 ): RlsResponse {
   const statuses = toCheck.map((c): RlsDescriptorStatus => {
     if (c === undefined || outcome === undefined) return { code: 'OK', limit_remaining: 0 };
@@ -75,7 +77,7 @@ export function rlsResponse(
     return status(result, policies.get(result.policy), outcome.allowed, outcome.violated[c]!);
   });
   if (outcome === undefined) return { overall_code: 'OK', statuses, response_headers_to_add: [] };
-  const headers = Object.entries(decisionHeaders(outcome, legacyHeaders)).map(([key, value]) => ({
+  const headers = Object.entries(decisionHeaders(outcome, legacyHeaders, draft)).map(([key, value]) => ({
     key: key.toLowerCase(),
     value,
   }));

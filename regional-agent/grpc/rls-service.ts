@@ -19,6 +19,7 @@ import type { AgentMetrics } from '../observability/metrics.js';
 import type { Admission } from '../resilience/admission.js';
 import type { DescriptorRules } from './descriptor-rules.js';
 import { rlsResponse } from './rls-response.js';
+import type { RateLimitDraft } from '../http/rate-limit-headers.js';
 
 /** gRPC status codes the service answers with (grpc-js `status`). */
 export const GrpcStatus = {
@@ -63,6 +64,8 @@ export interface RlsServiceDeps {
   metrics: AgentMetrics;
   log: Logger;
   legacyHeaders: boolean;
+  /** Which draft-ietf-httpapi-ratelimit-headers revision the headers follow (default draft-11). */
+  rateLimitDraft?: RateLimitDraft | undefined;
   /** Throws AGT_ERR_NOT_READY until policies are known. */
   assertServing: () => void;
   /** Admission control, shared with the HTTP routes: a call the agent cannot take is UNAVAILABLE at once. */
@@ -140,13 +143,13 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
     });
     if (checks.length === 0) {
       requests.labels('ok').inc();
-      return rlsResponse(toCheck, undefined, policies, deps.legacyHeaders);
+      return rlsResponse(toCheck, undefined, policies, deps.legacyHeaders, deps.rateLimitDraft);
     }
     const body = checks.length === 1 ? checks[0]! : { checks };
     const prepared = service.prepare(service.parse(body));
     const outcome = await service.decide(prepared, randomUUID(), deadlineMs);
     requests.labels(outcome.allowed ? 'ok' : 'over_limit').inc();
-    return rlsResponse(toCheck, outcome, policies, deps.legacyHeaders);
+    return rlsResponse(toCheck, outcome, policies, deps.legacyHeaders, deps.rateLimitDraft);
   }
 
   return {

@@ -14,6 +14,7 @@ import type { Admission } from '../resilience/admission.js';
 import { decisionResponse } from './decision-reply.js';
 import { COMMON_PROBLEMS, problems } from './docs.js';
 import { errorProblem } from './problem.js';
+import type { RateLimitDraft } from './rate-limit-headers.js';
 
 const schema = {
   summary: 'Decide many independent requests in one exchange (what the client coalesces)',
@@ -42,6 +43,8 @@ export interface BatchRouteOptions {
   metrics: AgentMetrics;
   log: Logger;
   legacyHeaders: boolean;
+  /** Which draft-ietf-httpapi-ratelimit-headers revision the headers follow (default draft-11). */
+  rateLimitDraft?: RateLimitDraft | undefined;
   /** The largest batch body, bytes. */
   bodyLimit: number;
   /** Refuses with AGT_ERR_NOT_READY until policies are known. */
@@ -70,7 +73,7 @@ export function batchElements(body: unknown): unknown[] {
  * cluster slot, up to the store's batch size).
  */
 export function batchRoute(app: FastifyInstance, options: BatchRouteOptions): void {
-  const { service, admission, metrics, log, legacyHeaders, assertServing } = options;
+  const { service, admission, metrics, log, legacyHeaders, rateLimitDraft, assertServing } = options;
 
   const problemOf = (error: unknown, requestId: string): { status: number; body: Problem } => {
     const e = error as AgentError;
@@ -101,7 +104,7 @@ export function batchRoute(app: FastifyInstance, options: BatchRouteOptions): vo
     }
     try {
       const outcome = await service.decideBody(element, requestId);
-      return { status: 200, body: decisionResponse(outcome, legacyHeaders) };
+      return { status: 200, body: decisionResponse(outcome, legacyHeaders, rateLimitDraft) };
     } catch (error) {
       return problemOf(error, requestId);
     } finally {

@@ -1,27 +1,36 @@
 import { wireCheckResult, type DecisionResponse } from '../../core/agent-wire.js';
 import type { DecisionOutcome } from '../decisions/decision-service.js';
-import { rateLimitHeaders } from './rate-limit-headers.js';
+import { DEFAULT_RATE_LIMIT_DRAFT, rateLimitHeaders, type RateLimitDraft } from './rate-limit-headers.js';
 
 /** The wire form of a decision, headers included. */
-export function decisionResponse(outcome: DecisionOutcome, legacyHeaders: boolean): DecisionResponse {
+export function decisionResponse(
+  outcome: DecisionOutcome,
+  legacyHeaders: boolean,
+  draft: RateLimitDraft = DEFAULT_RATE_LIMIT_DRAFT,
+): DecisionResponse {
   const response: DecisionResponse = {
     allowed: outcome.allowed,
     retryAfterMs: outcome.retryAfterMs,
     results: outcome.results.map(wireCheckResult),
-    headers: decisionHeaders(outcome, legacyHeaders),
+    headers: decisionHeaders(outcome, legacyHeaders, draft),
   };
   if (outcome.replayed) response.replayed = true;
   return response;
 }
 
 /** The rate-limit headers of a decision (`RateLimit-Policy`, `RateLimit`, `Retry-After`, legacy ones). */
-export function decisionHeaders(outcome: DecisionOutcome, legacyHeaders: boolean): Record<string, string> {
+export function decisionHeaders(
+  outcome: DecisionOutcome,
+  legacyHeaders: boolean,
+  draft: RateLimitDraft = DEFAULT_RATE_LIMIT_DRAFT,
+): Record<string, string> {
   const inputs = outcome.results.map((result, i) => ({
     result,
     windowSeconds: outcome.windows[i]!,
     violated: outcome.violated[i]!,
+    budget: outcome.budgets?.[i],
   }));
-  return rateLimitHeaders(outcome.allowed, inputs, legacyHeaders);
+  return rateLimitHeaders(outcome.allowed, inputs, legacyHeaders, draft);
 }
 
 /** Names of the policies a denied decision violated, without repeats. */

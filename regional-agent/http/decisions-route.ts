@@ -3,6 +3,7 @@ import { DecisionRequest, DecisionResponse } from '../../core/agent-wire.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { decisionResponse } from './decision-reply.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
+import type { RateLimitDraft } from './rate-limit-headers.js';
 
 const schema = {
   summary: 'Decide one check or layered checks (all-or-nothing)',
@@ -32,6 +33,8 @@ const schema = {
 export interface DecisionsRouteOptions {
   service: DecisionService;
   legacyHeaders: boolean;
+  /** Which draft-ietf-httpapi-ratelimit-headers revision the headers follow (default draft-11). */
+  rateLimitDraft?: RateLimitDraft | undefined;
   /** Refuses with AGT_ERR_NOT_READY until policies are known. */
   assertServing: () => void;
 }
@@ -42,10 +45,12 @@ export interface DecisionsRouteOptions {
  * zod schema, zod only for the error list); the schema attached to the route documents it (http/docs.ts).
  */
 export function decisionsRoute(app: FastifyInstance, options: DecisionsRouteOptions): void {
-  const { service, legacyHeaders, assertServing } = options;
+  const { service, legacyHeaders, rateLimitDraft, assertServing } = options;
   app.post('/v1/decisions', { schema }, async (request, reply) => {
     assertServing();
     const outcome = await service.decideBody(request.body, request.id);
-    return reply.header('x-request-id', request.id).send(decisionResponse(outcome, legacyHeaders));
+    return reply
+      .header('x-request-id', request.id)
+      .send(decisionResponse(outcome, legacyHeaders, rateLimitDraft));
   });
 }

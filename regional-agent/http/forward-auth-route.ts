@@ -16,6 +16,7 @@ import type { ForwardAuthTrust } from './forward-auth-trust.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
 import { limiterUnavailableProblem, quotaExceededProblem, sendProblem } from './problem.js';
 import { z } from 'zod';
+import type { RateLimitDraft } from './rate-limit-headers.js';
 
 const REFUSALS = {
   ...COMMON_PROBLEMS,
@@ -70,6 +71,8 @@ export interface ForwardAuthOptions {
   /** The policies in force: an `ip` policy's prefixes bucket the client address. */
   policies: PolicySource;
   legacyHeaders: boolean;
+  /** Which draft-ietf-httpapi-ratelimit-headers revision the headers follow (default draft-11). */
+  rateLimitDraft?: RateLimitDraft | undefined;
   /** Lower-case name of the header carrying the subject. */
   subjectHeader: string;
   /** Refuses (AGT_ERR_UNTRUSTED_PROXY) a request that does not come from a trusted proxy with the secret. */
@@ -102,7 +105,7 @@ const ALLOWED_STATUS: Record<ForwardAuthProxy, number> = {
  * Allowed, over quota and limiter unavailable all carry the rate-limit headers.
  */
 export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptions): void {
-  const { service, policies, legacyHeaders, subjectHeader, trust, assertServing } = options;
+  const { service, policies, legacyHeaders, rateLimitDraft, subjectHeader, trust, assertServing } = options;
 
   const answer = async (
     request: FastifyRequest,
@@ -149,7 +152,7 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
         ? { policy: query.data.policy, subject }
         : { policy: query.data.policy, subject, cost: query.data.cost };
     const outcome = await service.decideBody(body, request.id);
-    reply.headers(decisionHeaders(outcome, legacyHeaders)).header('x-request-id', request.id);
+    reply.headers(decisionHeaders(outcome, legacyHeaders, rateLimitDraft)).header('x-request-id', request.id);
     if (outcome.allowed) return reply.code(ALLOWED_STATUS[proxy]).send();
     const violated = violatedPolicies(outcome);
     return sendProblem(

@@ -17,6 +17,7 @@ import { AgentErrors, withProblems } from '../errors.js';
 import type { ReservationService } from '../reservations/reservation-service.js';
 import { decisionResponse } from './decision-reply.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
+import type { RateLimitDraft } from './rate-limit-headers.js';
 
 const SETTLE_PROBLEMS = problems({
   ...COMMON_PROBLEMS,
@@ -30,11 +31,13 @@ const SETTLE_PROBLEMS = problems({
 export interface ReservationsRouteOptions {
   reservations: ReservationService;
   legacyHeaders: boolean;
+  /** Which draft-ietf-httpapi-ratelimit-headers revision the headers follow (default draft-11). */
+  rateLimitDraft?: RateLimitDraft | undefined;
   assertServing: () => void;
 }
 
 export function reservationsRoute(app: FastifyInstance, options: ReservationsRouteOptions): void {
-  const { reservations, legacyHeaders, assertServing } = options;
+  const { reservations, legacyHeaders, rateLimitDraft, assertServing } = options;
   app.post(
     '/v1/reservations',
     {
@@ -57,7 +60,7 @@ export function reservationsRoute(app: FastifyInstance, options: ReservationsRou
     async (request, reply) => {
       assertServing();
       const { outcome, reservation } = await reservations.reserve(request.body, request.id);
-      const body: ReservationResponse = decisionResponse(outcome, legacyHeaders);
+      const body: ReservationResponse = decisionResponse(outcome, legacyHeaders, rateLimitDraft);
       if (reservation !== undefined) body.reservation = reservation;
       return reply.header('x-request-id', request.id).send(body);
     },

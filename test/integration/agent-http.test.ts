@@ -105,7 +105,7 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
       expect(second.results[0]).toMatchObject({ remaining: 170, limit: 172 });
     });
 
-    it('denies once the bucket is empty: Retry-After in whole seconds, never before t', async () => {
+    it('denies once the bucket is empty: Retry-After in whole seconds, t when the quota is whole (draft-11)', async () => {
       const subject = uniquePrefix('tenant');
       for (let i = 0; i < 3; i++)
         expect(DecisionResponse.parse((await decide({ policy: 'writes', subject })).json()).allowed).toBe(
@@ -118,7 +118,9 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
       const retryAfter = Number(denied.headers['Retry-After']);
       expect(retryAfter).toBe(Math.ceil(denied.retryAfterMs! / 1000));
       const t = Number(/;t=(\d+)/.exec(denied.headers['RateLimit']!)![1]);
-      expect(retryAfter).toBeGreaterThanOrEqual(t);
+      // Empty: the quota is whole again after the window (3,000 s), well after the cost fits.
+      expect(t).toBeGreaterThan(retryAfter);
+      expect(t).toBeLessThanOrEqual(3000);
       expect(denied.headers['RateLimit']).toMatch(/^"writes";r=0;t=\d+$/);
     });
 
@@ -156,7 +158,9 @@ describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) =
       expect(denied.results[0]!.remaining).toBeLessThan(91);
       expect(denied.results[0]!.retryAfterMs).toBe(0);
       expect(denied.results[1]!.retryAfterMs).toBeGreaterThan(0);
-      expect(denied.headers['RateLimit']).toMatch(/^"halved";r=0;t=2$/);
+      // draft-11 lists every policy checked; Retry-After is when halved's cost fits.
+      expect(denied.headers['RateLimit']).toMatch(/^"reports";r=90;t=\d+, "halved";r=0;t=10$/);
+      expect(denied.headers['Retry-After']).toBe('2');
     });
 
     it('a dry run charges nothing', async () => {

@@ -148,7 +148,8 @@ describe('ShouldRateLimit over gRPC against a real agent', () => {
     expect(wait.seconds * 1000 + wait.nanos / 1e6).toBeLessThanOrEqual(20_000);
     const h = headersOf(over);
     expect(h['retry-after']).toBe('20');
-    expect(h['ratelimit']).toBe('"reports";r=0;t=20');
+    // draft-11: t is when the quota is whole again (a window of 60 s); Retry-After when the cost fits.
+    expect(h['ratelimit']).toBe('"reports";r=0;t=60');
     expect(h['content-type']).toBe('application/problem+json');
     expect(JSON.parse(Buffer.from(over.raw_body!).toString())).toMatchObject({
       status: 429,
