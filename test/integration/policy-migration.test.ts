@@ -154,4 +154,28 @@ describe('policy version migration under load', () => {
       versionBump: { from: 1, to: 2, fields: ['windowSeconds'] },
     });
   }, 45_000);
+
+  it('never lowers a version: an old body or one without version keeps it; past the cap a units change is refused', async () => {
+    const read = async () => {
+      const res = await stack.admin('GET', `/v1/policies/${POLICY}`);
+      return { etag: res.headers.get('etag'), body: (await res.json()) as { version: number } };
+    };
+    const before = await read();
+    expect(before.body.version).toBe(2);
+    // The same units and budget without a version (so 1), or asking for 1: nothing written, still v2.
+    for (const body of [V2, { ...V2, version: 1 }]) {
+      const res = await stack.admin('PUT', `/v1/policies/${POLICY}`, body);
+      expect(res.status).toBe(200);
+      expect(await res.json()).toMatchObject({ version: 2 });
+      expect((await read()).etag).toBe(before.etag);
+    }
+    // The operator raises it alone: allowed, and no bump recorded.
+    const raised = await stack.admin('PUT', `/v1/policies/${POLICY}`, { ...V2, version: 1_000_000 });
+    expect(await raised.json()).toMatchObject({ version: 1_000_000 });
+    // A units change would need a version past the cap: refused, nothing changes.
+    const refused = await stack.admin('PUT', `/v1/policies/${POLICY}`, { ...V2, windowSeconds: 60 });
+    expect(refused.status).toBe(422);
+    expect(await refused.json()).toMatchObject({ code: 'COORD_ERR_INVALID_POLICY' });
+    expect((await read()).body).toMatchObject({ version: 1_000_000, windowSeconds: 300 });
+  });
 });
