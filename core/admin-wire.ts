@@ -352,6 +352,17 @@ export const AuditRecord = z.object({
     unmet: true,
     target: true,
   }).optional(),
+  /**
+   * For `create`/`replace` over a policy whose units changed (core/policy-version.ts): the coordinator moved
+   * its version from `from` to `to` because of `fields`, so decisions count on fresh keys.
+   */
+  versionBump: z
+    .object({
+      from: z.number().int().positive(),
+      to: z.number().int().positive(),
+      fields: z.array(z.string().max(32)).max(16),
+    })
+    .optional(),
   /** For `restore`: the bucket of the foreign entry (whose revision is `revision`) and what it did. */
   restored: z.object({ bucket: z.string().max(64), operation: z.enum(['put', 'delete']) }).optional(),
   /**

@@ -139,7 +139,9 @@ export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: Po
         description:
           'The body is the policy without its name (the path gives it). Unset fields take their defaults; ' +
           '`maxCost` and `idleTtlSeconds` left unset are derived from capacity and refill and follow later ' +
-          'budget changes. 201 when created, 200 when replaced or unchanged.',
+          'budget changes. A replace that changes the units (kind, window, lease, time zone, shards, subject ' +
+          'kind or prefixes) moves the policy to its next version; the version never goes down. ' +
+          '201 when created, 200 when replaced or unchanged.',
         tags: ['policies'],
         security,
         params: PolicyParams,

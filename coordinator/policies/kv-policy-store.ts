@@ -21,6 +21,7 @@ import {
 } from '../../core/admin-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { Policy } from '../../core/policy.js';
+import { MAX_POLICY_VERSION, nextVersion, type VersionOutcome } from '../../core/policy-version.js';
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
 import type { AuditTrail } from '../audit/audit-trail.js';
 import type { KvGuard } from '../nats/kv-guard.js';
@@ -164,12 +165,12 @@ export class KvPolicyStore implements PolicyStore {
         withFieldProblems(new Errors.VALIDATION(summary(checked.problems)), checked.problems),
       );
     }
-    const spec = checked.spec;
-    const policy = Policy.parse(spec);
     return this.#exclusive(async () => {
       for (let attempt = 1; ; attempt++) {
         const current = await this.#current(name);
         this.#check(ctx, current?.revision);
+        // The version never goes down, and moves up when the units change (core/policy-version.ts).
+        const { spec, policy, bump } = versioned(checked.spec, current?.stored?.policy);
         if (current?.stored !== undefined && sameSpec(current.stored.spec, spec)) {
           return { created: false, changed: false, stored: current.stored };
         }
@@ -192,7 +193,7 @@ export class KvPolicyStore implements PolicyStore {
         const before = current?.stored?.policy ?? null;
         const kind: PolicyChangeKind = current === undefined ? 'create' : 'replace';
         if (current === undefined) this.#setCount(this.#count + 1);
-        await this.#changed(kind, name, before, policy, revision, ctx);
+        await this.#changed(kind, name, before, policy, revision, ctx, bump);
         return { created: current === undefined, changed: true, stored };
       }
     });
@@ -392,6 +393,7 @@ export class KvPolicyStore implements PolicyStore {
     after: Policy | null,
     revision: number,
     ctx: WriteContext,
+    bump?: VersionOutcome['bump'],
   ): Promise<void> {
     const at = this.#clock.now();
     this.#metrics.policyChanges.inc({ kind });
@@ -405,6 +407,7 @@ export class KvPolicyStore implements PolicyStore {
       after: after === null ? null : policyView(after),
       requestId: ctx.requestId,
       ...(ctx.source !== undefined ? { source: ctx.source } : {}),
+      ...(bump !== undefined ? { versionBump: bump } : {}),
     };
     await this.#appendAudit(record);
     const change: PolicyChange = { kind, name, before, after, revision, at };
@@ -462,6 +465,29 @@ function isWrongLastSequence(error: unknown): boolean {
     (error.code === JetStreamApiCodes.StreamWrongLastSequence ||
       error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
   );
+}
+
+/**
+ * `spec` with the version a write over `before` stores (never lower than the stored one; the next one when
+ * the units change), the policy it parses to, and the bump if there is one. 422 past the version cap.
+ */
+function versioned(
+  spec: StoredSpec,
+  before: Policy | undefined,
+): { spec: StoredSpec; policy: Policy; bump: VersionOutcome['bump'] } {
+  const requested = Policy.parse(spec);
+  const outcome = nextVersion(before, requested);
+  if (outcome.version > MAX_POLICY_VERSION) {
+    throw withFieldProblems(
+      new Errors.INVALID_POLICY(
+        `version: the units changed and the version is already ${MAX_POLICY_VERSION}`,
+      ),
+      [{ path: 'version', message: `a units change needs a version above ${MAX_POLICY_VERSION}` }],
+    );
+  }
+  if (outcome.version === requested.version) return { spec, policy: requested, bump: outcome.bump };
+  const moved = { ...spec, version: outcome.version };
+  return { spec: moved, policy: Policy.parse(moved), bump: outcome.bump };
 }
 
 function sameSpec(a: StoredSpec, b: StoredSpec): boolean {
