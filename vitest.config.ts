@@ -5,7 +5,7 @@ import { defineConfig } from 'vitest/config';
 // holds the tests whose figures are wall-clock behaviour of a whole stack (the real-stack replay compares its
 // utilisation with the simulator's prediction), run alone after the others so no other file competes for the
 // two cores while they measure. `npm run test:unit` runs the first alone; `npm test` runs all three.
-const WALL_CLOCK = ['test/integration/sim-replay.test.ts'];
+const WALL_CLOCK = ['test/integration/sim-replay.test.ts', 'test/integration/geo-acceptance.test.ts'];
 
 export default defineConfig({
   test: {

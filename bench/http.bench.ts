@@ -52,17 +52,19 @@ export async function load(
   seconds: number,
   body: (i: number) => string,
   rate?: number,
+  path = '/v1/decisions',
+  connections = CONNECTIONS,
 ): Promise<Load> {
   let i = 0;
   const result = await autocannon({
     url,
-    connections: CONNECTIONS,
+    connections,
     duration: seconds,
     ...(rate === undefined ? {} : { overallRate: rate }),
     requests: [
       {
         method: 'POST',
-        path: '/v1/decisions',
+        path,
         headers: { 'content-type': 'application/json' },
         setupRequest: (req) => ({ ...req, body: body(i++) }),
       },
@@ -200,6 +202,12 @@ export function writeBenchPolicies(dir: string): string {
 }
 
 const single = (i: number) => JSON.stringify({ policy: 'writes', subject: `tenant-${i % SUBJECTS}` });
+/** Decisions per `POST /v1/decisions/batch` in the batched figure (the client's default `maxBatch`). */
+const BATCH = 64;
+/** Connections of the batched figure: a few service processes, each with the client's 4 exchanges in flight. */
+const BATCH_CONNECTIONS = 8;
+const batchOf = (i: number) =>
+  `{"decisions":[${Array.from({ length: BATCH }, (_, j) => single(i * BATCH + j)).join(',')}]}`;
 const layered = (i: number) => {
   const subject = `tenant-${i % SUBJECTS}`;
   return JSON.stringify({
@@ -268,6 +276,7 @@ export const httpSuite: BenchSuite = {
       for (const port of [agentPort, rlfPort, frlPort, autoPort, floorPort, memoryPort])
         await load(url(port), 3, single);
       for (const port of [agentPort, rlfPort]) await load(url(port), 2, layered);
+      await load(url(agentPort), 2, batchOf, undefined, '/v1/decisions/batch', BATCH_CONNECTIONS);
 
       const results = {
         ours: [] as Load[],
@@ -276,6 +285,7 @@ export const httpSuite: BenchSuite = {
         auto: [] as Load[],
         floor: [] as Load[],
         memory: [] as Load[],
+        batch: [] as Load[],
       };
       const measure = (name: keyof typeof results, port: number, body: (i: number) => string) => async () => {
         const r = await load(url(port), seconds, body);
@@ -290,6 +300,19 @@ export const httpSuite: BenchSuite = {
           'ours, ioredis auto-pipelining': measure('auto', autoPort, single),
           'Fastify route, no limiter': measure('floor', floorPort, single),
           'ours, in-memory store': measure('memory', memoryPort, single),
+          // Decisions/s through the batch route, as the client coalesces them: requests/s × BATCH.
+          'ours, batched': async () => {
+            const r = await load(
+              url(agentPort),
+              seconds,
+              batchOf,
+              undefined,
+              '/v1/decisions/batch',
+              BATCH_CONNECTIONS,
+            );
+            results.batch.push(r);
+            return r.rps * BATCH;
+          },
         },
         rounds,
         progress,
@@ -402,6 +425,22 @@ export const httpSuite: BenchSuite = {
           },
         },
       ];
+      const batched = median(runs['ours, batched']);
+      out.push({
+        bench: `http decisions/s through POST /v1/decisions/batch (${BATCH} per request, ${BATCH_CONNECTIONS} connections) vs the peers' per-request`,
+        ours: Math.round(batched),
+        peer: faster,
+        peerValue: Math.round(peer),
+        ratio: Number((batched / peer).toFixed(2)),
+        details: {
+          batchRuns: runs['ours, batched'].map(Math.round),
+          perRequest: Math.round(ours),
+          overPerRequest: Number((batched / ours).toFixed(2)),
+          p99MsPerBatch: p99(results.batch),
+          errors: errors(results.batch),
+          non2xx: results.batch.reduce((n, l) => n + l.non2xx, 0),
+        },
+      });
       const floor = median(runs['Fastify route, no limiter']);
       const memory = median(runs['ours, in-memory store']);
       out.push(

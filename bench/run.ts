@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --json] [--only NAME[,NAME]] [--seconds S] [--rounds N]`
+ * `npm run bench [-- --json] [--only NAME[,NAME]] [--seconds S] [--rounds N] [--quick]`
  * Runs each suite and prints a table, or with --json one line per comparison:
  * {"bench": "...", "ours": N, "peer": "...", "peerValue": N, "ratio": X}
  */
@@ -11,21 +11,23 @@ const { values } = parseArgs({
   options: {
     json: { type: 'boolean', default: false },
     only: { type: 'string' },
-    seconds: { type: 'string', default: '3' },
-    rounds: { type: 'string', default: '4' },
+    seconds: { type: 'string' },
+    rounds: { type: 'string' },
+    /** Shorter runs (2 rounds of 2 s unless --seconds/--rounds say otherwise): a bounded look, not a figure. */
+    quick: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 
 if (values.help) {
   console.log(
-    `usage: npm run bench -- [--json] [--only ${suites.map((s) => s.name).join('|')}] [--seconds 3] [--rounds 4]`,
+    `usage: npm run bench -- [--json] [--only ${suites.map((s) => s.name).join('|')}] [--seconds 3] [--rounds 4] [--quick]`,
   );
   process.exit(0);
 }
 
-const seconds = Number(values.seconds);
-const rounds = Number(values.rounds);
+const seconds = Number(values.seconds ?? (values.quick ? '2' : '3'));
+const rounds = Number(values.rounds ?? (values.quick ? '2' : '4'));
 if (!(seconds > 0 && seconds <= 60) || !(Number.isInteger(rounds) && rounds >= 1 && rounds <= 20)) {
   console.error('--seconds must be in (0, 60] and --rounds an integer in [1, 20]');
   process.exit(2);

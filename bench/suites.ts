@@ -2,6 +2,7 @@ import { grpcSuite } from './grpc.bench.js';
 import { hotkeySuite } from './hotkey.bench.js';
 import { httpSuite } from './http.bench.js';
 import type { BenchSuite } from './lib.js';
+import { serviceSuite } from './service.bench.js';
 import { simSuite } from './sim.bench.js';
 import { rebalanceSuite } from './rebalance.bench.js';
 import { storeSuite } from './store.bench.js';
@@ -16,4 +17,5 @@ export const suites: BenchSuite[] = [
   rebalanceSuite,
   strictSuite,
   hotkeySuite,
+  serviceSuite,
 ];

@@ -172,10 +172,13 @@ const Rate = z.number().nonnegative().describe('tokens per second, rounded to 3 
 /**
  * Why the shares of a policy moved.
  * - `created`: the policy's first allocation (an equal split, floors respected).
- * - `demand`: the rebalancer stepped toward the smoothed demand of the regions.
+ * - `demand`: the rebalancer stepped toward the smoothed demand of the regions (`target`), because some region
+ *   it grows had unmet demand (`unmet`) for the confirmation time.
  * - `lapsed_region`: agents of some region lapsed or went silent; the budget was restored around them.
+ * - `unallocated`: the shares summed below 1 with no step due (after a lapse, or as restored); the rest of the
+ *   budget was handed out.
  */
-export const MoveReason = z.enum(['created', 'demand', 'lapsed_region']);
+export const MoveReason = z.enum(['created', 'demand', 'lapsed_region', 'unallocated']);
 export type MoveReason = z.infer<typeof MoveReason>;
 
 /** One change of a policy's default share vector, as written to the allocation record. */
@@ -188,6 +191,13 @@ export const ShareMove = z.object({
   to: replyRecord(RegionName, Share),
   reason: MoveReason,
   demand: replyRecord(RegionName, Rate).describe('smoothed demand per region when it moved'),
+  unmet: replyRecord(RegionName, Rate)
+    .optional()
+    .describe('smoothed unmet demand per region (refused within limits, or borrowed) when it moved'),
+  target: replyRecord(RegionName, Share)
+    .nullable()
+    .optional()
+    .describe('shares the move heads for (a move takes several steps); null when it follows no demand'),
 });
 export type ShareMove = z.infer<typeof ShareMove>;
 
@@ -333,7 +343,15 @@ export const AuditRecord = z.object({
   /** Address the request came from (admin requests; absent for the coordinator's own records). */
   source: z.string().max(64).optional(),
   /** For `move`: the shares before and after, and why. */
-  move: ShareMove.pick({ epoch: true, from: true, to: true, reason: true, demand: true }).optional(),
+  move: ShareMove.pick({
+    epoch: true,
+    from: true,
+    to: true,
+    reason: true,
+    demand: true,
+    unmet: true,
+    target: true,
+  }).optional(),
   /** For `restore`: the bucket of the foreign entry (whose revision is `revision`) and what it did. */
   restored: z.object({ bucket: z.string().max(64), operation: z.enum(['put', 'delete']) }).optional(),
   /**

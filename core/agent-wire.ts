@@ -88,6 +88,8 @@ export type DecisionRequest = z.infer<typeof DecisionRequest>;
  * - `fail_open`: one of the above happened and the policy fails open (admitted, counted).
  * - `emergency_bucket`: one of the above happened and the policy decided from the in-process emergency bucket.
  * - `agent_unreachable`: set by the client SDK when the agent itself could not answer.
+ * - `client_shed`: set by the client SDK when its own queue of decisions waiting to be sent was full: the agent
+ *   was not asked (load on the service, not a failure of the agent).
  */
 export const DecisionReason = z.enum([
   'store_unavailable',
@@ -102,6 +104,7 @@ export const DecisionReason = z.enum([
   'fail_open',
   'emergency_bucket',
   'agent_unreachable',
+  'client_shed',
 ]);
 export type DecisionReason = z.infer<typeof DecisionReason>;
 

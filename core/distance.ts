@@ -116,3 +116,26 @@ export function formatRoundTrips(roundTrips: RoundTrips, regions: readonly strin
   });
   return out.join(',');
 }
+
+/**
+ * What a link's round trip is worth when a wait must cover it: the round trip and a quarter more (the jitter of
+ * an ordinary WAN link, ±10 %, and the queueing of a burst). docs/protocol.md, "Timings at a distance".
+ */
+export const LINK_MARGIN = 0.25;
+
+/** Time to allow for a round trip of `roundTripMs` on top of a wait's local part, ms (whole). */
+export function linkAllowanceMs(roundTripMs: number): number {
+  return roundTripMs > 0 ? Math.ceil(roundTripMs * (1 + LINK_MARGIN)) : 0;
+}
+
+/** Time to allow for one way of a round trip of `roundTripMs` (an answer travelling back), ms (whole). */
+export function oneWayAllowanceMs(roundTripMs: number): number {
+  return roundTripMs > 0 ? Math.ceil((roundTripMs / 2) * (1 + LINK_MARGIN)) : 0;
+}
+
+/** The longest round trip from `region` to any region the matrix names with it, ms (0: none). */
+export function farthestRoundTrip(roundTrips: RoundTrips, region: string): number {
+  let most = 0;
+  for (const [key, ms] of roundTrips) if (pairOf(key).includes(region)) most = Math.max(most, ms);
+  return most;
+}

@@ -42,6 +42,11 @@ export interface ShareView {
    * own share. Undefined when unknown.
    */
   regionShares?(policy: string, subject: string): Readonly<Record<string, number>> | undefined;
+  /**
+   * Optional: the most each region may be deciding with for `subject` of `policy` (the larger of its issued and
+   * pending share), for a borrower to bound what a lender could have given. Undefined when unknown.
+   */
+  regionCeilings?(policy: string, subject: string): Readonly<Record<string, number>> | undefined;
 }
 
 const noop = (): void => undefined;

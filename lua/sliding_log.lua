@@ -13,9 +13,9 @@ ARGV
   ARGV[3]  idempotency record TTL in ms (integer >= 1 when a record is present, else 0)
   ARGV[4]  deadline in µs of Redis time (integer >= 0; 0 = none): a call that starts later decides nothing
   then per log, 4 values:
-    limit    units admitted in any rolling window (integer >= 0)
+    limit    units admitted in any rolling window (integer in 0..100000, MAX_LOG_LIMIT in core/policy.ts: bounds the write loop)
     window   µs (integer >= 1)
-    cost     units (integer >= 1)
+    cost     units (integer in 1..100000)
     ttl      key TTL in ms after an admission (integer >= window / 1000)
 
 Reply (flat array of integers): {-1} when the deadline passed; otherwise allowed (1/0), replayed (0; 1 when the
@@ -60,9 +60,9 @@ local limits, windows, costs, ttls = {}, {}, {}, {}
 for i = 1, n do
   local a = 4 + 4 * (i - 1)
   local limit, window, cost, ttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  if not int(limit, 0) then return fail('limit of log ' .. i .. ' must be an integer >= 0') end
+  if not (int(limit, 0) and limit <= 100000) then return fail('limit of log ' .. i .. ' must be an integer in 0..100000') end
   if not int(window, 1) then return fail('window of log ' .. i .. ' must be an integer >= 1') end
-  if not int(cost, 1) then return fail('cost of log ' .. i .. ' must be an integer >= 1') end
+  if not (int(cost, 1) and cost <= 100000) then return fail('cost of log ' .. i .. ' must be an integer in 1..100000') end
   if not (int(ttl, 1) and ttl * 1000 >= window) then
     return fail('ttl of log ' .. i .. ' must be an integer >= window')
   end

@@ -11,9 +11,9 @@ ARGV
   ARGV[1]  n: number of logs, 1..16
   ARGV[2]  1 to delete the idempotency record (last key), 0 when there is none
   then per log, 3 values:
-    stamp  µs score of the entries written (integer >= 1), as the decision replied
-    seq    sequence of the first entry written (integer >= 0)
-    cost   entries written (integer >= 1): members "<stamp>:<seq..seq+cost-1>" (seq zero-padded to 9 digits)
+    stamp  µs score of the entries written (integer in 1..2^53-1), as the decision replied
+    seq    sequence of the first entry written (integer in 0..2^53-100001)
+    cost   entries written (integer in 1..100000, MAX_LOG_LIMIT, which bounds the removal loop): members "<stamp>:<seq..seq+cost-1>" (seq zero-padded to 9 digits)
 
 Reply (flat array of integers): per log, members removed (0 when the key or the entries are gone), then 1 when
 the idempotency record was deleted.
@@ -36,9 +36,10 @@ if #KEYS ~= n + drop then return fail('expected ' .. (n + drop) .. ' keys, got '
 local stamps, seqs, costs = {}, {}, {}
 for i = 1, n do
   local stamp, seq, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
-  if not int(stamp, 1) then return fail('stamp of log ' .. i .. ' must be an integer >= 1') end
-  if not int(seq, 0) then return fail('seq of log ' .. i .. ' must be an integer >= 0') end
-  if not int(cost, 1) then return fail('cost of log ' .. i .. ' must be an integer >= 1') end
+  if not (int(stamp, 1) and stamp <= 9007199254740991) then return fail('stamp of log ' .. i .. ' must be an integer in 1..2^53-1') end
+  if not (int(seq, 0) and seq <= 9007199254740991 - 100000) then return fail('seq of log ' .. i .. ' must be an integer in 0..2^53-100001') end
+  -- Bounds the loop below: a log never holds more than MAX_LOG_LIMIT (core/policy.ts) entries.
+  if not (int(cost, 1) and cost <= 100000) then return fail('cost of log ' .. i .. ' must be an integer in 1..100000') end
   stamps[i] = stamp; seqs[i] = seq; costs[i] = cost
 end
 

@@ -3,13 +3,13 @@
  * ports it is given (store, policies, shares, clock, logger), so tests build it with real or fake parts and
  * `main.ts` alone reads the environment and listens.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import proxyAddr from '@fastify/proxy-addr';
 import { trace, type Tracer } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../core/clock.js';
-import { MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
+import { leaseKeyFrom, MAX_LEASE_TOKEN_LENGTH } from '../core/concurrency.js';
 import { ownValue } from '../core/own-keys.js';
 import type { PolicySource } from '../core/policy-source.js';
 import type { ShareView } from '../core/shares.js';
@@ -20,13 +20,18 @@ import { EmergencyBuckets } from './decisions/emergency-buckets.js';
 import { RefusalMemory, refusalMemoryGauge } from './decisions/refusal-memory.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { AgentErrors } from './errors.js';
+import { batchRoute } from './http/batch-route.js';
 import { decisionsRoute } from './http/decisions-route.js';
 import { installErrorHandling } from './http/error-handler.js';
+import { errorProblem, sendProblem } from './http/problem.js';
 import { explainRoute } from './http/explain-route.js';
 import { forwardAuthRoute } from './http/forward-auth-route.js';
 import { forwardAuthTrust } from './http/forward-auth-trust.js';
 import { healthRoutes } from './http/health-routes.js';
 import { leasesRoute } from './http/leases-route.js';
+import { grantsRoute } from './http/grants-route.js';
+import { ModelGrantStore, RedisGrantStore } from './grants/grant-store.js';
+import { ModelDecisionStore } from './decisions/model-decision-store.js';
 import { reservationsRoute } from './http/reservations-route.js';
 import { RedisDecisionStore } from './redis/decision-store.js';
 import { RedisReservationStore } from './redis/reservation-store.js';
@@ -81,6 +86,7 @@ export type AgentAppConfig = Pick<
   | 'forwardAuthSecretHeader'
   | 'requestIdHeader'
   | 'hmacSecret'
+  | 'leaseTokenSecret'
   | 'legacyHeaders'
   | 'logSampleRate'
   | 'bodyLimitBytes'
@@ -103,7 +109,7 @@ export interface AgentApp {
   guard: StoreGuard;
   /** Reserve-then-commit, with its expiry sweep. */
   reservations: ReservationService;
-  /** Admission control in front of every decision route and of forwarded strict decisions. */
+  /** Admission control in front of every decision route (HTTP, gRPC, reservations, leases, explain) and of forwarded strict decisions. */
   admission: Admission;
   /** Resolves once policies are known (the agent is ready unless draining). */
   ready: Promise<void>;
@@ -123,6 +129,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   const clock = deps.clock ?? systemClock;
   const metrics = deps.metrics ?? new AgentMetrics({ region: config.region });
   const log = deps.log;
+  const leaseKey = leaseKeyFrom(config, () => randomBytes(32));
   const guard = new StoreGuard(
     {
       errorPercent: config.breakerErrorPercent,
@@ -174,6 +181,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       region: config.region,
       deadlineMs: config.decisionDeadlineMs,
       hmacSecret: config.hmacSecret,
+      leaseKey,
       idempotencyTtlMs: config.idempotencyTtlMs,
       failureRetryAfterMs: config.breakerResetMs,
       logSampleRate: config.logSampleRate,
@@ -214,6 +222,17 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       const sent = ownValue(req.headers, config.requestIdHeader);
       return typeof sent === 'string' && REQUEST_ID.test(sent) ? sent : randomUUID();
     },
+    // A path the router cannot take apart: a parameter past its length (a forged lease token) is 414 with a
+    // stable code, a bad escape names no route; never the framework's own JSON.
+    frameworkErrors: (error, request, reply) => {
+      const problem =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? new AgentErrors.AGT_ERR_URI_TOO_LONG(MAX_LEASE_TOKEN_LENGTH)
+          : new AgentErrors.AGT_ERR_NOT_FOUND(request.method, request.url.split('?')[0]);
+      metrics.requestErrors.labels(problem.code).inc();
+      reply.header('x-request-id', request.id);
+      void sendProblem(reply, errorProblem(problem.statusCode ?? 400, problem.code, problem.message));
+    },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   });
@@ -250,6 +269,16 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   registerDocs(app);
   void app.register((scope: FastifyInstance) => {
     decisionsRoute(scope, { service, legacyHeaders: config.legacyHeaders, assertServing });
+    batchRoute(scope, {
+      service,
+      admission,
+      metrics,
+      log,
+      legacyHeaders: config.legacyHeaders,
+      // A batch carries up to MAX_DECISIONS_PER_BATCH bodies: 16 times one request's limit.
+      bodyLimit: config.bodyLimitBytes * 16,
+      assertServing,
+    });
     forwardAuthRoute(scope, {
       service,
       policies: deps.policies,
@@ -266,12 +295,30 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
       assertServing,
     });
     reservationsRoute(scope, { reservations, legacyHeaders: config.legacyHeaders, assertServing });
+    // Local grants take from the buckets decisions charge: on Redis, or on the model store's own buckets.
+    const grants =
+      deps.store instanceof RedisDecisionStore
+        ? new RedisGrantStore(deps.store.redis, { timeoutMs: deps.store.timeoutMs })
+        : deps.store instanceof ModelDecisionStore
+          ? new ModelGrantStore(deps.store.model.buckets, clock)
+          : undefined;
+    if (grants !== undefined) {
+      grantsRoute(scope, {
+        service,
+        store: grants,
+        guard,
+        shares: deps.shares,
+        metrics,
+        assertServing,
+      });
+    }
     leasesRoute(scope, {
       store: deps.store,
       guard,
       policies: deps.policies,
       metrics,
       region: config.region,
+      leaseKey,
       assertServing,
     });
     healthRoutes(scope, {
@@ -304,6 +351,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
     log,
     legacyHeaders: config.legacyHeaders,
     assertServing,
+    admission,
   });
   const listeners: { close(): Promise<void> }[] = [];
 

@@ -13,6 +13,7 @@ import {
   MAX_LENDERS_LIMIT,
 } from '../core/borrowing/planner.js';
 import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
+import { RoundTripsText, type RoundTrips } from '../core/distance.js';
 import { MAX_LRU_ENTRIES } from '../core/bounded-lru.js';
 import {
   DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT,
@@ -84,15 +85,37 @@ export const AgentConfig = z
   .strictObject({
     /** Region this agent serves (`us`, `eu-west`). */
     region: RegionName,
-    /** One Redis: `redis://host:port/db`. Exactly one of `redisUrl` and `redisClusterNodes`. */
+    /** One Redis: `redis://host:port/db`. Exactly one of `redisUrl`, `redisClusterNodes` and `redisSentinels`. */
     redisUrl: z.url({ protocol: /^rediss?$/ }).optional(),
     /** Redis Cluster seed nodes, `host:port` each. */
     redisClusterNodes: list.pipe(z.array(ClusterNode).min(1)).optional(),
+    /** Redis under Sentinel: the sentinels, `host:port` each; the agent follows the master they name. */
+    redisSentinels: list.pipe(z.array(ClusterNode).min(1)).optional(),
+    /** Redis under Sentinel: the master's name (`sentinel monitor <name> …`); required with `redisSentinels`. */
+    redisMasterName: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,64}$/, 'a master name is 1-64 letters, digits, dot, dash or underscore')
+      .optional(),
+    /**
+     * Replicas that must hold each decision's write before it is answered (Redis `WAIT` after every script call
+     * that charges); 0 does not wait. A failover then forgets no admission the replicas acknowledged
+     * (docs/running.md, "Redis high availability"). One Redis or Sentinel only.
+     */
+    redisWaitReplicas: int(0, 16).default(0),
+    /** Longest `WAIT` for `redisWaitReplicas`, ms; fewer acknowledgements by then is a store failure. */
+    redisWaitTimeoutMs: int(1, 10_000).default(20),
     /**
      * Longest a decision waits for a strict policy's home region (the forwarded request carries what is left of
      * it) before the policy's failure mode applies with `home_unreachable`.
      */
     decisionDeadlineMs: int(1, 10_000).default(DEFAULT_DECISION_DEADLINE_MS),
+    /**
+     * Round trips from this region to the others, ms (`us-eu=70,us-ap=150`, core/distance.ts). A check forwarded
+     * to a home region may wait `decisionDeadlineMs` plus 1.25 × the round trip to it, its home must charge by
+     * the end of that less 1.25 × one way, and a top-up waits for its lenders as long; an unnamed pair counts the
+     * longest round trip this agent has measured to that region (docs/protocol.md, "Timings at a distance").
+     */
+    roundTrips: RoundTripsText.default((): RoundTrips => new Map()),
     /**
      * Longest a store call may wait for its reply, measured on the wire from its write (time queued in the agent
      * never counts); the script refuses to run a call later than this, so a late call charges nothing.
@@ -139,6 +162,13 @@ export const AgentConfig = z
     hmacSecret: z.string().min(16, 'hmacSecret must be at least 16 characters').optional(),
     /** A file holding `hmacSecret` (trailing whitespace dropped): what `npm start` and the compose file pass. */
     hmacSecretFile: z.string().min(1).optional(),
+    /**
+     * Key of the MAC on concurrency lease tokens (≥ 16 chars), the same for every agent of a region. Default:
+     * derived from `hmacSecret`; without either, random per process (a lease is released at its own agent).
+     */
+    leaseTokenSecret: z.string().min(16, 'leaseTokenSecret must be at least 16 characters').optional(),
+    /** A file holding `leaseTokenSecret` (trailing whitespace dropped). */
+    leaseTokenSecretFile: z.string().min(1).optional(),
     /**
      * NATS servers of the coordinator (comma-separated). When set, policies come from the coordinator's KV bucket,
      * shares from its leases, and strict policies homed elsewhere are forwarded to their home region.
@@ -236,8 +266,24 @@ export type AgentConfig = z.output<typeof AgentConfig>;
 /** Rules across fields; checked on raw input too, so they are listed even when other fields are invalid. */
 function crossFieldProblems(c: Record<string, unknown>): { path: string[]; message: string }[] {
   const out: { path: string[]; message: string }[] = [];
-  if ((c['redisUrl'] === undefined) === (c['redisClusterNodes'] === undefined)) {
-    out.push({ path: ['redisUrl'], message: 'set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES' });
+  const targets = [c['redisUrl'], c['redisClusterNodes'], c['redisSentinels']].filter((v) => v !== undefined);
+  if (targets.length !== 1) {
+    out.push({
+      path: ['redisUrl'],
+      message: 'set exactly one of QP_REDIS_URL, QP_REDIS_CLUSTER_NODES and QP_REDIS_SENTINELS',
+    });
+  }
+  if ((c['redisSentinels'] === undefined) !== (c['redisMasterName'] === undefined)) {
+    out.push({
+      path: ['redisMasterName'],
+      message: 'QP_REDIS_SENTINELS and QP_REDIS_MASTER_NAME go together',
+    });
+  }
+  if (c['redisClusterNodes'] !== undefined && Number(c['redisWaitReplicas'] ?? 0) > 0) {
+    out.push({
+      path: ['redisWaitReplicas'],
+      message: 'QP_REDIS_WAIT_REPLICAS needs one Redis or Sentinel (a cluster routes WAIT to no slot)',
+    });
   }
   if (c['policiesFile'] === undefined && c['natsUrl'] === undefined) {
     out.push({
@@ -306,6 +352,7 @@ export function loadConfig(
   const fromFiles: [file: string, field: string, read: (text: string) => unknown][] = [
     ['rlsRulesFile', 'rlsRules', (text) => JSON.parse(text) as unknown],
     ['hmacSecretFile', 'hmacSecret', (text) => text.trim()],
+    ['leaseTokenSecretFile', 'leaseTokenSecret', (text) => text.trim()],
   ];
   for (const [fileField, field, read] of fromFiles) {
     const path = ownValue(input, fileField);

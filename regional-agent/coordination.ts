@@ -4,6 +4,7 @@
  * elsewhere, answering those homed here). Without it the agent runs standalone on a policies file and static
  * shares.
  */
+import { ownValue } from '../core/own-keys.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { connect } from '@nats-io/transport-node';
@@ -19,7 +20,7 @@ import type { Admission } from './resilience/admission.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { LeaseHolder } from './leases/lease-holder.js';
 import type { AgentMetrics } from './observability/metrics.js';
-import { natsCredentials } from './nats/credentials.js';
+import { natsCredentials, natsCredentialTag } from './nats/credentials.js';
 import { KvPolicySource } from './policies/kv-policy-source.js';
 import { UsageRecorder } from './reporting/usage-recorder.js';
 import { NatsForwarder } from './strict/nats-forwarder.js';
@@ -60,7 +61,8 @@ export async function connectCoordination(
     | 'maxLeaseMs'
     | 'maxGraceMs'
     | 'maxReportIntervalMs'
-  >,
+  > &
+    Partial<Pick<AgentConfig, 'roundTrips'>>,
   log: Logger,
   metrics: AgentMetrics,
 ): Promise<Coordination> {
@@ -91,6 +93,7 @@ export async function connectCoordination(
     instance: config.instance ?? `${hostname()}:${config.port}`,
     clock: systemClock,
     namespace,
+    credentialTag: natsCredentialTag(config.natsNkeyFile),
     usage,
     renewalBounds: {
       maxLeaseMs: config.maxLeaseMs,
@@ -103,7 +106,13 @@ export async function connectCoordination(
   });
   // The first load waits for the coordinator's bucket; the agent listens meanwhile, not ready.
   holder.start().catch((error: unknown) => log.error({ err: error }, 'lease holder failed to start'));
-  const forwarder = new NatsForwarder({ nc, region: config.region, namespace, registry });
+  const forwarder = new NatsForwarder({
+    nc,
+    region: config.region,
+    namespace,
+    registry,
+    roundTrips: config.roundTrips,
+  });
   let responder: StrictResponder | undefined;
   let lender: LoanResponder | undefined;
   return {
@@ -123,6 +132,10 @@ export async function connectCoordination(
         log,
         decide: (request) => service.decideForwarded(request, randomUUID()),
         admit: () => admission.enter('strict'),
+        knownRegion: (region) =>
+          holder.lease
+            .policies()
+            .some((policy) => ownValue(holder.lease.regionShares(policy, '') ?? {}, region) !== undefined),
       });
       responder.start();
     },

@@ -47,6 +47,11 @@ export const AgentErrors = {
   AGT_ERR_MISSING_SUBJECT: createError('AGT_ERR_MISSING_SUBJECT', 'No subject: %s', 400),
   AGT_ERR_INVALID_QUERY: createError('AGT_ERR_INVALID_QUERY', 'Invalid query: %s', 400),
   AGT_ERR_NOT_FOUND: createError('AGT_ERR_NOT_FOUND', 'No route %s %s', 404),
+  AGT_ERR_URI_TOO_LONG: createError(
+    'AGT_ERR_URI_TOO_LONG',
+    'A path parameter is longer than %s characters',
+    414,
+  ),
   AGT_ERR_NOT_READY: createError('AGT_ERR_NOT_READY', 'The agent is not ready: %s', 503),
   AGT_ERR_OVERLOADED: createError(
     'AGT_ERR_OVERLOADED',
@@ -90,6 +95,17 @@ export const AgentErrors = {
   AGT_ERR_UNKNOWN_CLASS: createError(
     'AGT_ERR_UNKNOWN_CLASS',
     'Class %s is not one of the classes of policy %s',
+    400,
+  ),
+  AGT_ERR_BATCH_TOO_LARGE: createError(
+    'AGT_ERR_BATCH_TOO_LARGE',
+    'A batch may carry at most %s decisions, got %s',
+    400,
+  ),
+  AGT_ERR_INVALID_GRANT: createError('AGT_ERR_INVALID_GRANT', 'Invalid grant request: %s', 400),
+  AGT_ERR_GRANT_NOT_ALLOWED: createError(
+    'AGT_ERR_GRANT_NOT_ALLOWED',
+    'Policy %s gives no local grants: %s',
     400,
   ),
 } as const;

@@ -2,6 +2,7 @@
  * Start an agent from its configuration: open Redis (and NATS when `natsUrl` is set), build the app, listen.
  * Used by `main.ts` and by tests that run whole agents in one process.
  */
+import { farthestRoundTrip, linkAllowanceMs, roundTripOf } from '../core/distance.js';
 import type { Logger } from 'pino';
 import { StaticShareView } from '../core/shares.js';
 import { buildApp, type AgentApp } from './app.js';
@@ -12,6 +13,7 @@ import { AgentMetrics } from './observability/metrics.js';
 import { FilePolicySource } from './policies/file-policy-source.js';
 import { connectRedis, whenReady } from './redis/connect.js';
 import { RedisDecisionStore } from './redis/decision-store.js';
+import { ackReplicas } from './redis/scripts.js';
 import { RedisClock } from './redis/redis-clock.js';
 import { RedisTransferStore } from './redis/transfer-store.js';
 import { BorrowPlanner } from '../core/borrowing/planner.js';
@@ -34,6 +36,9 @@ export interface RunningAgent {
 
 export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Promise<RunningAgent> {
   const redis = connectRedis(config);
+  if (config.redisWaitReplicas > 0) {
+    ackReplicas(redis, { replicas: config.redisWaitReplicas, timeoutMs: config.redisWaitTimeoutMs });
+  }
   const redisClock = new RedisClock(redis);
   redis.on('error', (error: Error) => log.debug({ err: error }, 'redis connection error'));
   const metrics = new AgentMetrics({ region: config.region });
@@ -71,7 +76,13 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
           clock: systemClock,
           reserveMs: borrowReserveMs(config.storeTimeoutMs),
           lowWater: config.borrowLowWater,
-          topUpMs: config.decisionDeadlineMs,
+          // Off the request path, a top-up may wait for the farthest lender's round trip too, so a loan from
+          // across the widest link still arrives (docs/protocol.md, "Timings at a distance").
+          topUpMs:
+            config.decisionDeadlineMs + linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
+          // A refusal's borrow may wait as long beyond the decision's deadline as a forwarded strict check does.
+          linkAllowanceMs: linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
+          roundTripMs: (lender) => roundTripOf(config.roundTrips, config.region, lender) ?? 0,
           metrics: loanMetrics,
           imported: (policy, tokens) => coordination.usage.imported(policy, tokens),
         });

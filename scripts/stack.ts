@@ -7,11 +7,14 @@
  * order; a second Ctrl-C (more than two seconds after the first) kills them at once.
  */
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { banner } from './stack/banner.js';
 import { loadStackConfig, StackConfigError } from './stack/config.js';
 import { Stack, StackStopped } from './stack/launcher.js';
 import { describeTaken, resolvePorts, takenPorts } from './stack/ports.js';
+import { compiledEntry } from './stack/services.js';
 import {
   binaryServers,
   chooseServers,
@@ -35,19 +38,28 @@ const fail = (text: string, code: number): never => {
 
 async function main(): Promise<void> {
   const root = fileURLToPath(new URL('..', import.meta.url));
-  // `npm start -- --geo`: the geo topology, as QP_STACK_TOPOLOGY=geo would.
+  // `npm start -- --geo`: the geo topology, as QP_STACK_TOPOLOGY=geo would. `--compiled` (npm start passes it,
+  // after `npm run build`): the services run from dist/, as QP_STACK_RUNTIME=compiled would.
   const args = process.argv.slice(2);
-  const unknown = args.filter((a) => a !== '--geo');
+  const unknown = args.filter((a) => a !== '--geo' && a !== '--compiled');
   if (unknown.length > 0) fail(`unknown argument ${unknown.join(' ')} (known: --geo)`, 2);
   let config;
   try {
     config = loadStackConfig({
       ...process.env,
       ...(args.includes('--geo') ? { QP_STACK_TOPOLOGY: 'geo' } : {}),
+      ...(args.includes('--compiled') ? { QP_STACK_RUNTIME: 'compiled' } : {}),
     });
   } catch (error) {
     if (error instanceof StackConfigError) fail(error.message, 2);
     throw error;
+  }
+  if (config.runtime === 'compiled') {
+    const missing = (['coordinator/main.ts', 'regional-agent/main.ts'] as const)
+      .map(compiledEntry)
+      .filter((entry) => !existsSync(join(root, entry)));
+    if (missing.length > 0)
+      fail(`${missing.join(' and ')} missing: run npm run build first (npm start does)`, 2);
   }
   const taken = await takenPorts(config);
   if (taken.length > 0) fail(describeTaken(taken), 2);

@@ -6,6 +6,7 @@
  */
 import { nkeys } from '@nats-io/nats-core';
 import { inboxPrefix, natsPermissions, type NatsRole } from '../../core/wire/nats-permissions.js';
+import { credentialTag } from '../../core/wire/protocol.js';
 
 /** One process that connects to NATS. */
 export interface NatsIdentity {
@@ -90,7 +91,12 @@ export interface ClusterOptions {
 export function serverConfig(options: ServerConfigOptions): string {
   const users = options.credentials.map((c) => ({
     nkey: c.publicKey,
-    permissions: natsPermissions(options.namespace, c.role, inboxPrefix(c.publicKey)),
+    // An agent publishes under its own credential's tag only: it cannot speak for another agent's id.
+    permissions: natsPermissions(
+      options.namespace,
+      c.role.kind === 'agent' ? { ...c.role, tag: credentialTag(c.publicKey) } : c.role,
+      inboxPrefix(c.publicKey),
+    ),
   }));
   const cluster = options.cluster;
   const config: Record<string, unknown> = {

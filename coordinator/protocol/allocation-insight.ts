@@ -110,12 +110,17 @@ export class AllocationInsight {
     ) {
       return undefined;
     }
+    // The engine says why it moved the shares, with the demand it saw; a record of an earlier incarnation
+    // (nothing moved here yet) is read from the state around it.
+    const cause = view.cause;
     const reason: MoveReason =
       before === null
         ? 'created'
-        : regions.some((r) => r.agents.some((a) => a.lapsed))
-          ? 'lapsed_region'
-          : 'demand';
+        : cause !== undefined
+          ? cause.reason
+          : regions.some((r) => r.agents.some((a) => a.lapsed))
+            ? 'lapsed_region'
+            : 'demand';
     const move: ShareMove = {
       at: new Date(now).toISOString(),
       policy: view.policy,
@@ -124,7 +129,13 @@ export class AllocationInsight {
       from: before === null ? null : roundShares(before),
       to: roundShares(view.shares),
       reason,
-      demand: rounded(view.demand),
+      demand: rounded(before === null || cause === undefined ? view.demand : cause.demand),
+      ...(before === null || cause === undefined
+        ? {}
+        : {
+            unmet: rounded(cause.unmet),
+            target: cause.target === null ? null : roundShares(cause.target),
+          }),
     };
     p.moves.unshift(move);
     p.moves.length = Math.min(p.moves.length, MOVES_KEPT);

@@ -192,7 +192,15 @@ export class AllocationWriter {
       before: null,
       after: null,
       requestId: `allocation:${revision}`,
-      move: { epoch: move.epoch, from: move.from, to: move.to, reason: move.reason, demand: move.demand },
+      move: {
+        epoch: move.epoch,
+        from: move.from,
+        to: move.to,
+        reason: move.reason,
+        demand: move.demand,
+        ...(move.unmet === undefined ? {} : { unmet: move.unmet }),
+        ...(move.target === undefined ? {} : { target: move.target }),
+      },
     };
     audit.record(record).catch((error: unknown) => {
       this.#metrics.moveAuditFailures.inc();

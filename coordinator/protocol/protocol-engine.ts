@@ -6,11 +6,20 @@
 import type { Msg, NatsConnection, Subscription } from '@nats-io/nats-core';
 import type { z } from 'zod';
 import { roundAmount } from '../../core/admin-numbers.js';
+import { steadyClock } from '../../core/clock.js';
 import type { AllocationSample, AllocationSummary, RegionSummary } from '../../core/admin-wire.js';
 import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
-import { Ack, Bye, Heartbeat, protocolSubjects, Usage } from '../../core/wire/protocol.js';
+import {
+  Ack,
+  agentIdTag,
+  Bye,
+  Heartbeat,
+  protocolSender,
+  protocolSubjects,
+  Usage,
+} from '../../core/wire/protocol.js';
 import type { KvGuard } from '../nats/kv-guard.js';
 import type { EngineContext, EngineFactory, ProtocolService } from '../ports.js';
 import { AllocationInsight } from './allocation-insight.js';
@@ -79,7 +88,9 @@ class ProtocolEngine implements ProtocolService {
     const engine = new LeaseCoordinator({
       coordinatorId: `coordinator-${process.pid}-${clock.now().toString(36)}`,
       regions: config.regions,
-      clock,
+      // Agents' leases and grace periods are durations: a wall-clock step on this host must not end them early
+      // (a share handed on while its agents may still decide with it) or late.
+      clock: steadyClock(clock),
       rebalance: options.rebalance,
       lease: options.lease,
       safeShares: options.safeShares,
@@ -188,7 +199,7 @@ class ProtocolEngine implements ProtocolService {
       kind: MessageKind,
       subject: string,
       schema: z.ZodType<T>,
-      handle: (value: T, msg: Msg) => void,
+      handle: (value: T, msg: Msg, tag: string | undefined) => void,
     ) => {
       this.#subscriptions.push(
         nc.subscribe(subject, {
@@ -201,24 +212,32 @@ class ProtocolEngine implements ProtocolService {
               return;
             }
             // The region in the subject must be the region in the message: no agent speaks for another region.
-            const region = msg.subject.slice(msg.subject.lastIndexOf('.') + 1);
-            if ((value as { region?: string }).region !== region) {
+            const sender = protocolSender(msg.subject);
+            const said = value as { region?: string; agentId?: string };
+            if (sender === undefined || said.region !== sender.region) {
               this.#metrics.dropped.inc({ kind, reason: 'region_mismatch' });
               return;
             }
-            handle(value, msg);
+            // The credential tag in the subject (the server lets each nkey publish under its own tag only) must
+            // be the tag the agent id was made under: no agent speaks for another agent.
+            if (sender.tag !== undefined && agentIdTag(said.agentId ?? '') !== sender.tag) {
+              this.#metrics.dropped.inc({ kind, reason: 'agent_mismatch' });
+              return;
+            }
+            handle(value, msg, sender.tag);
             this.#writer.schedule();
           },
         }),
       );
     };
-    on('heartbeat', subjects.all.heartbeat, Heartbeat, (hb, msg) => {
+    on('heartbeat', subjects.all.heartbeat, Heartbeat, (hb, msg, tag) => {
       const leader = this.#context.leader;
       if (leader !== undefined && !leader.isLeader()) {
         this.#metrics.dropped.inc({ kind: 'heartbeat', reason: 'not_leader' });
         return;
       }
-      const reply = this.#engine.heartbeat(hb);
+      // Untagged: an agent from before credential tags (records are then written without newer fields).
+      const reply = this.#engine.heartbeat(hb, tag, tag === undefined);
       const stamped =
         leader === undefined || 'refused' in reply ? reply : { ...reply, leaderEpoch: leader.epoch };
       if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(stamped));

@@ -125,9 +125,14 @@ export function loanRequest(
   version: number,
   until: number,
   now: number,
+  answerMs = 0,
 ): LoanRequest | undefined {
   const budgetMs = Math.floor(until - now);
   if (budgetMs < 1) return undefined;
+  // The lender must lend by the time its answer can still travel back (`answerMs`, one way of the link): a loan
+  // made later reaches a borrower that stopped waiting, and is dropped.
+  const lendBy = Math.floor(until - Math.max(0, answerMs));
+  if (lendBy - now < 1) return undefined;
   return {
     fromRegion: need.borrower,
     policy: need.policy,
@@ -137,7 +142,7 @@ export function loanRequest(
     mode: ask.mode,
     amountMicros: ask.amountMicros,
     budgetMs,
-    deadlineAtMs: Math.floor(until),
+    deadlineAtMs: lendBy,
   };
 }
 

@@ -44,6 +44,13 @@ export function acceptLoan(
   if (policy === undefined) return { error: 'unknown_policy', message: `unknown policy ${request.policy}` };
   if (policy.mode !== 'regional')
     return { error: 'not_regional', message: `${policy.name} is not a regional policy` };
+  // A sharded policy's buckets are sub-buckets of C/K; the subject's whole bucket, which a lend would take from,
+  // is a key no decision uses (and so reads as full): nothing there is the subject's to give.
+  if (policy.shards !== undefined)
+    return {
+      error: 'not_regional',
+      message: `${policy.name} is sharded: its sub-buckets neither lend nor borrow`,
+    };
   if (policy.version !== request.version) {
     return {
       error: 'version_mismatch',

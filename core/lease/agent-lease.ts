@@ -13,8 +13,8 @@
  *   lowest share in force within the policy's idle TTL, so a share that dipped and rose again mints nothing.
  */
 import { defaultLeaseSettings } from './settings.js';
-import type { Clock } from '../clock.js';
-import { hasOwnKey, ownValue } from '../own-keys.js';
+import { monotonicOf, type Clock } from '../clock.js';
+import { hasOwnKey, ownRecordOf, ownValue } from '../own-keys.js';
 import type { RegionalShare, ShareView } from '../shares.js';
 import type { AllocationRecord, Renewal } from '../wire/protocol.js';
 import {
@@ -95,7 +95,7 @@ export class AgentLease implements ShareView {
     this.region = options.region;
     this.#clock = options.clock;
     this.#history = new ShareHistory(options.skewMs);
-    this.#startedAt = options.clock.now();
+    this.#startedAt = monotonicOf(options.clock);
     this.#startupWaitMs = options.startupWaitMs ?? DEFAULT_STARTUP_WAIT_MS;
     this.#graceMs = options.graceMs ?? defaultLeaseSettings.graceMs;
     this.#bounds = options.renewalBounds ?? defaultRenewalBounds;
@@ -117,6 +117,7 @@ export class AgentLease implements ShareView {
       return problem;
     }
     const now = this.#clock.now();
+    const mono = monotonicOf(this.#clock);
     const before = this.#records.get(policy)?.record;
     if (record === null) this.#records.delete(policy);
     else this.#records.set(policy, { record, revision });
@@ -126,7 +127,7 @@ export class AgentLease implements ShareView {
     for (const unit of Object.values(record?.overrides ?? {})) {
       if (hasOwnKey(unit.pending, this.region)) this.#wantAck = Math.max(this.#wantAck, revision);
     }
-    this.#noteIssued(policy, before, record, revision, now);
+    this.#noteIssued(policy, before, record, revision, now, mono);
     this.#releaseHeldRenewal();
     this.#maybeAck();
     return undefined;
@@ -147,7 +148,7 @@ export class AgentLease implements ShareView {
   // ---- lease ----------------------------------------------------------------------------------------------
 
   /**
-   * A renewal for heartbeat `seq`, sent at `sentAt` (this clock). A reply later than one report interval after
+   * A renewal for heartbeat `seq`, sent at `sentAt` (this clock's monotonic ms: `monotonicOf`). A reply later than one report interval after
    * its heartbeat is ignored: the coordinator relies on that bound to know how long an agent's accepted lease
    * lasts at least (it cannot trust a heartbeat's own word, which may have waited in a buffer). A reply that
    * asks for more than the renewal bounds allow (a longer lease or grace, a report interval outside bounds) is
@@ -160,7 +161,7 @@ export class AgentLease implements ShareView {
       this.lastRenewalProblem = problem;
       return 'out_of_bounds';
     }
-    if (this.#clock.now() - sentAt > reply.reportIntervalMs) {
+    if (monotonicOf(this.#clock) - sentAt > reply.reportIntervalMs) {
       this.staleRenewals++;
       return 'stale';
     }
@@ -194,18 +195,23 @@ export class AgentLease implements ShareView {
     return this.#lastRefusal;
   }
 
-  /** Lease end on this clock (0 before the first renewal). */
+  /** Lease end on this clock's monotonic ms (0 before the first renewal). */
   get leaseUntil(): number {
     return this.#leaseUntil;
   }
 
   /** Ready to decide: renewed once, or (coordinator unreachable at start) records loaded and serving safely. */
-  ready(now = this.#clock.now()): boolean {
+  /** `now`: monotonic ms (`monotonicOf`), as every lease instant. */
+  ready(now = monotonicOf(this.#clock)): boolean {
     if (this.#renewed) return true;
     return this.#recordsLoaded && now - this.#startedAt >= this.#startupWaitMs;
   }
 
-  mode(now = this.#clock.now()): LeaseMode {
+  /**
+   * The lease mode at `now` (monotonic ms): leases and grace periods are durations, so a wall-clock step (back
+   * or forth) neither lengthens nor shortens them.
+   */
+  mode(now = monotonicOf(this.#clock)): LeaseMode {
     if (!this.#renewed) {
       // Never renewed: served (after the startup wait) as if the lease lapsed at start.
       if (!this.ready(now)) return 'none';
@@ -221,7 +227,7 @@ export class AgentLease implements ShareView {
     const entry = this.#records.get(policy);
     if (entry === undefined) return undefined;
     const now = this.#clock.now();
-    const mode = this.#observeMode(now);
+    const mode = this.#observeMode(monotonicOf(this.#clock));
     if (mode === 'none') return undefined;
     const { record } = entry;
     const override = ownValue(record.overrides, subject);
@@ -235,7 +241,13 @@ export class AgentLease implements ShareView {
     const floor = this.#history.floor(key, share, record.idleTtlSeconds * 1000, now);
     const out: RegionalShare =
       floor === undefined ? { share, epoch: unit.epoch } : { share, epoch: unit.epoch, floor };
-    const lowest = this.#history.lowest(key, share, record.idleTtlSeconds * 1000, now);
+    // The lowest share held within the window: this agent's own memory, and the coordinator's (in the record),
+    // which an agent that restarted or was just added has no memory of.
+    const held = ownValue(unit.lowest, this.region);
+    const lowest = Math.min(
+      this.#history.lowest(key, share, record.idleTtlSeconds * 1000, now),
+      held ?? share,
+    );
     if (lowest < share) out.lowest = lowest;
     return out;
   }
@@ -244,6 +256,17 @@ export class AgentLease implements ShareView {
     const record = this.#records.get(policy)?.record;
     if (record === undefined) return undefined;
     return (ownValue(record.overrides, subject) ?? record.default).shares;
+  }
+
+  regionCeilings(policy: string, subject: string): Readonly<Record<string, number>> | undefined {
+    const record = this.#records.get(policy)?.record;
+    if (record === undefined) return undefined;
+    const unit = ownValue(record.overrides, subject) ?? record.default;
+    const out = new Map<string, number>();
+    for (const [region, share] of Object.entries(unit.shares)) out.set(region, share);
+    for (const [region, share] of Object.entries(unit.pending))
+      out.set(region, Math.max(out.get(region) ?? 0, share));
+    return ownRecordOf(out);
   }
 
   enter(_policy: string): () => void {
@@ -280,7 +303,7 @@ export class AgentLease implements ShareView {
 
   /** Re-evaluate lease transitions that happen with the passage of time (expiry, grace) and emit changes. */
   poll(): void {
-    this.#observeMode(this.#clock.now());
+    this.#observeMode(monotonicOf(this.#clock));
     this.#emit();
   }
 
@@ -310,7 +333,7 @@ export class AgentLease implements ShareView {
     }
     this.#renewed = true;
     this.#heldRenewal = undefined;
-    this.#observeMode(this.#clock.now());
+    this.#observeMode(monotonicOf(this.#clock));
     this.#emit();
   }
 
@@ -320,18 +343,22 @@ export class AgentLease implements ShareView {
       this.#accept(held.reply, held.sentAt, held.seq);
   }
 
-  /** Note a lease-mode transition at the instant it happened, in every unit's history. */
+  /**
+   * Note a lease-mode transition at the instant it happened, in every unit's history. `now` is monotonic; the
+   * history keeps wall time (its cut-offs are compared with the store's clock), so the instant is carried over.
+   */
   #observeMode(now: number): LeaseMode {
     const mode = this.mode(now);
     if (mode === this.#mode) return mode;
     // The instant of the transition: lease end, grace end, or now (renewal, startup).
     const base = this.#renewed ? this.#leaseUntil : this.#startedAt;
-    const at =
+    const monoAt =
       mode === 'lapsed'
         ? Math.min(now, base)
         : mode === 'settled'
           ? Math.min(now, base + this.#graceMs)
           : now;
+    const at = this.#clock.now() - (now - monoAt);
     this.#mode = mode;
     if (mode === 'none') return mode;
     for (const [policy, { record }] of this.#records) {
@@ -360,8 +387,9 @@ export class AgentLease implements ShareView {
     record: AllocationRecord | null,
     revision: number,
     now: number,
+    mono: number,
   ): void {
-    const mode = this.mode(now);
+    const mode = this.mode(mono);
     const units = new Set<string>();
     for (const r of [before, record]) {
       if (r === undefined || r === null) continue;
@@ -413,7 +441,7 @@ export class AgentLease implements ShareView {
     observer.emit({
       region: this.region,
       records: this.#records,
-      mode: this.mode(now),
+      mode: this.mode(),
       ackRevision: this.ackRevision,
       inFlight: this.#inFlight,
       now,

@@ -4,7 +4,7 @@
  * coordinator asks it; it changes nothing of the allocations. Registrations it adds or forgets are handed to the
  * shell to persist (`takeWrites`).
  */
-import type { AgentRegistration } from '../wire/protocol.js';
+import { agentIdTag, type AgentRegistration } from '../wire/protocol.js';
 import type { LeaseSettings } from './settings.js';
 
 /** How many of an agent's latest renewals are remembered (a heartbeat names the one it holds). */
@@ -30,6 +30,11 @@ export interface Agent {
    * holding, plus the lease, minus the longest a reply may take to count (a report interval) and the skew.
    */
   surelyValidUntil: number;
+  /**
+   * Its last heartbeat came on an untagged subject: an agent from before credential tags, whose strict record
+   * schema refuses fields it does not know (the coordinator then writes records without them).
+   */
+  legacy?: boolean;
 }
 
 /** A change of the agent registry the shell must persist. */
@@ -47,6 +52,13 @@ export interface HeartbeatFacts {
   renewedSeq: number;
   /** Requests shed since the previous heartbeat. */
   shed?: number | undefined;
+  /** The heartbeat came on an untagged subject (an agent from before credential tags). */
+  legacy?: boolean | undefined;
+  /**
+   * The tag of the credential the heartbeat came with (its subject's; the shell checked the id carries it), when
+   * known: an agent of another credential cannot replace this one by taking its instance name.
+   */
+  credential?: string | undefined;
 }
 
 /** An agent not heard from yet by this incarnation: possibly lapsed until it reports a renewal granted here. */
@@ -123,7 +135,12 @@ export class AgentRoster {
       for (const other of this.#agents.values()) {
         if (other.region !== facts.region) continue;
         inRegion++;
-        if (other.instance === facts.instance) replaces = other;
+        // Only the same credential may take an instance name over (a restart); another's new agent is one more.
+        if (
+          other.instance === facts.instance &&
+          (facts.credential === undefined || agentIdTag(other.id) === facts.credential)
+        )
+          replaces = other;
       }
       if (replaces === undefined && inRegion >= this.#lease.maxAgentsPerRegion) {
         return { refused: `region full: ${inRegion} agents registered (maxAgentsPerRegion)` };
@@ -135,6 +152,7 @@ export class AgentRoster {
         put: { agentId: agent.id, instance: agent.instance, region: facts.regionName, registeredAt: now },
       });
     }
+    agent.legacy = facts.legacy === true;
     const previous = agent.lastHeartbeatAt;
     if (facts.shed !== undefined) {
       // Over the interval since the previous heartbeat; a first heartbeat covers one report interval.
@@ -171,6 +189,12 @@ export class AgentRoster {
     if (ackRevision <= agent.ackRevision) return false;
     agent.ackRevision = ackRevision;
     return true;
+  }
+
+  /** Some registered agent is from before credential tags (see `Agent.legacy`). */
+  anyLegacy(): boolean {
+    for (const a of this.#agents.values()) if (a.legacy === true) return true;
+    return false;
   }
 
   forget(agentId: string): void {

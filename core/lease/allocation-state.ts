@@ -13,6 +13,20 @@ export const EPSILON = 1e-9;
 /** A subject's demand is smoothed over this many times a policy's half-life. */
 export const SUBJECT_SMOOTHING = 3;
 
+/**
+ * Why a unit's shares last moved, as the coordinator decided it (move records carry it):
+ * - `demand`: the rebalancer stepped toward `target`, the shares that follow the smoothed demand.
+ * - `lapsed_region`: agents of some region lapsed or went silent; live regions shrank so the claims fit.
+ * - `unallocated`: the shares summed below 1 with no step due, and the rest of the budget was handed out.
+ * `demand` and `unmet` are the smoothed rates by region (cost per second) the round saw.
+ */
+export interface MoveCause {
+  reason: 'demand' | 'lapsed_region' | 'unallocated';
+  demand: readonly number[];
+  unmet: readonly number[];
+  target: readonly number[] | undefined;
+}
+
 /** One allocation unit: a share vector moving under the conservation protocol. */
 export interface Unit {
   shares: number[];
@@ -30,7 +44,16 @@ export interface Unit {
   moving: boolean;
   /** The target of the last round, to tell whether it is still moving. */
   lastIdeal?: number[] | undefined;
+  /** Why its shares last moved; undefined before the first move (or when restored). */
+  cause?: MoveCause | undefined;
   epoch: number;
+  /**
+   * Shares issued (written) over the policy's window, oldest first, one point older than the window (the shares
+   * in force at its start): where the record's `lowest` comes from (allocation-records.ts).
+   */
+  issued?: { at: number; shares: number[] }[] | undefined;
+  /** The `lowest` the last record carried, by region (undefined: none below the shares). */
+  writtenLowest?: (number | undefined)[] | undefined;
 }
 
 /** What the coordinator knows of one subject's demand, for overrides. */

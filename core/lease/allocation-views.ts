@@ -7,7 +7,7 @@ import { setOwn } from '../own-keys.js';
 import type { PolicyKind } from '../policy.js';
 import type { AgentRoster } from './agent-roster.js';
 import { byRegion } from './allocation-records.js';
-import type { PolicyState } from './allocation-state.js';
+import type { MoveCause, PolicyState } from './allocation-state.js';
 
 /** Allocation of one policy, as the admin API shows it. */
 export interface AllocationView {
@@ -26,6 +26,15 @@ export interface AllocationView {
   pending: Record<string, number | null>;
   /** Smoothed demand the rebalancer steers by, tokens per second, by region. */
   demand: Record<string, number>;
+  /** Why the default shares last moved, by region where a vector; undefined before the first move. */
+  cause?:
+    | {
+        reason: MoveCause['reason'];
+        demand: Record<string, number>;
+        unmet: Record<string, number>;
+        target: Record<string, number> | null;
+      }
+    | undefined;
 }
 
 /** One agent, as the admin API shows it. */
@@ -58,6 +67,7 @@ export function allocationView(
   now: number,
 ): AllocationView {
   const leases: AllocationView['leases'] = {};
+  const cause = state.base.cause;
   regions.forEach((region, r) => {
     setOwn(leases, region, { expiresAt: roster.leaseExpiry(r), acked: state.base.pending[r] === undefined });
   });
@@ -77,6 +87,15 @@ export function allocationView(
     kind: state.policy.kind,
     pending: Object.fromEntries(regions.map((region, r) => [region, state.base.pending[r] ?? null])),
     demand: byRegion(regions, state.demand.sumByTag(now, new Array<number>(regions.length).fill(0))),
+    cause:
+      cause === undefined
+        ? undefined
+        : {
+            reason: cause.reason,
+            demand: byRegion(regions, cause.demand),
+            unmet: byRegion(regions, cause.unmet),
+            target: cause.target === undefined ? null : byRegion(regions, cause.target),
+          },
   };
 }
 

@@ -26,9 +26,11 @@ import {
   type RebalanceSettingsInput,
 } from '../rebalance/settings.js';
 import {
+  negligibleDemand,
   rebalanceRound,
   shareFloor,
   targetShares,
+  wholeShares,
   type Cooldown,
   type RoundDemand,
 } from '../rebalance/target.js';
@@ -42,7 +44,13 @@ import type {
   Usage,
 } from '../wire/protocol.js';
 import { AgentRoster, type RegistryWrite } from './agent-roster.js';
-import { placeholderPolicy, policyRecord, restoredUnit } from './allocation-records.js';
+import {
+  lowestChanged,
+  lowestWindowMs,
+  placeholderPolicy,
+  policyRecord,
+  restoredUnit,
+} from './allocation-records.js';
 import {
   claimOf,
   EPSILON,
@@ -50,6 +58,7 @@ import {
   newPolicyState,
   restingUnit,
   unitsOf,
+  type MoveCause,
   type PolicyState,
   type Unit,
 } from './allocation-state.js';
@@ -194,7 +203,11 @@ export class LeaseCoordinator {
   // ---- messages -------------------------------------------------------------------------------------------
 
   /** A heartbeat: register or refresh the agent, record its progress, and answer with a renewal or a refusal. */
-  heartbeat(hb: Heartbeat): RenewalReply {
+  /**
+   * `credential`: the tag of the credential the heartbeat came with (its subject's), when known; a new agent
+   * replaces an old one of the same instance name only when both came with the same credential.
+   */
+  heartbeat(hb: Heartbeat, credential?: string, legacy = false): RenewalReply {
     const now = this.#clock.now();
     const region = this.#regionIndex.get(hb.region);
     if (region === undefined) {
@@ -211,6 +224,8 @@ export class LeaseCoordinator {
         ackRevision: hb.ackRevision,
         renewedSeq: hb.renewedSeq,
         shed: hb.shed,
+        credential,
+        legacy,
       },
       now,
     );
@@ -314,7 +329,13 @@ export class LeaseCoordinator {
     for (const name of this.#dirty) {
       const state = this.#policies.get(name);
       if (state !== undefined) {
-        out.push({ policy: name, record: policyRecord(this.regions, this.safe, state), seq: state.seq });
+        const now = this.#clock.now();
+        const windowMs = lowestWindowMs(state, this.lease.skewMs);
+        out.push({
+          policy: name,
+          record: policyRecord(this.regions, this.safe, state, now, windowMs, !this.#roster.anyLegacy()),
+          seq: state.seq,
+        });
       }
     }
     this.#dirty.clear();
@@ -350,6 +371,7 @@ export class LeaseCoordinator {
     const lapsed = this.#lapsedByRegion(now);
     const unreachable = this.regions.map((_, r) => this.#roster.unreachable(r, now));
     const learning = this.learning(now);
+    const legacy = this.#roster.anyLegacy();
     for (const state of this.#policies.values()) {
       this.#round(state, undefined, state.base, lapsed, unreachable, learning, now);
       for (const [subject, unit] of state.overrides) {
@@ -364,6 +386,10 @@ export class LeaseCoordinator {
         state.slowDemand.prune(now, 60_000);
       }
       if (state.subjects.size > 0) this.#overrides.prune(state, now);
+      // A lowest share that aged out of the window: the record is written again without it.
+      const windowMs = lowestWindowMs(state, this.lease.skewMs);
+      if (unitsOf(state).some((unit) => lowestChanged(unit, now, windowMs, legacy)))
+        this.#dirty.add(state.policy.name);
     }
   }
 
@@ -378,11 +404,14 @@ export class LeaseCoordinator {
   ): void {
     // Without lapsed agents the claims settle at the issued shares, which never sum above 1: nothing to restore.
     if (lapsed.includes(true)) {
+      const epoch = unit.epoch;
       if (unreachable.includes(true)) this.#steps.releaseUnreachable(state, unit, unreachable);
       this.#steps.restoreBudget(state, unit, lapsed);
+      if (unit.epoch !== epoch) unit.cause = this.#cause('lapsed_region', state, now, undefined);
     }
     if (learning || inFlight(unit)) return;
     let next: number[] | undefined;
+    let cause: MoveCause | undefined;
     if (subject !== undefined && state.reverting.has(subject)) {
       // Head back to the policy's shares; the override is dropped once it matches them.
       const far = unit.shares.some((s, r) => Math.abs(s - state.base.shares[r]!) > EPSILON);
@@ -391,23 +420,48 @@ export class LeaseCoordinator {
     } else {
       const entry = subject === undefined ? undefined : state.subjects.get(subject);
       if (subject !== undefined && entry === undefined) return;
+      const cooldown = this.#cooldown(state, now);
+      let ideal: number[] | undefined;
       if (entry === undefined) {
         const demand = this.#roundDemand(state, now);
-        const ideal = targetShares(unit.shares, demand, state.floor);
-        next = rebalanceRound(
-          unit,
-          ideal,
+        ideal = targetShares(
+          unit.shares,
+          demand,
           state.floor,
-          this.settings,
-          { now, demand },
-          this.#cooldown(state, now),
+          negligibleDemand(state.policy.refillPerSecond),
         );
+        next = rebalanceRound(unit, ideal, state.floor, this.settings, { now, demand }, cooldown);
+        if (next !== undefined) {
+          cause = { reason: 'demand', demand: demand.demand, unmet: demand.unmet, target: ideal };
+        }
       } else {
-        const ideal = this.#overrides.ideal(state, entry, now);
-        next = rebalanceRound(unit, ideal, state.floor, this.settings, undefined, this.#cooldown(state, now));
+        ideal = this.#overrides.ideal(state, entry, now);
+        next = rebalanceRound(unit, ideal, state.floor, this.settings, undefined, cooldown);
+      }
+      // No step due, but part of the budget unallocated (a lapse restored around, a record of an earlier
+      // incarnation): hand it out. Not while some region is lapsed: its safe share holds that part back.
+      if (next === undefined && !lapsed.includes(true)) {
+        next = wholeShares(unit, ideal, cooldown);
+        if (next !== undefined) cause = this.#cause('unallocated', state, now, ideal);
       }
     }
-    if (next !== undefined) this.#steps.step(state, unit, next, now, lapsed);
+    if (next !== undefined) {
+      const epoch = unit.epoch;
+      this.#steps.step(state, unit, next, now, lapsed);
+      // A step whose grows found no room changed nothing: what moved the shares last still stands.
+      if (unit.epoch !== epoch || inFlight(unit)) unit.cause = cause;
+    }
+  }
+
+  /** A move's cause with the demand this round sees. */
+  #cause(
+    reason: MoveCause['reason'],
+    state: PolicyState,
+    now: number,
+    target: number[] | undefined,
+  ): MoveCause {
+    const { demand, unmet } = this.#roundDemand(state, now);
+    return { reason, demand, unmet, target };
   }
 
   /** The regrowth cool-down of a policy's units: its idle TTL, padded by the clock-skew margin on both sides. */

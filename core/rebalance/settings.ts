@@ -12,7 +12,8 @@ export const RebalanceSettings = z.strictObject({
   /** Fraction of the distance to the target covered per step, (0, 1]. */
   damping: z.number().gt(0).max(1).default(0.85),
   /**
-   * Largest change of any region's share in one step, (0, 1]. A shrink clips the stored burst of every bucket in
+   * Largest shrink of any region's share in one step, (0, 1] (a grow takes what the shrinks free, so a step hands
+   * out the whole budget: it can exceed this when several regions shrink at once). A shrink clips the stored burst of every bucket in
    * the region it shrinks; in small steps the growing region's borrowing takes that stock over (its buckets grow
    * a step at a time and its top-ups fetch from the shrinking region) before the next step clips it. At 0.05 a
    * shift of 80% of the demand moves the shares in about 15 rounds, and the admissions never leave 10% of the

@@ -23,6 +23,15 @@ export function shareFloor(
 export const NEGLIGIBLE_DEMAND = 0.02;
 
 /**
+ * Demand below which a policy has none to follow, cost per second: NEGLIGIBLE_DEMAND of one subject's rate
+ * (the policy's refill). A policy's demand sums its subjects', so it is below this only when even a single
+ * subject would be using less than 2% of its own budget.
+ */
+export function negligibleDemand(refillPerSecond: number): number {
+  return refillPerSecond * NEGLIGIBLE_DEMAND;
+}
+
+/**
  * Shares that follow demand: each region gets its floor, and the rest of the budget in proportion to its demand
  * (negligible demand counting as none). Returns undefined when there is no demand at all (nothing to follow) or
  * the floors do not fit in the budget.
@@ -118,7 +127,7 @@ export function stepToward(
     sum += out[i]!;
   }
   // Grows capped at maxStep can take more than the capped shrinks free: grow less rather than shrink more, so no
-  // region moves by more than maxStep in one step.
+  // region shrinks by more than maxStep in one step.
   let grown = 0;
   for (let i = 0; i < out.length; i++) grown += Math.max(0, out[i]! - current[i]!);
   if (sum > 1 && grown > 0) {
@@ -130,6 +139,81 @@ export function stepToward(
     }
   }
   if (sum > 1) fitBudget(out, floor, sum);
+  // Capped shrinks can free more than the capped grows take (two regions shrink by maxStep, one grows): the
+  // growers take it all, so every step hands out the whole budget. A step that left part of it unallocated
+  // would keep it so for as long as the move is cut short (demand that stops mid-move leaves no target).
+  else fillToward(out, ideal);
+  return out;
+}
+
+/** Shares that sum to less than this are short of the budget (beyond float noise). */
+export const WHOLE = 1 - 1e-9;
+
+/**
+ * Hand what `shares` leave of the budget to the regions below `ideal`, in proportion to their distance from it
+ * and never past it (a grow frees nothing: the conservation rules issue it into the room the claims leave).
+ * What the ideal leaves over (it sums to 1, but a region held at its share in cool-down may keep part) goes to
+ * the regions in proportion to their shares. Only regions `eligible` (all by default) take any. In place.
+ */
+export function fillToward(
+  shares: number[],
+  ideal: readonly number[] | undefined,
+  eligible: readonly boolean[] = shares.map(() => true),
+): void {
+  let sum = 0;
+  for (const s of shares) sum += s;
+  let left = 1 - sum;
+  if (!(left > 1 - WHOLE)) return;
+  if (ideal !== undefined) {
+    let gap = 0;
+    for (let i = 0; i < shares.length; i++) if (eligible[i]) gap += Math.max(0, ideal[i]! - shares[i]!);
+    if (gap > 0) {
+      const part = Math.min(1, left / gap);
+      for (let i = 0; i < shares.length; i++) {
+        if (!eligible[i]) continue;
+        const add = Math.max(0, ideal[i]! - shares[i]!) * part;
+        shares[i] = shares[i]! + add;
+        left -= add;
+      }
+    }
+  }
+  if (!(left > 1 - WHOLE)) return;
+  let total = 0;
+  let count = 0;
+  for (let i = 0; i < shares.length; i++) {
+    if (!eligible[i]) continue;
+    total += shares[i]!;
+    count++;
+  }
+  if (count === 0) return;
+  for (let i = 0; i < shares.length; i++) {
+    if (eligible[i]) shares[i] = shares[i]! + (total > 0 ? (left * shares[i]!) / total : left / count);
+  }
+}
+
+/**
+ * Shares that sum to less than 1 with no step due made whole: the rest of the budget goes to the regions below
+ * `ideal` (when there is one), then to the regions in proportion to their shares; regions in their regrowth
+ * cool-down take none while another region can. Undefined when the shares are whole already. Budget left
+ * unallocated helps nobody, and nothing else would hand it out before demand moved the shares again (a lapse
+ * the coordinator restored the budget around, or a record of an earlier incarnation).
+ */
+export function wholeShares(
+  state: RebalanceState,
+  ideal: readonly number[] | undefined,
+  cooldown?: Cooldown,
+): ShareVector | undefined {
+  let sum = 0;
+  for (const s of state.shares) sum += s;
+  if (sum >= WHOLE) return undefined;
+  const out = [...state.shares];
+  const free = out.map(
+    (_, r) =>
+      cooldown === undefined ||
+      state.shrunkAt?.[r] === undefined ||
+      cooldown.now - state.shrunkAt[r] >= cooldown.ms,
+  );
+  fillToward(out, ideal, free.some(Boolean) ? free : undefined);
   return out;
 }
 
@@ -208,12 +292,19 @@ export interface RoundDemand {
 /**
  * The target for `current` given what is known: every region known, shares in proportion to demand
  * (idealShares); some unknown, they keep their shares and the known ones share the rest (idealSharesWithin).
+ * None when the known demand is `negligible` (cost per second) or less: smoothed demand of a policy whose traffic
+ * stopped decays toward zero keeping its proportions, and a few requests a minute ago are nothing to move the
+ * whole budget toward (see `negligibleDemand`).
  */
 export function targetShares(
   current: readonly number[],
   d: RoundDemand,
   floor: number,
+  negligible = 0,
 ): ShareVector | undefined {
+  let known = 0;
+  for (let i = 0; i < d.demand.length; i++) if (d.known[i]) known += d.demand[i]!;
+  if (!(known > negligible)) return undefined;
   if (d.known.every(Boolean)) return idealShares(d.demand, floor);
   return idealSharesWithin(d.demand, d.known, current, floor);
 }

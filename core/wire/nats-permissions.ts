@@ -74,7 +74,12 @@ export interface NatsPermissions {
   readonly allow_responses: { readonly max: number; readonly expires: string };
 }
 
-export type NatsRole = { kind: 'coordinator' } | { kind: 'agent'; region: string };
+/**
+ * A process's role. An agent's `tag` (core/wire/protocol.ts `credentialTag`, from its nkey) is the last token of
+ * every subject it publishes on, so its messages name their credential and no agent can speak for another's id;
+ * without one it publishes on its region's untagged subjects (servers configured before tags).
+ */
+export type NatsRole = { kind: 'coordinator' } | { kind: 'agent'; region: string; tag?: string };
 
 /**
  * The inbox prefix of the client whose nkey public key is `publicKey`: its replies arrive under `${prefix}.>`,
@@ -125,9 +130,11 @@ export function natsPermissions(namespace: string, role: NatsRole, inbox: string
   const subscribe = [`${inbox}.>`];
   for (const rule of MESSAGE_SUBJECTS) {
     if (role.kind === 'coordinator') {
-      if (rule.scope === 'from-region') subscribe.push(rule.subject(ns, '*'));
+      // Every region's, untagged (agents that predate tags) and tagged by the sender's credential.
+      if (rule.scope === 'from-region') subscribe.push(rule.subject(ns, '>'));
     } else if (rule.scope === 'from-region') {
-      publish.push(rule.subject(ns, role.region));
+      const own = rule.subject(ns, role.region);
+      publish.push(role.tag === undefined ? own : `${own}.${role.tag}`);
     } else {
       publish.push(rule.subject(ns, '*'));
       subscribe.push(rule.subject(ns, role.region));

@@ -13,21 +13,59 @@ import { ownRecord } from '../own-keys.js';
 import { PolicyName, RegionName } from '../policy.js';
 import { KvNamespace } from './kv.js';
 
-/** NATS subjects of one namespace (see core/wire/kv.ts); the last token is the region. */
-export function protocolSubjects(namespace: string) {
+/**
+ * The tag of the credential an agent connects with, carried as the last token of the subjects it publishes on:
+ * the NATS server lets each agent's nkey publish only under its own tag (core/wire/nats-permissions.ts), and an
+ * agent's id starts with it (`<tag>_<random>`), so the coordinator can tell that a message about an agent comes
+ * from that agent's credential. `open` on servers without credentials (nothing is bound there).
+ */
+export const OPEN_CREDENTIAL_TAG = 'open';
+
+/** The credential tag of an nkey public key (`U…`, base32): its first 24 characters. */
+export function credentialTag(publicKey: string): string {
+  const tag = publicKey.slice(0, 24);
+  if (!/^[A-Z2-7]{24}$/.test(tag)) throw new RangeError('not an nkey public key');
+  return tag;
+}
+
+/** The credential tag an agent id was made under (`<tag>_<random>`), or undefined for an untagged id. */
+export function agentIdTag(agentId: string): string | undefined {
+  const i = agentId.indexOf('_');
+  return i > 0 ? agentId.slice(0, i) : undefined;
+}
+
+/**
+ * NATS subjects of one namespace (see core/wire/kv.ts): `<ns>.v1.<kind>.<region>.<tag>`, the sender's region
+ * and credential tag. Coordinators read the older untagged `<ns>.v1.<kind>.<region>` too (agents that predate
+ * tags); a server with credentials lets no agent publish there.
+ */
+export function protocolSubjects(namespace: string, tag?: string) {
   const ns = KvNamespace.parse(namespace);
+  const at = (kind: string, region: string): string =>
+    tag === undefined ? `${ns}.v1.${kind}.${region}` : `${ns}.v1.${kind}.${region}.${tag}`;
   return {
-    heartbeat: (region: string) => `${ns}.v1.heartbeat.${region}`,
-    usage: (region: string) => `${ns}.v1.usage.${region}`,
-    ack: (region: string) => `${ns}.v1.ack.${region}`,
-    bye: (region: string) => `${ns}.v1.bye.${region}`,
+    heartbeat: (region: string) => at('heartbeat', region),
+    usage: (region: string) => at('usage', region),
+    ack: (region: string) => at('ack', region),
+    bye: (region: string) => at('bye', region),
     all: {
-      heartbeat: `${ns}.v1.heartbeat.*`,
-      usage: `${ns}.v1.usage.*`,
-      ack: `${ns}.v1.ack.*`,
-      bye: `${ns}.v1.bye.*`,
+      heartbeat: `${ns}.v1.heartbeat.>`,
+      usage: `${ns}.v1.usage.>`,
+      ack: `${ns}.v1.ack.>`,
+      bye: `${ns}.v1.bye.>`,
     },
   } as const;
+}
+
+/**
+ * The sender of a message on a protocol subject: its region and credential tag (undefined on an untagged
+ * subject), or undefined when the subject has neither shape.
+ */
+export function protocolSender(subject: string): { region: string; tag: string | undefined } | undefined {
+  const tokens = subject.split('.');
+  if (tokens.length === 4) return { region: tokens[3]!, tag: undefined };
+  if (tokens.length === 5) return { region: tokens[3]!, tag: tokens[4]! };
+  return undefined;
 }
 export type ProtocolSubjects = ReturnType<typeof protocolSubjects>;
 
@@ -189,6 +227,14 @@ export const UnitRecord = z.strictObject({
   pending: ShareByRegion,
   /** Bumped on every change of this unit. */
   epoch: z.number().int().min(0),
+  /**
+   * The lowest share each region was issued within the policy's idle TTL (plus the skew margin on both sides),
+   * for regions where it is below the share issued now (absent: none). Sliding-log, concurrency and daily
+   * decisions size a region by the lowest share it held within the window; an agent that restarted or was added
+   * knows it from here, not only from its own memory. Agents from before it refuse a record carrying it: upgrade
+   * agents before the coordinator (docs/protocol.md).
+   */
+  lowest: ShareByRegion.optional(),
 });
 export type UnitRecord = z.infer<typeof UnitRecord>;
 

@@ -61,3 +61,24 @@ export const ForwardedReply = z.union([
   z.strictObject({ error: ForwardErrorCode, message: z.string().max(300) }),
 ]);
 export type ForwardedReply = z.infer<typeof ForwardedReply>;
+
+/** Most decisions one batch carries. */
+export const MAX_FORWARD_BATCH = 256;
+
+/**
+ * Decisions for one home region forwarded together (one NATS request, on the same subject as a single one): the
+ * checks an agent forwards to a home within one turn of its event loop. The home decides each on its own, as if
+ * it had come alone, and answers them in order.
+ */
+export const ForwardedBatch = z.strictObject({
+  fromRegion: RegionName,
+  batch: z.array(ForwardedDecision).min(1).max(MAX_FORWARD_BATCH),
+});
+export type ForwardedBatch = z.infer<typeof ForwardedBatch>;
+
+/** The home's answers to a batch, one per decision, in order. */
+export const ForwardedBatchReply = z.union([
+  z.strictObject({ replies: z.array(ForwardedReply).min(1).max(MAX_FORWARD_BATCH) }),
+  z.strictObject({ error: ForwardErrorCode, message: z.string().max(300) }),
+]);
+export type ForwardedBatchReply = z.infer<typeof ForwardedBatchReply>;

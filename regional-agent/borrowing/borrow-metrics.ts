@@ -9,6 +9,8 @@ export interface BorrowMetrics {
   droppedTokens: Counter<'policy'>;
   loansServed: Counter<'from' | 'outcome'>;
   lentTokens: Counter<'policy'>;
+  /** Optional (older registries): grants believed only in part or not at all (core/borrowing/loan-bounds.ts). */
+  distrustedGrants?: Counter<'lender' | 'problem'>;
 }
 
 export function borrowMetrics(registry: Registry, planner: BorrowPlanner): BorrowMetrics {
@@ -64,6 +66,12 @@ export function borrowMetrics(registry: Registry, planner: BorrowPlanner): Borro
       name: 'quotaplane_lent_tokens_total',
       help: 'Tokens taken from buckets here and handed to other regions.',
       labelNames: ['policy'],
+      registers,
+    }),
+    distrustedGrants: new Counter({
+      name: 'quotaplane_loan_grants_distrusted_total',
+      help: 'Loan grants believed only in part (over_bound: more than the lender’s share could have held) or not at all (over_asked: more than asked), by lender and problem.',
+      labelNames: ['lender', 'problem'],
       registers,
     }),
   };

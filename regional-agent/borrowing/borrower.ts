@@ -17,8 +17,11 @@ import {
 } from '../../core/borrowing/borrow.js';
 import type { BorrowNeed, BorrowPlanner, LoanAnswer, LoanAsk } from '../../core/borrowing/planner.js';
 import { transferBucket } from '../../core/borrowing/transfer.js';
+import { GrantCheck, lenderBound } from '../../core/borrowing/loan-bounds.js';
+import { ownValue } from '../../core/own-keys.js';
 import { encodeRequest } from '../../core/bucket-wire.js';
 import type { Clock } from '../../core/clock.js';
+import { oneWayAllowanceMs } from '../../core/distance.js';
 import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { LoanRequest } from '../../core/wire/loan.js';
@@ -40,9 +43,18 @@ export interface BorrowerOptions {
   reserveMs: number;
   /** Top a bucket up once an admission leaves it below this fraction of its capacity (0: never). */
   lowWater: number;
-  /** How long a top-up may wait for its lenders, ms (the decision deadline). */
+  /** How long a top-up may wait for its lenders, ms (the decision deadline and the farthest link's allowance). */
   topUpMs: number;
+  /**
+   * How much longer than its decision's deadline a refusal's borrow may wait for its lenders, ms: the link's
+   * allowance (core/distance.ts linkAllowanceMs of the farthest lender), so a loan can cross it. Default 0.
+   */
+  linkAllowanceMs?: number | undefined;
+  /** The round trip to a lender region, ms: its answer needs one way of it (default 0). */
+  roundTripMs?: ((lender: string) => number) | undefined;
   metrics?: BorrowMetrics | undefined;
+  /** Monotonic ms for the grant check's refill (core/borrowing/loan-bounds.ts); default performance.now. */
+  monotonic?: (() => number) | undefined;
   /** Told of tokens credited here from other regions (the usage report counts them). */
   imported?: ((policy: string, tokens: number) => void) | undefined;
 }
@@ -56,8 +68,14 @@ export class Borrower implements ShortfallHandler {
   /** Credits so far, by (policy, subject) (a bounded LRU: an evicted subject reads 0, which only costs a retry). */
   readonly #credits = new Map<string, number>();
 
+  /** What each lender could have given, per (lender, policy, subject): grants above it are not believed. */
+  readonly #grants: GrantCheck;
+  readonly #monotonic: () => number;
+
   constructor(options: BorrowerOptions) {
     this.#o = options;
+    this.#grants = new GrantCheck(options.planner.settings.maxEntries);
+    this.#monotonic = options.monotonic ?? (() => performance.now());
   }
 
   async cover(short: readonly ShortCheck[], deadlineAt: number): Promise<ShortfallOutcome> {
@@ -164,7 +182,8 @@ export class Borrower implements ShortfallHandler {
 
   #borrow(short: ShortCheck, deadlineAt: number): Promise<BorrowResult> {
     const need = shortfallNeed(this.#shortfall(short));
-    return this.#run(short, need, askDeadline(deadlineAt, this.#o.clock.now(), this.#o.reserveMs), 'refusal');
+    const until = deadlineAt + (this.#o.linkAllowanceMs ?? 0);
+    return this.#run(short, need, askDeadline(until, this.#o.clock.now(), this.#o.reserveMs), 'refusal');
   }
 
   async #run(
@@ -202,9 +221,33 @@ export class Borrower implements ShortfallHandler {
     return result;
   }
 
-  #ask(ask: LoanAsk, need: BorrowNeed, version: number, until: number): Promise<LoanAnswer> {
-    const request = loanRequest(need, ask, version, until, this.#o.clock.now());
-    if (request === undefined) return Promise.resolve({ kind: 'late' });
-    return this.#o.ask(ask.lender, request, until);
+  async #ask(ask: LoanAsk, need: BorrowNeed, version: number, until: number): Promise<LoanAnswer> {
+    const answerMs = oneWayAllowanceMs(this.#o.roundTripMs?.(ask.lender) ?? 0);
+    const request = loanRequest(need, ask, version, until, this.#o.clock.now(), answerMs);
+    if (request === undefined) return { kind: 'late' };
+    const answer = await this.#o.ask(ask.lender, request, until);
+    return answer.kind === 'grant' ? this.#believe(ask, need, answer) : answer;
+  }
+
+  /**
+   * A grant as far as it can be believed: never more than asked, never more than the lender's share of the
+   * subject could have held since (core/borrowing/loan-bounds.ts). A grant above what was asked is no lender's
+   * answer: the region is treated as unreachable (backed off).
+   */
+  #believe(ask: LoanAsk, need: BorrowNeed, answer: Extract<LoanAnswer, { kind: 'grant' }>): LoanAnswer {
+    const ceilings = this.#o.shares.regionCeilings?.(need.policy, need.subject);
+    const share = ceilings === undefined ? 0 : (ownValue(ceilings, ask.lender) ?? 0);
+    const verdict = this.#grants.check(
+      ask.lender,
+      need.policy,
+      need.subject,
+      { mode: ask.mode, asked: ask.amountMicros, granted: answer.grant.grantedMicros },
+      lenderBound(need.capacity, need.refillPerSecond, share),
+      this.#monotonic(),
+    );
+    if (verdict.problem === undefined) return answer;
+    this.#o.metrics?.distrustedGrants?.inc({ lender: ask.lender, problem: verdict.problem });
+    if (verdict.problem === 'over_asked') return { kind: 'unreachable' };
+    return { ...answer, grant: { ...answer.grant, grantedMicros: verdict.believed } };
   }
 }

@@ -11,7 +11,9 @@ import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import { LoanRequest, loanSubject, type LoanErrorCode, type LoanReply } from '../../core/wire/loan.js';
-import { LendTooLateError } from '../../core/borrowing/transfer.js';
+import { LendTooLateError, type EncodedLendResult } from '../../core/borrowing/transfer.js';
+import { DEFAULT_LEND_BUDGET_SUBJECTS, LendBudget } from '../../core/borrowing/loan-bounds.js';
+import { hasOwnKey } from '../../core/own-keys.js';
 import type { BorrowMetrics } from './borrow-metrics.js';
 import type { TransferStore } from './transfer-store.js';
 
@@ -25,6 +27,13 @@ export interface LoanResponderOptions {
   /** Admission control: a function to call once answered, or a reason to shed the request (`overloaded`). */
   admit?: (() => (() => void) | string) | undefined;
   metrics?: BorrowMetrics | undefined;
+  /**
+   * What one requesting region may take from this region's buckets, per policy (core/borrowing/loan-bounds.ts).
+   * Default: DEFAULT_LEND_BUDGET_SUBJECTS bursts, remembered for 10,000 (region, policy) pairs.
+   */
+  budget?: LendBudget | undefined;
+  /** Monotonic ms for the lend budget's refill; default performance.now. */
+  monotonic?: (() => number) | undefined;
   log?: { warn(obj: object, msg?: string): void } | undefined;
 }
 
@@ -32,9 +41,13 @@ export class LoanResponder {
   readonly #o: LoanResponderOptions;
   #subscription: Subscription | undefined;
   readonly #inFlight = new Set<Promise<void>>();
+  readonly #budget: LendBudget;
+  readonly #monotonic: () => number;
 
   constructor(options: LoanResponderOptions) {
     this.#o = options;
+    this.#budget = options.budget ?? new LendBudget(DEFAULT_LEND_BUDGET_SUBJECTS, 10_000);
+    this.#monotonic = options.monotonic ?? (() => performance.now());
   }
 
   start(): void {
@@ -72,6 +85,11 @@ export class LoanResponder {
     const accepted = acceptLoan(request, this.#o.policies.current().get(request.policy), Date.now());
     if (!('policy' in accepted)) return this.#error(from, accepted.error, accepted.message);
     const { policy } = accepted;
+    // The requesting region names itself: only a region that holds a share of the subject here can ask (else a
+    // made-up name would be one more lend budget), and never this region.
+    const regions = this.#o.shares.regionCeilings?.(policy.name, request.subject);
+    if (from === this.#o.region || (regions !== undefined && !hasOwnKey(regions, from)))
+      return this.#error('unknown', 'invalid_request', `unknown requesting region ${from}`);
     const admitted = this.#o.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string')
       return this.#error(from, 'overloaded', `the lender is overloaded (${admitted.replace(/_/g, ' ')})`);
@@ -85,11 +103,30 @@ export class LoanResponder {
         bucketKey(policy.version, request.subject, policy.name),
       );
       if (!('lend' in sized)) return this.#error(from, sized.error, sized.message);
-      const result = await this.#o.store.lend(sized.lend, lendUntil);
-      this.#o.metrics?.loansServed.inc({ from, outcome: result.granted > 0 ? 'granted' : 'dry' });
-      if (result.granted > 0)
-        this.#o.metrics?.lentTokens.inc({ policy: policy.name }, result.granted / MICRO);
-      return grantReply(result);
+      const budgetKey = `${policy.name}\u0000${request.class ?? ''}`;
+      const reserved = this.#budget.reserve(
+        from,
+        budgetKey,
+        policy,
+        sized.lend.amount,
+        sized.lend.mode,
+        this.#monotonic(),
+      );
+      if (reserved === 0) {
+        return this.#error(
+          from,
+          'overloaded',
+          `the lend budget of region ${from} for ${policy.name} is spent`,
+        );
+      }
+      let given = 0;
+      try {
+        const result = await this.#o.store.lend({ ...sized.lend, amount: reserved }, lendUntil);
+        given = result.granted;
+        return this.#served(policy.name, from, result);
+      } finally {
+        this.#budget.settle(from, budgetKey, reserved, given);
+      }
     } catch (error) {
       if (error instanceof LendTooLateError)
         return this.#error(from, 'deadline', 'the lend ran after the borrower stopped waiting');
@@ -99,6 +136,12 @@ export class LoanResponder {
       leave();
       admitted();
     }
+  }
+
+  #served(policy: string, from: string, result: EncodedLendResult): LoanReply {
+    this.#o.metrics?.loansServed.inc({ from, outcome: result.granted > 0 ? 'granted' : 'dry' });
+    if (result.granted > 0) this.#o.metrics?.lentTokens.inc({ policy }, result.granted / MICRO);
+    return grantReply(result);
   }
 
   async #handle(data: Uint8Array): Promise<LoanReply> {

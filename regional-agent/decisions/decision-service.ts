@@ -7,8 +7,10 @@
  *   denial, idempotency-claim.ts guards keys across groups, failure-modes.ts answers for what nothing decided;
  * - decision-recorder.ts counts, reports usage and logs what was decided.
  */
+import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { DecisionRequest } from '../../core/agent-wire.js';
+import type { LeaseKey } from '../../core/concurrency.js';
 import type { Clock } from '../../core/clock.js';
 import { hasOwnKey } from '../../core/own-keys.js';
 import { isLogKind, withClass } from '../../core/policy.js';
@@ -41,6 +43,8 @@ export interface DecisionServiceConfig {
   /** Longest a decision may take, every store call included. */
   deadlineMs: number;
   hmacSecret?: string | undefined;
+  /** Signs the lease tokens of concurrency checks (core/concurrency.ts); random per service when not given. */
+  leaseKey?: LeaseKey | undefined;
   idempotencyTtlMs: number;
   /** Retry hint for checks denied because something failed (the breaker's reset time). */
   failureRetryAfterMs: number;
@@ -90,6 +94,7 @@ export class DecisionService {
       idempotencyTtlMs: config.idempotencyTtlMs,
       creations: new CreationFlights(),
       region: config.region,
+      leaseKey: config.leaseKey ?? randomBytes(32),
       sharedCheck: (check) => this.#sharedCheck(check),
     });
     this.#recorder = new DecisionRecorder(deps, config);

@@ -27,9 +27,17 @@ export async function runForwardGroup(
   const run = newRun(group);
   try {
     // Earlier groups may have used the whole deadline: then nothing is sent (a request the caller gives up
-    // on before it starts would only charge the home bucket for an answer nobody reads).
-    const budgetMs = call.deadlineAt - deps.clock.now();
-    if (budgetMs <= 0) throw new Error('deadline passed before forwarding');
+    // on before it starts would only charge the home bucket for an answer nobody reads). The link to the home
+    // gets its round trip on top of the deadline (docs/protocol.md, "Timings at a distance").
+    // A deadline spent on this agent before the check could leave is this agent's overload, not the home's
+    // absence: the request is shed (503, nothing charged), never answered home_unreachable.
+    const localLeft = call.deadlineAt - deps.clock.now();
+    if (localLeft <= 0) {
+      throw new AgentErrors.AGT_ERR_OVERLOADED(
+        `the decision deadline passed on this agent before the check could be forwarded to ${group.homeRegion}`,
+      );
+    }
+    const budgetMs = localLeft + (deps.forwarder?.linkAllowanceMs?.(group.homeRegion) ?? 0);
     if (deps.forwarder === undefined) throw new Error('no forwarder');
     const remote = await settleWithin(
       deps.forwarder.decide(
@@ -58,10 +66,10 @@ export async function runForwardGroup(
     return run;
   } catch (error) {
     if (error instanceof AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT) throw error;
-    // A busy home sheds explicitly: the whole request is shed, as the agent's own admission control would.
-    if (error instanceof HomeOverloadedError) {
-      throw new AgentErrors.AGT_ERR_OVERLOADED(`home region ${error.homeRegion} is overloaded`);
-    }
+    if (error instanceof AgentErrors.AGT_ERR_OVERLOADED) throw error;
+    // A home that sheds says why (busy, or the request reached it too late): the whole request is shed, as the
+    // agent's own admission control would, and the reason is the home's own words.
+    if (error instanceof HomeOverloadedError) throw new AgentErrors.AGT_ERR_OVERLOADED(error.message);
     run.allowed = deps.failures.failAll(group.checks, group.indexes, 'home_unreachable', dryRun, sheet);
     return run;
   }

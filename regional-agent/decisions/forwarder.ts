@@ -44,4 +44,9 @@ export interface Forwarder {
    * AGT_ERR_IDEMPOTENCY_CONFLICT.
    */
   decide(homeRegion: string, request: ForwardRequest, budgetMs: number): Promise<ForwardResult>;
+  /**
+   * Time a decision may wait for `homeRegion` beyond its local deadline, ms: the link's round trip and its margin
+   * (core/distance.ts linkAllowanceMs). Absent: none (the home is as near as this agent's own store).
+   */
+  linkAllowanceMs?(homeRegion: string): number;
 }

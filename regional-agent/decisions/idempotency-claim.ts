@@ -35,10 +35,9 @@ export async function claimIdempotencyKey(
       deps.store.claim(
         key,
         fingerprint,
-        idempotencyTtlMs(
-          deps.idempotencyTtlMs,
-          request.checks.map((p) => p.policy.idleTtlSeconds),
-        ),
+        // As long as the longest record of any group may live: a claim that is new proves that no group's
+        // record is this request's (layered-runner.ts).
+        idempotencyTtlMs(deps.idempotencyTtlMs, []),
         request.dryRun,
       ),
     );

@@ -59,8 +59,9 @@ export class LayeredRunner {
     });
 
     const groups = groupChecks(checks, (key) => this.#deps.store.slotOf(key));
+    let claim: Awaited<ReturnType<typeof claimIdempotencyKey>> | undefined;
     if (idempotencyKey !== undefined && groups.length > 1) {
-      const claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey);
+      claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey);
       if (claim === 'conflict') throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
     }
 
@@ -73,6 +74,11 @@ export class LayeredRunner {
       try {
         run = await this.#runGroup(request, group, false, deadlineAt, sheet, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
+        // This request was never seen here (its claim is new, and a claim outlives every record of its key),
+        // yet a local group replayed: the record is another request's that used the key for these same checks
+        // (a one-group request writes no claim). Answering it would admit this request without charge.
+        if (claim === 'new' && run.replayed && group.kind !== 'forward')
+          throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         if (run.reroute !== undefined) {
           // New subjects past their policies' creation caps: nothing was decided; the group's checks are
           // grouped again with those moved to the shared buckets (on a cluster, maybe other slots), and the
@@ -104,10 +110,13 @@ export class LayeredRunner {
     if (next < groups.length) {
       await Promise.all(groups.slice(next).map((g) => this.#runGroup(request, g, true, deadlineAt, sheet)));
     }
+    // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
+    // record, which refunds it itself if it is denied. Refunding it here too gave it back twice when two calls of
+    // one key raced and both were denied by a later group (found by the conservation property suite).
     if (denied)
       await refundRuns(
         this.#deps,
-        runs.filter((r) => r.charged),
+        runs.filter((r) => r.charged && !r.replayed),
         sheet,
       );
     const replayed = runs.length > 0 && runs.length === groups.length && runs.every((r) => r.replayed);

@@ -1,5 +1,5 @@
 import type { CheckResult } from '../../core/agent-wire.js';
-import { leaseToken } from '../../core/concurrency.js';
+import { leaseToken, type LeaseKey } from '../../core/concurrency.js';
 import { logRecordKey } from '../../core/sliding-log.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
@@ -17,6 +17,8 @@ export interface LogGroupDeps {
   idempotencyTtlMs: number;
   /** This agent's region: a concurrency lease names it, so it is released where it is held. */
   region: string;
+  /** Signs lease tokens, so a release names only entries this region's agents wrote. */
+  leaseKey: LeaseKey;
 }
 
 /** One log group of one request, as the layered runner hands it over. */
@@ -72,15 +74,18 @@ export async function runLogGroup(
       result.reason = ownBudgetReason(p.policy, p.log.limit, p.policy.capacity);
     // An acquired concurrency slot: the token that releases exactly the entries this call wrote.
     if (p.policy.kind === 'concurrency' && reply.allowed && r.stamp > 0) {
-      result.lease = leaseToken({
-        region: deps.region,
-        policy: p.policy.name,
-        version: p.policy.version,
-        subject: p.subject,
-        stamp: r.stamp,
-        seq: r.seq,
-        cost: p.cost,
-      });
+      result.lease = leaseToken(
+        {
+          region: deps.region,
+          policy: p.policy.name,
+          version: p.policy.version,
+          subject: p.subject,
+          stamp: r.stamp,
+          seq: r.seq,
+          cost: p.cost,
+        },
+        deps.leaseKey,
+      );
     }
     sheet.results[at] = result;
     sheet.fits[at] = r.retryAfterMs === 0;

@@ -323,13 +323,24 @@ function topUp(
   const left: ShortCheck[] = [];
   group.checks.forEach((check, j) => {
     const b = decision.results[j];
-    if (check.policy.mode === 'regional' && b !== undefined)
+    if (borrows(check) && b !== undefined)
       left.push({ check, remaining: b.remaining, generation: generations[j] });
   });
   if (left.length > 0) handler.admitted(left);
 }
 
-/** The regional checks of a denied group that lacked tokens now but could take their cost after a refill. */
+/**
+ * Whether a check's bucket may borrow from (and be topped up by) other regions: regional checks, except sharded
+ * ones. A sharded check's bucket is one of K sub-buckets holding C·s/K; a loan names the subject and the policy,
+ * and a lender sizes and takes from the subject's whole (unsharded) bucket, a key no sharded decision uses, which
+ * its script treats as full: every borrow would mint up to C·s. Sharded checks are refused `shard_exhausted`
+ * instead (docs/sharded-keys.md), and lenders refuse sharded loans (core/borrowing/lender.ts acceptLoan).
+ */
+function borrows(check: StoreCheck): boolean {
+  return check.policy.mode === 'regional' && check.policy.shards === undefined;
+}
+
+/** The borrowing checks of a denied group that lacked tokens now but could take their cost after a refill. */
 function shortOfTokens(
   group: StoreGroup,
   decision: Decision,
@@ -340,13 +351,7 @@ function shortOfTokens(
   group.checks.forEach((check, index) => {
     const b = decision.results[index];
     const wait = b?.retryAfterMs;
-    if (
-      check.policy.mode === 'regional' &&
-      b !== undefined &&
-      wait !== undefined &&
-      wait !== null &&
-      wait > 0
-    )
+    if (borrows(check) && b !== undefined && wait !== undefined && wait !== null && wait > 0)
       out.push({ check, remaining: b.remaining, index, generation: generations[index] });
   });
   return out;

@@ -16,6 +16,7 @@ import { RlsRequest, type RlsResponse } from '../../core/wire/rls.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import type { AgentError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
+import type { Admission } from '../resilience/admission.js';
 import type { DescriptorRules } from './descriptor-rules.js';
 import { rlsResponse } from './rls-response.js';
 
@@ -64,6 +65,8 @@ export interface RlsServiceDeps {
   legacyHeaders: boolean;
   /** Throws AGT_ERR_NOT_READY until policies are known. */
   assertServing: () => void;
+  /** Admission control, shared with the HTTP routes: a call the agent cannot take is UNAVAILABLE at once. */
+  admission?: Admission | undefined;
 }
 
 export interface RlsService {
@@ -148,6 +151,16 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
 
   return {
     async shouldRateLimit(raw, deadlineMs) {
+      const entered = deps.admission?.enter('grpc');
+      if (typeof entered === 'string') {
+        return refuse(
+          new RlsError(
+            'UNAVAILABLE',
+            entered === 'in_flight' ? 'too many decisions in flight' : 'event loop delay',
+            'AGT_ERR_OVERLOADED',
+          ),
+        );
+      }
       try {
         return await decide(raw, deadlineMs);
       } catch (error) {
@@ -157,6 +170,8 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
         if (status !== undefined) return refuse(new RlsError(status, (error as Error).message, code));
         log.error({ err: error }, 'rate-limit request failed');
         return refuse(new RlsError('INTERNAL', 'internal error', 'AGT_ERR_INTERNAL'));
+      } finally {
+        entered?.();
       }
     },
   };

@@ -4,15 +4,25 @@ import type { AgentMetrics } from '../observability/metrics.js';
 import { retryAfterSeconds, type Admission, type AdmissionRoute } from '../resilience/admission.js';
 import { errorProblem, sendProblem } from './problem.js';
 
-/** The decision route a route pattern belongs to: `POST /v1/decisions`, or any forward-auth flavour. */
-function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
-  if (url === '/v1/decisions') return 'http';
-  if (url === '/v1/forward-auth' || url?.startsWith('/v1/forward-auth/') === true) return 'forward_auth';
+/**
+ * The admission route a route pattern belongs to: every route that reaches the store or the decision path
+ * (decisions and their batch, which enters as its first element: batch-route.ts admits the others one by one;
+ * local grants, forward-auth, reservations, lease releases, explain). Health, readiness, metrics and docs are not
+ * admitted: they must answer while the agent sheds.
+ */
+export function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
+  if (url === undefined) return undefined;
+  if (url === '/v1/decisions' || url === '/v1/decisions/batch') return 'http';
+  if (url === '/v1/grants' || url === '/v1/grants/return') return 'grants';
+  if (url === '/v1/forward-auth' || url.startsWith('/v1/forward-auth/')) return 'forward_auth';
+  if (url === '/v1/reservations' || url.startsWith('/v1/reservations/')) return 'reservations';
+  if (url.startsWith('/v1/leases/')) return 'leases';
+  if (url === '/v1/explain') return 'explain';
   return undefined;
 }
 
 /**
- * One `onRequest` hook for every decision route: a request the agent cannot take is answered at once, before
+ * One `onRequest` hook for every route `decisionRoute` names: a request the agent cannot take is answered at once, before
  * its body is read or any store call is made, with `503` problem+json `AGT_ERR_OVERLOADED` and `Retry-After`.
  * An admitted request leaves admission when its response is finished or its connection closes.
  */

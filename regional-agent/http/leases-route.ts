@@ -5,7 +5,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { LeaseParams, LeaseReleaseResponse } from '../../core/agent-wire.js';
-import { leaseRelease, parseLeaseToken } from '../../core/concurrency.js';
+import { leaseRelease, parseLeaseToken, type LeaseKey } from '../../core/concurrency.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import type { DecisionStore } from '../decisions/decision-store.js';
 import { AgentErrors } from '../errors.js';
@@ -25,6 +25,7 @@ const schema = {
     ...problems({
       ...COMMON_PROBLEMS,
       400: ['AGT_ERR_INVALID_LEASE'],
+      414: ['AGT_ERR_URI_TOO_LONG'],
       404: ['AGT_ERR_UNKNOWN_POLICY'],
       421: ['AGT_ERR_WRONG_REGION'],
       503: [...COMMON_PROBLEMS[503], 'AGT_ERR_STORE_UNAVAILABLE'],
@@ -38,18 +39,26 @@ export interface LeasesRouteOptions {
   policies: PolicySource;
   metrics: AgentMetrics;
   region: string;
+  /** The key lease tokens are signed with (core/concurrency.ts). */
+  leaseKey: LeaseKey;
   assertServing: () => void;
 }
 
 export function leasesRoute(app: FastifyInstance, options: LeasesRouteOptions): void {
-  const { store, guard, policies, metrics, region, assertServing } = options;
+  const { store, guard, policies, metrics, region, leaseKey, assertServing } = options;
   app.delete<{ Params: { lease: string } }>(
     '/v1/leases/:lease',
     { schema },
     async (request): Promise<LeaseReleaseResponse> => {
       assertServing();
-      const parsed = parseLeaseToken(request.params.lease);
-      if (!parsed.ok) throw new AgentErrors.AGT_ERR_INVALID_LEASE(parsed.reason);
+      const parsed = parseLeaseToken(request.params.lease, leaseKey);
+      if (!parsed.ok) {
+        // Another region's token is signed with that region's key: misdirected, not forged, as far as we know.
+        if (parsed.region !== undefined && parsed.region !== region) {
+          throw new AgentErrors.AGT_ERR_WRONG_REGION('lease', parsed.region);
+        }
+        throw new AgentErrors.AGT_ERR_INVALID_LEASE(parsed.reason);
+      }
       const { lease } = parsed;
       if (lease.region !== region) throw new AgentErrors.AGT_ERR_WRONG_REGION('lease', lease.region);
       const policy = policies.current().get(lease.policy);

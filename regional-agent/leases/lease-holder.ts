@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Clock } from '../../core/clock.js';
+import { monotonicOf, type Clock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
 import type { RenewalBounds } from '../../core/lease/trust-checks.js';
 import {
@@ -23,6 +23,7 @@ import {
 } from '../../core/wire/kv.js';
 import {
   AllocationRecord,
+  OPEN_CREDENTIAL_TAG,
   protocolSubjects,
   RenewalReply,
   type ProtocolSubjects,
@@ -37,6 +38,11 @@ export interface LeaseHolderOptions {
   instance: string;
   clock: Clock;
   namespace?: string;
+  /**
+   * The tag of this agent's NATS credential (regional-agent/nats/credentials.ts `natsCredentialTag`): the last
+   * token of the subjects it publishes on and the start of its id. Default `open` (a server without credentials).
+   */
+  credentialTag?: string;
   /** Counted usage to report each interval. */
   usage?: UsageRecorder;
   /** Margin for the offset between this clock and Redis time in refill floors, ms. Default: the lease settings'. */
@@ -91,8 +97,9 @@ export class LeaseHolder {
 
   constructor(options: LeaseHolderOptions) {
     this.#options = options;
-    this.agentId = `agent-${randomBytes(9).toString('base64url')}`;
-    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE);
+    const tag = options.credentialTag ?? OPEN_CREDENTIAL_TAG;
+    this.agentId = `${tag}_${randomBytes(9).toString('hex')}`;
+    this.#subjects = protocolSubjects(options.namespace ?? DEFAULT_KV_NAMESPACE, tag);
     this.#bucket = kvNames(options.namespace ?? DEFAULT_KV_NAMESPACE).allocations;
     this.#interval = options.reportIntervalMs ?? defaultLeaseSettings.reportIntervalMs;
     this.lease = new AgentLease({
@@ -165,6 +172,8 @@ export class LeaseHolder {
     const seq = this.#seq++;
     this.lease.poll();
     const sentAt = clock.now();
+    // The lease is a duration: measured from when the heartbeat left on the monotonic clock.
+    const sentAtMono = monotonicOf(clock);
     const heartbeat = {
       agentId: this.agentId,
       instance: this.#options.instance,
@@ -215,7 +224,7 @@ export class LeaseHolder {
         );
         return;
       }
-      const outcome = this.lease.renewed(reply, sentAt, seq);
+      const outcome = this.lease.renewed(reply, sentAtMono, seq);
       if (outcome === 'out_of_bounds') {
         // Not the coordinator's word, or not one to follow: the lease and interval stay as they were.
         this.#metrics?.heartbeats.inc({ outcome: 'out_of_bounds' });

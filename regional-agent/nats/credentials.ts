@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { nkeyAuthenticator, nkeys, type ConnectionOptions } from '@nats-io/nats-core';
 import { inboxPrefix } from '../../core/wire/nats-permissions.js';
+import { credentialTag, OPEN_CREDENTIAL_TAG } from '../../core/wire/protocol.js';
 
 type Credentials = Pick<ConnectionOptions, 'authenticator' | 'inboxPrefix' | 'tls'>;
 
@@ -14,4 +15,14 @@ export function natsCredentials(nkeyFile: string | undefined, tlsCaFile: string 
   const seed = new TextEncoder().encode(readFileSync(nkeyFile, 'utf8').trim());
   const publicKey = nkeys.fromSeed(seed).getPublicKey();
   return { ...tls, authenticator: nkeyAuthenticator(seed), inboxPrefix: inboxPrefix(publicKey) };
+}
+
+/**
+ * The tag of the agent's credential (core/wire/protocol.ts): the last token of the subjects it publishes on and
+ * the start of its agent id. `open` without an nkey.
+ */
+export function natsCredentialTag(nkeyFile: string | undefined): string {
+  if (nkeyFile === undefined) return OPEN_CREDENTIAL_TAG;
+  const seed = new TextEncoder().encode(readFileSync(nkeyFile, 'utf8').trim());
+  return credentialTag(nkeys.fromSeed(seed).getPublicKey());
 }

@@ -21,6 +21,8 @@ export class AgentMetrics {
   readonly scriptErrors: Counter<'operation'>;
   readonly refunds: Counter<'outcome'>;
   readonly leaseReleases: Counter<'policy' | 'outcome'>;
+  readonly grants: Counter<'policy' | 'outcome'>;
+  readonly grantTokens: Counter<'policy' | 'flow'>;
   readonly reservations: Counter<'outcome'>;
   readonly idempotency: Counter<'outcome'>;
   readonly subjectFlood: Counter<'policy' | 'answer'>;
@@ -96,6 +98,18 @@ export class AgentMetrics {
       labelNames: ['outcome'],
       registers,
     });
+    this.grants = new Counter({
+      name: 'quotaplane_grants_total',
+      help: 'Local grant calls, by policy and outcome (granted; dry: nothing to take; returned; failed: no store answer).',
+      labelNames: ['policy', 'outcome'],
+      registers,
+    });
+    this.grantTokens = new Counter({
+      name: 'quotaplane_grant_tokens_total',
+      help: 'Tokens moved by local grants, by policy and flow (taken out to clients; returned; dropped: no room on return).',
+      labelNames: ['policy', 'flow'],
+      registers,
+    });
     this.leaseReleases = new Counter({
       name: 'quotaplane_lease_releases_total',
       help: 'Concurrency lease releases, by policy and outcome (released; gone: already released or expired; failed).',
@@ -156,7 +170,7 @@ export class AgentMetrics {
     });
     this.shed = new Counter({
       name: 'quotaplane_shed_decisions_total',
-      help: 'Decision requests refused before any store call because the agent was overloaded (503 AGT_ERR_OVERLOADED), by route (http, forward_auth, strict) and cause (in_flight, event_loop_delay).',
+      help: 'Decision requests refused before any store call because the agent was overloaded (503 AGT_ERR_OVERLOADED), by route (http, forward_auth, grpc, reservations, leases, explain, strict, loan) and cause (in_flight, event_loop_delay).',
       labelNames: ['region', 'route', 'reason', 'cause'],
       registers,
     });

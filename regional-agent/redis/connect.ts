@@ -18,18 +18,45 @@ export const decisionRedisOptions = {
 export interface RedisTarget {
   redisUrl?: string | undefined;
   redisClusterNodes?: readonly string[] | undefined;
+  /** Sentinels, `host:port` each, watching the master named `redisMasterName`. */
+  redisSentinels?: readonly string[] | undefined;
+  redisMasterName?: string | undefined;
   /** `auto`: ioredis auto-pipelining (commands of one event-loop turn leave in one write). */
   storeBatching?: 'batch' | 'auto' | 'off' | undefined;
 }
 
-/** A client for one Redis or one Redis Cluster, with the decision path's options. */
+/** `host:port` or `[v6]:port` as ioredis takes a node. */
+function hostPort(node: string): { host: string; port: number } {
+  const at = node.lastIndexOf(':');
+  return { host: node.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(node.slice(at + 1)) };
+}
+
+/**
+ * A client for one Redis, one Redis Cluster or a Redis under Sentinel, with the decision path's options.
+ *
+ * Under Sentinel the client asks the sentinels for the master at every (re)connection and, with
+ * `failoverDetector`, drops its connection as soon as a sentinel announces `+switch-master`, so a failover costs
+ * the time Sentinel takes to promote plus one reconnection. A command in flight when the master died fails (it is
+ * never resent: see decisionRedisOptions); the new master's empty script cache is refilled by ioredis, which
+ * answers NOSCRIPT with EVAL (defineScript).
+ */
 export function connectRedis(target: RedisTarget): Redis | Cluster {
   const enableAutoPipelining = target.storeBatching === 'auto';
-  if (target.redisClusterNodes !== undefined) {
-    const nodes = target.redisClusterNodes.map((n) => {
-      const at = n.lastIndexOf(':');
-      return { host: n.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(n.slice(at + 1)) };
+  if (target.redisSentinels !== undefined) {
+    if (target.redisMasterName === undefined) throw new Error('a Sentinel target needs its master name');
+    return new Redis({
+      ...decisionRedisOptions,
+      enableAutoPipelining,
+      sentinels: target.redisSentinels.map(hostPort),
+      name: target.redisMasterName,
+      role: 'master',
+      failoverDetector: true,
+      // Ask the sentinels again quickly: until one answers, every decision takes its policy's failure mode.
+      sentinelRetryStrategy: (times: number) => Math.min(50 * times, 1000),
     });
+  }
+  if (target.redisClusterNodes !== undefined) {
+    const nodes = target.redisClusterNodes.map(hostPort);
     const { enableOfflineQueue: _offline, retryStrategy: _retry, ...perNode } = decisionRedisOptions;
     const options = {
       enableOfflineQueue: false,

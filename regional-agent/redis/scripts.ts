@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { Cluster, Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { onTheWire } from '../resilience/wire-timeout.js';
 
 /** Directory of the Lua scripts, resolved from this module so it works from any working directory. */
@@ -62,13 +62,54 @@ export async function runScript(
 ): Promise<unknown> {
   // eslint-disable-next-line quotaplane/no-untrusted-record-key -- a lua/ file name (defineScript), never a caller's
   const call = (redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[command]!;
+  const ack = replicaAcks.get(redis);
   try {
-    return await onTheWire(call.call(redis, keys.length, ...keys, ...argv), timeoutMs, what);
+    const reply = call.call(redis, keys.length, ...keys, ...argv);
+    if (ack === undefined) return await onTheWire(reply, timeoutMs, what);
+    // WAIT goes out right behind the script on the same connection: one round trip plus replication.
+    const acked = (redis as Redis).wait(ack.replicas, ack.timeoutMs);
+    acked.catch(() => undefined);
+    const result = await onTheWire(reply, timeoutMs, what);
+    const replicas = await onTheWire(acked, timeoutMs + ack.timeoutMs, `${what} WAIT`);
+    if (replicas < ack.replicas) throw new ReplicaAckError(what, ack, replicas);
+    return result;
   } catch (error) {
     if (error instanceof Error && CALLER_ERRORS.test(error.message)) {
       throw new ScriptError(error.message, { cause: error });
     }
     throw error;
+  }
+}
+
+/** How many replicas must hold a script's writes before its reply counts (Redis `WAIT`). */
+export interface ReplicaAck {
+  readonly replicas: number;
+  readonly timeoutMs: number;
+}
+
+/** Clients whose script calls wait for replicas (ackReplicas); a setting of the connection, as its scripts are. */
+const replicaAcks = new WeakMap<Redis | Cluster, ReplicaAck>();
+
+/**
+ * Every script call on `redis` from now on is answered only once `ack.replicas` replicas hold its writes: a
+ * failover then cannot forget a decision that was answered. One Redis or Sentinel only (WAIT has no slot).
+ */
+export function ackReplicas(redis: Redis | Cluster, ack: ReplicaAck): void {
+  if (redis instanceof Cluster)
+    throw new Error('WAIT after scripts needs one Redis or Sentinel, not a cluster');
+  if (ack.replicas > 0) replicaAcks.set(redis, ack);
+}
+
+/**
+ * A script ran but fewer replicas than asked acknowledged its writes in time: the decision is a store failure
+ * (its policy's failure mode), and whatever it charged stays charged, so a later failover can only forget tokens
+ * that were never handed out.
+ */
+export class ReplicaAckError extends Error {
+  readonly code = 'QP_REPLICA_ACK';
+  constructor(what: string, ack: ReplicaAck, acknowledged: number) {
+    super(`${what}: ${acknowledged} of ${ack.replicas} replicas acknowledged within ${ack.timeoutMs} ms`);
+    this.name = 'ReplicaAckError';
   }
 }
 

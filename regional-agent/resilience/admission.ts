@@ -14,7 +14,8 @@ export interface AdmissionOptions {
 export type ShedCause = 'in_flight' | 'event_loop_delay';
 
 /** Where a decision request came in. */
-export type AdmissionRoute = 'http' | 'forward_auth' | 'strict' | 'loan';
+export type AdmissionRoute =
+  'http' | 'forward_auth' | 'grpc' | 'reservations' | 'leases' | 'explain' | 'strict' | 'loan' | 'grants';
 
 /** How often the event-loop delay is read (and its histogram reset). */
 const SAMPLE_MS = 100;

@@ -34,7 +34,7 @@ export interface StoreGuardOptions {
   windowMs: number;
 }
 
-export type StoreOperation = 'decide' | 'refund' | 'claim' | 'reservation';
+export type StoreOperation = 'decide' | 'refund' | 'claim' | 'reservation' | 'grant';
 
 /**
  * Errors that say our request was wrong (refused by validation before any I/O, or by the script's own argument

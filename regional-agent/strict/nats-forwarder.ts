@@ -6,7 +6,14 @@
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
-import { ForwardedReply, strictSubject, type ForwardedDecision } from '../../core/wire/strict.js';
+import { linkAllowanceMs, oneWayAllowanceMs, roundTripOf, type RoundTrips } from '../../core/distance.js';
+import {
+  ForwardedBatchReply,
+  ForwardedReply,
+  MAX_FORWARD_BATCH,
+  strictSubject,
+  type ForwardedDecision,
+} from '../../core/wire/strict.js';
 import {
   HomeOverloadedError,
   type ForwardRequest,
@@ -36,12 +43,23 @@ export interface NatsForwarderOptions {
   region: string;
   namespace?: string;
   registry?: Registry;
+  /** Round trips from this region to the others (config `roundTrips`); a home it does not name is measured. */
+  roundTrips?: RoundTrips | undefined;
+}
+
+/** One decision waiting to leave in its home's next batch. */
+interface Queued {
+  body: ForwardedDecision;
+  budget: number;
+  settle: (reply: { ok: true; raw: unknown } | { ok: false; error: unknown }) => void;
 }
 
 /** A home region that answered within this long is alive: a timeout from it means busy, not unreachable. */
 const ALIVE_MS = 5000;
-/** Time kept for a home's answer to travel back, ms (never more than half the budget). */
+/** Time kept for a home's answer to leave it, ms, besides one way of the link (never more than half the budget). */
 const RETURN_MS = 100;
+/** Weight of a new sample in a home's measured round trip. */
+const RTT_WEIGHT = 0.2;
 
 export class NatsForwarder implements Forwarder {
   readonly #options: NatsForwarderOptions;
@@ -50,6 +68,10 @@ export class NatsForwarder implements Forwarder {
   readonly #seconds: Histogram<'home'> | undefined;
   /** When each home region last answered (epoch ms): a home that answers others is busy, not unreachable. */
   readonly #lastAnswer = new Map<string, number>();
+  /** Round trips measured to each home (answered requests, smoothed), ms. */
+  readonly #measured = new Map<string, number>();
+  /** Decisions waiting for their home's next batch, by home. */
+  readonly #queues = new Map<string, Queued[]>();
 
   constructor(options: NatsForwarderOptions) {
     this.#options = options;
@@ -76,6 +98,7 @@ export class NatsForwarder implements Forwarder {
     const { nc, region } = this.#options;
     const budget = Math.max(1, Math.floor(budgetMs));
     if (nc.isClosed() || nc.isDraining()) this.#fail(homeRegion, 'disconnected', 'not connected to NATS');
+    const roundTrip = this.roundTripMs(homeRegion);
     const body: ForwardedDecision = {
       fromRegion: region,
       checks: request.checks.map((c) =>
@@ -85,9 +108,11 @@ export class NatsForwarder implements Forwarder {
       ),
       dryRun: request.dryRun,
       budgetMs: budget,
-      // The home must have charged before the budget's end less the time its answer needs to travel back
-      // (RETURN_MS, at most half the budget), so a grant is not lost to a caller that stopped waiting.
-      deadlineAtMs: Date.now() + budget - Math.min(RETURN_MS, Math.floor(budget / 2)),
+      // The home must have charged before the budget's end less the time its answer needs to travel back (one
+      // way of the link with its margin, and RETURN_MS; at most half the budget), so a grant is not lost to a
+      // caller that stopped waiting.
+      deadlineAtMs:
+        Date.now() + budget - Math.min(RETURN_MS + oneWayAllowanceMs(roundTrip), Math.floor(budget / 2)),
       ...(request.idempotencyKey === undefined ? {} : { idempotencyKey: request.idempotencyKey }),
     };
     const started = performance.now();
@@ -95,14 +120,7 @@ export class NatsForwarder implements Forwarder {
     try {
       // The budget is kept on the wire (a reply already received is never timed out by our own busy loop);
       // the client's own timer only cleans up after it.
-      const msg = await onTheWire(
-        nc.request(strictSubject(this.#namespace, homeRegion).subject, JSON.stringify(body), {
-          timeout: budget * 2 + 100,
-        }),
-        budget,
-        `home region ${homeRegion}`,
-      );
-      raw = msg.json();
+      raw = await onTheWire(this.#enqueue(homeRegion, body, budget), budget, `home region ${homeRegion}`);
     } catch (error) {
       const text = error instanceof Error ? `${error.name} ${error.message}` : String(error);
       const outcome: ForwardOutcome = /no responders|503/i.test(text) ? 'no_responders' : 'timeout';
@@ -142,8 +160,93 @@ export class NatsForwarder implements Forwarder {
       );
     }
     this.#decisions?.inc({ home: homeRegion, outcome: 'ok' });
-    this.#seconds?.observe({ home: homeRegion }, (performance.now() - started) / 1000);
+    const took = performance.now() - started;
+    this.#seconds?.observe({ home: homeRegion }, took / 1000);
+    const before = this.#measured.get(homeRegion);
+    this.#measured.set(homeRegion, before === undefined ? took : before + RTT_WEIGHT * (took - before));
     return { results: reply.results, replayed: reply.replayed === true };
+  }
+
+  /**
+   * The round trip to `home`, ms: the configured one (config `roundTrips`), else what answers from it took
+   * (smoothed), else 0.
+   */
+  roundTripMs(home: string): number {
+    const configured = roundTripOf(this.#options.roundTrips ?? new Map(), this.#options.region, home);
+    return configured ?? Math.round(this.#measured.get(home) ?? 0);
+  }
+
+  /** Time a decision may wait for `home` beyond its local deadline: the round trip to it and its margin. */
+  linkAllowanceMs(home: string): number {
+    return linkAllowanceMs(this.roundTripMs(home));
+  }
+
+  /**
+   * Send `body` in `home`'s next batch: every decision forwarded to one home within this turn of the event loop
+   * leaves in one request (a lone one as a plain decision). Resolves with the home's reply to this decision.
+   */
+  #enqueue(home: string, body: ForwardedDecision, budget: number): Promise<unknown> {
+    return new Promise<unknown>((resolve, reject) => {
+      const settle: Queued['settle'] = (r) => {
+        if (r.ok) resolve(r.raw);
+        else reject(r.error instanceof Error ? r.error : new Error(String(r.error)));
+      };
+      const queue = this.#queues.get(home);
+      if (queue !== undefined) {
+        queue.push({ body, budget, settle });
+        return;
+      }
+      this.#queues.set(home, [{ body, budget, settle }]);
+      setImmediate(() => this.#flush(home));
+    });
+  }
+
+  #flush(home: string): void {
+    const queue = this.#queues.get(home) ?? [];
+    this.#queues.delete(home);
+    for (let i = 0; i < queue.length; i += MAX_FORWARD_BATCH)
+      this.#send(home, queue.slice(i, i + MAX_FORWARD_BATCH));
+  }
+
+  #send(home: string, items: Queued[]): void {
+    const { nc, region } = this.#options;
+    const subject = strictSubject(this.#namespace, home).subject;
+    const longest = Math.max(...items.map((q) => q.budget));
+    const payload =
+      items.length === 1 ? items[0]!.body : { fromRegion: region, batch: items.map((q) => q.body) };
+    let sent: Promise<{ json(): unknown }>;
+    try {
+      sent = nc.request(subject, JSON.stringify(payload), { timeout: longest * 2 + 100 });
+    } catch (error) {
+      for (const q of items) q.settle({ ok: false, error });
+      return;
+    }
+    sent.then(
+      (msg) => {
+        let raw: unknown;
+        try {
+          raw = msg.json();
+        } catch (error) {
+          for (const q of items) q.settle({ ok: false, error });
+          return;
+        }
+        if (items.length === 1) {
+          items[0]!.settle({ ok: true, raw });
+          return;
+        }
+        // An error answer to the whole batch (or a malformed one) is each decision's answer.
+        const parsed = ForwardedBatchReply.safeParse(raw);
+        if (!parsed.success || 'error' in parsed.data || parsed.data.replies.length !== items.length) {
+          for (const q of items) q.settle({ ok: true, raw });
+          return;
+        }
+        const { replies } = parsed.data;
+        items.forEach((q, i) => q.settle({ ok: true, raw: replies[i] }));
+      },
+      (error: unknown) => {
+        for (const q of items) q.settle({ ok: false, error });
+      },
+    );
   }
 
   #fail(home: string, outcome: ForwardOutcome, message: string, cause?: unknown): never {

@@ -7,9 +7,11 @@ import type { NatsConnection, Subscription } from '@nats-io/nats-core';
 import { Counter, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import {
+  ForwardedBatch,
   ForwardedDecision,
   strictSubject,
   type ForwardErrorCode,
+  type ForwardedBatchReply,
   type ForwardedReply,
 } from '../../core/wire/strict.js';
 
@@ -26,6 +28,11 @@ export interface StrictResponderOptions {
    * is answered `overloaded` at once, so the requester hears "busy" rather than waiting out its deadline.
    */
   admit?: () => (() => void) | string;
+  /**
+   * Whether a region is one this agent has seen in the allocation records: any other name a request carries is
+   * counted under the label `other`, so a sender cannot mint metric series. Absent: every name is its own label.
+   */
+  knownRegion?: (region: string) => boolean;
   registry?: Registry;
   log?: { warn(obj: object, msg?: string): void };
 }
@@ -73,53 +80,76 @@ export class StrictResponder {
     await Promise.allSettled([...this.#inFlight]);
   }
 
-  async #handle(data: Uint8Array, respond: (reply: ForwardedReply) => void): Promise<void> {
+  async #handle(
+    data: Uint8Array,
+    respond: (reply: ForwardedReply | ForwardedBatchReply) => void,
+  ): Promise<void> {
     let value: unknown;
     try {
       value = JSON.parse(new TextDecoder().decode(data));
     } catch {
       value = undefined;
     }
+    // A batch (the checks one agent forwarded here within one turn of its event loop): each decision is decided
+    // on its own, as if it had come alone, and the answers go back together, in order.
+    if (typeof value === 'object' && value !== null && Object.hasOwn(value, 'batch')) {
+      const batch = ForwardedBatch.safeParse(value);
+      if (!batch.success) {
+        this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
+        respond(error('invalid_request', issues(batch.error.issues)));
+        return;
+      }
+      const replies = await Promise.all(batch.data.batch.map((request) => this.#decideOne(request)));
+      respond({ replies });
+      return;
+    }
     const parsed = ForwardedDecision.safeParse(value);
     if (!parsed.success) {
       this.#answered?.inc({ from: 'unknown', outcome: 'invalid_request' });
-      respond(
-        error(
-          'invalid_request',
-          parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '),
-        ),
-      );
+      respond(error('invalid_request', issues(parsed.error.issues)));
       return;
     }
-    const request = parsed.data;
+    respond(await this.#decideOne(parsed.data));
+  }
+
+  async #decideOne(request: ForwardedDecision): Promise<ForwardedReply> {
+    // A home never forwards to itself: a request naming this region as its origin is not an agent's.
+    if (request.fromRegion === this.#options.region) {
+      this.#answered?.inc({ from: 'other', outcome: 'invalid_request' });
+      return error('invalid_request', `fromRegion ${request.fromRegion} is this home region`);
+    }
+    const from = (this.#options.knownRegion?.(request.fromRegion) ?? true) ? request.fromRegion : 'other';
     // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
     // store call carries the deadline into the script, so it charges before it or not at all (then it is
     // answered `overloaded`). Only one whose deadline has already passed is shed at once.
     if (request.deadlineAtMs !== undefined && Date.now() >= request.deadlineAtMs) {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
-      respond(
-        error('overloaded', 'the home region took the request up too late to answer within its deadline'),
+      this.#answered?.inc({ from, outcome: 'overloaded' });
+      return error(
+        'overloaded',
+        'the home region took the request up too late to answer within its deadline',
       );
-      return;
     }
     const admitted = this.#options.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string') {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'overloaded' });
-      respond(error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`));
-      return;
+      this.#answered?.inc({ from, outcome: 'overloaded' });
+      return error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`);
     }
     try {
       const reply = await this.#options.decide(request);
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'error' in reply ? reply.error : 'ok' });
-      respond(reply);
+      this.#answered?.inc({ from, outcome: 'error' in reply ? reply.error : 'ok' });
+      return reply;
     } catch (err) {
-      this.#answered?.inc({ from: request.fromRegion, outcome: 'failed' });
+      this.#answered?.inc({ from, outcome: 'failed' });
       this.#options.log?.warn({ err }, 'strict responder: deciding a forwarded request failed');
-      respond(error('failed', 'the home region could not decide'));
+      return error('failed', 'the home region could not decide');
     } finally {
       admitted();
     }
   }
+}
+
+function issues(list: readonly { path: readonly PropertyKey[]; message: string }[]): string {
+  return list.map((i) => `${i.path.map(String).join('.')}: ${i.message}`).join('; ');
 }
 
 function error(code: ForwardErrorCode, message: string): ForwardedReply {

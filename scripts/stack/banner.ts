@@ -29,6 +29,7 @@ export function banner(stack: Stack, tokenSources: { admin: boolean; read: boole
           `  ${pad('links')}${state.geo.links}/links   (POST /partition/ap, /heal/ap; PUT /round-trip/us/ap)`,
         ]),
     `  ${pad('servers')}${state.servers}`,
+    `  ${pad('services')}${config.runtime === 'compiled' ? 'compiled JavaScript from dist/ (npm run build)' : 'TypeScript through tsx'}`,
     `  ${pad('admin token')}${tokens.admin}${tokenSources.admin ? '   (from QP_ADMIN_TOKEN)' : '   (generated)'}`,
     `  ${pad('read token')}${tokens.read}${tokenSources.read ? '   (from QP_READ_TOKEN)' : '   (generated)'}`,
     `  ${pad('nats auth')}TLS and one nkey per process (${state.secretsDir}, kept across runs)`,

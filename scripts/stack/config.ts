@@ -22,6 +22,15 @@ export type StackRegion = (typeof STACK_REGIONS)[number];
 export const CLUSTER_MASTERS = 3;
 /** Redis puts a node's cluster bus on its port + 10000. */
 export const CLUSTER_BUS_OFFSET = 10_000;
+/**
+ * A region under Sentinel: its master on P, replicas on P+1 and P+2, and a sentinel beside each on its port +
+ * 10000 (where a cluster node's bus would be), so a region takes the same ports in either layout.
+ */
+export const SENTINEL_PORT_OFFSET = CLUSTER_BUS_OFFSET;
+/** The master name a sentinel region's sentinels monitor: `qp-<region>`. */
+export function sentinelMasterName(region: string): string {
+  return `qp-${region}`;
+}
 
 /**
  * How the regions are joined: `single`, one NATS server for all three on loopback; `geo`, one NATS server per
@@ -29,6 +38,12 @@ export const CLUSTER_BUS_OFFSET = 10_000;
  */
 export const StackTopology = z.enum(['single', 'geo']);
 export type StackTopology = z.infer<typeof StackTopology>;
+/**
+ * How the coordinator and the agents run: `compiled`, the JavaScript `npm run build` wrote to dist/ (what `npm
+ * start` runs, as the images do); `source`, the TypeScript through tsx (tests that start the launcher directly).
+ */
+export const StackRuntime = z.enum(['source', 'compiled']);
+export type StackRuntime = z.infer<typeof StackRuntime>;
 
 /** The geo topology's links: the server of `from` reaches the server of `to` through the link's port. */
 export const GEO_LINKS: readonly (readonly [StackRegion, StackRegion])[] = STACK_REGIONS.flatMap((from) =>
@@ -91,6 +106,7 @@ export const StackEnv = z
     QP_STACK_EU_GRPC_PORT: Port.default(7142),
     QP_STACK_AP_GRPC_PORT: Port.default(7143),
     QP_STACK_TOPOLOGY: StackTopology.default('single'),
+    QP_STACK_RUNTIME: StackRuntime.default('source'),
     // Geo topology only: each region's NATS server (clients, routes, monitoring), the links between them and
     // the links' control API.
     QP_STACK_US_NATS_PORT: Port.default(7114),
@@ -116,6 +132,7 @@ export const StackEnv = z
       .lt(1, 'QP_STACK_LINK_JITTER is a fraction in [0, 1)')
       .default(DEFAULT_LINK_JITTER),
     QP_STACK_CLUSTER_REGIONS: regionList.default([]),
+    QP_STACK_SENTINEL_REGIONS: regionList.default([]),
     QP_STACK_SERVERS: ServerSource.default('auto'),
     QP_STACK_DATA_DIR: z.string().min(1).optional(),
     QP_STACK_SECRETS_DIR: z.string().min(1).optional(),
@@ -138,6 +155,21 @@ export const StackEnv = z
     if (new Set(env.QP_STACK_CLUSTER_REGIONS).size !== env.QP_STACK_CLUSTER_REGIONS.length) {
       ctx.addIssue({ code: 'custom', path: ['QP_STACK_CLUSTER_REGIONS'], message: 'regions must be unique' });
     }
+    if (new Set(env.QP_STACK_SENTINEL_REGIONS).size !== env.QP_STACK_SENTINEL_REGIONS.length) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['QP_STACK_SENTINEL_REGIONS'],
+        message: 'regions must be unique',
+      });
+    }
+    const both = env.QP_STACK_SENTINEL_REGIONS.filter((r) => env.QP_STACK_CLUSTER_REGIONS.includes(r));
+    if (both.length > 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['QP_STACK_SENTINEL_REGIONS'],
+        message: `a region is on a cluster or under Sentinel, not both: ${both.join(', ')}`,
+      });
+    }
   });
 export type StackEnv = z.output<typeof StackEnv>;
 
@@ -149,7 +181,9 @@ export const STACK_PORT_VARS: readonly string[] = Object.keys(StackEnv.shape).fi
 /** Where one region's buckets live. */
 export type RedisLayout =
   | { readonly kind: 'single'; readonly port: number }
-  | { readonly kind: 'cluster'; readonly ports: readonly number[] };
+  | { readonly kind: 'cluster'; readonly ports: readonly number[] }
+  /** ports: master, then replicas; each node's sentinel on its port + SENTINEL_PORT_OFFSET. */
+  | { readonly kind: 'sentinel'; readonly ports: readonly number[] };
 
 /** One region's NATS server in the geo topology. */
 export interface GeoServerPlan {
@@ -197,6 +231,8 @@ export interface StackConfig {
   readonly natsPort: number;
   readonly regions: readonly RegionPlan[];
   readonly topology: StackTopology;
+  /** How the services run (compiled JavaScript from dist/, or TypeScript through tsx). */
+  readonly runtime: StackRuntime;
   /** With the geo topology: its servers and links (the coordinator uses the first region's server). */
   readonly geo: GeoPlan | undefined;
   readonly servers: ServerSource;
@@ -333,11 +369,15 @@ export function plannedPorts(config: StackConfig): PlannedPort[] {
     if (region.redis.kind === 'single') {
       out.push({ name: `redis ${region.name}`, env, port: region.redis.port });
     } else {
+      const sentinel = region.redis.kind === 'sentinel';
       region.redis.ports.forEach((port, i) => {
-        out.push({ name: `redis ${region.name} node ${i + 1}`, env, port });
+        const node = sentinel ? (i === 0 ? 'master' : `replica ${i}`) : `node ${i + 1}`;
+        out.push({ name: `redis ${region.name} ${node}`, env, port });
         if (port !== 0) {
           out.push({
-            name: `redis ${region.name} node ${i + 1} cluster bus`,
+            name: sentinel
+              ? `redis ${region.name} sentinel ${i + 1}`
+              : `redis ${region.name} ${node} cluster bus`,
             env,
             port: port + CLUSTER_BUS_OFFSET,
           });
@@ -399,14 +439,15 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
   }
   const e = parsed.data;
   const clustered = new Set<StackRegion>(e.QP_STACK_CLUSTER_REGIONS);
+  const sentinelled = new Set<StackRegion>(e.QP_STACK_SENTINEL_REGIONS);
   const regions: RegionPlan[] = STACK_REGIONS.map((name) => {
     const base = regionPort(e, name, 'REDIS_PORT');
+    const three = Array.from({ length: CLUSTER_MASTERS }, (_, i) => (base === 0 ? 0 : base + i));
     const redis: RedisLayout = clustered.has(name)
-      ? {
-          kind: 'cluster',
-          ports: Array.from({ length: CLUSTER_MASTERS }, (_, i) => (base === 0 ? 0 : base + i)),
-        }
-      : { kind: 'single', port: base };
+      ? { kind: 'cluster', ports: three }
+      : sentinelled.has(name)
+        ? { kind: 'sentinel', ports: three }
+        : { kind: 'single', port: base };
     return {
       name,
       agentPort: regionPort(e, name, 'PORT'),
@@ -415,10 +456,10 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
     };
   });
   for (const region of regions) {
-    const top = region.redis.kind === 'cluster' ? Math.max(...region.redis.ports) : 0;
+    const top = region.redis.kind === 'single' ? 0 : Math.max(...region.redis.ports);
     if (top !== 0 && top + CLUSTER_BUS_OFFSET > 65_535) {
       problems.push(
-        `QP_STACK_${region.name.toUpperCase()}_REDIS_PORT: a cluster region needs ports P..P+2 and their bus ports P+10000..P+10002 ≤ 65535`,
+        `QP_STACK_${region.name.toUpperCase()}_REDIS_PORT: a cluster or Sentinel region needs ports P..P+2 and P+10000..P+10002 ≤ 65535`,
       );
     }
   }
@@ -428,6 +469,7 @@ export function loadStackConfig(env: Readonly<Record<string, string | undefined>
     natsPort: e.QP_STACK_NATS_PORT,
     regions,
     topology: e.QP_STACK_TOPOLOGY,
+    runtime: e.QP_STACK_RUNTIME,
     geo: e.QP_STACK_TOPOLOGY === 'geo' ? geoPlan(e, problems) : undefined,
     servers: e.QP_STACK_SERVERS,
     adminToken: e.QP_ADMIN_TOKEN,

@@ -16,10 +16,16 @@ import {
 } from '../../coordinator/nats/secrets-bundle.js';
 import { formatRoundTrips } from '../../core/distance.js';
 import { PROXY_MAIN } from '../../test/helpers/tcp-proxy.js';
-import type { GeoPlan, RegionPlan, StackConfig } from './config.js';
+import {
+  SENTINEL_PORT_OFFSET,
+  sentinelMasterName,
+  type GeoPlan,
+  type RegionPlan,
+  type StackConfig,
+} from './config.js';
 import { geoCluster, geoProxySpec, geoServerName } from './geo.js';
 import { ManagedProcess, type ExitStatus } from './managed-process.js';
-import { natsClusterFormed, natsInfo, redisPing, until } from './probes.js';
+import { natsClusterFormed, natsInfo, redisPing, sentinelsKnowReplicas, until } from './probes.js';
 import { formCluster } from './redis-cluster.js';
 import { seedDemoPolicy, type SeedResult } from './seed.js';
 import type { ServerRunner, ServerSpec } from './servers.js';
@@ -148,6 +154,59 @@ export class Stack {
     return `http://${this.config.host}:${region.agentPort}`;
   }
 
+  /**
+   * A region's Redis under Sentinel: the master on `ports[0]`, replicas on the others, a sentinel beside each
+   * node (port + SENTINEL_PORT_OFFSET). Ready once the replicas are linked and every sentinel knows them all, so
+   * a failover can happen from the first decision on.
+   */
+  async #startSentinelRegion(
+    region: string,
+    ports: readonly number[],
+    spec: (name: string, port: number) => ServerSpec,
+  ): Promise<void> {
+    const { config } = this;
+    const { runner } = this.#deps;
+    const masterName = sentinelMasterName(region);
+    const nodes = ports.map((port, i) =>
+      this.#track(
+        runner.redis(spec(`redis ${region} ${i === 0 ? 'master' : `replica ${i}`}`, port), {
+          cluster: false,
+          replicaOf: i === 0 ? undefined : ports[0],
+        }),
+        this.#servers,
+        true,
+      ),
+    );
+    await Promise.all(nodes.map((n, i) => this.#ready(n, () => redisPing(config.host, ports[i]!), 30_000)));
+    this.#check();
+    const sentinels = ports.map((port, i) =>
+      this.#track(
+        runner.sentinel(spec(`redis ${region} sentinel ${i + 1}`, port + SENTINEL_PORT_OFFSET), {
+          masterName,
+          masterPort: ports[0]!,
+        }),
+        this.#servers,
+      ),
+    );
+    await Promise.all(
+      sentinels.map((s, i) =>
+        this.#ready(s, () => redisPing(config.host, ports[i]! + SENTINEL_PORT_OFFSET), 30_000),
+      ),
+    );
+    this.#check();
+    await until(
+      () =>
+        sentinelsKnowReplicas(
+          config.host,
+          ports.map((p) => p + SENTINEL_PORT_OFFSET),
+          masterName,
+          ports.length - 1,
+        ),
+      30_000,
+      `the sentinels of ${region} never saw its replicas`,
+    );
+  }
+
   /** The agent's gRPC rate-limit service. */
   grpcUrl(region: RegionPlan): string {
     return `grpc://${this.config.host}:${region.grpcPort}`;
@@ -215,6 +274,8 @@ export class Stack {
           this.#servers,
         );
         waits.push(this.#ready(redis, () => redisPing(config.host, port), 30_000));
+      } else if (region.redis.kind === 'sentinel') {
+        waits.push(this.#startSentinelRegion(region.name, region.redis.ports, spec));
       } else {
         const ports = region.redis.ports;
         const nodes = ports.map((port, i) =>
@@ -287,12 +348,14 @@ export class Stack {
   envFile(): string {
     const quote = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
     return [
-      `# quotaplane stack ${this.stackId} (pid ${process.pid}): its tokens and coordinator, for another shell:`,
+      `# quotaplane stack ${this.stackId} (pid ${process.pid}): its tokens, coordinator and agents, for another shell:`,
       '#   source <this file>',
       '# Removed when the stack stops.',
       `export QP_ADMIN_TOKEN=${quote(this.tokens.admin)}`,
       `export QP_READ_TOKEN=${quote(this.tokens.read)}`,
       `export QUOTAPLANE_URL=${quote(this.coordinatorUrl)}`,
+      // Every agent, as `quotaplane explain` reads them (docs/cli.md).
+      `export QUOTAPLANE_AGENTS=${quote(this.config.regions.map((r) => `${r.name}=${this.agentUrl(r)}`).join(','))}`,
       '',
     ].join('\n');
   }
@@ -332,7 +395,9 @@ export class Stack {
           r.name,
           r.redis.kind === 'single'
             ? `redis://${config.host}:${r.redis.port}`
-            : `cluster ${r.redis.ports.map((p) => `${config.host}:${p}`).join(',')}`,
+            : r.redis.kind === 'cluster'
+              ? `cluster ${r.redis.ports.map((p) => `${config.host}:${p}`).join(',')}`
+              : `sentinel ${sentinelMasterName(r.name)} ${r.redis.ports.map((p) => `${config.host}:${p + SENTINEL_PORT_OFFSET}`).join(',')}`,
         ]),
       ),
       processes: this.processes.map((p) => ({ name: p.name, pid: p.pid })),
@@ -485,18 +550,26 @@ export class Stack {
     return join(this.dataDir, 'logs', `${name.replace(/ /g, '-')}.log`);
   }
 
-  #track(child: ManagedProcess, into: ManagedProcess[]): ManagedProcess {
+  /**
+   * Keep `child` among the stack's processes; its exit stops the stack, unless it is `expendable` (a Redis node
+   * of a Sentinel region: its death is a failover to watch, announced and survived).
+   */
+  #track(child: ManagedProcess, into: ManagedProcess[], expendable = false): ManagedProcess {
     into.push(child);
     void child.exited.then((status) => {
-      if (!child.stopping && this.#stopping === undefined) {
-        this.#onFailure?.({ name: child.name, status, tail: child.tail(), logFile: child.logFile });
+      if (child.stopping || this.#stopping !== undefined) return;
+      if (expendable) {
+        const how = status.signal !== null ? `signal ${status.signal}` : `code ${status.code}`;
+        this.#deps.say(`${child.name} exited (${how}); its sentinels promote a replica and the agent follows`);
+        return;
       }
+      this.#onFailure?.({ name: child.name, status, tail: child.tail(), logFile: child.logFile });
     });
     return child;
   }
 
   #service(name: string, entry: 'coordinator/main.ts' | 'regional-agent/main.ts', env: NodeJS.ProcessEnv) {
-    const { command, args } = serviceCommand(entry);
+    const { command, args } = serviceCommand(entry, this.config.runtime);
     const child = new ManagedProcess({
       name,
       command,

@@ -116,7 +116,7 @@ export async function resolvePorts(
       const base = await freeClusterBase(config.host, used, random);
       const ports = Array.from({ length: CLUSTER_MASTERS }, (_, i) => base + i);
       for (const p of ports) used.add(p).add(p + CLUSTER_BUS_OFFSET);
-      redis = { kind: 'cluster', ports };
+      redis = { kind: redis.kind, ports };
     }
     regions.push({ name: region.name, agentPort, grpcPort, redis });
   }

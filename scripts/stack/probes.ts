@@ -3,6 +3,7 @@
  * probes work for local binaries and for containers, with no client library and no redis-cli.
  */
 import { connect } from 'node:net';
+import { Redis } from 'ioredis';
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
@@ -111,4 +112,34 @@ export async function natsClusterFormed(monitors: readonly string[]): Promise<bo
   );
   const current = states.find((s) => s.current !== undefined)?.current;
   return states.every((s) => s.routed && s.led) && current === monitors.length - 1;
+}
+
+/** Whether every sentinel on `ports` knows `replicas` replicas of `masterName` (they learn them from its INFO). */
+export async function sentinelsKnowReplicas(
+  host: string,
+  ports: readonly number[],
+  masterName: string,
+  replicas: number,
+): Promise<boolean> {
+  const counts = await Promise.all(
+    ports.map(async (port) => {
+      const client = new Redis({
+        host,
+        port,
+        lazyConnect: true,
+        maxRetriesPerRequest: 0,
+        connectTimeout: 1000,
+      });
+      client.on('error', () => undefined);
+      try {
+        await client.connect();
+        return ((await client.call('SENTINEL', 'REPLICAS', masterName)) as unknown[]).length;
+      } catch {
+        return -1;
+      } finally {
+        client.disconnect();
+      }
+    }),
+  );
+  return counts.every((n) => n === replicas);
 }

@@ -5,7 +5,7 @@
  * is the server's exit.
  */
 import { execFile } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
+import { accessSync, constants, writeFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { ServerSource } from './config.js';
@@ -44,7 +44,9 @@ export interface ServerRunner {
   readonly kind: 'binaries' | 'docker';
   /** One line for the banner: what runs the servers. */
   readonly description: string;
-  redis(spec: ServerSpec, options: { cluster: boolean }): ManagedProcess;
+  redis(spec: ServerSpec, options: RedisRole): ManagedProcess;
+  /** A sentinel on `spec.port` watching the master of `monitor`. */
+  sentinel(spec: ServerSpec, monitor: SentinelMonitor): ManagedProcess;
   /** Paths as the NATS server of `spec` will see them, for its configuration file. */
   natsView(spec: ServerSpec, secretsDir: string): NatsView;
   /** NATS with the configuration file (listen address, JetStream, users, TLS all in it). */
@@ -52,9 +54,38 @@ export interface ServerRunner {
   cleanup(): Promise<void>;
 }
 
-function redisArgs(host: string, port: number, dir: string, cluster: boolean): string[] {
+/** What a Redis of the stack is: a cluster node, a replica of the master on `replicaOf`, or a lone master. */
+export interface RedisRole {
+  readonly cluster: boolean;
+  readonly replicaOf?: number | undefined;
+}
+
+/** What a sentinel watches, and how quickly it acts (docs/running.md, "Redis high availability"). */
+export interface SentinelMonitor {
+  readonly masterName: string;
+  readonly masterPort: number;
+}
+
+/** A sentinel's configuration file (Sentinel rewrites it, so it is written where the sentinel may). */
+function sentinelConfig(spec: ServerSpec, monitor: SentinelMonitor, dir: string): string {
+  const name = monitor.masterName;
+  return [
+    `port ${spec.port}`,
+    `bind ${spec.host}`,
+    `dir ${dir}`,
+    `sentinel monitor ${name} ${spec.host} ${monitor.masterPort} 2`,
+    `sentinel down-after-milliseconds ${name} 1000`,
+    `sentinel failover-timeout ${name} 3000`,
+    `sentinel parallel-syncs ${name} 1`,
+    '',
+  ].join('\n');
+}
+
+function redisArgs(host: string, port: number, dir: string, role: RedisRole): string[] {
   const args = ['--port', String(port), '--bind', host, '--save', '', '--appendonly', 'no', '--dir', dir];
   args.push('--protected-mode', 'no');
+  if (role.replicaOf !== undefined) args.push('--replicaof', host, String(role.replicaOf));
+  const cluster = role.cluster;
   if (cluster) {
     args.push(
       '--cluster-enabled',
@@ -77,15 +108,27 @@ export function binaryServers(cwd: string): ServerRunner {
   return {
     kind: 'binaries',
     description: 'redis-server and nats-server from PATH',
-    redis: (spec, { cluster }) =>
+    redis: (spec, role) =>
       new ManagedProcess({
         name: spec.name,
         command: 'redis-server',
-        args: redisArgs(spec.host, spec.port, spec.dir, cluster),
+        args: redisArgs(spec.host, spec.port, spec.dir, role),
         env: spec.env,
         cwd,
         logFile: spec.logFile,
       }),
+    sentinel: (spec, monitor) => {
+      const file = join(spec.dir, 'sentinel.conf');
+      writeFileSync(file, sentinelConfig(spec, monitor, spec.dir));
+      return new ManagedProcess({
+        name: spec.name,
+        command: 'redis-server',
+        args: [file, '--sentinel'],
+        env: spec.env,
+        cwd,
+        logFile: spec.logFile,
+      });
+    },
     natsView: (spec, secretsDir) => ({ secretsDir, storeDir: join(spec.dir, 'jetstream') }),
     nats: (spec, config) =>
       new ManagedProcess({
@@ -133,8 +176,15 @@ export function dockerServers(
   return {
     kind: 'docker',
     description: `containers (${images.redis}, ${images.nats}; host networking)`,
-    redis: (spec, { cluster }) =>
-      run(spec, images.redis, ['redis-server', ...redisArgs(spec.host, spec.port, '/data', cluster)]),
+    redis: (spec, role) =>
+      run(spec, images.redis, ['redis-server', ...redisArgs(spec.host, spec.port, '/data', role)]),
+    // The configuration is written inside the container, where the sentinel may rewrite it.
+    sentinel: (spec, monitor) =>
+      run(spec, images.redis, [
+        'sh',
+        '-c',
+        `printf '%s' '${sentinelConfig(spec, monitor, '/data')}' > /data/sentinel.conf && exec redis-server /data/sentinel.conf --sentinel`,
+      ]),
     // JetStream stays inside the container (removed with it), as the launcher's temporary data would be.
     natsView: () => ({ secretsDir: CONTAINER_SECRETS, storeDir: '/data/jetstream' }),
     nats: (spec, config) =>

@@ -2,7 +2,14 @@
  * The environment of each quotaplane process the stack runs: the coordinator (`coordinator/main.ts`) and one
  * agent per region (`regional-agent/main.ts`), each configured only through its documented `QP_*` variables.
  */
-import type { RegionPlan, StackConfig } from './config.js';
+import { formatRoundTrips } from '../../core/distance.js';
+import {
+  SENTINEL_PORT_OFFSET,
+  sentinelMasterName,
+  type RegionPlan,
+  type StackConfig,
+  type StackRuntime,
+} from './config.js';
 
 /** Marks every process the launcher starts, so a test (or an operator) can find any left behind. */
 export const STACK_ID_VAR = 'QUOTAPLANE_STACK_ID';
@@ -36,11 +43,23 @@ export function natsUrl(config: StackConfig, region?: string): string {
   return `tls://${config.host}:${server.port}`;
 }
 
-/** `redis://host:port` for one Redis, `host:port,…` seeds for a cluster. */
+/** `redis://host:port` for one Redis, `host:port,…` seeds for a cluster, the sentinels and master name. */
 export function redisTarget(config: StackConfig, region: RegionPlan): Record<string, string> {
-  return region.redis.kind === 'single'
-    ? { QP_REDIS_URL: `redis://${config.host}:${region.redis.port}` }
-    : { QP_REDIS_CLUSTER_NODES: region.redis.ports.map((p) => `${config.host}:${p}`).join(',') };
+  const nodes = (offset: number) =>
+    region.redis.kind === 'single'
+      ? ''
+      : region.redis.ports.map((p) => `${config.host}:${p + offset}`).join(',');
+  switch (region.redis.kind) {
+    case 'single':
+      return { QP_REDIS_URL: `redis://${config.host}:${region.redis.port}` };
+    case 'cluster':
+      return { QP_REDIS_CLUSTER_NODES: nodes(0) };
+    case 'sentinel':
+      return {
+        QP_REDIS_SENTINELS: nodes(SENTINEL_PORT_OFFSET),
+        QP_REDIS_MASTER_NAME: sentinelMasterName(region.name),
+      };
+  }
 }
 
 /**
@@ -92,6 +111,16 @@ export function agentEnv(
     QP_LOG_LEVEL: config.logLevel,
     // Forward-auth answers trusted proxies only: on the local stack, whatever runs on its own address.
     QP_TRUSTED_PROXIES: config.host,
+    // Geo: each agent knows its round trips, so its deadlines cover the links (an operator's QP_AGENT_ROUND_TRIPS
+    // wins, as on a real deployment where the figures are measured).
+    ...(config.geo === undefined
+      ? {}
+      : {
+          QP_ROUND_TRIPS: formatRoundTrips(
+            config.geo.roundTrips,
+            config.regions.map((r) => r.name),
+          ),
+        }),
     ...config.agentEnv,
     ...secrets.subjectSecret,
     QP_REGION: region.name,
@@ -107,10 +136,22 @@ export function agentEnv(
   };
 }
 
-/** The command that runs a service from source (what `npm run coordinator` does, without npm in between). */
-export function serviceCommand(entry: 'coordinator/main.ts' | 'regional-agent/main.ts'): {
+/**
+ * The command that runs a service: compiled, its JavaScript in dist/ (`npm run build`, as the images compile it);
+ * from source, the TypeScript through tsx (what `npm run coordinator` does, without npm in between).
+ */
+export function serviceCommand(
+  entry: 'coordinator/main.ts' | 'regional-agent/main.ts',
+  runtime: StackRuntime = 'source',
+): {
   command: string;
   args: string[];
 } {
+  if (runtime === 'compiled') return { command: process.execPath, args: [compiledEntry(entry)] };
   return { command: process.execPath, args: ['--import', 'tsx', entry] };
+}
+
+/** Where `npm run build` writes a service's entry point (relative to the repository). */
+export function compiledEntry(entry: 'coordinator/main.ts' | 'regional-agent/main.ts'): string {
+  return `dist/${entry.replace(/\.ts$/, '.js')}`;
 }

@@ -1,11 +1,19 @@
 /**
  * Starts the servers the whole suite shares: one Redis, one NATS with JetStream and a 3-master Redis Cluster,
  * each on free loopback ports, and stops them afterwards. Tests that break a server start their own. Builds
- * `@quotaplane/client` first when its build is older than its sources.
+ * `@quotaplane/client` first when its build is older than its sources, and first of all installs the system
+ * packages the tier needs when they are missing, as `.ci/run` does (system-packages.ts); what it could not install
+ * is provided to the tests that need it (`missingPackages`), which fail saying why.
  */
 import type { TestProject } from 'vitest/node';
 import { ensureClientBuilt } from './client-build.js';
 import { selectBackend } from './select-backend.js';
+import {
+  ensureSystemPackages,
+  INSTALL_LINE,
+  SYSTEM_PACKAGES,
+  type MissingPackage,
+} from './system-packages.js';
 
 export interface Endpoint {
   host: string;
@@ -19,12 +27,27 @@ declare module 'vitest' {
     nats: Endpoint;
     redisCluster: Endpoint[];
     backend: string;
+    /** System packages still missing after the setup, with the reason (system-packages.ts). */
+    missingPackages: MissingPackage[];
   }
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  ensureClientBuilt();
   const backend = selectBackend();
+  // The containers backend runs Redis and NATS in images: only the browser and nginx come from the host.
+  const servers = new Set(['redis-server', 'redis-tools', 'nats-server']);
+  const missing = await ensureSystemPackages({
+    packages: SYSTEM_PACKAGES.filter((p) => backend.name === 'process' || !servers.has(p.name)),
+  });
+  const noServers = missing.filter((m) => servers.has(m.name));
+  if (noServers.length > 0) {
+    throw new Error(
+      `the integration tests run real Redis and NATS servers: ${noServers.map((m) => m.reason).join('; ')}. ` +
+        `Every package the tests need: ${INSTALL_LINE}`,
+    );
+  }
+  project.provide('missingPackages', missing);
+  ensureClientBuilt();
   const [redis, nats, cluster] = await Promise.all([
     backend.startRedis(),
     backend.startNats({ jetstream: true }),

@@ -1,18 +1,17 @@
 /**
  * A real nginx for forward-auth tests: Debian's `nginx` run unprivileged from a configuration of its own (pid,
  * logs and every `*_temp_path` in a temporary directory, one process, listening on a free loopback port). When
- * the binary is missing the harness installs it (`apt-get update`, then `apt-get install -y nginx`, as `.ci/run`
- * does: a fresh machine's package lists are empty or stale) if it can, and
- * otherwise fails loudly: a forward-auth test never skips.
+ * the binary is missing the global setup installs it (`apt-get update`, then `apt-get install -y nginx`, as
+ * `.ci/run` does: a fresh machine's package lists are empty or stale) if it can, and otherwise the test fails
+ * loudly with the reason: a forward-auth test never skips.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
+import { inject } from 'vitest';
 import { freePort, waitForPort } from './ports.js';
-
-const exec = promisify(execFile);
+import { ensureSystemPackages, findBinary, missingReason, SYSTEM_PACKAGES } from './system-packages.js';
 
 export interface NginxServer extends AsyncDisposable {
   readonly port: number;
@@ -32,28 +31,19 @@ export interface NginxContext {
   dir: string;
 }
 
-/** The nginx binary, installed first when it is missing and this process may install packages. */
+/**
+ * The nginx binary. The global setup installs it when it is missing and it can (system-packages.ts); when it could
+ * not, this fails with its reason. Outside that setup, it tries once itself.
+ */
 export async function nginxBinary(): Promise<string> {
-  const found = ['/usr/sbin/nginx', '/usr/bin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
+  const pkg = SYSTEM_PACKAGES.find((p) => p.name === 'nginx')!;
+  const found = findBinary(pkg);
   if (found !== undefined) return found;
-  if (process.getuid?.() !== 0) {
-    throw new Error(
-      'nginx is not installed and this user cannot install it: apt-get update && apt-get install -y nginx',
-    );
-  }
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  for (const args of [
-    ['update', '-qq'],
-    ['install', '-y', '-qq', 'nginx'],
-  ]) {
-    try {
-      await exec('apt-get', args, { env, timeout: 300_000 });
-    } catch (error) {
-      throw new Error(`nginx is not installed and apt-get ${args[0]} failed: ${(error as Error).message}`);
-    }
-  }
-  if (!existsSync('/usr/sbin/nginx')) throw new Error('apt-get install -y nginx left no /usr/sbin/nginx');
-  return '/usr/sbin/nginx';
+  const why = missingReason(inject('missingPackages') ?? [], 'nginx');
+  if (why !== undefined) throw new Error(why);
+  const [left] = await ensureSystemPackages({ packages: [pkg] });
+  if (left !== undefined) throw new Error(left.reason);
+  return findBinary(pkg)!;
 }
 
 /**

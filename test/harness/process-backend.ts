@@ -33,7 +33,7 @@ function waitExit(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once('exit', () => resolve()));
 }
 
-abstract class ProcessServer {
+export abstract class ProcessServer {
   readonly host = HOST;
   port = 0;
   protected child: ChildProcess | undefined;
@@ -123,7 +123,7 @@ abstract class ProcessServer {
   }
 }
 
-class ProcessRedis extends ProcessServer implements RedisServer {
+export class ProcessRedis extends ProcessServer implements RedisServer {
   readonly #extra: string[];
 
   constructor(extra: string[] = []) {

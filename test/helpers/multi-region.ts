@@ -4,6 +4,7 @@
  * compressed so failures play out in seconds.
  */
 import { pino, type Logger } from 'pino';
+import { formatRoundTrips } from '../../core/distance.js';
 import { protocolEngine } from '../../coordinator/protocol/protocol-engine.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
@@ -143,6 +144,10 @@ export class MultiRegion implements AsyncDisposable {
       instance: `${region}-${++this.#instance}`,
       port: 0,
       logLevel: 'silent',
+      // On the geo topology each agent knows its round trips, as `npm start -- --geo` tells its agents.
+      ...(this.#options.geo === undefined
+        ? {}
+        : { roundTrips: formatRoundTrips(this.#options.geo.roundTrips, this.regions) }),
       ...this.#options.agent,
     });
     const running = await startAgent(config, this.#options.log ?? pino({ level: 'silent' }));

@@ -111,8 +111,11 @@ export async function startRealStack(
             headers: { 'content-type': 'application/json' },
             body: JSON.stringify({ policy: name, subject: 'probe', dryRun: true }),
           });
-          await r.arrayBuffer();
-          if (r.status === 200) break;
+          const answer = (await r.json().catch(() => undefined)) as
+            { results?: { reason?: string }[] } | undefined;
+          // Known, and leased: a new policy's first decisions are `no_lease` until the agent's next renewal
+          // (a round trip to the coordinator's region away on the geo topology).
+          if (r.status === 200 && answer?.results?.[0]?.reason !== 'no_lease') break;
           if (Date.now() > until) throw new Error(`${url} does not know ${name} after 30 s (${r.status})`);
           await new Promise((res) => setTimeout(res, 100));
         }

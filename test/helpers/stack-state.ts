@@ -7,7 +7,10 @@ import type { StackState } from '../../scripts/stack/launcher.js';
 import { isPortFree } from '../../scripts/stack/ports.js';
 import { STACK_ID_VAR } from '../../scripts/stack/services.js';
 
-/** Every port of the stack: coordinator, NATS, agents, each Redis (a cluster's nodes and their bus ports). */
+/**
+ * Every port of the stack: coordinator, NATS, agents, each Redis (a cluster's nodes and their bus ports, a
+ * Sentinel region's nodes and sentinels).
+ */
 export function portsOf(state: StackState): number[] {
   const port = (url: string) => Number(new URL(url.replace(/^cluster /, 'redis://').split(',')[0]!).port);
   const out = [port(state.coordinator), port(state.nats), ...Object.values(state.agents).map(port)];
@@ -16,6 +19,12 @@ export function portsOf(state: StackState): number[] {
       for (const node of target.slice('cluster '.length).split(',')) {
         const p = Number(node.split(':')[1]);
         out.push(p, p + 10_000);
+      }
+    } else if (target.startsWith('sentinel ')) {
+      // `sentinel <master name> <sentinels>`: each sentinel sits beside its Redis node, 10000 above it.
+      for (const sentinel of target.split(' ')[2]!.split(',')) {
+        const p = Number(sentinel.split(':')[1]);
+        out.push(p, p - 10_000);
       }
     } else out.push(port(target));
   }

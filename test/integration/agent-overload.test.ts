@@ -3,6 +3,7 @@
  * the breaker, admission control sheds explicitly before any store call, every admitted decision is answered
  * correctly however long it waited, and a call that Redis runs after the agent gave up on it charges nothing.
  */
+import type { InjectOptions } from 'fastify';
 import type { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -250,6 +251,97 @@ describe('admission control', () => {
     ).toBe(1);
     expect(a.agent.admission.inFlight).toBe(0);
     expect(a.agent.guard.state).toBe('closed');
+  });
+});
+
+describe('admission control covers every route that reaches the store', () => {
+  it('reservations, their settlement, lease releases, explain and gRPC are shed like decisions, and change nothing', async () => {
+    await using a = await startAgent(server, {
+      maxInFlight: 2,
+      storeTimeoutMs: 5000,
+      overloadRetryAfterMs: 1000,
+    });
+    const subject = uniquePrefix('holes');
+    const key = bucketKey(1, subject, 'small');
+    await server.pause();
+    let held: Awaited<ReturnType<typeof decide>>[];
+    const answers: { route: string; status: number; code: unknown }[] = [];
+    let grpc: unknown;
+    try {
+      // Two reservations fill the bound: a reservation is admitted like a decision.
+      const pending = [1, 2].map(() =>
+        a.agent.app.inject({
+          method: 'POST',
+          url: '/v1/reservations',
+          payload: { policy: 'small', subject, amount: 1 },
+        }),
+      );
+      const deadline = performance.now() + 5000;
+      while (a.agent.admission.inFlight < 2 && performance.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      expect(a.agent.admission.inFlight).toBe(2);
+      const tries: [string, InjectOptions][] = [
+        ['http', { method: 'POST', url: '/v1/decisions', payload: { policy: 'small', subject } }],
+        [
+          'reservations',
+          { method: 'POST', url: '/v1/reservations', payload: { policy: 'small', subject, amount: 1 } },
+        ],
+        ['reservations', { method: 'POST', url: '/v1/reservations/r1.abc/commit', payload: { amount: 1 } }],
+        ['reservations', { method: 'DELETE', url: '/v1/reservations/r1.abc' }],
+        ['leases', { method: 'DELETE', url: '/v1/leases/l2.abc.def' }],
+        ['explain', { method: 'GET', url: `/v1/explain?policy=small&subject=${subject}` }],
+      ];
+      for (const [route, request] of tries) {
+        const res = await a.agent.app.inject(request);
+        answers.push({ route, status: res.statusCode, code: res.json<{ code?: unknown }>().code });
+      }
+      grpc = await a.agent.rls
+        .shouldRateLimit(
+          { domain: 'quotaplane', descriptors: [{ entries: [{ key: 'policy', value: 'small' }] }] },
+          1000,
+        )
+        .then(
+          () => 'decided',
+          (error: unknown) => error,
+        );
+      // Health, readiness and metrics still answer while the agent sheds.
+      expect((await a.agent.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+      await server.resume();
+      held = await Promise.all(pending);
+    } finally {
+      await server.resume();
+    }
+    expect(answers).toEqual(
+      ['http', 'reservations', 'reservations', 'reservations', 'leases', 'explain'].map((route) => ({
+        route,
+        status: 503,
+        code: 'AGT_ERR_OVERLOADED',
+      })),
+    );
+    expect(grpc).toMatchObject({ name: 'RlsError', status: 'UNAVAILABLE', code: 'AGT_ERR_OVERLOADED' });
+    expect(held.map((r) => r.statusCode)).toEqual([200, 200]);
+    // Only the two admitted reservations charged the bucket: 5 - 2 tokens left.
+    expect(Number(await a.redis.hget(key, 'tk'))).toBeGreaterThanOrEqual(3_000_000);
+    expect(Number(await a.redis.hget(key, 'tk'))).toBeLessThan(4_000_000);
+    for (const [route, shed] of [
+      ['http', 1],
+      ['reservations', 3],
+      ['leases', 1],
+      ['explain', 1],
+      ['grpc', 1],
+    ] as const) {
+      expect(
+        await metric(
+          a.agent,
+          new RegExp(
+            `quotaplane_shed_decisions_total\\{region="us",route="${route}",reason="overloaded",cause="in_flight"\\} (\\d+)`,
+          ),
+        ),
+        route,
+      ).toBe(shed);
+    }
+    expect(a.agent.admission.inFlight).toBe(0);
   });
 });
 

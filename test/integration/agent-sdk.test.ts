@@ -207,7 +207,7 @@ describe('the plugin never shows the agent internals to end users', () => {
     return app;
   }
 
-  it('an unknown policy is a loud log, a count and a callback; the caller gets the route failure mode', async () => {
+  it('an unknown policy is a loud log, a count, a callback and a 500 naming it, whatever the failure mode', async () => {
     const own = new AgentClient({
       baseUrl: agentUrl,
       timeoutMs: 2000,
@@ -225,27 +225,30 @@ describe('the plugin never shows the agent internals to end users', () => {
       );
     };
     const unknownBefore = await unknownOnAgent();
-    const closed = await app.inject({ url: '/gone', headers });
-    expect(closed.statusCode).toBe(503);
-    expect(closed.json()).toEqual({
-      type: 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
-      title: 'Temporary Reduced Capacity',
-      status: 503,
-      code: 'LIMITER_UNAVAILABLE',
-      detail: 'the rate limiter cannot decide deleted-policy right now and the policy fails closed',
-      'violated-policies': ['deleted-policy'],
-    });
-    expect(closed.body).not.toMatch(/AGT_ERR|Unknown policy/);
-    expect(closed.headers['retry-after']).toBe('1');
-    const open = await app.inject({ url: '/gone-open', headers });
-    expect(open.statusCode).toBe(200);
-    expect(open.json()).toEqual({ ran: true });
-    const local = await Promise.all([1, 2, 3].map(() => app.inject({ url: '/gone-local', headers })));
-    expect(local.map((r) => r.statusCode).sort()).toEqual([200, 200, 429]);
+    const answers = await Promise.all(
+      ['/gone', '/gone-open', '/gone-local', '/gone-local', '/gone-local'].map((url) =>
+        app.inject({ url, headers }),
+      ),
+    );
+    for (const res of answers) {
+      // A configuration error, not an outage: no 503, no Retry-After, the handler never ran.
+      expect(res.statusCode).toBe(500);
+      expect(res.headers['retry-after']).toBeUndefined();
+      expect(res.json()).toEqual({
+        type: 'about:blank',
+        title: 'Internal Server Error',
+        status: 500,
+        code: 'QUOTA_MISCONFIGURED',
+        detail:
+          "the rate limiter does not know policy deleted-policy (deleted, or never created): the service's " +
+          'rate-limit configuration must be fixed; retrying will not help',
+        'agent-code': 'AGT_ERR_UNKNOWN_POLICY',
+      });
+    }
     expect(refused.map((e) => e.code)).toEqual(Array(5).fill('AGT_ERR_UNKNOWN_POLICY'));
     expect(own.stats().refused).toEqual({ AGT_ERR_UNKNOWN_POLICY: 5 });
     expect(own.stats().failures.refused).toBe(0);
-    expect(own.stats().degraded).toEqual({ fail_closed: 1, fail_open: 1, fallback: 3 });
+    expect(own.stats().degraded).toEqual({ fail_closed: 0, fail_open: 0, fallback: 0 });
     const loud = lines.filter((l) => l.level === 50);
     expect(loud).toHaveLength(5);
     expect(loud[0]).toMatchObject({ code: 'AGT_ERR_UNKNOWN_POLICY' });
@@ -255,6 +258,43 @@ describe('the plugin never shows the agent internals to end users', () => {
     expect((await app.inject({ url: '/reports', headers })).statusCode).toBe(200);
     await app.close();
     own.close();
+  });
+
+  it("a cost above maxCost is the caller's 400 when the request sets it, the configuration's 500 when fixed", async () => {
+    const tenant = uniquePrefix('pages');
+    const tooMany = await exportReport(tenant, 60);
+    expect(tooMany.statusCode).toBe(400);
+    expect(tooMany.headers['retry-after']).toBeUndefined();
+    expect(tooMany.json()).toEqual({
+      type: 'about:blank',
+      title: 'Bad Request',
+      status: 400,
+      code: 'AGT_ERR_COST_ABOVE_MAX',
+      detail: 'this request costs more than one request may cost',
+    });
+    const refused: AgentRequestError[] = [];
+    const app = await serviceWith(client, refused, []);
+    app.get('/fixed', { config: { quota: { policy: 'export-pages', cost: 60 } } }, () => ({ ran: true }));
+    const fixed = await app.inject({ url: '/fixed', headers: { 'x-tenant-id': tenant } });
+    expect(fixed.statusCode).toBe(500);
+    expect(fixed.json()).toMatchObject({
+      code: 'QUOTA_MISCONFIGURED',
+      'agent-code': 'AGT_ERR_COST_ABOVE_MAX',
+    });
+    expect(refused.map((e) => e.code)).toEqual(['AGT_ERR_COST_ABOVE_MAX']);
+    await app.close();
+  });
+
+  it('a 429 names the violated policy alone and why', async () => {
+    const tenant = uniquePrefix('why');
+    for (let i = 0; i < 5; i++) expect((await exportReport(tenant)).statusCode).toBe(201);
+    const over = await exportReport(tenant);
+    expect(over.statusCode).toBe(429);
+    expect(over.json()).toMatchObject({
+      code: 'RATE_LIMITED',
+      'violated-policies': ['reports'],
+      reason: 'subject_exhausted',
+    });
   });
 
   it("a subject the agent finds invalid is the caller's 400, without the agent's message", async () => {

@@ -101,6 +101,10 @@ describe('GET /v1/allocations explains each allocation', () => {
     expect(move.to['us']!).toBeGreaterThan(move.from!['us']!);
     expect(move.demand['us']!).toBeGreaterThan(0);
     expect(move.demand['eu']).toBe(0);
+    // What moved it, as the rebalancer saw it: unmet demand in us, and the target the move heads for.
+    expect(move.unmet!['us']!).toBeGreaterThan(0);
+    expect(move.target!['us']!).toBeGreaterThan(move.target!['eu']!);
+    expect(move.target!['us']!).toBeGreaterThanOrEqual(move.to['us']!);
     expect(moved!.regions!['us']!.admittedPerSecond).toBeGreaterThan(0);
     expect(moved!.regions!['eu']!.admittedPerSecond).toBe(0);
     expect(moved!.regions!['us']!.demandPerSecond).toBeGreaterThan(0);
@@ -123,7 +127,15 @@ describe('GET /v1/allocations explains each allocation', () => {
       action: 'move',
       before: null,
       after: null,
-      move: { reason: 'demand', from: move.from, to: move.to, epoch: move.epoch },
+      move: {
+        reason: 'demand',
+        from: move.from,
+        to: move.to,
+        epoch: move.epoch,
+        demand: move.demand,
+        unmet: move.unmet,
+        target: move.target,
+      },
     });
     expect(audit.entries.some((e) => e.action === 'create')).toBe(true);
   });

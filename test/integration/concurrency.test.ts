@@ -170,6 +170,68 @@ describe('concurrency policies through the agent on a real Redis', () => {
     expect(metrics).toMatch(/policy="jobs",outcome="released"} 1/);
   });
 
+  it('forged, raised, retargeted, truncated and replayed releases are refused and change nothing', async () => {
+    const holder = uniquePrefix('holder');
+    const bystander = uniquePrefix('bystander');
+    const lease = (await decide(agent, { policy: 'jobs', subject: holder, cost: 2 })).results[0]!.lease!;
+    expect((await decide(agent, { policy: 'jobs', subject: bystander })).allowed).toBe(true);
+    const [body = '', tag = ''] = lease.slice(3).split('.');
+    const fields = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as unknown[];
+    const reencode = (change: (f: unknown[]) => void) => {
+      const f = [...fields];
+      change(f);
+      return `l2.${Buffer.from(JSON.stringify(f)).toString('base64url')}.${tag}`;
+    };
+    const forged = [
+      // The count raised to what hung Redis when tokens were readable base64 (lua/sliding_log_refund.lua looped).
+      reencode((f) => (f[6] = 9e15)),
+      reencode((f) => (f[6] = 3)),
+      // Pointed at another holder's log.
+      reencode((f) => (f[3] = bystander)),
+      lease.slice(0, -1),
+      lease.slice(0, lease.indexOf('.', 3)),
+      `l1.${body}`,
+    ];
+    for (const token of forged) {
+      expect((await release(agent, token)).body, token).toMatchObject({
+        status: 400,
+        code: 'AGT_ERR_INVALID_LEASE',
+      });
+    }
+    expect(await redis.zcard(slidingLogKey(1, holder, 'jobs'))).toBe(2);
+    expect(await redis.zcard(slidingLogKey(1, bystander, 'jobs'))).toBe(1);
+    expect((await release(agent, lease)).body).toEqual({ policy: 'jobs', released: true, slots: 2 });
+    // Replayed: the entries are gone, and nothing else is taken.
+    expect((await release(agent, lease)).body).toEqual({ policy: 'jobs', released: false, slots: 0 });
+    expect(await redis.zcard(slidingLogKey(1, bystander, 'jobs'))).toBe(1);
+  });
+
+  it('lua/sliding_log_refund.lua and lua/sliding_log.lua refuse counts beyond MAX_LOG_LIMIT before any loop', async () => {
+    const key = slidingLogKey(1, uniquePrefix('bound'), 'jobs');
+    await redis.zadd(key, 1, '1:000000000');
+    const refund = (cost: number) =>
+      (redis as unknown as { qpLogRefundRaw(n: number, ...a: string[]): Promise<unknown> }).qpLogRefundRaw(
+        1,
+        key,
+        '1',
+        '0',
+        '1',
+        '0',
+        String(cost),
+      );
+    redis.defineCommand('qpLogRefundRaw', { lua: luaSource('sliding_log_refund') });
+    await expect(refund(9e15)).rejects.toThrow(/QP_BADARG cost of log 1 must be an integer in 1\.\.100000/);
+    await expect(refund(100_001)).rejects.toThrow(/QP_BADARG cost/);
+    expect(await redis.zcard(key)).toBe(1);
+    await expect(at(1, key, '1', '0', '0', '0', '1000000', '1000', '1', '1000', '1')).rejects.toThrow(
+      /QP_BADARG limit of log 1/,
+    );
+    await expect(
+      at(1, key, '1', '0', '0', '0', '10', '1000', '9000000000000000', '1000', '1'),
+    ).rejects.toThrow(/QP_BADARG cost of log 1/);
+    expect(await refund(100_000)).toEqual([1, 0]);
+  });
+
   it('the longest subject makes a token the release route takes (no 414 from the path length)', async () => {
     const subject = `${uniquePrefix('long')}-`.padEnd(96, 'x');
     const d = await decide(agent, { policy: 'jobs', subject });

@@ -9,8 +9,9 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DASHBOARD_CSP } from '../../coordinator/http/dashboard-routes.js';
+import { INSTALL_LINE, missingReason } from '../harness/system-packages.js';
 import { READ_TOKEN } from '../helpers/coordinator-fixture.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
 
@@ -32,7 +33,10 @@ let profile: string;
 const problems: string[] = [];
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium`);
+  // The global setup installs chromium when it is missing and it can (test/harness/system-packages.ts).
+  const why = missingReason(inject('missingPackages'), 'chromium');
+  if (why !== undefined || !existsSync(CHROMIUM))
+    throw new Error(why ?? `${CHROMIUM} is missing: ${INSTALL_LINE}`);
   stack = await new MultiRegion({ agentsPerRegion: 1 }).start();
   // A short idle TTL: a region that shrank may grow again 3.5 s later (the regrowth cool-down is the TTL).
   await stack.putPolicy('dash', { capacity: 60, refillPerSecond: 20, idleTtlSeconds: 3 });

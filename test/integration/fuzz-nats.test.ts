@@ -15,7 +15,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kvNames } from '../../core/wire/kv.js';
 import { loanSubject } from '../../core/wire/loan.js';
-import { protocolSubjects } from '../../core/wire/protocol.js';
+import { credentialTag, protocolSubjects } from '../../core/wire/protocol.js';
 import { strictSubject } from '../../core/wire/strict.js';
 import { decide, MultiRegion, STRICT_REFUNDS } from '../helpers/multi-region.js';
 import { redisSnapshot } from '../helpers/redis-snapshot.js';
@@ -186,8 +186,15 @@ describe('fuzzing NATS messages through the agents’ and the coordinator’s ad
   }, 120_000);
 
   it('usage, heartbeats, acks and goodbyes of any shape sent to the coordinator change no decision', async () => {
-    const subjects = protocolSubjects(stack.namespace);
-    const agentId = fc.oneof(fc.constantFrom('forged-agent-001', 'ghost-agent-0001'), junk);
+    // The attacker's own credential tag: the only protocol subjects the server lets it publish on.
+    const tag = credentialTag(
+      stack.nats.security!.bundle.credentials.find((c) => c.name === 'agent-eu-2')!.publicKey,
+    );
+    const subjects = protocolSubjects(stack.namespace, tag);
+    const agentId = fc.oneof(
+      fc.constantFrom(`${tag}_forged-agent-001`, `${tag}_ghost-agent-0001`, 'ghost-agent-0001'),
+      junk,
+    );
     const message = fc.record(
       {
         agentId,

@@ -12,7 +12,7 @@ import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kvNames } from '../../core/wire/kv.js';
 import { inboxPrefix } from '../../core/wire/nats-permissions.js';
-import { protocolSubjects } from '../../core/wire/protocol.js';
+import { credentialTag, protocolSubjects } from '../../core/wire/protocol.js';
 import { loanSubject } from '../../core/wire/loan.js';
 import { strictSubject } from '../../core/wire/strict.js';
 import type { NatsServer } from '../harness/backend.js';
@@ -21,6 +21,12 @@ import { backend } from '../harness/fixtures.js';
 const NS = 'perm';
 const names = kvNames(NS);
 const subjects = protocolSubjects(NS);
+/** The subjects of the credential named `name`: tagged with it, the only ones it may publish protocol messages on. */
+const tagged = (name: string) =>
+  protocolSubjects(
+    NS,
+    credentialTag(nats.security!.bundle.credentials.find((c) => c.name === name)!.publicKey),
+  );
 
 let nats: NatsServer;
 let coordinator: NatsConnection;
@@ -46,7 +52,10 @@ async function refusedSubscription(nc: NatsConnection, subject: string): Promise
 }
 
 beforeAll(async () => {
-  nats = await backend().startNats({ jetstream: true, secure: { namespace: NS, regions: ['us', 'eu'] } });
+  nats = await backend().startNats({
+    jetstream: true,
+    secure: { namespace: NS, regions: ['us', 'eu'], agentsPerRegion: 2 },
+  });
   coordinator = await as('coordinator');
   const kvm = new Kvm(jetstream(coordinator));
   for (const bucket of [names.policies, names.allocations, names.agents]) await kvm.create(bucket);
@@ -99,8 +108,9 @@ describe('what an agent may do', () => {
     });
     await coordinator.flush();
     try {
-      const reply = await us.request(subjects.heartbeat('us'), '{}', { timeout: 2000 });
-      expect(reply.json()).toEqual({ to: subjects.heartbeat('us') });
+      const own = tagged('agent-us-1');
+      const reply = await us.request(own.heartbeat('us'), '{}', { timeout: 2000 });
+      expect(reply.json()).toEqual({ to: own.heartbeat('us') });
     } finally {
       sub.unsubscribe();
     }
@@ -137,12 +147,12 @@ describe('what an agent may do', () => {
       coordinator.subscribe(s, { callback: (_e, msg) => void got.push(msg.subject) }),
     );
     await coordinator.flush();
-    for (const subject of [subjects.usage('us'), subjects.ack('us'), subjects.bye('us')])
-      us.publish(subject, '{}');
+    const own = tagged('agent-us-1');
+    for (const subject of [own.usage('us'), own.ack('us'), own.bye('us')]) us.publish(subject, '{}');
     await us.flush();
     await expect.poll(() => got.length, { timeout: 2000 }).toBe(3);
     for (const sub of subs) sub.unsubscribe();
-    expect(got.sort()).toEqual([subjects.ack('us'), subjects.bye('us'), subjects.usage('us')].sort());
+    expect(got.sort()).toEqual([own.ack('us'), own.bye('us'), own.usage('us')].sort());
   });
 });
 
@@ -184,6 +194,22 @@ describe('forgeries the server refuses from an agent’s credentials', () => {
       subjects.heartbeat('eu'),
       subjects.ack('eu'),
       subjects.bye('eu'),
+    ]) {
+      await refusedRequest(us, subject);
+    }
+  });
+
+  it('speaking for another agent of its own region: its credential’s tag, or no tag at all', async () => {
+    const other = tagged('agent-us-2');
+    for (const subject of [
+      other.usage('us'),
+      other.heartbeat('us'),
+      other.ack('us'),
+      other.bye('us'),
+      subjects.usage('us'),
+      subjects.heartbeat('us'),
+      subjects.ack('us'),
+      subjects.bye('us'),
     ]) {
       await refusedRequest(us, subject);
     }

@@ -12,7 +12,13 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kvNames } from '../../core/wire/kv.js';
-import { protocolSubjects, RenewalReply, type Usage } from '../../core/wire/protocol.js';
+import {
+  agentIdTag,
+  credentialTag,
+  protocolSubjects,
+  RenewalReply,
+  type Usage,
+} from '../../core/wire/protocol.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
 import { firstHeartbeat } from '../helpers/protocol-messages.js';
 
@@ -22,7 +28,10 @@ const MAX_AGENTS = 64;
 describe('forged protocol messages with a stolen agent credential (real NATS, real coordinator)', () => {
   let stack: MultiRegion;
   let attacker: NatsConnection;
+  /** The attacker's subjects: tagged with its own credential, the only ones the server lets it publish on. */
   let subjects: ReturnType<typeof protocolSubjects>;
+  /** The attacker's credential tag: an agent id it makes up must start with it. */
+  let tag: string;
 
   /** A sample of the coordinator's metrics (0 when the series does not exist yet). */
   const metric = async (name: string, labels: string): Promise<number> => {
@@ -62,7 +71,9 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
     }).start();
     await stack.putPolicy('demo', { capacity: 90, refillPerSecond: 1.5 });
     await stack.ready(['demo']);
-    subjects = protocolSubjects(stack.namespace);
+    const stolen = stack.nats.security!.bundle.credentials.find((c) => c.name === 'agent-eu-2')!;
+    tag = credentialTag(stolen.publicKey);
+    subjects = protocolSubjects(stack.namespace, tag);
     // Region eu's second credential: the one a thief of an eu agent's nkey holds (no running agent uses it).
     attacker = await connect({
       servers: stack.nats.url,
@@ -86,7 +97,7 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
     await expect(
       attacker.request(
         subjects.heartbeat('eu'),
-        JSON.stringify(heartbeat('forged-us-agent-01', 'forged-us', 'us')),
+        JSON.stringify(heartbeat(`${tag}_forged-us-agent-01`, 'forged-us', 'us')),
         { timeout: 1000 },
       ),
     ).rejects.toThrow();
@@ -99,7 +110,7 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
     const share = () => stack.inRegion('eu')[0]!.running.coordination!.holder.lease.shareFor('demo', 'x');
     const start = share()!.share;
     for (let i = 0; i < 20; i++) {
-      attacker.publish(subjects.usage('eu'), JSON.stringify(usage('ghost-agent-0001', 'eu', i)));
+      attacker.publish(subjects.usage('eu'), JSON.stringify(usage(`${tag}_ghost-agent-0001`, 'eu', i)));
     }
     await attacker.flush();
     await expect.poll(() => engine('messagesDropped'), { timeout: 5000 }).toBe(before + 20);
@@ -113,21 +124,95 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
     expect(share()!.share).toBe(start);
   });
 
-  it('a forged goodbye forgets only the agent it names, which re-registers at its next heartbeat', async () => {
+  it('a goodbye naming an agent id the coordinator never registered changes nothing', async () => {
     const before = await engine('messagesDropped');
-    attacker.publish(subjects.bye('eu'), JSON.stringify({ agentId: 'ghost-agent-0001', region: 'eu' }));
+    attacker.publish(
+      subjects.bye('eu'),
+      JSON.stringify({ agentId: `${tag}_ghost-agent-0001`, region: 'eu' }),
+    );
     await attacker.flush();
     await expect.poll(() => engine('messagesDropped'), { timeout: 5000 }).toBe(before + 1);
     expect((await roster())['eu']).toBe(1);
+  });
 
+  it('goodbyes, acks, usage and heartbeats for another agent of the region are dropped: ids are bound to credentials', async () => {
+    const victim = agentIdOf('eu');
+    expect(agentIdTag(victim)).not.toBe(tag);
     const forgotten = await engine('agentsForgotten');
-    attacker.publish(subjects.bye('eu'), JSON.stringify({ agentId: agentIdOf('eu'), region: 'eu' }));
+    const before = await Promise.all(['bye', 'ack', 'usage'].map((kind) => dropped(kind, 'agent_mismatch')));
+    attacker.publish(subjects.bye('eu'), JSON.stringify({ agentId: victim, region: 'eu' }));
+    attacker.publish(subjects.ack('eu'), JSON.stringify({ agentId: victim, region: 'eu', ackRevision: 1e9 }));
+    attacker.publish(subjects.usage('eu'), JSON.stringify(usage(victim, 'eu', 0)));
     await attacker.flush();
-    // The real agent's next heartbeat (every 200 ms) registers it again; it never stopped deciding.
-    await expect.poll(async () => (await roster())['eu'], { timeout: 5000 }).toBe(1);
-    const eu = stack.inRegion('eu')[0]!;
-    expect((await decide(eu.url, { policy: 'demo', subject: 'after-bye' })).status).toBe(200);
+    for (const [i, kind] of ['bye', 'ack', 'usage'].entries()) {
+      await expect.poll(() => dropped(kind, 'agent_mismatch'), { timeout: 5000 }).toBe(before[i]! + 1);
+    }
+    // A heartbeat for the victim's id (it would keep a cut-off agent's lease alive) gets no renewal.
+    const hbBefore = await dropped('heartbeat', 'agent_mismatch');
+    await expect(
+      attacker.request(subjects.heartbeat('eu'), JSON.stringify(heartbeat(victim, 'eu-victim', 'eu')), {
+        timeout: 1000,
+      }),
+    ).rejects.toThrow();
+    expect(await dropped('heartbeat', 'agent_mismatch')).toBe(hbBefore + 1);
     expect(await engine('agentsForgotten')).toBe(forgotten);
+    expect((await roster())['eu']).toBe(1);
+  });
+
+  it('the server refuses a credential publishing on a subject tagged with another agent’s credential', async () => {
+    const victimTag = agentIdTag(agentIdOf('eu'))!;
+    const victimSubjects = protocolSubjects(stack.namespace, victimTag);
+    const messages = () => metric('quotaplane_protocol_messages_total', 'kind="bye"');
+    const seen = await messages();
+    const witness = await connect({
+      servers: stack.nats.url,
+      ...stack.nats.security!.connectOptions('agent-eu-3'),
+      maxReconnectAttempts: 0,
+    });
+    try {
+      witness.publish(victimSubjects.bye('eu'), JSON.stringify({ agentId: agentIdOf('eu'), region: 'eu' }));
+      await witness.flush();
+      // A message that did reach the coordinator after it (own subject) proves the first one would have too.
+      const own = protocolSubjects(
+        stack.namespace,
+        credentialTag(
+          stack.nats.security!.bundle.credentials.find((c) => c.name === 'agent-eu-3')!.publicKey,
+        ),
+      );
+      witness.publish(own.bye('eu'), JSON.stringify({ agentId: agentIdOf('eu'), region: 'eu' }));
+      await witness.flush();
+      await expect.poll(messages, { timeout: 5000 }).toBe(seen + 1);
+    } finally {
+      await witness.close().catch(() => undefined);
+    }
+    expect((await roster())['eu']).toBe(1);
+  });
+
+  it('a new agent of another credential taking the real agent’s instance name does not replace it', async () => {
+    const registrations = async () => {
+      const res = await stack.admin('GET', '/v1/regions');
+      const body = (await res.json()) as {
+        regions: { region: string; agentDetails: { agentId: string; instance: string }[] }[];
+      };
+      return body.regions.find((r) => r.region === 'eu')!.agentDetails;
+    };
+    const real = (await registrations())[0]!;
+    const reply = RenewalReply.parse(
+      (
+        await attacker.request(
+          subjects.heartbeat('eu'),
+          JSON.stringify(heartbeat(`${tag}_takeover-0001`, real.instance, 'eu')),
+          { timeout: 2000 },
+        )
+      ).json(),
+    );
+    expect('refused' in reply).toBe(false);
+    const after = await registrations();
+    expect(after.map((a) => a.agentId).sort()).toEqual([real.agentId, `${tag}_takeover-0001`].sort());
+    // Silent from now on, the takeover agent is forgotten; the real one stays.
+    await expect
+      .poll(async () => (await registrations()).map((a) => a.agentId), { timeout: FORGET_AFTER_MS + 10_000 })
+      .toEqual([real.agentId]);
   });
 
   it('the buckets’ records, which a consumer the credential made can push onto any subject, are dropped as invalid there', async () => {
@@ -160,7 +245,7 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
           const n = String(batch * 250 + i).padStart(6, '0');
           return attacker.request(
             subjects.heartbeat('eu'),
-            JSON.stringify(heartbeat(`forged-${n}`, `forged-instance-${n}`, 'eu')),
+            JSON.stringify(heartbeat(`${tag}_forged-${n}`, `forged-instance-${n}`, 'eu')),
             { timeout: 10_000 },
           );
         }),

@@ -81,12 +81,19 @@ function scratch(): string {
 const eventually = (probe: () => Promise<boolean> | boolean, ms: number, what: string) =>
   poll(probe, ms, what, 100);
 
-/** Every port the launcher may use, moved off the defaults; the eu region on a cluster picked by the launcher. */
+/**
+ * Every port the launcher may use, moved off the defaults; the eu region on a cluster and the ap region under
+ * Sentinel, both on ports picked by the launcher.
+ */
 async function stackEnv(dir: string): Promise<Record<string, string>> {
-  const names = STACK_PORT_VARS.filter((name) => name !== 'QP_STACK_EU_REDIS_PORT');
+  const names = STACK_PORT_VARS.filter(
+    (name) => name !== 'QP_STACK_EU_REDIS_PORT' && name !== 'QP_STACK_AP_REDIS_PORT',
+  );
   const env: Record<string, string> = {
     QP_STACK_EU_REDIS_PORT: '0',
+    QP_STACK_AP_REDIS_PORT: '0',
     QP_STACK_CLUSTER_REGIONS: 'eu',
+    QP_STACK_SENTINEL_REGIONS: 'ap',
     QP_STACK_SERVERS: 'binaries',
     QP_STACK_STATE_FILE: join(dir, 'state.json'),
     QP_STACK_SECRETS_DIR: join(dir, 'secrets'),
@@ -191,13 +198,19 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       await agent.close();
     }
     expect(state.redis['eu']).toMatch(/^cluster 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+$/);
+    expect(state.redis['ap']).toMatch(/^sentinel qp-ap 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+$/);
     expect(state.processes.map((p) => p.name)).toEqual([
       'nats',
       'redis us',
       'redis eu node 1',
       'redis eu node 2',
       'redis eu node 3',
-      'redis ap',
+      'redis ap master',
+      'redis ap replica 1',
+      'redis ap replica 2',
+      'redis ap sentinel 1',
+      'redis ap sentinel 2',
+      'redis ap sentinel 3',
       'coordinator',
       'agent us',
       'agent eu',
@@ -219,13 +232,17 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       'bash',
       [
         '-c',
-        `source "$1" && printf '%s\\n' "$QP_ADMIN_TOKEN" "$QP_READ_TOKEN" "$QUOTAPLANE_URL"`,
+        `source "$1" && printf '%s\\n' "$QP_ADMIN_TOKEN" "$QP_READ_TOKEN" "$QUOTAPLANE_URL" "$QUOTAPLANE_AGENTS"`,
         '-',
         envFile,
       ],
       { encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '' } },
     );
-    expect(sourced.split('\n')).toEqual([ADMIN_TOKEN, readToken, state.coordinator, '']);
+    // The agents too, as `quotaplane explain` reads them.
+    const agents = Object.entries(state.agents)
+      .map(([region, url]) => `${region}=${url}`)
+      .join(',');
+    expect(sourced.split('\n')).toEqual([ADMIN_TOKEN, readToken, state.coordinator, agents, '']);
 
     // Before any traffic the budget is split evenly: each region enforces a third of 90. Dry runs report no
     // demand, so the shares stay where they are while the test looks.
@@ -273,6 +290,18 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       sum += r.limit;
     }
     expect(sum).toBeLessThanOrEqual(180 + 1e-6);
+    // ap's Redis is under Sentinel: its master dies, the stack stays up, and ap's agent decides again on the
+    // promoted replica without a restart.
+    const apMaster = state.processes.find((p) => p.name === 'redis ap master')!;
+    process.kill(apMaster.pid!, 'SIGKILL');
+    await eventually(
+      async () => (await decide(state.agents['ap']!, subject('ap-after-failover'))).allowed,
+      30_000,
+      "ap's agent deciding on the promoted replica",
+    );
+    expect(run.output()).toContain(
+      'redis ap master exited (signal SIGKILL); its sentinels promote a replica',
+    );
     // Every agent serves Envoy's rate-limit service on the gRPC listener the banner names.
     for (const [region, url] of Object.entries(state.grpc)) {
       const client = rlsClient(url);

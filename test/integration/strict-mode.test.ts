@@ -2,7 +2,9 @@
  * Strict mode across regions on real NATS and Redis: a strict policy's bucket lives in its home region only;
  * agents elsewhere forward over NATS request/reply to the home region's queue group.
  */
+import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { strictSubject } from '../../core/wire/strict.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
 
 describe('strict mode: one bucket in the home region, forwarded to from everywhere', () => {
@@ -87,6 +89,43 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
     const conflict = await decide(eu.url, { ...body, checks: [{ policy: 'refunds', subject: 'acct-2' }] });
     expect(conflict.status).toBe(409);
     expect(conflict.body.code).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
+  }, 30_000);
+
+  it('a home answers a batch of forwarded decisions one by one, in order, and refuses a malformed batch whole', async () => {
+    const nc = await connect({ servers: stack.natsUrl('us') });
+    try {
+      const { subject } = strictSubject(stack.namespace, 'us');
+      const one = (policy: string) => ({
+        fromRegion: 'eu',
+        checks: [{ policy, subject: 'batch-1', cost: 1 }],
+        dryRun: false,
+        budgetMs: 5000,
+      });
+      const ask = async (body: unknown) =>
+        (await nc.request(subject, JSON.stringify(body), { timeout: 5000 })).json<{
+          replies?: { results?: { allowed: boolean; remaining: number }[]; error?: string }[];
+          error?: string;
+        }>();
+      const batch = await ask({ fromRegion: 'eu', batch: [one('refunds'), one('no-such'), one('refunds')] });
+      expect(batch.replies).toHaveLength(3);
+      expect(batch.replies![0]!.results).toMatchObject([{ allowed: true, remaining: 4 }]);
+      expect(batch.replies![1]!.error).toBe('unknown_policy');
+      expect(batch.replies![2]!.results).toMatchObject([{ allowed: true, remaining: 3 }]);
+      // Empty, or one decision malformed: the whole batch is refused and nothing is charged.
+      expect(await ask({ fromRegion: 'eu', batch: [] })).toMatchObject({ error: 'invalid_request' });
+      expect(await ask({ fromRegion: 'eu', batch: [one('refunds'), { checks: 'x' }] })).toMatchObject({
+        error: 'invalid_request',
+      });
+      const probe = await decide(stack.inRegion('us')[0]!.url, {
+        policy: 'refunds',
+        subject: 'batch-1',
+        dryRun: true,
+      });
+      // 3 left: a dry run answers what would remain after it (2).
+      expect(probe.body.results![0]).toMatchObject({ allowed: true, remaining: 2 });
+    } finally {
+      await nc.close();
+    }
   }, 30_000);
 
   it('with the home agents stopped, other regions fail closed within the deadline and recover by themselves', async () => {

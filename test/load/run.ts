@@ -1,5 +1,6 @@
 /**
- * `npm run test:load [-- --short] [--only campaign,hotTenant,…]`: the load suite. Starts the stack as `npm start` does (free ports, loopback
+ * `npm run test:load [-- --short] [--geo] [--only campaign,hotTenant,…]`: the load suite (`--geo`: on regions a WAN
+ * apart). Starts the stack as `npm start` does (free ports, loopback
  * only), runs every seed scenario in turn, prints one table row per scenario and, for the full run, writes the
  * table to docs/reliability.md. Exits 1 when a row breaks its own check (admitted above its bound, a false
  * denial, an answer that is neither a decision nor an explicit shed), 0 otherwise. Every loop is bounded in
@@ -14,9 +15,16 @@ import { startRealStack, type RealStack } from '../helpers/real-stack.js';
 import { closeLoadPool, scenarios, type Row } from './scenarios.js';
 
 const { values } = parseArgs({
-  options: { short: { type: 'boolean', default: false }, only: { type: 'string' } },
+  options: {
+    short: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    geo: { type: 'boolean', default: false },
+  },
 });
 const short = values.short;
+// --geo: the same rows on the geo topology (npm start -- --geo: regions 70-220 ms apart, docs/running.md). The
+// rows' bounds are the same; only the full loopback run writes docs/reliability.md's table.
+const geo = values.geo;
 const only = values.only?.split(',');
 const chosen = scenarios.filter((s) => only === undefined || only.includes(s.name));
 if (chosen.length === 0) {
@@ -59,7 +67,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 try {
-  stack = await startRealStack({}, undefined, stopping.signal);
+  stack = await startRealStack(geo ? { QP_STACK_TOPOLOGY: 'geo' } : {}, undefined, stopping.signal);
 } catch (error) {
   if (stopping.signal.aborted) await stopAndExit(stopping.signal.reason as NodeJS.Signals);
   throw error;
@@ -89,7 +97,7 @@ for (const r of failed) console.log(`\nFAILED ${r.scenario}: ${r.problems.join('
 const seconds = Math.round((Date.now() - started) / 1000);
 console.log(`\n${rows.length - failed.length} passed, ${failed.length} failed (${seconds} s)`);
 
-if (!short && only === undefined) {
+if (!short && only === undefined && !geo) {
   const path = new URL('../../docs/reliability.md', import.meta.url);
   const doc = readFileSync(path, 'utf8');
   const begin = '<!-- load-table:begin -->';

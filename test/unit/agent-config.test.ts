@@ -94,13 +94,31 @@ describe('agent configuration', () => {
         `${v} in ${found.join(' | ')}`,
       ).toBe(true);
     expect(found.find((p) => p.startsWith('QP_REDIS_URL'))).toMatch(
-      /exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES/,
+      /exactly one of QP_REDIS_URL, QP_REDIS_CLUSTER_NODES and QP_REDIS_SENTINELS/,
     );
   });
 
   it('refuses both a URL and a cluster', () => {
     expect(problems({ ...base, QP_REDIS_CLUSTER_NODES: 'h:1' })).toEqual([
-      'QP_REDIS_URL (redisUrl): set exactly one of QP_REDIS_URL and QP_REDIS_CLUSTER_NODES',
+      'QP_REDIS_URL (redisUrl): set exactly one of QP_REDIS_URL, QP_REDIS_CLUSTER_NODES and QP_REDIS_SENTINELS',
+    ]);
+  });
+
+  it('takes sentinels with their master name, and WAIT only where a write has one node to wait on', () => {
+    const { QP_REDIS_URL: _url, ...noUrl } = base;
+    const sentinel = { ...noUrl, QP_REDIS_SENTINELS: 'h1:26379, h2:26379', QP_REDIS_MASTER_NAME: 'qp-us' };
+    const config = loadConfig({ ...sentinel, QP_REDIS_WAIT_REPLICAS: '1' }, () => '');
+    expect(config.redisSentinels).toEqual(['h1:26379', 'h2:26379']);
+    expect(config.redisMasterName).toBe('qp-us');
+    expect([config.redisWaitReplicas, config.redisWaitTimeoutMs]).toEqual([1, 20]);
+    expect(problems({ ...noUrl, QP_REDIS_SENTINELS: 'h1:26379' })).toEqual([
+      'QP_REDIS_MASTER_NAME (redisMasterName): QP_REDIS_SENTINELS and QP_REDIS_MASTER_NAME go together',
+    ]);
+    expect(problems({ ...sentinel, QP_REDIS_URL: 'redis://h:1' })).toEqual([
+      'QP_REDIS_URL (redisUrl): set exactly one of QP_REDIS_URL, QP_REDIS_CLUSTER_NODES and QP_REDIS_SENTINELS',
+    ]);
+    expect(problems({ ...noUrl, QP_REDIS_CLUSTER_NODES: 'h:1', QP_REDIS_WAIT_REPLICAS: '1' })).toEqual([
+      'QP_REDIS_WAIT_REPLICAS (redisWaitReplicas): QP_REDIS_WAIT_REPLICAS needs one Redis or Sentinel (a cluster routes WAIT to no slot)',
     ]);
   });
 

@@ -359,16 +359,18 @@ describe('strict mode: the Forwarder port', () => {
         return new Promise((_, reject) => setTimeout(() => reject(new Error('home region us: timeout')), 5));
       },
     };
-    const { decision } = agent({ store: slow, forwarder });
-    const d = await decision({
+    const { decide } = agent({ store: slow, forwarder });
+    const r = await decide({
       checks: [
         { policy: 'closed', subject: 'late' },
         { policy: 'away', subject: 'late' },
       ],
     });
     expect(calls).toBe(0);
-    expect(d.allowed).toBe(false);
-    expect(d.results[1]).toMatchObject({ reason: 'home_unreachable' });
+    // This agent spent the deadline, not the home: the request is shed (the local charge given back), never
+    // answered home_unreachable of a home nobody asked.
+    expect(r.status).toBe(503);
+    expect(r.body).toMatchObject({ code: 'AGT_ERR_OVERLOADED' });
     // The forwarder's own promise is never created, so nothing rejects later unobserved (that ended the process).
   });
 
@@ -450,6 +452,7 @@ describe('route parameters', () => {
     expect(long.json()).toMatchObject({ code: 'AGT_ERR_INVALID_LEASE' });
     const tooLong = await release('x'.repeat(MAX_LEASE_TOKEN_LENGTH + 1));
     expect(tooLong.statusCode).toBe(414);
+    expect(tooLong.json()).toMatchObject({ code: 'AGT_ERR_URI_TOO_LONG' });
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../../core/clock.js';
+import { ManualClock, steadyClock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
 import { defaultRenewalBounds } from '../../core/lease/trust-checks.js';
 import type { AllocationRecord, Renewal } from '../../core/wire/protocol.js';
@@ -160,5 +160,48 @@ describe('agent lease: in-force shares of in-flight decisions', () => {
     expect(seen.at(-1)).toBe(0.5);
     lapsedDecision();
     expect(seen.at(-1)).toBe(0.3);
+  });
+});
+
+describe('agent lease: durations on the monotonic clock', () => {
+  it('a backward wall-clock step on a cut-off agent does not keep its lease: it lapses and settles on time', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.8);
+    lease.recordsLoaded();
+    lease.renewed({ ...renewal, leaseMs: 6000, graceMs: 12_000 }, clock.monotonic());
+    expect(lease.shareFor('p', 't')!.share).toBe(0.8);
+    // Cut off: no renewal comes. Five seconds in, the wall clock is stepped back by a minute.
+    clock.advance(5000);
+    clock.step(-60_000);
+    clock.advance(1001);
+    // The coordinator counts it lapsed 6 s after the renewal (its own clock): so does the agent, at min(0.8, safe).
+    expect(lease.mode()).toBe('lapsed');
+    expect(lease.shareFor('p', 't')!.share).toBe(0.5);
+    clock.advance(12_000);
+    expect(lease.mode()).toBe('settled');
+  });
+
+  it('a forward wall-clock step does not end a lease early', () => {
+    const { clock, lease, apply } = setup();
+    apply(0.8);
+    lease.recordsLoaded();
+    lease.renewed({ ...renewal, leaseMs: 6000, graceMs: 12_000 }, clock.monotonic());
+    clock.step(3_600_000);
+    clock.advance(5000);
+    expect(lease.mode()).toBe('valid');
+    expect(lease.shareFor('p', 't')!.share).toBe(0.8);
+  });
+});
+
+describe('steadyClock', () => {
+  it('reads wall time once, then moves with the monotonic clock only', () => {
+    const base = new ManualClock(1_000_000);
+    const steady = steadyClock(base);
+    base.advance(500);
+    base.step(-60_000);
+    expect(steady.now()).toBe(1_000_500);
+    base.step(3_600_000);
+    base.advance(1);
+    expect(steady.now()).toBe(1_000_501);
   });
 });

@@ -6,6 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { parsePolicy } from '../../core/policy.js';
 import { ProtocolLoop } from '../helpers/protocol-loop.js';
+import { lowestShare } from '../../core/script-wire.js';
+import type { RegionalShare } from '../../core/shares.js';
 
 const regions = ['us', 'eu', 'ap'];
 const policy = parsePolicy({ name: 'writes', capacity: 120, refillPerSecond: 2 });
@@ -214,7 +216,9 @@ describe('conservation under failures', () => {
   it('holds when heartbeats buffered through an outage arrive late, still saying the lease was valid', () => {
     // us has no demand and sits at its floor, so nothing shrinks it while one of its agents is away: no overdue
     // acknowledgement gets that agent refused, and only the heartbeats' own word could fool the coordinator.
-    const loop = settled({ us: 0, eu: 90, ap: 10 });
+    // One step of 85% of the gap (maxStep 1) and the next lands every region on its target: us exactly at its
+    // floor (in steps of 0.05 the move comes to rest within the settle band of it, and a later move shrinks it).
+    const loop = settled({ us: 0, eu: 90, ap: 10 }, { rebalance: { maxStep: 1 } });
     const cut = loop.agents.find((a) => a.region === 'us')!;
     expect(loop.shares('writes')['us']).toBeCloseTo(0.02, 9);
     // The agent loses its connection while its client buffers what it sends; its peer keeps reporting.
@@ -398,5 +402,51 @@ describe('shed reported in heartbeats', () => {
     // A heartbeat without the field (an older agent) leaves the rate as it was.
     engine.heartbeat(heartbeat(1_000_001));
     expect(view().shedPerSecond).toBeCloseTo(30 / (since / 1000), 9);
+  });
+});
+
+describe('the lowest share held within the window survives agent restarts and scale-out', () => {
+  /** The share a sliding-log, concurrency or daily decision of `agent` sizes its region by. */
+  const sized = (agent: { lease: { shareFor(p: string, s: string): RegionalShare | undefined } }) =>
+    lowestShare(agent.lease.shareFor('writes', 'tenant')!);
+
+  it('an agent started during a share move sizes its region as the agents that lived through it do', () => {
+    const loop = settled({ us: 45, eu: 10, ap: 45 });
+    const before = loop.shares('writes')['eu']!;
+    // eu's demand grows: its share rises step by step over the next seconds.
+    loop.setDemand('eu', 'writes', 90);
+    loop.setDemand('us', 'writes', 5);
+    loop.setDemand('ap', 'writes', 5);
+    loop.advance(10_000);
+    const [veteran] = loop.agents.filter((a) => a.region === 'eu');
+    const now = loop.shares('writes')['eu']!;
+    expect(now).toBeGreaterThan(before + 0.1);
+    // A deploy: every eu agent is replaced by a new one that has no memory of the share eu held before.
+    const fresh = loop.startAgent('eu');
+    loop.advance(1000);
+    expect(fresh.lease.mode()).toBe('valid');
+    expect(sized(veteran!)).toBeCloseTo(before, 9);
+    expect(sized(fresh)).toBeCloseTo(before, 9);
+    // Summed over the regions, what a daily budget's counters may admit stays within the day's budget.
+    const daily = regions.reduce((sum, r) => {
+      const agents = loop.agents.filter((a) => a.alive && a.region === r);
+      return sum + Math.max(...agents.map(sized));
+    }, 0);
+    expect(daily).toBeLessThanOrEqual(1 + 1e-9);
+    loop.checker.assertHeld();
+  });
+
+  it('once the window has passed, the record carries the lowest no more and agents size by the share', () => {
+    const loop = settled({ us: 45, eu: 10, ap: 45 });
+    loop.setDemand('eu', 'writes', 90);
+    loop.setDemand('us', 'writes', 5);
+    loop.setDemand('ap', 'writes', 5);
+    loop.advance(30_000);
+    // The policy's idle TTL (60 s) and the skew margins later, with no more moves, nothing below is remembered.
+    loop.setDemand('eu', 'writes', 90);
+    loop.advance(120_000);
+    const fresh = loop.startAgent('eu');
+    loop.advance(1000);
+    expect(sized(fresh)).toBeCloseTo(loop.shares('writes')['eu']!, 9);
   });
 });

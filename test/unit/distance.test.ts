@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
+import { loanRequest } from '../../core/borrowing/borrow.js';
+import { AgentConfig } from '../../regional-agent/config.js';
 import {
   DEFAULT_ROUND_TRIPS,
+  farthestRoundTrip,
   formatRoundTrips,
+  linkAllowanceMs,
+  oneWayAllowanceMs,
   missingPairs,
   parseRoundTrips,
   roundTripOf,
@@ -44,5 +49,50 @@ describe('round-trip matrix', () => {
     });
     expect(RoundTripsText.safeParse('us-us=3').success).toBe(false);
     expect(RoundTripsText.parse('').size).toBe(0);
+  });
+});
+
+describe('timings at a distance', () => {
+  it('allows a round trip and a quarter for a wait, half that for an answer, whole ms, nothing on loopback', () => {
+    expect([0, 70, 150, 220].map(linkAllowanceMs)).toEqual([0, 88, 188, 275]);
+    expect([0, 70, 150, 220].map(oneWayAllowanceMs)).toEqual([0, 44, 94, 138]);
+  });
+
+  it("finds each region's farthest link; an agent reads its matrix from QP_ROUND_TRIPS", () => {
+    const m = RoundTripsText.parse(DEFAULT_ROUND_TRIPS);
+    expect(['us', 'eu', 'ap', 'sa'].map((r) => farthestRoundTrip(m, r))).toEqual([150, 220, 220, 0]);
+    const config = AgentConfig.parse({
+      region: 'ap',
+      redisUrl: 'redis://127.0.0.1:6379',
+      natsUrl: 'nats://127.0.0.1:4222',
+      roundTrips: DEFAULT_ROUND_TRIPS,
+    });
+    expect(roundTripOf(config.roundTrips, 'ap', 'eu')).toBe(220);
+    expect(
+      AgentConfig.parse({
+        region: 'ap',
+        redisUrl: 'redis://127.0.0.1:6379',
+        natsUrl: 'nats://127.0.0.1:4222',
+      }).roundTrips.size,
+    ).toBe(0);
+  });
+
+  it('has a lender lend by the time its answer can still travel back, or not at all', () => {
+    const need = {
+      policy: 'p',
+      subject: 's',
+      capacity: 60,
+      refillPerSecond: 1,
+      borrower: 'ap',
+      shares: {},
+      mode: 'fill' as const,
+      needMicros: 1,
+      wantMicros: 5,
+    };
+    const ask = { lender: 'eu', mode: 'fill' as const, amountMicros: 5, expectedMicros: 5 };
+    expect(loanRequest(need, ask, 1, 1500, 1000, 138)).toMatchObject({ budgetMs: 500, deadlineAtMs: 1362 });
+    expect(loanRequest(need, ask, 1, 1500, 1000)).toMatchObject({ deadlineAtMs: 1500 });
+    // Less time left than the answer needs to come back: nothing is asked (the answer would be `late`).
+    expect(loanRequest(need, ask, 1, 1100, 1000, 138)).toBeUndefined();
   });
 });

@@ -16,8 +16,8 @@ const prelude = readFileSync(new URL('include/prelude.lua', LUA), 'utf8').trimEn
 const count = (text: string, part: string) => text.split(part).length - 1;
 
 describe('luaSource', () => {
-  it('finds the eleven scripts', () => {
-    expect(scripts).toHaveLength(11);
+  it('finds the twelve scripts', () => {
+    expect(scripts).toHaveLength(12);
   });
 
   for (const name of scripts) {

@@ -27,15 +27,26 @@ describe('NATS permissions by role', () => {
     const p = natsPermissions('qp', { kind: 'coordinator' }, INBOX);
     expect(p.subscribe.allow).toEqual([
       '_INBOX_UABC.>',
-      'qp.v1.heartbeat.*',
-      'qp.v1.usage.*',
-      'qp.v1.ack.*',
-      'qp.v1.bye.*',
+      'qp.v1.heartbeat.>',
+      'qp.v1.usage.>',
+      'qp.v1.ack.>',
+      'qp.v1.bye.>',
     ]);
     for (const written of ['$KV.qp-policies.>', '$KV.qp-allocations.>', '$KV.qp-agents.>', 'qp.audit.>']) {
       expect(p.publish.allow).toContain(written);
     }
     expect(p.publish.allow.some((s) => s.startsWith('qp.v1.'))).toBe(false);
+  });
+
+  it('an agent with a credential tag publishes its region’s messages under that tag only', () => {
+    const p = natsPermissions('qp', { kind: 'agent', region: 'us', tag: 'UTAG' }, INBOX);
+    const own = p.publish.allow.filter((s) => /^qp\.v1\.(heartbeat|usage|ack|bye)\./.test(s));
+    expect(own).toEqual([
+      'qp.v1.heartbeat.us.UTAG',
+      'qp.v1.usage.us.UTAG',
+      'qp.v1.ack.us.UTAG',
+      'qp.v1.bye.us.UTAG',
+    ]);
   });
 
   it('a new message subject is one row, scoped the same way for both roles', () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { loadStackConfig, plannedPorts, StackConfigError } from '../../scripts/stack/config.js';
+import { compiledEntry, serviceCommand } from '../../scripts/stack/services.js';
 
 function problems(env: Record<string, string>): string[] {
   try {
@@ -83,6 +84,23 @@ describe('stack configuration', () => {
     expect(eu.every((p) => p.env === 'QP_STACK_EU_REDIS_PORT')).toBe(true);
   });
 
+  it('puts a Sentinel region on three nodes with a sentinel beside each, and never on a cluster too', () => {
+    const c = loadStackConfig({ QP_STACK_SENTINEL_REGIONS: 'ap', QP_STACK_AP_REDIS_PORT: '9100' });
+    expect(c.regions[2]!.redis).toEqual({ kind: 'sentinel', ports: [9100, 9101, 9102] });
+    const ap = plannedPorts(c).filter((p) => p.name.startsWith('redis ap'));
+    expect(ap.map((p) => `${p.name} ${p.port}`)).toEqual([
+      'redis ap master 9100',
+      'redis ap sentinel 1 19100',
+      'redis ap replica 1 9101',
+      'redis ap sentinel 2 19101',
+      'redis ap replica 2 9102',
+      'redis ap sentinel 3 19102',
+    ]);
+    expect(problems({ QP_STACK_SENTINEL_REGIONS: 'ap,eu', QP_STACK_CLUSTER_REGIONS: 'eu' })).toEqual([
+      'QP_STACK_SENTINEL_REGIONS: a region is on a cluster or under Sentinel, not both: eu',
+    ]);
+  });
+
   it('maps QP_COORDINATOR_* and QP_AGENT_* onto the services', () => {
     const c = loadStackConfig({ QP_COORDINATOR_LEASE_MS: '3000', QP_AGENT_DECISION_DEADLINE_MS: '80' });
     expect(c.coordinatorEnv).toEqual({ QP_LEASE_MS: '3000' });
@@ -123,7 +141,7 @@ describe('stack configuration', () => {
       problems({ QP_ADMIN_TOKEN: 'same-token-0123456789', QP_READ_TOKEN: 'same-token-0123456789' }),
     ).toEqual(['QP_READ_TOKEN: must differ from QP_ADMIN_TOKEN']);
     expect(problems({ QP_STACK_CLUSTER_REGIONS: 'us', QP_STACK_US_REDIS_PORT: '55534' })).toEqual([
-      'QP_STACK_US_REDIS_PORT: a cluster region needs ports P..P+2 and their bus ports P+10000..P+10002 ≤ 65535',
+      'QP_STACK_US_REDIS_PORT: a cluster or Sentinel region needs ports P..P+2 and P+10000..P+10002 ≤ 65535',
     ]);
     expect(problems({ QP_STACK_CLUSTER_REGIONS: 'us', QP_STACK_US_REDIS_PORT: '55533' })).toEqual([]);
   });
@@ -187,5 +205,22 @@ describe('stack configuration', () => {
     const c = loadStackConfig({ QP_STACK_COORDINATOR_PORT: '', QP_ADMIN_TOKEN: '' });
     expect(c.coordinatorPort).toBe(7100);
     expect(c.adminToken).toBeUndefined();
+  });
+});
+
+describe('how the stack runs its services', () => {
+  it('from source through tsx by default, compiled from dist/ with QP_STACK_RUNTIME=compiled (npm start)', () => {
+    expect(loadStackConfig({}).runtime).toBe('source');
+    expect(loadStackConfig({ QP_STACK_RUNTIME: 'compiled' }).runtime).toBe('compiled');
+    expect(() => loadStackConfig({ QP_STACK_RUNTIME: 'bundled' })).toThrow(StackConfigError);
+    expect(serviceCommand('regional-agent/main.ts')).toEqual({
+      command: process.execPath,
+      args: ['--import', 'tsx', 'regional-agent/main.ts'],
+    });
+    expect(serviceCommand('coordinator/main.ts', 'compiled')).toEqual({
+      command: process.execPath,
+      args: ['dist/coordinator/main.js'],
+    });
+    expect(compiledEntry('regional-agent/main.ts')).toBe('dist/regional-agent/main.js');
   });
 });

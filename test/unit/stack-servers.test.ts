@@ -25,6 +25,9 @@ const runner = (kind: ServerRunner['kind']): ServerRunner => ({
   redis: () => {
     throw new Error('not started in unit tests');
   },
+  sentinel: () => {
+    throw new Error('not started in unit tests');
+  },
   natsView: () => ({ secretsDir: '/s', storeDir: '/d' }),
   nats: () => {
     throw new Error('not started in unit tests');
@@ -152,6 +155,13 @@ describe('service environments', () => {
     expect(eu['QP_REDIS_CLUSTER_NODES']).toBe('127.0.0.1:7121,127.0.0.1:7122,127.0.0.1:7123');
     expect(eu['QP_REDIS_URL']).toBeUndefined();
     expect(eu['QP_NATS_NKEY_FILE']).toBe('/secrets/nkeys/agent-eu-1.nk');
+    const sentinelled = loadStackConfig({ QP_STACK_SENTINEL_REGIONS: 'ap' });
+    const ap = agentEnv(sentinelled, sentinelled.regions[2]!, {}, secrets);
+    expect([ap['QP_REDIS_SENTINELS'], ap['QP_REDIS_MASTER_NAME'], ap['QP_REDIS_URL']]).toEqual([
+      '127.0.0.1:17131,127.0.0.1:17132,127.0.0.1:17133',
+      'qp-ap',
+      undefined,
+    ]);
     const given = agentEnv(
       config,
       config.regions[1]!,

@@ -5,6 +5,13 @@
  * small in-process fallback bucket. Such answers say what they are (`degraded`, `failure`) and carry no numbers
  * the agent did not give. Answers the agent refuses (4xx: unknown policy, bad subject…) are programming errors
  * of the service and throw AgentRequestError.
+ *
+ * Load is never an agent failure. Decisions wait in the client's own bounded queue for one of `maxSockets`
+ * exchanges; the decisions of one event-loop turn (or `coalesce.windowMs`) leave together as one
+ * `POST /v1/decisions/batch`. The timeout runs from the moment an exchange has its socket, so time spent queued
+ * never counts, and only a refused or reset connection, a 5xx, or no answer within the timeout counts toward the
+ * breaker. A decision that finds the queue full (`maxQueued`) is shed: answered by its policy's failure mode at
+ * once, with `failure: 'shed'` and reason `client_shed`, counted in `stats().shed`, never in the breaker.
  */
 import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
 import CircuitBreaker from 'opossum';
@@ -17,12 +24,14 @@ import {
   LeaseReleaseResponse,
 } from '../../../core/agent-wire.js';
 import { ownValue, setOwn } from '../../../core/own-keys.js';
+import { BatchResponse, type BatchAnswer } from '../../../core/batch-wire.js';
 import {
   ReservationResponse,
   SettlementResponse,
   type ReservationRequest,
 } from '../../../core/reservations.js';
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
+import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
 
 /** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
 export type FailureMode = 'closed' | 'open' | 'local';
@@ -65,8 +74,8 @@ export interface Decision extends Omit<DecisionResponse, 'results'> {
   results: ClientCheckResult[];
   /** Set when the agent did not decide: `fail_open`, `fail_closed`, or `fallback` (the fallback bucket decided). */
   degraded?: Degraded;
-  /** Why the agent did not decide (with `degraded`). */
-  failure?: AgentFailure;
+  /** Why the agent did not decide (with `degraded`): an agent failure, or `shed` (the client's queue was full). */
+  failure?: AgentFailure | 'shed';
 }
 
 /** A policy's own failure handling, overriding the client's. */
@@ -89,7 +98,12 @@ export interface BreakerOptions {
 export interface AgentClientOptions {
   /** The agent's base URL, e.g. `http://127.0.0.1:7101`. */
   baseUrl: string;
-  /** Longest wait for a decision, connection included. Default 100 ms. */
+  /**
+   * Longest wait for an exchange's answer, from the moment it has its socket (connecting included; time queued in
+   * the client never counts). Default 300 ms: longer than the agent's own decision deadline (250 ms by default,
+   * `QP_DECISION_DEADLINE_MS`), so a healthy agent's slow path (borrowing from another region, a strict policy's
+   * home) is an answer, not a timeout.
+   */
   timeoutMs?: number;
   /**
    * What to answer when the agent cannot (default `closed`). Set it as the policy's `onStoreFailure` says, so a
@@ -106,12 +120,37 @@ export interface AgentClientOptions {
   unavailableRetryAfterMs?: number;
   /** Most sockets kept open to the agent. Default 64. */
   maxSockets?: number;
+  /**
+   * Most exchanges with the agent in flight at once (at most `maxSockets`). While they are out, new decisions
+   * gather in the queue and leave together when one returns: the busier the service, the bigger the batches.
+   * Default 4 with coalescing, `maxSockets` without.
+   */
+  maxExchanges?: number;
+  /**
+   * Most decisions waiting in the client for an exchange; one more is shed (its policy's failure mode answers,
+   * `failure: 'shed'`, counted in `stats().shed`). Default 8192.
+   */
+  maxQueued?: number;
+  /**
+   * Send the decisions of one event-loop turn (or of `windowMs`) as one `POST /v1/decisions/batch` of at most
+   * `maxBatch` decisions. Default on, `windowMs` 0 (the same turn), `maxBatch` 64. `false`: one request each.
+   */
+  coalesce?: CoalesceOptions | false;
   /** The client-side circuit breaker; `false` turns it off (every call waits up to the timeout). */
   breaker?: BreakerOptions | false;
   /** Told about every call the agent did not answer (for the service's own metrics and logs). */
   onFailure?: (error: AgentUnavailableError) => void;
   /** Told when the breaker opens, half-opens (a probe is let through) or closes. */
   onBreakerChange?: (state: BreakerState) => void;
+  /** Local grants of hot subjects' tokens (grants.ts); `false` asks the agent for every decision. */
+  grants?: GrantOptions | false;
+}
+
+export interface CoalesceOptions {
+  /** How long a decision may wait for others to share its exchange, ms; 0: the same event-loop turn. Default 0. */
+  windowMs?: number;
+  /** Most decisions in one batch, 1..128. Default 64 (the agent's store decides up to 64 in one script call). */
+  maxBatch?: number;
 }
 
 /** Per-call options. */
@@ -132,6 +171,14 @@ export interface ClientStats {
   degraded: Record<Degraded, number>;
   /** Requests the agent refused (4xx), by code. */
   refused: Record<string, number>;
+  /** Decisions shed because the client's queue was full (answered by their failure mode; not agent failures). */
+  shed: number;
+  /** Exchanges with the agent so far, and how many of them were batches. */
+  exchanges: number;
+  batches: number;
+  /** Decisions waiting in the client's queue now, and exchanges in flight now. */
+  queued: number;
+  inFlight: number;
 }
 
 /** The agent refused the request (4xx): the problem document says why. */
@@ -161,7 +208,34 @@ export class AgentUnavailableError extends Error {
   }
 }
 
+/** The client's queue was full: the decision was not sent (load on the service, not an agent failure). */
+export class ClientShedError extends Error {
+  readonly failure = 'shed';
+  readonly retryAfterMs: number | undefined = undefined;
+  constructor(maxQueued: number) {
+    super(`the client's queue holds ${maxQueued} decisions: this one was shed, the agent was not asked`);
+    this.name = 'ClientShedError';
+  }
+}
+
 const OVERLOADED = 'AGT_ERR_OVERLOADED';
+const NOT_FOUND = 'AGT_ERR_NOT_FOUND';
+/** Largest batch body the client sends, bytes (the agent takes 16 times its body limit, 256 KiB by default). */
+const MAX_BATCH_BYTES = 128 * 1024;
+
+/** One decision waiting for (or in) an exchange. */
+interface Pending {
+  payload: string;
+  requestId: string | undefined;
+  resolve: (decision: DecisionResponse) => void;
+  reject: (error: unknown) => void;
+}
+
+/** One element's outcome of an exchange. */
+type Outcome = { decision: DecisionResponse } | { error: AgentRequestError | AgentUnavailableError };
+
+/** The agent has no batch route (an older agent): the exchange's decisions are sent one by one. */
+class BatchUnsupported extends Error {}
 
 interface Answer {
   status: number;
@@ -198,20 +272,35 @@ export class AgentClient {
   readonly #fallback: FallbackBuckets;
   readonly #retryAfterMs: number;
   readonly #onFailure: ((error: AgentUnavailableError) => void) | undefined;
-  readonly #breaker: CircuitBreaker<[string, string | undefined], DecisionResponse> | undefined;
+  readonly #batchUrl: URL;
+  readonly #breaker: CircuitBreaker<[Pending[]], Outcome[]> | undefined;
+  readonly #maxInFlight: number;
+  readonly #maxQueued: number;
+  readonly #windowMs: number;
+  /** Most decisions per exchange: 1 without coalescing, or when the agent has no batch route. */
+  #maxBatch: number;
   #state: BreakerState = 'closed';
+  /** Decisions waiting for an exchange, oldest first. */
+  #queue: Pending[] = [];
+  #inFlight = 0;
+  #flushScheduled = false;
+  readonly #grants: GrantPool | undefined;
   readonly #stats = {
     decided: 0,
     failures: counts(AGENT_FAILURES),
     degraded: counts(DEGRADED),
     refused: {} as Record<string, number>,
+    shed: 0,
+    exchanges: 0,
+    batches: 0,
   };
 
   constructor(options: AgentClientOptions) {
     this.#url = new URL('/v1/decisions', options.baseUrl);
+    this.#batchUrl = new URL('/v1/decisions/batch', options.baseUrl);
     if (this.#url.protocol !== 'http:')
       throw new TypeError('the agent listens on plain http on a private network');
-    this.#timeoutMs = options.timeoutMs ?? 100;
+    this.#timeoutMs = options.timeoutMs ?? 300;
     this.#mode = options.onUnavailable ?? 'closed';
     this.#policies = options.policies ?? {};
     this.#fallbackBucket = options.fallback;
@@ -221,25 +310,53 @@ export class AgentClient {
     this.#fallback = new FallbackBuckets(options.fallbackMaxBuckets ?? 10_000);
     this.#retryAfterMs = options.unavailableRetryAfterMs ?? 1000;
     this.#onFailure = options.onFailure;
-    this.#agent = new Agent({ keepAlive: true, maxSockets: options.maxSockets ?? 64, scheduling: 'lifo' });
+    const maxSockets = options.maxSockets ?? 64;
+    const coalesce = options.coalesce === false ? undefined : (options.coalesce ?? {});
+    this.#maxInFlight = Math.min(
+      maxSockets,
+      options.maxExchanges ?? (coalesce === undefined ? maxSockets : 4),
+    );
+    this.#maxQueued = options.maxQueued ?? 8192;
+    this.#windowMs = coalesce?.windowMs ?? 0;
+    this.#maxBatch = coalesce === undefined ? 1 : (coalesce.maxBatch ?? 64);
+    if (!(Number.isInteger(this.#maxInFlight) && this.#maxInFlight >= 1))
+      throw new TypeError('AgentClient: maxSockets and maxExchanges must be integers >= 1');
+    if (!(Number.isInteger(this.#maxQueued) && this.#maxQueued >= 0))
+      throw new TypeError('AgentClient: maxQueued must be an integer >= 0');
+    if (!(Number.isInteger(this.#maxBatch) && this.#maxBatch >= 1 && this.#maxBatch <= 128))
+      throw new TypeError('AgentClient: coalesce.maxBatch must be an integer from 1 to 128');
+    if (!(this.#windowMs >= 0 && this.#windowMs <= 1000))
+      throw new TypeError('AgentClient: coalesce.windowMs must be from 0 to 1000');
+    // One socket more than exchanges: calls of other routes (leases, reservations) never wait behind decisions.
+    this.#agent = new Agent({
+      keepAlive: true,
+      maxSockets: Math.max(maxSockets, this.#maxInFlight + 1),
+      scheduling: 'lifo',
+    });
+    if (options.grants !== false) {
+      this.#grants = new GrantPool(async (path, body) => {
+        const answer = await this.#post(JSON.stringify(body), undefined, 'POST', new URL(path, this.#url));
+        const json = parseJson(answer.text);
+        const problem = Problem.safeParse(json);
+        return { status: answer.status, json, code: problem.success ? problem.data.code : undefined };
+      }, options.grants);
+    }
     if (options.breaker !== false) {
       const b = options.breaker ?? {};
-      this.#breaker = new CircuitBreaker(
-        (payload: string, requestId: string | undefined) => this.#call(payload, requestId),
-        {
-          // Calls time themselves (the socket is destroyed at the timeout); opossum only counts.
-          timeout: false,
-          volumeThreshold: b.volumeThreshold ?? 5,
-          errorThresholdPercentage: b.errorPercent ?? 50,
-          resetTimeout: b.resetMs ?? 1000,
-          rollingCountTimeout: b.windowMs ?? 10_000,
-          rollingCountBuckets: 10,
-          // A refusal and an overloaded agent answered at once: neither is a reason to stop asking.
-          errorFilter: (error: unknown) =>
-            error instanceof AgentRequestError ||
-            (error instanceof AgentUnavailableError && error.failure === 'overloaded'),
-        },
-      );
+      this.#breaker = new CircuitBreaker((batch: Pending[]) => this.#exchange(batch), {
+        // Calls time themselves (the socket is destroyed at the timeout); opossum only counts.
+        timeout: false,
+        volumeThreshold: b.volumeThreshold ?? 5,
+        errorThresholdPercentage: b.errorPercent ?? 50,
+        resetTimeout: b.resetMs ?? 1000,
+        rollingCountTimeout: b.windowMs ?? 10_000,
+        rollingCountBuckets: 10,
+        // An overloaded agent answered at once, and an agent without the batch route answered too: neither is
+        // a reason to stop asking. (Refusals are per decision, never an exchange's error.)
+        errorFilter: (error: unknown) =>
+          error instanceof BatchUnsupported ||
+          (error instanceof AgentUnavailableError && error.failure === 'overloaded'),
+      });
       const changed = (state: BreakerState) => () => {
         this.#state = state;
         options.onBreakerChange?.(state);
@@ -255,6 +372,11 @@ export class AgentClient {
     return this.#state;
   }
 
+  /** What local grants did since the client was made (undefined when they are off). */
+  grantStats(): GrantStats | undefined {
+    return this.#grants?.stats();
+  }
+
   /** Counts since the client was made. */
   stats(): ClientStats {
     return {
@@ -263,6 +385,11 @@ export class AgentClient {
       failures: { ...this.#stats.failures },
       degraded: { ...this.#stats.degraded },
       refused: { ...this.#stats.refused },
+      shed: this.#stats.shed,
+      exchanges: this.#stats.exchanges,
+      batches: this.#stats.batches,
+      queued: this.#queue.length,
+      inFlight: this.#inFlight,
     };
   }
 
@@ -271,18 +398,21 @@ export class AgentClient {
    * set); throws AgentRequestError when the agent refuses the request (4xx).
    */
   async decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
-    const payload = JSON.stringify(body);
+    const local = this.#grants?.trySpend(body);
+    if (local !== undefined) return local;
     try {
-      const answer =
-        this.#breaker === undefined
-          ? await this.#call(payload, options.requestId)
-          : await this.#breaker.fire(payload, options.requestId);
+      const answer = await this.#send(JSON.stringify(body), options.requestId);
       this.#stats.decided++;
+      this.#grants?.observe(body, answer);
       return answer;
     } catch (error) {
       if (error instanceof AgentRequestError) {
         setOwn(this.#stats.refused, error.code, (ownValue(this.#stats.refused, error.code) ?? 0) + 1);
         throw error;
+      }
+      if (error instanceof ClientShedError) {
+        this.#stats.shed++;
+        return this.failureDecision(body, error, options.onUnavailable);
       }
       const unavailable =
         error instanceof AgentUnavailableError
@@ -307,11 +437,12 @@ export class AgentClient {
    */
   failureDecision(
     body: DecisionRequest,
-    failure: AgentUnavailableError,
+    failure: AgentUnavailableError | ClientShedError,
     override?: DecideOptions['onUnavailable'],
   ): Decision {
     const checks = checksOf(body);
     const retryAfterMs = failure.retryAfterMs ?? this.#retryAfterMs;
+    const reason = failure instanceof ClientShedError ? 'client_shed' : 'agent_unreachable';
     const results: ClientCheckResult[] = [];
     const local: { at: number; check: FallbackCheck }[] = [];
     let closed = false;
@@ -328,7 +459,7 @@ export class AgentClient {
           allowed: true,
           resetMs: null,
           retryAfterMs: 0,
-          reason: 'agent_unreachable',
+          reason,
         };
       } else {
         closed = true;
@@ -337,7 +468,7 @@ export class AgentClient {
           allowed: false,
           resetMs: null,
           retryAfterMs,
-          reason: 'agent_unreachable',
+          reason,
         };
       }
     });
@@ -358,7 +489,7 @@ export class AgentClient {
             allowed: false,
             resetMs: null,
             retryAfterMs,
-            reason: 'agent_unreachable',
+            reason,
           };
           return;
         }
@@ -394,36 +525,145 @@ export class AgentClient {
     };
   }
 
-  /** Close the kept-alive sockets and stop the breaker's and the fallback's timers. */
+  /** Close the kept-alive sockets and stop the breaker's and the fallback's timers. Queued decisions are shed. */
   close(): void {
+    const queued = this.#queue;
+    this.#queue = [];
+    for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
-    this.#agent.destroy();
+    const grants = this.#grants?.close();
+    if (grants === undefined) this.#agent.destroy();
+    else void grants.finally(() => this.#agent.destroy());
   }
 
   #modeOf(policy: string): FailureMode {
     return ownValue(this.#policies, policy)?.onUnavailable ?? this.#mode;
   }
 
-  async #call(payload: string, requestId: string | undefined): Promise<DecisionResponse> {
-    const { status, text, retryAfter } = await this.#post(payload, requestId);
-    const json = parseJson(text);
+  /**
+   * The one place a decision leaves for the agent: queued (bounded: a full queue sheds it), then sent in the next
+   * exchange with room, alone or in a batch with the decisions queued beside it. Resolves with the agent's
+   * decision; rejects with AgentRequestError (refused), AgentUnavailableError (no decision) or ClientShedError.
+   */
+  #send(payload: string, requestId: string | undefined): Promise<DecisionResponse> {
+    if (this.#queue.length >= this.#maxQueued) return Promise.reject(new ClientShedError(this.#maxQueued));
+    return new Promise<DecisionResponse>((resolve, reject) => {
+      this.#queue.push({ payload, requestId, resolve, reject });
+      if (this.#flushScheduled) return;
+      this.#flushScheduled = true;
+      if (this.#windowMs > 0) setTimeout(this.#flush, this.#windowMs);
+      else setImmediate(this.#flush);
+    });
+  }
+
+  readonly #flush = (): void => {
+    this.#flushScheduled = false;
+    this.#pump();
+  };
+
+  /** Start exchanges while decisions wait and fewer than `maxSockets` are in flight. */
+  #pump(): void {
+    while (this.#queue.length > 0 && this.#inFlight < this.#maxInFlight) {
+      let bytes = 0;
+      let n = 0;
+      while (n < this.#queue.length && n < this.#maxBatch) {
+        bytes += this.#queue[n]!.payload.length + 1;
+        if (n > 0 && bytes > MAX_BATCH_BYTES) break;
+        n++;
+      }
+      const batch = this.#queue.splice(0, n);
+      this.#inFlight++;
+      void this.#dispatch(batch).finally(() => {
+        this.#inFlight--;
+        this.#pump();
+      });
+    }
+  }
+
+  /** One exchange (through the breaker): each decision of `batch` is settled with its own outcome. */
+  async #dispatch(batch: Pending[]): Promise<void> {
+    let outcomes: Outcome[];
+    try {
+      outcomes = this.#breaker === undefined ? await this.#exchange(batch) : await this.#breaker.fire(batch);
+    } catch (error) {
+      if (error instanceof BatchUnsupported) {
+        // An agent older than the batch route: from now on one decision per exchange; these go first.
+        this.#maxBatch = 1;
+        this.#queue.unshift(...batch);
+        return;
+      }
+      for (const p of batch) p.reject(error);
+      return;
+    }
+    batch.forEach((p, i) => {
+      const o = outcomes[i]!;
+      if ('decision' in o) p.resolve(o.decision);
+      else p.reject(o.error);
+    });
+  }
+
+  /**
+   * Send `batch` (one decision to `POST /v1/decisions`, more to the batch route) and read each decision's outcome.
+   * Throws when the exchange as a whole got no answer (timeout, connection, 5xx, overloaded, a body that is not
+   * an answer): what the breaker counts.
+   */
+  async #exchange(batch: readonly Pending[]): Promise<Outcome[]> {
+    this.#stats.exchanges++;
+    if (batch.length === 1) {
+      const only = batch[0]!;
+      const answer = await this.#post(only.payload, only.requestId);
+      return [this.#outcome(answer.status, parseJson(answer.text), answer.retryAfter, true)];
+    }
+    this.#stats.batches++;
+    const payload = `{"decisions":[${batch.map((p) => p.payload).join(',')}]}`;
+    const answer = await this.#post(payload, batch[0]!.requestId, 'POST', this.#batchUrl);
+    const json = parseJson(answer.text);
+    if (answer.status !== 200) {
+      const problem = Problem.safeParse(json);
+      if (answer.status === 404 && problem.success && problem.data.code === NOT_FOUND) {
+        throw new BatchUnsupported('the agent has no batch route');
+      }
+      // The exchange as a whole was not answered (overloaded, 5xx) or refused (a 4xx of the batch itself).
+      const whole = this.#outcome(answer.status, json, answer.retryAfter, true);
+      if ('error' in whole && whole.error instanceof AgentUnavailableError) throw whole.error;
+      return batch.map(() => whole);
+    }
+    const parsed = BatchResponse.safeParse(json);
+    if (!parsed.success || parsed.data.answers.length !== batch.length) {
+      throw new AgentUnavailableError('bad_body', 'unexpected batch body');
+    }
+    return parsed.data.answers.map((a: BatchAnswer) => this.#outcome(a.status, a.body, undefined, false));
+  }
+
+  /** One decision's outcome from its status and body; an exchange-level failure when `whole` and no decision. */
+  #outcome(status: number, json: unknown, retryAfter: string | undefined, whole: boolean): Outcome {
     if (status === 200) {
       const parsed = DecisionResponse.safeParse(json);
-      if (parsed.success) return parsed.data;
-      throw new AgentUnavailableError('bad_body', `unexpected decision body: ${parsed.error.message}`);
+      if (parsed.success) return { decision: parsed.data };
+      const error = new AgentUnavailableError(
+        'bad_body',
+        `unexpected decision body: ${parsed.error.message}`,
+      );
+      if (whole) throw error;
+      return { error };
     }
     const problem = Problem.safeParse(json);
     if (status === 503 && problem.success && problem.data.code === OVERLOADED) {
       const seconds = Number(retryAfter);
-      throw new AgentUnavailableError(
+      const error = new AgentUnavailableError(
         'overloaded',
         'the agent is overloaded: nothing was decided',
         Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : undefined,
       );
+      if (whole) throw error;
+      return { error };
     }
-    if (status >= 400 && status < 500 && problem.success) throw new AgentRequestError(problem.data);
-    throw new AgentUnavailableError('bad_status', `agent answered ${status}`);
+    if (status >= 400 && status < 500 && problem.success)
+      return { error: new AgentRequestError(problem.data) };
+    const error = new AgentUnavailableError('bad_status', `agent answered ${status}`);
+    if (whole) throw error;
+    return { error };
   }
 
   /**
@@ -498,6 +738,7 @@ export class AgentClient {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => {
+          settled = true;
           clearTimeout(timer);
           const retryAfter = res.headers['retry-after'];
           resolve({
@@ -508,12 +749,33 @@ export class AgentClient {
         });
         res.on('error', reject);
       });
-      const timer = setTimeout(() => {
-        req.destroy(
-          new AgentUnavailableError('timeout', `no answer from the agent within ${this.#timeoutMs} ms`),
-        );
-      }, this.#timeoutMs);
+      // The timeout runs from the moment the request has its socket (connecting included): time it waited for one
+      // is not the agent's. When it fires, answers already read from the socket are handled first (a busy event
+      // loop in this process runs timers before the I/O that arrived meanwhile), and a timer that fires late by more
+      // than half the timeout (this process was stalled, not the agent) is armed once more: only an answer the
+      // agent did not give in time times out.
+      let timer: NodeJS.Timeout | undefined;
+      let settled = false;
+      let rearmed = false;
+      const arm = () => {
+        const due = performance.now() + this.#timeoutMs;
+        timer = setTimeout(() => {
+          if (!rearmed && performance.now() - due > this.#timeoutMs / 2) {
+            rearmed = true;
+            arm();
+            return;
+          }
+          setImmediate(() => {
+            if (settled) return;
+            req.destroy(
+              new AgentUnavailableError('timeout', `no answer from the agent within ${this.#timeoutMs} ms`),
+            );
+          });
+        }, this.#timeoutMs);
+      };
+      req.once('socket', arm);
       req.on('error', (error) => {
+        settled = true;
         clearTimeout(timer);
         reject(
           error instanceof AgentUnavailableError

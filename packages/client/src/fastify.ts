@@ -5,11 +5,16 @@
  * the agent before the handler runs, forwards the RateLimit headers on every answer, and answers 429 (over
  * quota) or 503 (the limiter cannot decide and the policy fails closed) as problem+json.
  *
- * The agent's own refusals never reach the end user: a check the agent refuses (an unknown or deleted policy, a
- * cost above the policy's maxCost…) is a configuration error of the service, logged at error level, counted
- * (`client.stats().refused`) and told to `onRefused`, and the request gets the route's failure mode. Only a
- * subject the agent finds invalid is the caller's own fault: 400 `AGT_ERR_INVALID_SUBJECT`, without the agent's
- * message.
+ * A check the agent refuses is never presented as a limiter outage (no 503, no Retry-After). The caller's own
+ * mistakes are a 400: a subject the agent finds invalid (`AGT_ERR_INVALID_SUBJECT`), and a cost computed from the
+ * request that is not a valid cost or is above the policy's `maxCost` (`AGT_ERR_INVALID_COST`,
+ * `AGT_ERR_COST_ABOVE_MAX`). Everything else (an unknown or deleted policy, a class the policy lacks, a fixed cost
+ * above maxCost…) is the service's configuration: logged at error level, counted (`client.stats().refused`), told
+ * to `onRefused`, and answered `500 QUOTA_MISCONFIGURED` naming the problem, whatever the route's failure mode.
+ *
+ * A 429 body names only the violated policies and why (`reason`: `subject_exhausted`, `share_exhausted`…). A
+ * decision the client shed because its own queue was full is answered by the failure mode too; when that denies,
+ * it is `503 LIMITER_BUSY`, told apart from `503 LIMITER_UNAVAILABLE` (the agent could not decide).
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
@@ -23,13 +28,7 @@ import {
   type Problem,
 } from '../../../core/agent-wire.js';
 import { setOwn } from '../../../core/own-keys.js';
-import {
-  AgentRequestError,
-  AgentUnavailableError,
-  type AgentClient,
-  type Decision,
-  type FailureMode,
-} from './agent-client.js';
+import { AgentRequestError, type AgentClient, type Decision, type FailureMode } from './agent-client.js';
 
 /** One policy a route is protected by. */
 export interface QuotaRule {
@@ -49,8 +48,9 @@ export interface QuotaPluginOptions {
   /** Failure mode of routes that name none; default: the client's, per policy. */
   onUnavailable?: FailureMode;
   /**
-   * Told when the agent refuses a route's check (unknown or deleted policy, cost above maxCost…): wire it to the
-   * service's alerting. The end user gets the route's failure mode, never the agent's message.
+   * Told when the agent refuses a route's check because of the service's configuration (unknown or deleted
+   * policy, a fixed cost above maxCost…): wire it to the service's alerting. The end user gets
+   * `500 QUOTA_MISCONFIGURED` naming the problem.
    */
   onRefused?: (error: AgentRequestError, request: FastifyRequest) => void;
 }
@@ -66,22 +66,48 @@ declare module 'fastify' {
   }
 }
 
-const CLOSED_REASONS = new Set(['store_unavailable', 'home_unreachable', 'no_lease', 'agent_unreachable']);
+const CLOSED_REASONS = new Set([
+  'store_unavailable',
+  'home_unreachable',
+  'no_lease',
+  'agent_unreachable',
+  'client_shed',
+]);
 /** Refusals caused by the caller's own input; every other refusal is the service's configuration. */
 const CALLER_CODES = new Set(['AGT_ERR_INVALID_SUBJECT']);
+/** Refusals of a cost: the caller's when the route computes the cost from the request, else the configuration's. */
+const COST_CODES = new Set(['AGT_ERR_INVALID_COST', 'AGT_ERR_COST_ABOVE_MAX']);
 
-/** Policies a denied decision violated, and whether only unavailability (not quota) denied it. */
-export function denialOf(decision: Decision): { violated: string[]; unavailable: boolean } {
+/** Stable code of the plugin's 503 for a decision shed by the client's own full queue (fail-closed policy). */
+export const LIMITER_BUSY = 'LIMITER_BUSY';
+/** Stable code of the plugin's 500 for a check the agent refused because of the service's configuration. */
+export const QUOTA_MISCONFIGURED = 'QUOTA_MISCONFIGURED';
+
+/**
+ * Policies a denied decision violated, whether only unavailability (not quota) denied it, whether that was the
+ * client's own shed, and the first violated policy's reason.
+ */
+export function denialOf(decision: Decision): {
+  violated: string[];
+  unavailable: boolean;
+  shed: boolean;
+  reason: string | undefined;
+} {
   const violated: string[] = [];
   let quota = false;
   let unavailable = false;
+  let shed = false;
+  let reason: string | undefined;
   for (const r of decision.results) {
     if (r.retryAfterMs === 0) continue;
     if (!violated.includes(r.policy)) violated.push(r.policy);
-    if (r.reason !== undefined && CLOSED_REASONS.has(r.reason)) unavailable = true;
-    else quota = true;
+    reason ??= r.reason;
+    if (r.reason !== undefined && CLOSED_REASONS.has(r.reason)) {
+      unavailable = true;
+      if (r.reason === 'client_shed') shed = true;
+    } else quota = true;
   }
-  return { violated, unavailable: unavailable && !quota };
+  return { violated, unavailable: unavailable && !quota, shed: shed && !quota, reason };
 }
 
 function send(reply: FastifyReply, problem: Problem): FastifyReply {
@@ -92,6 +118,42 @@ function callerProblem(code: string, detail: string): Problem {
   return problemOf(400, STATUS_CODES[400] ?? 'Bad Request', code, detail);
 }
 
+/** What a refusal says about the route's configuration, in the service's own words. */
+function misconfiguration(error: AgentRequestError, policies: readonly string[]): string {
+  const named = policies.join(', ');
+  switch (error.code) {
+    case 'AGT_ERR_UNKNOWN_POLICY':
+      return `the rate limiter does not know policy ${named} (deleted, or never created)`;
+    case 'AGT_ERR_COST_ABOVE_MAX':
+    case 'AGT_ERR_INVALID_COST':
+      return `this route's cost for ${named} is not one the policy accepts (${error.code})`;
+    case 'AGT_ERR_UNKNOWN_CLASS':
+      return `this route names a class that policy ${named} does not define`;
+    default:
+      return `the rate limiter refused this route's check of ${named} (${error.code})`;
+  }
+}
+
+function misconfiguredProblem(error: AgentRequestError, policies: readonly string[]): Problem {
+  return {
+    ...problemOf(
+      500,
+      STATUS_CODES[500] ?? 'Internal Server Error',
+      QUOTA_MISCONFIGURED,
+      `${misconfiguration(error, policies)}: the service's rate-limit configuration must be fixed; retrying will not help`,
+    ),
+    'agent-code': error.code,
+  };
+}
+
+function shedProblem(policies: readonly string[]): Problem {
+  return {
+    ...limiterUnavailableProblem(policies),
+    code: LIMITER_BUSY,
+    detail: `this service has too many rate-limit decisions waiting to decide ${policies.join(', ')} now, and the policy fails closed`,
+  };
+}
+
 function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsyncHookHandler {
   const modes: Record<string, FailureMode> = {};
   for (const rule of rules) {
@@ -100,11 +162,13 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
   }
   return async function quotaPreHandler(request: FastifyRequest, reply: FastifyReply) {
     const checks: DecisionCheck[] = [];
+    let costFromRequest = false;
     for (const rule of rules) {
       const subject = rule.subject?.(request) ?? options.subject(request);
       if (subject === undefined || subject === '') {
         return send(reply, callerProblem('AGT_ERR_MISSING_SUBJECT', 'this request names no subject'));
       }
+      if (typeof rule.cost === 'function') costFromRequest = true;
       const cost = typeof rule.cost === 'function' ? rule.cost(request) : rule.cost;
       checks.push(
         cost === undefined ? { policy: rule.policy, subject } : { policy: rule.policy, subject, cost },
@@ -119,22 +183,33 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       if (CALLER_CODES.has(error.code)) {
         return send(reply, callerProblem(error.code, 'the subject of this request is not valid'));
       }
+      if (costFromRequest && COST_CODES.has(error.code)) {
+        return send(
+          reply,
+          callerProblem(
+            error.code,
+            error.code === 'AGT_ERR_COST_ABOVE_MAX'
+              ? 'this request costs more than one request may cost'
+              : 'the cost of this request is not valid',
+          ),
+        );
+      }
+      const policies = checks.map((c) => c.policy);
       request.log.error(
-        { code: error.code, status: error.status, policies: checks.map((c) => c.policy), reqId: request.id },
+        { code: error.code, status: error.status, policies, reqId: request.id },
         `quotaplane: the agent refused this route's check (${error.code}: ${error.problem.detail ?? error.problem.title}); ` +
-          'answering with the route failure mode. Fix the route or the policy.',
+          'answering 500 QUOTA_MISCONFIGURED. Fix the route or the policy.',
       );
       options.onRefused?.(error, request);
-      decision = options.client.failureDecision(
-        body,
-        new AgentUnavailableError('refused', error.message),
-        modes,
-      );
+      return send(reply, misconfiguredProblem(error, policies));
     }
     reply.headers(decision.headers);
     if (decision.allowed) return;
-    const { violated, unavailable } = denialOf(decision);
-    return send(reply, unavailable ? limiterUnavailableProblem(violated) : quotaExceededProblem(violated));
+    const { violated, unavailable, shed, reason } = denialOf(decision);
+    if (shed) return send(reply, shedProblem(violated));
+    if (unavailable) return send(reply, limiterUnavailableProblem(violated));
+    const problem = quotaExceededProblem(violated);
+    return send(reply, reason === undefined ? problem : { ...problem, reason });
   };
 }
 

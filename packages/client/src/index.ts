@@ -6,6 +6,7 @@ export {
   AgentClient,
   AgentRequestError,
   AgentUnavailableError,
+  ClientShedError,
   DEGRADED,
   type AgentClientOptions,
   type AgentFailure,
@@ -13,6 +14,7 @@ export {
   type BreakerState,
   type ClientCheckResult,
   type ClientStats,
+  type CoalesceOptions,
   type Decision,
   type DecideOptions,
   type Degraded,
@@ -20,6 +22,7 @@ export {
   type PolicyFailureOptions,
 } from './agent-client.js';
 export type { FallbackBucket } from './fallback.js';
+export type { GrantDecision, GrantOptions, GrantStats } from './grants.js';
 export {
   DecisionCheck,
   DecisionRequest,
@@ -31,6 +34,12 @@ export {
   type DecisionReason,
   type WireCheckResult,
 } from '../../../core/agent-wire.js';
+export {
+  BatchAnswer,
+  BatchRequest,
+  BatchResponse,
+  MAX_DECISIONS_PER_BATCH,
+} from '../../../core/batch-wire.js';
 export {
   CommitRequest,
   ReservationRequest,

@@ -1,0 +1,364 @@
+/**
+ * Local grants: the client holds a small allowance of a hot subject's tokens and decides that subject's checks
+ * in its own process until the allowance is spent or expires; what is left is handed back.
+ *
+ * The tokens leave the subject's bucket at the agent when the grant is taken (`POST /v1/grants`, lua/grant.lua,
+ * like a loan between regions): they are spent once, here, or handed back (`POST /v1/grants/return`), or lost
+ * with the process. So a grant never admits more than the bucket held: a crashed process, a lost answer or a
+ * failed return means fewer admissions, never more. The agent caps one grant at a tenth of the bucket; this pool
+ * asks for what the subject's observed rate in this process needs over `horizonMs`, and holds at most one grant
+ * (plus the next one, taken when half is spent) per subject.
+ *
+ * Only single checks without `dryRun` or `idempotencyKey` are decided on a grant; layered checks always go to the
+ * agent. A policy the agent gives no grants for (strict, sliding log, concurrency, daily, sharded, a
+ * subject-creation cap: `AGT_ERR_GRANT_NOT_ALLOWED`) is remembered and never asked again.
+ */
+import type { DecisionRequest } from '../../../core/agent-wire.js';
+import { GrantResponse } from '../../../core/grant-wire.js';
+import type { ClientCheckResult, Decision } from './agent-client.js';
+
+/** How the client uses local grants. */
+export interface GrantOptions {
+  /** Decisions per second of one subject in this process from which it holds a grant. Default 20. */
+  hotPerSecond?: number;
+  /** How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket). Default 250. */
+  horizonMs?: number;
+  /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */
+  maxSubjects?: number;
+}
+
+/** What the pool has done since the client was made. */
+export interface GrantStats {
+  /** Decisions made in this process on a grant (the agent was not asked). */
+  local: number;
+  /** Denials given in this process while the agent's last denial of the subject held (the agent was not asked). */
+  denied: number;
+  /** Grants taken with tokens / asked for and found empty / failed (no answer, refused). */
+  taken: number;
+  empty: number;
+  failed: number;
+  /** Tokens taken, handed back (credited at the agent) and lost (a failed return). */
+  tokensTaken: number;
+  tokensReturned: number;
+  tokensLost: number;
+  /** Tokens held in this process now, over every subject. */
+  held: number;
+}
+
+/** A decision made on a grant: `local` says so. */
+export interface GrantDecision extends Decision {
+  local: 'grant';
+}
+
+/** Sends one JSON body to the agent: the status and the parsed answer (the client's own keep-alive sockets). */
+export type GrantTransport = (
+  path: string,
+  body: object,
+) => Promise<{ status: number; json: unknown; code?: string | undefined }>;
+
+interface Entry {
+  policy: string;
+  subject: string;
+  /** Rate estimate: calls since `since`, and the last whole window's rate. */
+  since: number;
+  calls: number;
+  perSecond: number;
+  /** Tokens of the grant not yet spent, and when it expires (epoch ms). */
+  tokens: number;
+  expiresAt: number;
+  /** What the agent last said about the bucket: its capacity, and what was left after the last take. */
+  limit: number;
+  bucketRemaining: number;
+  taking: boolean;
+  /**
+   * The agent denied this subject a check of `deniedCost` and said when it would fit (epoch ms): until then
+   * the same answer is given here. Tokens handed back by other processes meanwhile only make it stricter.
+   */
+  deniedUntil: number;
+  deniedCost: number;
+  /** No take before this (epoch ms): after an empty take or a failure. */
+  quietUntil: number;
+  timer: NodeJS.Timeout | undefined;
+}
+
+const RATE_WINDOW_MS = 250;
+const NOT_ALLOWED = 'AGT_ERR_GRANT_NOT_ALLOWED';
+/** A grant is spent no later than this before the agent's expiry, so the rest is handed back in time. */
+const EXPIRY_MARGIN_MS = 50;
+const FAILURE_BACKOFF_MS = 1000;
+
+export class GrantPool {
+  readonly #send: GrantTransport;
+  readonly #hot: number;
+  readonly #horizonMs: number;
+  readonly #maxSubjects: number;
+  readonly #entries = new Map<string, Entry>();
+  readonly #noGrants = new Set<string>();
+  readonly #pending = new Set<Promise<unknown>>();
+  readonly #policyHeaders = new Map<string, string>();
+  readonly #stats = {
+    local: 0,
+    denied: 0,
+    taken: 0,
+    empty: 0,
+    failed: 0,
+    tokensTaken: 0,
+    tokensReturned: 0,
+    tokensLost: 0,
+  };
+  #closed = false;
+
+  readonly #now: () => number;
+
+  /** `now`: epoch ms (tests pass their own clock). */
+  constructor(send: GrantTransport, options: GrantOptions = {}, now: () => number = Date.now) {
+    this.#send = send;
+    this.#now = now;
+    this.#hot = options.hotPerSecond ?? 20;
+    this.#horizonMs = options.horizonMs ?? 250;
+    this.#maxSubjects = options.maxSubjects ?? 1000;
+    if (!(this.#hot > 0 && this.#horizonMs > 0 && this.#maxSubjects >= 1))
+      throw new TypeError('grants: hotPerSecond and horizonMs must be > 0, maxSubjects >= 1');
+  }
+
+  stats(): GrantStats {
+    let held = 0;
+    for (const e of this.#entries.values()) held += e.tokens;
+    return { ...this.#stats, held: Math.round(held * 1e6) / 1e6 };
+  }
+
+  /**
+   * Decide `body` on a grant this process holds, or undefined (ask the agent). Counts the subject's rate either
+   * way; synchronous.
+   */
+  trySpend(body: DecisionRequest): GrantDecision | undefined {
+    if (this.#closed || 'checks' in body || body.dryRun === true || body.idempotencyKey !== undefined)
+      return undefined;
+    if (this.#noGrants.has(body.policy)) return undefined;
+    const entry = this.#entry(body.policy, body.subject, this.#now());
+    const cost = body.cost ?? 1;
+    const now = this.#now();
+    if (entry.tokens < cost || now >= entry.expiresAt) {
+      if (now < entry.deniedUntil && cost >= entry.deniedCost) {
+        this.#stats.denied++;
+        return this.#denial(entry, entry.deniedUntil - now);
+      }
+      return undefined;
+    }
+    entry.tokens -= cost;
+    this.#stats.local++;
+    // The next grant before this one runs out, so a hot subject does not wait on the agent.
+    if (entry.tokens < this.#amountFor(entry) / 2) this.#take(entry, now);
+    return this.#decision(entry);
+  }
+
+  /** Told of every decision the agent made: a hot subject it admitted gets a grant for its next checks. */
+  observe(body: DecisionRequest, decision: Decision): void {
+    if (this.#closed || 'checks' in body || decision.degraded !== undefined) return;
+    const result = decision.results[0];
+    const header = decision.headers['RateLimit-Policy'];
+    if (header !== undefined && !this.#policyHeaders.has(body.policy))
+      this.#policyHeaders.set(body.policy, header);
+    if (this.#noGrants.has(body.policy) || result?.mode === 'strict') return;
+    const entry = this.#entries.get(keyOf(body.policy, body.subject));
+    if (entry === undefined) return;
+    if (result?.limit !== undefined) entry.limit = result.limit;
+    if (entry.perSecond < this.#hot) return;
+    const now = this.#now();
+    if (decision.allowed) this.#take(entry, now);
+    else if (
+      result !== undefined &&
+      (result.reason === undefined || result.reason === 'subject_exhausted') &&
+      result.retryAfterMs !== null &&
+      result.retryAfterMs > 0
+    ) {
+      // Over quota, not a failure: the agent said when this cost fits; a hot subject is told the same here.
+      entry.deniedUntil = now + result.retryAfterMs;
+      entry.deniedCost = body.cost ?? 1;
+    }
+  }
+
+  /** Hand back every grant's rest and stop taking new ones. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const entry of this.#entries.values()) this.#giveBack(entry);
+    await Promise.allSettled([...this.#pending]);
+  }
+
+  #entry(policy: string, subject: string, now: number): Entry {
+    const key = keyOf(policy, subject);
+    let entry = this.#entries.get(key);
+    if (entry === undefined) {
+      if (this.#entries.size >= this.#maxSubjects) this.#forgetOne();
+      entry = {
+        policy,
+        subject,
+        since: now,
+        calls: 0,
+        perSecond: 0,
+        tokens: 0,
+        expiresAt: 0,
+        limit: 0,
+        bucketRemaining: 0,
+        taking: false,
+        deniedUntil: 0,
+        deniedCost: 0,
+        quietUntil: 0,
+        timer: undefined,
+      };
+      this.#entries.set(key, entry);
+    }
+    entry.calls++;
+    const elapsed = now - entry.since;
+    if (elapsed >= RATE_WINDOW_MS) {
+      entry.perSecond = (entry.calls * 1000) / elapsed;
+      entry.calls = 0;
+      entry.since = now;
+    }
+    return entry;
+  }
+
+  /**
+   * Make room for a new subject in O(1): the oldest tracked subject that is cold (no grant, no denial held, below
+   * the hot rate), looking at a few; hot ones looked at move to the back. A forgotten subject is tracked again
+   * at its next check.
+   */
+  #forgetOne(): void {
+    const now = this.#now();
+    let looked = 0;
+    for (const [key, entry] of this.#entries) {
+      const busy =
+        entry.perSecond >= this.#hot || entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
+      this.#entries.delete(key);
+      if (!busy || ++looked >= 8) {
+        this.#giveBack(entry);
+        return;
+      }
+      // A hot subject goes to the back of the line: the front stays the cold ones.
+      this.#entries.set(key, entry);
+    }
+  }
+
+  #amountFor(entry: Entry): number {
+    const wanted = Math.ceil((entry.perSecond * this.#horizonMs) / 1000);
+    const cap = entry.limit > 0 ? Math.max(1, Math.floor(entry.limit / 10)) : wanted;
+    return Math.max(1, Math.min(wanted, cap, 1000));
+  }
+
+  #take(entry: Entry, now: number): void {
+    if (entry.taking || now < entry.quietUntil || this.#closed) return;
+    entry.taking = true;
+    const amount = this.#amountFor(entry);
+    const work = this.#send('/v1/grants', { policy: entry.policy, subject: entry.subject, amount })
+      .then(({ status, json, code }) => {
+        if (status !== 200) {
+          if (code === NOT_ALLOWED) this.#noGrants.add(entry.policy);
+          this.#stats.failed++;
+          entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
+          return;
+        }
+        const parsed = GrantResponse.safeParse(json);
+        if (!parsed.success) {
+          // Tokens may have been taken: they are lost (fewer admissions, never more).
+          this.#stats.failed++;
+          entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
+          return;
+        }
+        const g = parsed.data;
+        entry.limit = g.limit;
+        entry.bucketRemaining = g.remaining;
+        if (g.granted <= 0) {
+          this.#stats.empty++;
+          entry.quietUntil = this.#now() + Math.max(RATE_WINDOW_MS, g.refillMs ?? FAILURE_BACKOFF_MS);
+          return;
+        }
+        this.#stats.taken++;
+        this.#stats.tokensTaken += g.granted;
+        if (this.#closed) {
+          entry.tokens += g.granted;
+          this.#giveBack(entry);
+          return;
+        }
+        const at = this.#now();
+        // A rest still held from the previous grant joins this one and expires with it.
+        entry.tokens += g.granted;
+        entry.expiresAt = at + g.expiresInMs - EXPIRY_MARGIN_MS;
+        clearTimeout(entry.timer);
+        entry.timer = setTimeout(() => this.#giveBack(entry), Math.max(0, entry.expiresAt - at));
+        entry.timer.unref();
+      })
+      .catch(() => {
+        this.#stats.failed++;
+        entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
+      })
+      .finally(() => {
+        entry.taking = false;
+        this.#pending.delete(work);
+      });
+    this.#pending.add(work);
+  }
+
+  /** Hand back what `entry` holds (its grant expired, or the pool closes). */
+  #giveBack(entry: Entry): void {
+    clearTimeout(entry.timer);
+    entry.timer = undefined;
+    entry.expiresAt = 0;
+    const amount = Math.floor(entry.tokens * 1e6) / 1e6;
+    entry.tokens = 0;
+    if (amount < 1e-6) return;
+    const work = this.#send('/v1/grants/return', { policy: entry.policy, subject: entry.subject, amount })
+      .then(({ status, json }) => {
+        const credited = status === 200 ? (json as { credited?: unknown }).credited : undefined;
+        if (typeof credited === 'number') {
+          this.#stats.tokensReturned += credited;
+          this.#stats.tokensLost += Math.max(0, amount - credited);
+        } else this.#stats.tokensLost += amount;
+      })
+      .catch(() => {
+        this.#stats.tokensLost += amount;
+      })
+      .finally(() => this.#pending.delete(work));
+    this.#pending.add(work);
+  }
+
+  #denial(entry: Entry, retryAfterMs: number): GrantDecision {
+    const result: ClientCheckResult = {
+      policy: entry.policy,
+      allowed: false,
+      remaining: 0,
+      limit: entry.limit,
+      resetMs: null,
+      retryAfterMs,
+    };
+    const headers = retryHeaders(entry.policy, retryAfterMs);
+    const policyHeader = this.#policyHeaders.get(entry.policy);
+    if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
+    return { allowed: false, retryAfterMs, results: [result], headers, local: 'grant' };
+  }
+
+  #decision(entry: Entry): GrantDecision {
+    // What this process knows: the bucket's capacity, and at least the rest of its own grant.
+    const remaining = Math.floor(entry.tokens);
+    const result: ClientCheckResult = {
+      policy: entry.policy,
+      allowed: true,
+      remaining,
+      limit: entry.limit,
+      resetMs: null,
+      retryAfterMs: 0,
+    };
+    const headers: Record<string, string> = { RateLimit: `"${entry.policy}";r=${remaining}` };
+    const policyHeader = this.#policyHeaders.get(entry.policy);
+    if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
+    return { allowed: true, retryAfterMs: 0, results: [result], headers, local: 'grant' };
+  }
+}
+
+function retryHeaders(policy: string, retryAfterMs: number): Record<string, string> {
+  const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
+  return { RateLimit: `"${policy}";r=0;t=${seconds}`, 'Retry-After': String(seconds) };
+}
+
+function keyOf(policy: string, subject: string): string {
+  return `${policy}\u0000${subject}`;
+}

@@ -1,0 +1,204 @@
+/**
+ * Local grants (docs/agent.md, "Local grants"): `POST /v1/grants` takes a small allowance of one subject's tokens
+ * out of its bucket in this region (`lua/grant.lua`, as a lend between regions takes them: they leave the bucket
+ * before the client spends them, nothing is minted), and `POST /v1/grants/return` hands back what the client did
+ * not spend. The agent keeps no record of a grant: a client that crashes loses its grant's tokens (fewer
+ * admissions, never more). One grant takes at most a tenth of the bucket (core/grants.ts grantCeiling).
+ *
+ * Only token buckets decided here give grants: a strict policy, a counter kind (sliding log, concurrency, daily),
+ * a sharded policy or one with a subject-creation cap answers 400 `AGT_ERR_GRANT_NOT_ALLOWED`, and the client
+ * decides each request at the agent. A subject this region cannot decide now (no lease) gets nothing.
+ */
+import type { FastifyInstance } from 'fastify';
+import { transferBucket } from '../../core/borrowing/transfer.js';
+import {
+  GrantRequest,
+  GrantResponse,
+  GrantReturnRequest,
+  GrantReturnResponse,
+} from '../../core/grant-wire.js';
+import { GRANT_TTL_MS, grantCeiling } from '../../core/grants.js';
+import type { ShareView } from '../../core/shares.js';
+import { MICRO } from '../../core/token-bucket.js';
+import type { DecisionService } from '../decisions/decision-service.js';
+import type { PreparedCheck } from '../decisions/prepared.js';
+import { AgentErrors, withProblems } from '../errors.js';
+import type { GrantStore } from '../grants/grant-store.js';
+import type { AgentMetrics } from '../observability/metrics.js';
+import type { StoreGuard } from '../resilience/store-guard.js';
+import { COMMON_PROBLEMS, problems } from './docs.js';
+
+export interface GrantsRouteOptions {
+  service: DecisionService;
+  store: GrantStore;
+  guard: StoreGuard;
+  shares: ShareView;
+  metrics: AgentMetrics;
+  assertServing: () => void;
+}
+
+const refusals = {
+  ...COMMON_PROBLEMS,
+  400: [
+    'AGT_ERR_INVALID_GRANT',
+    'AGT_ERR_GRANT_NOT_ALLOWED',
+    'AGT_ERR_INVALID_SUBJECT',
+    'AGT_ERR_UNKNOWN_CLASS',
+  ],
+  404: ['AGT_ERR_UNKNOWN_POLICY'],
+  503: [...COMMON_PROBLEMS[503], 'AGT_ERR_STORE_UNAVAILABLE'],
+} as const;
+
+function parse<T>(
+  schema: {
+    safeParse(
+      v: unknown,
+    ):
+      | { success: true; data: T }
+      | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } };
+  },
+  body: unknown,
+): T {
+  const parsed = schema.safeParse(body);
+  if (parsed.success) return parsed.data;
+  const list = parsed.error.issues.map((i) => `${i.path.map(String).join('.') || 'body'}: ${i.message}`);
+  throw withProblems(new AgentErrors.AGT_ERR_INVALID_GRANT(list.join('; ')), list);
+}
+
+/** Why `check` may not be granted (undefined: it may), as the refusal's detail. */
+export function grantRefusal(check: PreparedCheck): string | undefined {
+  const { policy } = check;
+  if (policy.mode === 'strict') return 'a strict policy is decided by its home region, request by request';
+  if (policy.kind !== 'token_bucket')
+    return `a ${policy.kind.replace('_', ' ')} policy counts every request at the store`;
+  if (policy.shards !== undefined) return 'a sharded policy decides on a random sub-bucket per request';
+  if (check.route === 'store' && check.bucket.mustExist === true)
+    return 'a policy with a subject-creation cap decides new subjects at the store';
+  return undefined;
+}
+
+export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): void {
+  const { service, store, guard, shares, metrics, assertServing } = options;
+
+  /** The subject's bucket here, or why there is none to grant from. */
+  const prepare = (body: { policy: string; subject: string; class?: string | undefined }) => {
+    const [prepared] = service.prepare({
+      policy: body.policy,
+      subject: body.subject,
+      ...(body.class === undefined ? {} : { class: body.class }),
+    }).checks;
+    if (prepared === undefined) throw new AgentErrors.AGT_ERR_INVALID_GRANT('no check');
+    const refusal = grantRefusal(prepared);
+    if (refusal !== undefined) {
+      metrics.grants.labels(prepared.policy.name, 'refused').inc();
+      throw new AgentErrors.AGT_ERR_GRANT_NOT_ALLOWED(prepared.policy.name, refusal);
+    }
+    return prepared;
+  };
+
+  app.post(
+    '/v1/grants',
+    {
+      schema: {
+        summary: "Take a small allowance of one subject's tokens to decide in the client's process",
+        description:
+          'The tokens leave the bucket now; spend them within `expiresInMs`, then hand the rest back ' +
+          '(`POST /v1/grants/return`). At most a tenth of the bucket per grant; 0 when it is empty or this ' +
+          'region cannot decide the subject now.',
+        tags: ['grants'],
+        body: GrantRequest,
+        response: { 200: GrantResponse, ...problems(refusals) },
+      },
+    },
+    async (request, reply) => {
+      assertServing();
+      const body = parse(GrantRequest, request.body);
+      const check = prepare(body);
+      const policy = check.policy.name;
+      if (check.route !== 'store') {
+        // No lease for this region (or no way to decide here now): nothing to take; the client asks per request.
+        metrics.grants.labels(policy, 'dry').inc();
+        const answer: GrantResponse = {
+          policy,
+          granted: 0,
+          limit: 0,
+          remaining: 0,
+          refillMs: null,
+          expiresInMs: GRANT_TTL_MS,
+        };
+        return reply.send(answer);
+      }
+      const { cost: _cost, ...bucket } = check.bucket;
+      const encoded = transferBucket(bucket);
+      const limit = Math.floor(encoded.capacity / MICRO);
+      const amount = Math.min(body.amount, grantCeiling(limit));
+      const leave = shares.enter(policy);
+      try {
+        const result = await guard.run('grant', () =>
+          store.take({ key: bucket.key, bucket: encoded, amount: amount * MICRO }),
+        );
+        metrics.grants.labels(policy, result.granted > 0 ? 'granted' : 'dry').inc();
+        if (result.granted > 0) metrics.grantTokens.labels(policy, 'taken').inc(result.granted / MICRO);
+        const answer: GrantResponse = {
+          policy,
+          granted: result.granted / MICRO,
+          limit,
+          remaining: Math.max(0, Math.floor(result.remaining / MICRO)),
+          refillMs: result.refillMs < 0 ? null : result.refillMs,
+          expiresInMs: GRANT_TTL_MS,
+        };
+        return await reply.send(answer);
+      } catch (error) {
+        metrics.grants.labels(policy, 'failed').inc();
+        throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
+      } finally {
+        leave();
+      }
+    },
+  );
+
+  app.post(
+    '/v1/grants/return',
+    {
+      schema: {
+        summary: 'Hand back the tokens of a grant that were not spent',
+        description:
+          "What fits under the bucket's capacity is put back; the rest (the bucket refilled meanwhile) is " +
+          'dropped, never minted.',
+        tags: ['grants'],
+        body: GrantReturnRequest,
+        response: { 200: GrantReturnResponse, ...problems(refusals) },
+      },
+    },
+    async (request, reply) => {
+      assertServing();
+      const body = parse(GrantReturnRequest, request.body);
+      const check = prepare(body);
+      const policy = check.policy.name;
+      if (check.route !== 'store') {
+        metrics.grantTokens.labels(policy, 'dropped').inc(body.amount);
+        const answer: GrantReturnResponse = { policy, credited: 0, dropped: body.amount };
+        return reply.send(answer);
+      }
+      const { cost: _cost, ...bucket } = check.bucket;
+      const amount = Math.round(body.amount * MICRO);
+      try {
+        const result = await guard.run('grant', () =>
+          store.giveBack({ key: bucket.key, bucket: transferBucket(bucket), amount }),
+        );
+        metrics.grants.labels(policy, 'returned').inc();
+        if (result.credited > 0) metrics.grantTokens.labels(policy, 'returned').inc(result.credited / MICRO);
+        if (result.dropped > 0) metrics.grantTokens.labels(policy, 'dropped').inc(result.dropped / MICRO);
+        const answer: GrantReturnResponse = {
+          policy,
+          credited: result.credited / MICRO,
+          dropped: result.dropped / MICRO,
+        };
+        return await reply.send(answer);
+      } catch (error) {
+        metrics.grants.labels(policy, 'failed').inc();
+        throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
+      }
+    },
+  );
+}

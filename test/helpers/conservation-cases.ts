@@ -1,0 +1,470 @@
+/**
+ * The conservation property suite's cases (docs/design.md "Conservation property suite", CONTRIBUTING.md): a
+ * generated case is a set of policies over the feature space and a script of steps across three regions (traffic,
+ * share moves, agent restarts, store freezes, NATS cuts, clock jumps). One driver runs a case on the models
+ * (test/helpers/model-world.ts, unit tier) and another on the real stack (integration tier); both hand what was
+ * admitted to `conservationViolations`, the global checker.
+ *
+ * A new feature is not done until `arbitraryCase` generates it and the checker knows its bound.
+ */
+import fc from 'fast-check';
+import type { CheckResult } from '../../core/agent-wire.js';
+import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
+import { parsePolicy, SECONDS_PER_DAY, withClass, type Policy } from '../../core/policy.js';
+
+export const REGIONS = ['us', 'eu', 'ap'] as const;
+export type Region = (typeof REGIONS)[number];
+
+/** One policy of a case, as generated; `policyOf` makes the stored policy (`PUT /v1/policies/{name}` body). */
+export interface PolicySpec {
+  name: string;
+  kind: 'token_bucket' | 'sliding_log' | 'concurrency' | 'daily';
+  capacity: number;
+  /** Token buckets: refill per second. */
+  refillPerSecond?: number | undefined;
+  /** sliding_log: window; concurrency: lease; seconds. */
+  windowSeconds?: number | undefined;
+  shards?: number | undefined;
+  /** A class `gold` of `goldFactor` × the limits, named for subject `named-gold`; subject `g` asks for it. */
+  goldFactor?: number | undefined;
+  mode: 'regional' | 'strict' | 'local';
+  homeRegion?: Region | undefined;
+  onStoreFailure: 'closed' | 'open' | 'local';
+  newSubjects?: { perMinute: number; flood: 'deny' | 'shared' } | undefined;
+  maxCost: number;
+}
+
+export interface Check {
+  policy: string;
+  subject: string;
+  /** A class the caller names (a hostile one, e.g. `constructor`, must be refused with a 4xx). */
+  class?: string | undefined;
+  cost: number;
+}
+
+export interface Call {
+  /** Sent from each of these regions. */
+  regions: Region[];
+  checks: Check[];
+  idempotencyKey?: string | undefined;
+  dryRun: boolean;
+  /** Sent this many times at once from each region (a burst that drains buckets and races borrows). */
+  repeat: number;
+}
+
+export type Step =
+  /** The calls, all at once; again `rounds` times, `gapMs` apart. */
+  | { op: 'traffic'; calls: Call[]; rounds: number; gapMs: number }
+  | { op: 'advance'; ms: number }
+  | { op: 'move'; policy: string; from: Region; to: Region; amount: number }
+  /** Reserve `amount` of one check, then commit `used` of it, cancel it, or hold it (left to expire). */
+  | {
+      op: 'reserve';
+      region: Region;
+      policy: string;
+      subject: string;
+      amount: number;
+      settle: 'commit' | 'cancel' | 'hold';
+      used: number;
+    }
+  | { op: 'restart'; region: Region }
+  | { op: 'freeze'; region: Region; on: boolean }
+  | { op: 'cut'; region: Region; on: boolean };
+
+export interface Case {
+  policies: PolicySpec[];
+  borrowing: boolean;
+  steps: Step[];
+}
+
+/** The body of the stored policy (what an operator PUTs), without its name. */
+export function policyBody(s: PolicySpec): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    kind: s.kind,
+    capacity: s.capacity,
+    mode: s.mode,
+    onStoreFailure: s.onStoreFailure,
+    maxCost: s.maxCost,
+  };
+  if (s.kind === 'token_bucket') body['refillPerSecond'] = s.refillPerSecond;
+  if (s.kind === 'sliding_log') body['windowSeconds'] = s.windowSeconds;
+  if (s.kind === 'concurrency') body['leaseSeconds'] = s.windowSeconds;
+  if (s.shards !== undefined) body['shards'] = s.shards;
+  if (s.mode === 'strict') body['homeRegion'] = s.homeRegion;
+  if (s.newSubjects !== undefined) body['newSubjects'] = s.newSubjects;
+  if (s.goldFactor !== undefined) {
+    const gold: Record<string, number> = { capacity: s.capacity * s.goldFactor, maxCost: s.maxCost };
+    if (s.kind === 'token_bucket') gold['refillPerSecond'] = s.refillPerSecond! * s.goldFactor;
+    body['classes'] = { gold };
+    body['subjects'] = { 'named-gold': 'gold' };
+  }
+  return body;
+}
+
+export function policyOf(s: PolicySpec): Policy {
+  return parsePolicy({ name: s.name, ...policyBody(s) });
+}
+
+const region = fc.constantFrom(...REGIONS);
+
+/** `arb` in one case of `oneIn`, else undefined. */
+function sometimes<T>(arb: fc.Arbitrary<T>, oneIn: number): fc.Arbitrary<T | undefined> {
+  return fc.oneof({ weight: oneIn - 1, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
+}
+
+const policySpec = (name: string): fc.Arbitrary<PolicySpec> =>
+  fc
+    .record({
+      kind: fc.constantFrom('token_bucket', 'token_bucket', 'sliding_log', 'concurrency', 'daily'),
+      capacity: fc.integer({ min: 2, max: 24 }),
+      refillPerSecond: fc.constantFrom(0.1, 0.5, 2, 5),
+      windowSeconds: fc.integer({ min: 1, max: 20 }),
+      shards: sometimes(fc.integer({ min: 2, max: 4 }), 2),
+      goldFactor: sometimes(fc.constantFrom(2, 3), 3),
+      mode: fc.constantFrom('regional', 'regional', 'regional', 'strict', 'local'),
+      homeRegion: region,
+      onStoreFailure: fc.constantFrom('closed', 'open', 'local'),
+      newSubjects: sometimes(
+        fc.record({ perMinute: fc.integer({ min: 1, max: 3 }), flood: fc.constantFrom('deny', 'shared') }),
+        4,
+      ),
+      maxCost: fc.constantFrom(1, 1, 2),
+    })
+    .map((r): PolicySpec => {
+      const tb = r.kind === 'token_bucket';
+      const shards =
+        tb && r.newSubjects === undefined && r.shards !== undefined && r.capacity >= r.shards
+          ? r.shards
+          : undefined;
+      // The policy rules: only token buckets fail `local`, strict never fails open, concurrency is never strict.
+      const mode = r.kind === 'concurrency' && r.mode === 'strict' ? 'regional' : r.mode;
+      let onStoreFailure = r.onStoreFailure;
+      if (onStoreFailure === 'local' && !tb) onStoreFailure = 'closed';
+      if (onStoreFailure === 'open' && mode === 'strict') onStoreFailure = 'closed';
+      return {
+        name,
+        kind: r.kind,
+        capacity: r.capacity,
+        refillPerSecond: tb ? r.refillPerSecond : undefined,
+        windowSeconds: r.kind === 'sliding_log' || r.kind === 'concurrency' ? r.windowSeconds : undefined,
+        shards,
+        goldFactor: r.goldFactor,
+        mode,
+        homeRegion: mode === 'strict' ? r.homeRegion : undefined,
+        onStoreFailure,
+        newSubjects: tb && shards === undefined ? r.newSubjects : undefined,
+        // Every sub-bucket must hold maxCost.
+        maxCost: r.maxCost <= r.capacity / (shards ?? 1) ? r.maxCost : 1,
+      };
+    });
+
+const SUBJECTS = ['a', 'b', 'c', 'g', 'named-gold'] as const;
+
+function callOf(names: readonly string[]): fc.Arbitrary<Call> {
+  const check = fc.record({
+    policy: fc.constantFrom(...names),
+    subject: fc.oneof(
+      { weight: 3, arbitrary: fc.constant('a') },
+      { weight: 2, arbitrary: fc.constantFrom(...SUBJECTS) },
+    ),
+    hostileClass: sometimes(fc.constantFrom('constructor', '__proto__', 'toString', 'platinum'), 15),
+    cost: fc.constantFrom(1, 1, 1, 2),
+  });
+  return fc
+    .record({
+      regions: fc.uniqueArray(region, { minLength: 1, maxLength: 3 }),
+      checks: fc.uniqueArray(check, { minLength: 1, maxLength: 2, selector: (c) => c.policy }),
+      idempotencyKey: sometimes(fc.constantFrom('k1', 'k2', 'k3'), 4),
+      dryRun: fc.oneof(
+        { weight: 5, arbitrary: fc.constant(false) },
+        { weight: 1, arbitrary: fc.constant(true) },
+      ),
+      repeat: fc.oneof(
+        { weight: 3, arbitrary: fc.constant(1) },
+        { weight: 2, arbitrary: fc.integer({ min: 2, max: 12 }) },
+      ),
+    })
+    .map((r) => ({
+      regions: r.regions,
+      checks: r.checks.map((c) => ({
+        policy: c.policy,
+        subject: c.subject,
+        class: c.hostileClass ?? (c.subject === 'g' ? 'gold' : undefined),
+        cost: c.cost,
+      })),
+      idempotencyKey: r.idempotencyKey,
+      dryRun: r.dryRun,
+      repeat: r.repeat,
+    }));
+}
+
+function stepOf(names: readonly string[]): fc.Arbitrary<Step> {
+  return fc.oneof(
+    {
+      weight: 10,
+      arbitrary: fc
+        .record({
+          calls: fc.array(callOf(names), { minLength: 1, maxLength: 3 }),
+          rounds: fc.oneof(
+            { weight: 1, arbitrary: fc.constant(1) },
+            { weight: 1, arbitrary: fc.integer({ min: 2, max: 6 }) },
+          ),
+          gapMs: fc.constantFrom(0, 100, 500, 1000),
+        })
+        .map((t) => ({ op: 'traffic' as const, ...t })),
+    },
+    {
+      weight: 5,
+      arbitrary: fc
+        .oneof(fc.integer({ min: 0, max: 3000 }), fc.constantFrom(30_000, 3_600_000, 12 * 3_600_000))
+        .map((ms) => ({ op: 'advance' as const, ms })),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .record({
+          policy: fc.constantFrom(...names),
+          from: region,
+          to: region,
+          amount: fc.constantFrom(0.05, 0.1, 0.2, 1 / 3),
+        })
+        .map((m) => ({ op: 'move' as const, ...m })),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .record({
+          region,
+          policy: fc.constantFrom(...names),
+          subject: fc.constantFrom('a', 'b'),
+          amount: fc.constantFrom(1, 2),
+          settle: fc.constantFrom('commit', 'cancel', 'hold'),
+          used: fc.constantFrom(0, 1, 2),
+        })
+        .map((r) => ({ op: 'reserve' as const, ...r, used: Math.min(r.used, r.amount) })),
+    },
+    { weight: 1, arbitrary: region.map((r) => ({ op: 'restart' as const, region: r })) },
+    {
+      weight: 1,
+      arbitrary: fc.record({ region, on: fc.boolean() }).map((f) => ({ op: 'freeze' as const, ...f })),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.record({ region, on: fc.boolean() }).map((f) => ({ op: 'cut' as const, ...f })),
+    },
+  );
+}
+
+/** A generated case: 1-3 policies over every feature, borrowing on or off, and up to `maxSteps` steps. */
+export function arbitraryCase(maxSteps = 10): fc.Arbitrary<Case> {
+  return fc
+    .record({
+      count: fc.integer({ min: 1, max: 2 }),
+      borrowing: fc.boolean(),
+    })
+    .chain(({ count, borrowing }) => {
+      const names = ['p0', 'p1', 'p2'].slice(0, count);
+      return fc.record({
+        policies: fc.tuple(...names.map((n) => policySpec(n))),
+        borrowing: fc.constant(borrowing),
+        steps: fc.array(stepOf(names), { minLength: 1, maxLength: maxSteps }),
+      });
+    });
+}
+
+/** One admitted (or refunded) charge a run saw, at the time its answer came (epoch ms). */
+export interface Charge {
+  policy: string;
+  /** The bucket's subject: the caller's, or the policy's shared bucket (`#anonymous`). */
+  subject: string;
+  class: string | undefined;
+  /** The region whose agent answered. */
+  region: Region;
+  /** When the answer came (epoch ms); `sentAt`: when the call was sent (the real stack; the models: `at`). */
+  at: number;
+  sentAt: number;
+  cost: number;
+}
+
+/** What a run collects: the charges admitted by quota, and what else must not have happened. */
+export interface RunRecord {
+  charges: Charge[];
+  /** Problems seen while running (a hostile class admitted, a failure-mode admission while nothing failed, …). */
+  problems: string[];
+  /**
+   * Idempotent admissions already counted, by (key, body, region whose store charged, check), with when: a
+   * retry of the same body in another region replays the checks recorded where they were charged (a strict
+   * check at its home) and charges the others there, so an answer can be part replay, part charge.
+   */
+  counted: Map<string, number>;
+}
+
+export function newRecord(): RunRecord {
+  return { charges: [], problems: [], counted: new Map() };
+}
+
+const FAILURE_REASONS = new Set(['fail_open', 'emergency_bucket']);
+
+/**
+ * Record one call's answer: an admitted, charged (not a dry run, not a replay) answer adds one charge per check.
+ * `failing`: whether a store freeze or a NATS cut was in force (a failure-mode admission is then the policy's
+ * choice, outside the bound, and only then).
+ */
+export function recordAnswer(
+  record: RunRecord,
+  policies: ReadonlyMap<string, PolicySpec>,
+  call: Call,
+  answer:
+    | { allowed: boolean; replayed?: boolean; results: Pick<CheckResult, 'reason' | 'allowed'>[] }
+    | { error: string },
+  at: number,
+  failing: boolean,
+  region: Region,
+  sentAt = at,
+): void {
+  const hostile = call.checks.find((c) => c.class !== undefined && c.class !== 'gold');
+  const noGold = call.checks.find(
+    (c) => c.class === 'gold' && policies.get(c.policy)?.goldFactor === undefined,
+  );
+  if ('error' in answer) return;
+  if (hostile !== undefined || noGold !== undefined) {
+    record.problems.push(
+      `a check of class ${(hostile ?? noGold)!.class} was answered, not refused: ${JSON.stringify(answer)}`,
+    );
+    return;
+  }
+  if (!answer.allowed || call.dryRun || answer.replayed === true) return;
+  call.checks.forEach((c, i) => {
+    const r = answer.results[i];
+    if (r === undefined) {
+      record.problems.push(`no result for check ${i}`);
+      return;
+    }
+    if (r.reason !== undefined && FAILURE_REASONS.has(r.reason)) {
+      if (!failing)
+        record.problems.push(`${c.policy} admitted by its failure mode (${r.reason}) while nothing failed`);
+      return;
+    }
+    const spec = policies.get(c.policy)!;
+    if (call.idempotencyKey !== undefined) {
+      // Counted once while its record may live (1 h, and never longer than the policy's idle TTL).
+      const where = spec.mode === 'strict' ? spec.homeRegion : region;
+      const key = `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
+      const ttlMs = Math.min(3_600_000, policyOf(spec).idleTtlSeconds * 1000);
+      const before = record.counted.get(key);
+      if (before !== undefined && at - before < ttlMs) return;
+      record.counted.set(key, at);
+    }
+    const shared = r.reason === 'shared_bucket';
+    const cls = shared
+      ? undefined
+      : (c.class ?? (c.subject === 'named-gold' && spec.goldFactor !== undefined ? 'gold' : undefined));
+    record.charges.push({
+      policy: c.policy,
+      subject: shared ? ANONYMOUS_SUBJECT : c.subject,
+      class: cls,
+      region,
+      at,
+      sentAt,
+      cost: c.cost,
+    });
+  });
+}
+
+const EPS = 1e-6;
+
+/**
+ * The global checker: for every policy, subject and class, admissions within the kind's bound over every window
+ * (docs/design.md: admitted(W) ≤ C + R·W for a token bucket, ≤ limit in any rolling window for a sliding log, ≤ slots
+ * within any lease time for a concurrency policy, ≤ the budget in any calendar day for a daily one), in each
+ * region for `local` mode (each region enforces the whole budget). Answers the violations found.
+ */
+export function conservationViolations(
+  policies: readonly PolicySpec[],
+  charges: readonly Charge[],
+): string[] {
+  const out: string[] = [];
+  const units = new Map<string, Charge[]>();
+  for (const c of charges) {
+    // A local policy's regions each enforce the whole budget: its bound holds per region.
+    const local = policies.find((p) => p.name === c.policy)?.mode === 'local';
+    const key = `${c.policy}\u0000${c.subject}\u0000${c.class ?? ''}${local ? `\u0000${c.region}` : ''}`;
+    const list = units.get(key) ?? [];
+    list.push(c);
+    units.set(key, list);
+  }
+  for (const [key, list] of units) {
+    const first = list[0]!;
+    const spec = policies.find((p) => p.name === first.policy)!;
+    const policy = withClass(policyOf(spec), first.class);
+    const C = policy.capacity;
+    list.sort((a, b) => a.at - b.at);
+    const what = key.replace(/\u0000/g, '/');
+    if (spec.kind === 'token_bucket') {
+      const R = policy.refillPerSecond;
+      for (let i = 0; i < list.length; i++) {
+        let sum = 0;
+        // The widest the window can have been: from the earliest send among them to the last answer.
+        let from = list[i]!.sentAt;
+        for (let j = i; j < list.length; j++) {
+          sum += list[j]!.cost;
+          from = Math.min(from, list[j]!.sentAt);
+          const w = (list[j]!.at - from) / 1000;
+          if (sum > C + R * w + EPS) {
+            out.push(`${what}: ${sum} admitted in ${w} s, above C + R·W = ${C} + ${R}·${w}`);
+            break;
+          }
+        }
+      }
+    } else if (spec.kind === 'daily') {
+      const days = new Map<number, number>();
+      for (const c of list) {
+        const day = Math.floor(c.at / (SECONDS_PER_DAY * 1000));
+        days.set(day, (days.get(day) ?? 0) + c.cost);
+      }
+      for (const [day, sum] of days)
+        if (sum > C + EPS) out.push(`${what}: ${sum} admitted on day ${day}, above ${C}`);
+    } else {
+      const windowMs = spec.windowSeconds! * 1000;
+      for (let j = 0; j < list.length; j++) {
+        let sum = 0;
+        // Only admissions surely within one window of each other: the widest span below the window.
+        let from = list[j]!.sentAt;
+        for (let i = j; i >= 0; i--) {
+          from = Math.min(from, list[i]!.sentAt);
+          if (list[j]!.at - from >= windowMs) break;
+          sum += list[i]!.cost;
+        }
+        if (sum > C + EPS) out.push(`${what}: ${sum} admitted within ${spec.windowSeconds} s, above ${C}`);
+      }
+    }
+  }
+  return out.slice(0, 5);
+}
+
+/** The decision body of a call, as a caller sends it (single or layered). */
+export function callBody(call: Call): Record<string, unknown> {
+  const extra: Record<string, unknown> = {};
+  if (call.idempotencyKey !== undefined) extra['idempotencyKey'] = call.idempotencyKey;
+  if (call.dryRun) extra['dryRun'] = true;
+  const check = (c: Check) => ({
+    policy: c.policy,
+    subject: c.subject,
+    cost: c.cost,
+    ...(c.class === undefined ? {} : { class: c.class }),
+  });
+  if (call.checks.length === 1) return { ...check(call.checks[0]!), ...extra };
+  return { checks: call.checks.map(check), ...extra };
+}
+
+/** A small seeded generator of [0, 1) draws (mulberry32). */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

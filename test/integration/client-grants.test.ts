@@ -1,0 +1,103 @@
+/**
+ * Local grants against a real agent process and Redis: N clients (each its own grant pool, as N service processes
+ * would hold) × M concurrent callers hammer one subject whose bucket holds 100 tokens and barely refills. Grants
+ * pre-debit the bucket, so the clients together admit at most 100, and since demand exceeds supply and every
+ * unspent rest is spent or handed back, at least 97. A grant taken and never handed back (a crashed process)
+ * only takes admissions away. Counter kinds and strict policies never get grants.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient } from '../../packages/client/src/index.js';
+import type { RedisServer } from '../harness/backend.js';
+import { backend } from '../harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../helpers/agent-process.js';
+
+const CLIENTS = 4;
+const CALLERS = 8;
+const PER_CALLER = 30;
+
+let redis: RedisServer;
+let agent: AgentProcess;
+
+beforeAll(async () => {
+  redis = await backend().startRedis();
+  agent = await startAgentProcess({
+    redisUrl: redis.url,
+    policies: {
+      // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
+      hot: { capacity: 100, refillPerSecond: 0.001 },
+      exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
+    },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await agent?.[Symbol.asyncDispose]();
+  await redis?.[Symbol.asyncDispose]();
+});
+
+/** `clients` × CALLERS callers, each deciding PER_CALLER times back to back; returns admissions per client. */
+async function hammer(clients: AgentClient[], policy: string, subject: string): Promise<number[]> {
+  const admitted = clients.map(() => 0);
+  await Promise.all(
+    clients.flatMap((client, c) =>
+      Array.from({ length: CALLERS }, async () => {
+        for (let i = 0; i < PER_CALLER; i++) {
+          const d = await client.decide({ policy, subject });
+          if (d.allowed) admitted[c]!++;
+        }
+      }),
+    ),
+  );
+  return admitted;
+}
+
+// A generous timeout: the test counts admissions, and a take whose answer is lost loses its tokens.
+const newClient = () => new AgentClient({ baseUrl: agent.url, timeoutMs: 2000 });
+
+describe('local grants: exact when demand exceeds supply', () => {
+  it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit at most 100 and at least 97`, async () => {
+    const clients = Array.from({ length: CLIENTS }, newClient);
+    const admitted = await hammer(clients, 'hot', 'tenant-1');
+    const total = admitted.reduce((a, b) => a + b, 0);
+    const stats = clients.map((c) => c.grantStats()!);
+    expect(total).toBeLessThanOrEqual(100);
+    expect(total).toBeGreaterThanOrEqual(97);
+    // Grants did decide here: some admissions never asked the agent.
+    expect(stats.reduce((n, s) => n + s.local, 0)).toBeGreaterThan(0);
+    expect(stats.reduce((n, s) => n + s.taken, 0)).toBeGreaterThan(0);
+    // Less than one request's worth is held once demand has drained the bucket (a refill's fraction of a token
+    // may be granted; it is handed back on expiry).
+    expect(stats.reduce((n, s) => n + s.held, 0)).toBeLessThan(1);
+    // Once the agent said the subject is out until a token refills, the clients said so too, without asking.
+    expect(stats.reduce((n, s) => n + s.denied, 0)).toBeGreaterThan(0);
+    const again = await clients[0]!.decide({ policy: 'hot', subject: 'tenant-1' });
+    expect(again).toMatchObject({ allowed: false, local: 'grant', results: [{ remaining: 0, limit: 100 }] });
+    expect(Number(again.headers['Retry-After'])).toBeGreaterThan(900);
+    for (const c of clients) c.close();
+  });
+
+  it('a grant never handed back (a crashed process) only takes admissions away', async () => {
+    // The "crashed" process: it took 10 tokens and will never spend or return them.
+    const res = await fetch(`${agent.url}/v1/grants`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ policy: 'hot', subject: 'tenant-2', amount: 10 }),
+    });
+    expect(await res.json()).toMatchObject({ granted: 10, limit: 100, remaining: 90 });
+    const clients = Array.from({ length: CLIENTS }, newClient);
+    const admitted = await hammer(clients, 'hot', 'tenant-2');
+    for (const c of clients) c.close();
+    const total = admitted.reduce((a, b) => a + b, 0);
+    expect(total).toBeLessThanOrEqual(90);
+    expect(total).toBeGreaterThanOrEqual(87);
+  });
+
+  it('a counter kind is never granted: every decision goes to the agent, exactly 100 admitted', async () => {
+    const clients = Array.from({ length: 2 }, newClient);
+    const admitted = await hammer(clients, 'exact', 'tenant-3');
+    const stats = clients.map((c) => c.grantStats()!);
+    for (const c of clients) c.close();
+    expect(admitted.reduce((a, b) => a + b, 0)).toBe(100);
+    expect(stats.reduce((n, s) => n + s.local + s.taken, 0)).toBe(0);
+  });
+});

@@ -1,0 +1,295 @@
+/**
+ * The client under load, against a real agent process on a real Redis: a burst of 2,000 concurrent requests to
+ * a Fastify service protected by the plugin with default options answers 200 or a truthful 429 (never
+ * LIMITER_UNAVAILABLE), admitting exactly the bucket; coalesced decisions keep exact counts and layered checks
+ * all-or-nothing; a full client queue sheds, told apart from an unavailable agent; a frozen (SIGSTOP) and a
+ * stopped agent still fail each policy as declared, every request answered while the agent is down.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient, AgentRequestError, type Decision } from '@quotaplane/client';
+import { quotaplane } from '@quotaplane/client/fastify';
+import type { RedisServer } from '../harness/backend.js';
+import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../helpers/agent-process.js';
+import { tcpProxy } from '../helpers/tcp-proxy.js';
+
+const BURST = 2000;
+
+let redis: RedisServer;
+let agent: AgentProcess;
+
+beforeAll(async () => {
+  redis = await backend().startRedis();
+  agent = await startAgentProcess({
+    redisUrl: redis.url,
+    // The agent's own store calls get generous timeouts: these tests count what the client does with its answers
+    // on a shared machine; the client's own options stay its defaults.
+    env: { QP_STORE_TIMEOUT_MS: '2000', QP_DECISION_DEADLINE_MS: '3000' },
+    policies: {
+      burst: { capacity: 500, refillPerSecond: 0.001, onStoreFailure: 'closed' },
+      hundred: { capacity: 100, refillPerSecond: 0.001 },
+      wide: { capacity: 1000, refillPerSecond: 0.01 },
+      open: { capacity: 1000, refillPerSecond: 0.01, onStoreFailure: 'open' },
+    },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await agent?.[Symbol.asyncDispose]();
+  await redis?.[Symbol.asyncDispose]();
+});
+
+/** A service as docs/agent.md shows it: default client options, the subject from a header. */
+async function service(client: AgentClient): Promise<{ app: FastifyInstance; url: string }> {
+  const app = Fastify();
+  await app.register(quotaplane, {
+    client,
+    subject: (r) =>
+      typeof r.headers['x-tenant'] === 'string' ? `tenant:${r.headers['x-tenant']}` : undefined,
+  });
+  app.get('/work', { config: { quota: { policy: 'burst' } } }, () => ({ done: true }));
+  app.get('/open', { config: { quota: { policy: 'open', onUnavailable: 'open' } } }, () => ({ done: true }));
+  const url = await app.listen({ host: '127.0.0.1', port: 0, backlog: 4096 });
+  return { app, url };
+}
+
+interface Answer {
+  status: number;
+  code: string | undefined;
+  reason: string | undefined;
+  violated: string[] | undefined;
+}
+
+const run = promisify(execFile);
+
+/** `n` concurrent requests from a process of their own (as a load generator would send them). */
+async function burstFromOutside(url: string, tenant: string, n: number): Promise<Answer[]> {
+  const script = `
+    const answers = await Promise.all(Array.from({ length: ${n} }, async () => {
+      const res = await fetch(${JSON.stringify(url)}, { headers: { 'x-tenant': ${JSON.stringify(tenant)} } });
+      const body = await res.json();
+      return { status: res.status, code: body.code, reason: body.reason, violated: body['violated-policies'] };
+    }));
+    process.stdout.write(JSON.stringify(answers));`;
+  const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], {
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  return JSON.parse(stdout) as Answer[];
+}
+
+async function burst(url: string, tenant: string, n: number): Promise<Answer[]> {
+  return Promise.all(
+    Array.from({ length: n }, async () => {
+      const res = await fetch(url, { headers: { 'x-tenant': tenant } });
+      const body = (await res.json()) as {
+        code?: string;
+        reason?: string;
+        'violated-policies'?: string[];
+      };
+      return {
+        status: res.status,
+        code: body.code,
+        reason: body.reason,
+        violated: body['violated-policies'],
+      };
+    }),
+  );
+}
+
+function tally(answers: readonly Answer[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const a of answers) {
+    const key = `${a.status}${a.code === undefined ? '' : ` ${a.code}`}`;
+    out[key] = (out[key] ?? 0) + 1;
+  }
+  return out;
+}
+
+describe('a burst through the plugin with default options', () => {
+  // Default options but the timeout: the agent must answer 2,000 decisions on a machine these tests share with
+  // others, and this test counts what the client makes of answers, not how fast they come (the default 300 ms is
+  // measured by hand and in the bench). That queueing never counts toward it is the next describe's test.
+  it(
+    `answers ${BURST} concurrent requests with 200 or a truthful 429, admitting exactly the bucket`,
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 2000 });
+      const { app, url } = await service(client);
+      try {
+        const answers = await burstFromOutside(`${url}/work`, uniquePrefix('burst'), BURST);
+        expect(tally(answers), JSON.stringify(client.stats())).toEqual({
+          200: 500,
+          '429 RATE_LIMITED': BURST - 500,
+        });
+        for (const a of answers.filter((x) => x.status === 429)) {
+          expect(a).toMatchObject({ reason: 'subject_exhausted', violated: ['burst'] });
+        }
+        const stats = client.stats();
+        expect(stats.failures).toEqual({
+          timeout: 0,
+          connection: 0,
+          overloaded: 0,
+          bad_status: 0,
+          bad_body: 0,
+          breaker_open: 0,
+          refused: 0,
+        });
+        expect(stats.shed).toBe(0);
+        expect(stats.decided).toBe(BURST);
+        // Coalesced: far fewer exchanges than decisions.
+        expect(stats.exchanges).toBeLessThan(BURST / 4);
+      } finally {
+        await app.close();
+        client.close();
+      }
+    },
+  );
+});
+
+describe('time in the queue is not agent time', () => {
+  it('decisions queued far longer than the timeout are all decided, none counted as a failure', async () => {
+    // Each exchange takes about 60 ms on the wire (30 ms each way); one at a time, the 40th waits ~2.4 s.
+    const target = new URL(agent.url);
+    await using proxy = await tcpProxy({ host: target.hostname, port: Number(target.port) }, { delayMs: 30 });
+    const client = new AgentClient({
+      baseUrl: `http://127.0.0.1:${proxy.port}`,
+      timeoutMs: 1000,
+      coalesce: false,
+      maxSockets: 1,
+    });
+    const subject = uniquePrefix('queued');
+    const decisions = await Promise.all(Array.from({ length: 40 }, () => client.check('wide', subject)));
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(40);
+    const stats = client.stats();
+    expect(Object.values(stats.failures).reduce((a, b) => a + b, 0)).toBe(0);
+    expect(stats.exchanges).toBe(40);
+    client.close();
+  });
+});
+
+describe('coalesced decisions through the batch route', () => {
+  it('500 racing callers on a bucket of 100 admit exactly 100', async () => {
+    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 5000 });
+    const subject = uniquePrefix('race');
+    const decisions = await Promise.all(Array.from({ length: 500 }, () => client.check('hundred', subject)));
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(100);
+    expect(decisions.filter((d) => d.degraded !== undefined)).toHaveLength(0);
+    expect(client.stats().batches).toBeGreaterThan(0);
+    client.close();
+  });
+
+  it('keeps layered checks all-or-nothing and independent requests independent', async () => {
+    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 5000 });
+    const subject = uniquePrefix('layered');
+    const layered = {
+      checks: [
+        { policy: 'wide', subject },
+        { policy: 'hundred', subject },
+      ],
+    };
+    const [decisions, unknown, alone] = await Promise.all([
+      Promise.all(Array.from({ length: 300 }, () => client.decide(layered))),
+      client.check('no-such-policy', subject).catch((e: unknown) => e),
+      client.check('wide', `${subject}-alone`),
+    ]);
+    expect(decisions.filter((d: Decision) => d.allowed)).toHaveLength(100);
+    expect(unknown).toBeInstanceOf(AgentRequestError);
+    expect(unknown).toMatchObject({ code: 'AGT_ERR_UNKNOWN_POLICY' });
+    expect(alone.allowed).toBe(true);
+    // `wide` was charged for the 100 admitted requests only: the denied ones gave nothing of it.
+    const probe = await client.decide({ policy: 'wide', subject, dryRun: true });
+    expect(probe.results[0]!.remaining).toBe(1000 - 100 - 1);
+    client.close();
+  });
+});
+
+describe("the client's own queue", () => {
+  it('sheds beyond maxQueued: answered by the failure mode, counted apart, never a breaker failure', async () => {
+    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 5000, maxQueued: 10, maxSockets: 1 });
+    const subject = uniquePrefix('shed');
+    const decisions = await Promise.all(Array.from({ length: 100 }, () => client.check('wide', subject)));
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(10);
+    const shed = decisions.filter((d) => d.failure === 'shed');
+    expect(shed).toHaveLength(90);
+    expect(shed[0]).toMatchObject({
+      allowed: false,
+      degraded: 'fail_closed',
+      results: [{ reason: 'client_shed' }],
+    });
+    const stats = client.stats();
+    expect(stats.shed).toBe(90);
+    expect(Object.values(stats.failures).reduce((a, b) => a + b, 0)).toBe(0);
+    expect(stats.breaker).toBe('closed');
+    client.close();
+  });
+
+  it('the plugin answers a shed as its policy fails: 503 LIMITER_BUSY closed, 200 open', async () => {
+    const client = new AgentClient({ baseUrl: agent.url, maxQueued: 0 });
+    const { app, url } = await service(client);
+    try {
+      const tenant = uniquePrefix('busy');
+      expect(tally(await burst(`${url}/work`, tenant, 5))).toEqual({ '503 LIMITER_BUSY': 5 });
+      expect(tally(await burst(`${url}/open`, tenant, 5))).toEqual({ 200: 5 });
+      expect(client.stats().shed).toBe(10);
+    } finally {
+      await app.close();
+      client.close();
+    }
+  });
+});
+
+describe('an agent that cannot answer still fails each policy as declared', () => {
+  it('frozen (SIGSTOP): every request is answered while it is frozen, closed 503, open 200', async () => {
+    const client = new AgentClient({ baseUrl: agent.url });
+    const { app, url } = await service(client);
+    const tenant = uniquePrefix('frozen');
+    agent.pause();
+    let thawed = false;
+    try {
+      const [closed, open] = await Promise.all([
+        burst(`${url}/work`, tenant, 200),
+        burst(`${url}/open`, tenant, 200),
+      ]);
+      // Every answer came while the agent was still frozen: none waited for it.
+      expect(thawed).toBe(false);
+      expect(tally(closed)).toEqual({ '503 LIMITER_UNAVAILABLE': 200 });
+      expect(tally(open)).toEqual({ 200: 200 });
+      const { failures } = client.stats();
+      expect(failures.timeout).toBeGreaterThan(0);
+      expect(failures.timeout + failures.breaker_open).toBe(
+        Object.values(failures).reduce((a, b) => a + b, 0),
+      );
+    } finally {
+      thawed = true;
+      agent.resume();
+      await app.close();
+      client.close();
+    }
+  });
+
+  it('stopped: closed 503, open 200, counted as connection failures', async () => {
+    const client = new AgentClient({ baseUrl: agent.url });
+    const { app, url } = await service(client);
+    const tenant = uniquePrefix('stopped');
+    await agent[Symbol.asyncDispose]();
+    try {
+      const [closed, open] = await Promise.all([
+        burst(`${url}/work`, tenant, 200),
+        burst(`${url}/open`, tenant, 200),
+      ]);
+      expect(tally(closed)).toEqual({ '503 LIMITER_UNAVAILABLE': 200 });
+      expect(tally(open)).toEqual({ 200: 200 });
+      const { failures } = client.stats();
+      expect(failures.connection).toBeGreaterThan(0);
+      expect(failures.timeout).toBe(0);
+    } finally {
+      await app.close();
+      client.close();
+    }
+  });
+});

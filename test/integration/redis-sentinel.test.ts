@@ -1,0 +1,268 @@
+/**
+ * A region's Redis under Sentinel, with real promotions: the master is killed mid-burst; the agent answers each
+ * decision as its policy's failure mode declares during the switch, follows the promoted replica without a
+ * restart (its script cache empty: NOSCRIPT answered by EVAL), and counts what the failover forgot. With
+ * `WAIT` acknowledgement (QP_REDIS_WAIT_REPLICAS) it forgets no admission.
+ */
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { DecisionResponse } from '../../core/agent-wire.js';
+import { parsePolicy } from '../../core/policy.js';
+import { StaticShareView } from '../../core/shares.js';
+import { buildApp } from '../../regional-agent/app.js';
+import { AgentConfig } from '../../regional-agent/config.js';
+import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import { ackReplicas, luaSource } from '../../regional-agent/redis/scripts.js';
+import { startSentinelGroup } from '../helpers/redis-sentinel.js';
+import { eventually } from '../helpers/wait.js';
+
+const CAPACITY = 300;
+const WORKERS = 8;
+/**
+ * Stated bound: Sentinel's down-after (1 s here) + election and promotion + reconnection: 2.6-2.9 s measured on
+ * this machine. The margin covers a failover attempt Sentinel abandons and retries (2 × failover-timeout) on a
+ * machine whose two cores other suites share.
+ */
+const RECOVERY_BOUND_MS = 30_000;
+
+const policy = parsePolicy({
+  name: 'orders',
+  capacity: CAPACITY,
+  // Refills less than one token over the whole test: every admission is a token of the original 300.
+  refillPerSecond: 0.001,
+  onStoreFailure: 'closed',
+});
+
+interface Answer {
+  at: number;
+  allowed: boolean;
+  reason: string | undefined;
+}
+
+async function scriptLoaded(port: number, sha: string): Promise<boolean> {
+  const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 0 });
+  client.on('error', () => undefined);
+  try {
+    const [exists] = (await client.call('SCRIPT', 'EXISTS', sha)) as number[];
+    return exists === 1;
+  } finally {
+    client.disconnect();
+  }
+}
+
+describe.each([
+  { waitReplicas: 0, replicas: 1 },
+  // WAIT 1 with two replicas: after the promotion the other replica follows the new master and acknowledges.
+  { waitReplicas: 1, replicas: 2 },
+])('an agent on Redis under Sentinel (WAIT $waitReplicas)', ({ waitReplicas, replicas }) => {
+  it('keeps deciding through a master killed mid-burst and bounds what the failover forgets', async () => {
+    await using group = await startSentinelGroup({ replicas });
+    const target = { redisSentinels: group.sentinelNodes, redisMasterName: group.masterName };
+    const redis = connectRedis(target);
+    redis.on('error', () => undefined);
+    if (waitReplicas > 0) ackReplicas(redis, { replicas: waitReplicas, timeoutMs: 200 });
+    expect(await whenReady(redis, 10_000)).toBe(true);
+    const agent = buildApp(
+      {
+        store: new RedisDecisionStore(redis, { timeoutMs: 300 }),
+        policies: new StaticPolicySource([policy]),
+        shares: new StaticShareView(),
+        log: pino({ level: 'silent' }),
+      },
+      AgentConfig.parse({
+        region: 'us',
+        ...target,
+        redisWaitReplicas: waitReplicas,
+        policiesFile: 'unused',
+        decisionDeadlineMs: 400,
+        storeTimeoutMs: 300,
+        breakerResetMs: 200,
+        breakerVolumeThreshold: 5,
+      }),
+    );
+    try {
+      await agent.ready;
+      const decide = async (): Promise<Answer> => {
+        const res = await agent.app.inject({
+          method: 'POST',
+          url: '/v1/decisions',
+          payload: { policy: 'orders', subject: 'tenant-a' },
+        });
+        expect(res.statusCode).toBe(200);
+        const body = DecisionResponse.parse(res.json());
+        return { at: performance.now(), allowed: body.allowed, reason: body.results[0]!.reason };
+      };
+      const sha = createHash('sha1').update(luaSource('token_bucket')).digest('hex');
+      const answers: Answer[] = [];
+      let killedAt: number | undefined;
+      let kill: Promise<void> | undefined;
+      // Workers send one decision after another; the 100th answer kills the master while the others are in
+      // flight; they go on until decisions are normal again for 20 answers after the switch.
+      const normalAfterKill = () =>
+        killedAt === undefined
+          ? 0
+          : answers.filter((a) => a.at > killedAt! && a.reason === undefined && a.allowed).length;
+      const worker = async () => {
+        while (
+          normalAfterKill() < 20 &&
+          performance.now() - (killedAt ?? performance.now()) < RECOVERY_BOUND_MS
+        ) {
+          answers.push(await decide());
+          if (answers.length === 100 && kill === undefined) {
+            // Before the kill the replicas never ran the script: the new master will answer NOSCRIPT first.
+            expect(await scriptLoaded(group.replicas[0]!.port, sha)).toBe(false);
+            // Counted from the moment the process is gone: answers before that may still come from it.
+            kill = group.master.kill().then(() => {
+              killedAt = performance.now();
+            });
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: WORKERS }, worker));
+      await kill;
+      expect(killedAt).toBeDefined();
+      const promoted = await group.currentMasterPort();
+      expect(promoted).not.toBe(group.master.port);
+      expect(group.replicas.map((r) => r.port)).toContain(promoted);
+      // Every answer is an ordinary admission or the policy's declared failure: closed, store_unavailable.
+      for (const a of answers) {
+        if (a.allowed) expect(a.reason).toBeUndefined();
+        else expect(a.reason).toBe('store_unavailable');
+      }
+      const firstNormal = answers.find((a) => a.at > killedAt! && a.allowed && a.reason === undefined);
+      expect(firstNormal).toBeDefined();
+      const recoveryMs = firstNormal!.at - killedAt!;
+      expect(recoveryMs).toBeLessThan(RECOVERY_BOUND_MS);
+      // The promoted replica had no script: the agent's EVALSHA met NOSCRIPT and loaded it with EVAL.
+      expect(await scriptLoaded(promoted, sha)).toBe(true);
+
+      // Drain the bucket: every token the new master still holds is handed out, then subject_exhausted.
+      // A replica that Sentinel re-points to the new master may still be syncing: until it acknowledges, a
+      // WAIT decision fails as its policy says. Such answers are waited out (bounded), never counted as tokens.
+      let drained = 0;
+      const drainBy = performance.now() + RECOVERY_BOUND_MS;
+      for (;;) {
+        const a = await decide();
+        if (!a.allowed && a.reason === 'store_unavailable' && a.at < drainBy) {
+          await new Promise((r) => setTimeout(r, 50));
+          continue;
+        }
+        if (!a.allowed) {
+          expect(a.reason).toBe('subject_exhausted');
+          break;
+        }
+        drained++;
+        expect(drained).toBeLessThanOrEqual(CAPACITY);
+      }
+      const admitted = answers.filter((a) => a.allowed).length + drained;
+      const failed = answers.filter((a) => !a.allowed).length;
+      const forgotten = Math.max(0, admitted - CAPACITY);
+      console.info(
+        `sentinel failover (WAIT ${waitReplicas}): ${answers.length} answers in the burst, ${failed} store_unavailable, ` +
+          `normal again ${Math.round(recoveryMs)} ms after the kill; ${admitted} of ${CAPACITY} admitted in all ` +
+          `(${forgotten} forgotten by the promotion)`,
+      );
+      // A decision in flight at the kill may have charged without an answer: at most one per worker is lost.
+      expect(admitted).toBeGreaterThanOrEqual(CAPACITY - WORKERS);
+      // With WAIT, every answered admission was on a replica before its answer: the promotion forgets none.
+      if (waitReplicas > 0) expect(admitted).toBeLessThanOrEqual(CAPACITY);
+    } finally {
+      await agent.close();
+      redis.disconnect();
+    }
+  }, 90_000);
+});
+
+// What a promotion forgets, exactly: the replica's link is cut (its replication lag grows with every write),
+// LAGGED admissions are answered by the master alone, then the master dies and the lagging replica is promoted.
+const LAGGED = 40;
+
+describe.each([
+  { waitReplicas: 0, forgotten: LAGGED },
+  { waitReplicas: 1, forgotten: 0 },
+])('a promotion after a replication lag (WAIT $waitReplicas)', ({ waitReplicas, forgotten }) => {
+  it(`re-admits exactly ${forgotten} tokens: the admissions the replica never received`, async () => {
+    // Two replicas: after the promotion the other one follows the new master, so WAIT 1 can be met again.
+    await using group = await startSentinelGroup({ replicas: 2, replicationLinks: true });
+    const target = { redisSentinels: group.sentinelNodes, redisMasterName: group.masterName };
+    const redis = connectRedis(target);
+    redis.on('error', () => undefined);
+    if (waitReplicas > 0) ackReplicas(redis, { replicas: waitReplicas, timeoutMs: 50 });
+    expect(await whenReady(redis, 10_000)).toBe(true);
+    const agent = buildApp(
+      {
+        store: new RedisDecisionStore(redis, { timeoutMs: 300 }),
+        policies: new StaticPolicySource([policy]),
+        shares: new StaticShareView(),
+        log: pino({ level: 'silent' }),
+      },
+      AgentConfig.parse({
+        region: 'us',
+        ...target,
+        redisWaitReplicas: waitReplicas,
+        policiesFile: 'unused',
+        decisionDeadlineMs: 400,
+        storeTimeoutMs: 300,
+        // Every failure counts toward nothing: this test reads each decision's own outcome.
+        breakerVolumeThreshold: 10_000,
+      }),
+    );
+    try {
+      await agent.ready;
+      const decide = async (): Promise<Answer> => {
+        const res = await agent.app.inject({
+          method: 'POST',
+          url: '/v1/decisions',
+          payload: { policy: 'orders', subject: 'tenant-b' },
+        });
+        expect(res.statusCode).toBe(200);
+        const body = DecisionResponse.parse(res.json());
+        return { at: performance.now(), allowed: body.allowed, reason: body.results[0]!.reason };
+      };
+      for (let i = 0; i < 100; i++) expect((await decide()).allowed).toBe(true);
+      await Promise.all(group.links.map((l) => l.cut()));
+      const lagged: Answer[] = [];
+      for (let i = 0; i < LAGGED; i++) lagged.push(await decide());
+      // Without WAIT the master answers alone; with WAIT no replica acknowledges, so each fails closed.
+      expect(lagged.filter((a) => a.allowed)).toHaveLength(waitReplicas === 0 ? LAGGED : 0);
+      for (const a of lagged) if (!a.allowed) expect(a.reason).toBe('store_unavailable');
+      await group.master.kill();
+      await eventually(
+        async () => {
+          const port = await group.currentMasterPort();
+          return group.replicas.some((r) => r.port === port);
+        },
+        RECOVERY_BOUND_MS,
+        'the lagging replica promoted',
+        100,
+      );
+      let drained = 0;
+      const drainBy = performance.now() + RECOVERY_BOUND_MS;
+      for (;;) {
+        const a = await decide();
+        if (!a.allowed && a.reason === 'store_unavailable' && a.at < drainBy) {
+          await new Promise((r) => setTimeout(r, 50));
+          continue;
+        }
+        if (!a.allowed) {
+          expect(a.reason).toBe('subject_exhausted');
+          break;
+        }
+        drained++;
+        expect(drained).toBeLessThanOrEqual(CAPACITY);
+      }
+      const admitted = 100 + lagged.filter((a) => a.allowed).length + drained;
+      console.info(
+        `lagging replica promoted (WAIT ${waitReplicas}): ${admitted} of ${CAPACITY} admitted, ${admitted - CAPACITY} forgotten`,
+      );
+      expect(admitted - CAPACITY).toBe(forgotten);
+    } finally {
+      await agent.close();
+      redis.disconnect();
+    }
+  }, 90_000);
+});
