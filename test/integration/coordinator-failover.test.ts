@@ -232,10 +232,11 @@ describe('coordinator failover across regions', { timeout: 150_000 }, () => {
           const entry = await kv.get(policyKey('p')).catch(() => null);
           return entry !== null && AllocationRecord.parse(entry.json()).leaderEpoch === 2;
         },
-        10_000,
+        30_000,
         'the leader’s guard writes its own record back',
       );
 
+      expect(second.leader?.isLeader()).toBe(true);
       checker.assertHeld();
       expect(checker.events).toBeGreaterThan(0);
       console.log(
