@@ -204,14 +204,25 @@ describe('coordinator failover across regions', { timeout: 150_000 }, () => {
       expect(record.leaderEpoch).toBe(2);
       const shares = Object.fromEntries(geo.regions.map((r) => [r, r === 'us' ? 1 : 0]));
       const before = holders.map((h) => h.lease.shareFor('p', '')?.share);
-      await kv.put(
-        policyKey('p'),
-        JSON.stringify({
-          ...record,
-          leaderEpoch: 1,
-          epoch: record.epoch + 1,
-          default: { ...record.default, shares },
-        }),
+      // JetStream may still be settling after the heal: write until it takes the record.
+      await eventually(
+        () =>
+          kv
+            .put(
+              policyKey('p'),
+              JSON.stringify({
+                ...record,
+                leaderEpoch: 1,
+                epoch: record.epoch + 1,
+                default: { ...record.default, shares },
+              }),
+            )
+            .then(
+              () => true,
+              () => false,
+            ),
+        15_000,
+        'the old epoch’s record is written',
       );
       await eventually(
         async () => {
