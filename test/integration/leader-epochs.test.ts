@@ -10,7 +10,7 @@ import { Registry } from 'prom-client';
 import { describe, expect, inject, it } from 'vitest';
 import { systemClock } from '../../core/clock.js';
 import { kvNames } from '../../core/wire/kv.js';
-import { protocolSubjects, type Renewal } from '../../core/wire/protocol.js';
+import { OPEN_CREDENTIAL_TAG, protocolSubjects, type Renewal } from '../../core/wire/protocol.js';
 import { LeaseHolder } from '../../regional-agent/leases/lease-holder.js';
 import { uniqueNamespace } from '../helpers/coordinator-fixture.js';
 import { eventually } from '../helpers/wait.js';
@@ -50,7 +50,7 @@ describe('leader epochs at the agent', { timeout: 30_000 }, () => {
       // The new leader answers first; from then on the old one answers every other heartbeat.
       let beats = 0;
       let old = 0;
-      const sub = nc.subscribe(protocolSubjects(namespace).heartbeat('us'), {
+      const sub = nc.subscribe(protocolSubjects(namespace, OPEN_CREDENTIAL_TAG).heartbeat('us'), {
         callback: (_e, msg) => {
           beats++;
           const epoch = beats === 1 || beats % 2 === 0 ? 2 : 1;
