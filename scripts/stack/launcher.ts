@@ -560,7 +560,9 @@ export class Stack {
       if (child.stopping || this.#stopping !== undefined) return;
       if (expendable) {
         const how = status.signal !== null ? `signal ${status.signal}` : `code ${status.code}`;
-        this.#deps.say(`${child.name} exited (${how}); its sentinels promote a replica and the agent follows`);
+        this.#deps.say(
+          `${child.name} exited (${how}); its sentinels promote a replica and the agent follows`,
+        );
         return;
       }
       this.#onFailure?.({ name: child.name, status, tail: child.tail(), logFile: child.logFile });
