@@ -324,8 +324,11 @@ export async function budgetCommand(ctx: Context, argv: readonly string[]): Prom
     throw new UsageError('give --capacity, --refill or both', usage);
   }
   const given = stringFlag(parsed.values['if-match']);
-  const before = given === undefined ? await current(ctx, name!) : undefined;
-  const ifMatch = given !== undefined ? quoteEtag(given) : before?.etag;
+  // The budget before, read just before the write. With --if-match it is the version the write replaces only when
+  // its ETag is the one given (a different one makes the write a 412); otherwise BEFORE stays unknown.
+  const read = await current(ctx, name!);
+  const ifMatch = given !== undefined ? quoteEtag(given) : read?.etag;
+  const before = given === undefined || ifMatch === '*' || read?.etag === ifMatch ? read : undefined;
   const answer = await ctx.client
     .request('PATCH', `${path(name!)}/budget`, PolicyView, {
       body: Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)),

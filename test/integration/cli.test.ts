@@ -81,12 +81,25 @@ describe('quotaplane policy', () => {
     expect(budget.stdout).toContain(`budget of "cli-a" set (ETag ${await etagOf('cli-a')})`);
     expect(budget.stdout).toMatch(/capacity\s+40\s+80/);
     expect(budget.stdout).toMatch(/idle ttl \(s\)\s+160\s+320/);
+    // With --if-match the command still shows what it replaced: the budget read under that ETag.
+    const tag = (await etagOf('cli-a'))!;
+    const matched = await cli(
+      ['budget', 'set', 'cli-a', '--capacity', '40', '--if-match', tag.replace(/"/g, '')],
+      {
+        env,
+      },
+    );
+    expect(matched.status).toBe(0);
+    expect(matched.stdout).toMatch(/capacity\s+80\s+40/);
+    expect(matched.stdout).toMatch(/refill\/s\s+[\d.]+\s+[\d.]+$/m);
+    expect(matched.stdout).not.toContain('—');
 
     const audit = (await (await stack.admin('GET', '/v1/audit?policy=cli-a')).json()) as {
       entries: { action: string }[];
     };
     // Policy changes only: the rebalancer's share moves of the policy are audit records too.
     expect(audit.entries.map((e) => e.action).filter((a) => a !== 'move')).toEqual([
+      'budget',
       'budget',
       'replace',
       'replace',
