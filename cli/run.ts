@@ -11,6 +11,7 @@ import {
   agentsCommand,
   allocationsCommand,
 } from './commands/allocations.js';
+import { AUDIT_USAGE, auditCommand } from './commands/audit.js';
 import { BACKUP_USAGE, RESTORE_USAGE, backupCommand, restoreCommand } from './commands/backup.js';
 import { EXPLAIN_USAGE, explainCommand } from './commands/explain.js';
 import { simulateCommand, stackCommand } from './commands/local.js';
@@ -30,6 +31,7 @@ commands:
   allocations [POLICY]               shares, leases and overrides per region
   agents                             regions, agents, health and lease state
   explain POLICY SUBJECT             per region: share, limit, tokens left, why a refusal
+  audit [POLICY] [--moves]           operators' changes, newest first; the rebalancer's moves counted
   backup [--out FILE]                policies and audit trail as one JSON document
   restore FILE|-                     a backup into a coordinator that holds no policies
   simulate [flags]                   the overshoot simulator (npm run simulate)
@@ -54,6 +56,7 @@ const COMMANDS: Record<string, { run: Command; usage?: string }> = {
   allocations: { run: allocationsCommand, usage: ALLOCATIONS_USAGE },
   agents: { run: agentsCommand, usage: AGENTS_USAGE },
   explain: { run: explainCommand, usage: EXPLAIN_USAGE },
+  audit: { run: auditCommand, usage: AUDIT_USAGE },
   backup: { run: backupCommand, usage: BACKUP_USAGE },
   restore: { run: restoreCommand, usage: RESTORE_USAGE },
   simulate: { run: simulateCommand },
