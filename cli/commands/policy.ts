@@ -100,7 +100,7 @@ function policyRecord(p: PolicyView, etag?: string): string {
     ['idle ttl (s)', p.idleTtlSeconds],
     ['key version', p.version],
     ['min share', p.minShare],
-    ...(etag !== undefined ? ([['etag', etag]] as const) : []),
+    ...(etag !== undefined ? ([['etag (revision)', etag]] as const) : []),
   ]);
 }
 
@@ -162,7 +162,17 @@ export async function policyCommand(ctx: Context, argv: readonly string[]): Prom
         body.policies.length === 0
           ? 'no policies'
           : table(
-              ['NAME', 'CAPACITY', 'REFILL/S', 'MAX COST', 'MODE', 'HOME', 'ON FAILURE', 'TTL S', 'VERSION'],
+              [
+                'NAME',
+                'CAPACITY',
+                'REFILL/S',
+                'MAX COST',
+                'MODE',
+                'HOME',
+                'ON FAILURE',
+                'TTL S',
+                'KEY VERSION',
+              ],
               body.policies.map((p) => [
                 p.name,
                 p.capacity,

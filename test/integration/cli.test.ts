@@ -162,11 +162,15 @@ describe('quotaplane policy', () => {
     expect(list.status).toBe(0);
     const lines = list.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(
-      /^NAME\s+CAPACITY\s+REFILL\/S\s+MAX COST\s+MODE\s+HOME\s+ON FAILURE\s+TTL S\s+VERSION$/,
+      /^NAME\s+CAPACITY\s+REFILL\/S\s+MAX COST\s+MODE\s+HOME\s+ON FAILURE\s+TTL S\s+KEY VERSION$/,
     );
     const a = lines.find((l) => l.startsWith('cli-list-a '))!.split(/\s+/);
     expect(a).toEqual(['cli-list-a', '12.5', '0.1', '1', 'regional', '—', 'closed', '125', '1']);
     expect(lines.find((l) => l.startsWith('cli-list-b '))).toMatch(/\blocal\b/);
+    // One notion each: the body's version is the key version, the revision is the ETag.
+    const get = await cli(['policy', 'get', 'cli-list-a'], { env });
+    expect(get.stdout).toMatch(/^key version\s+1$/m);
+    expect(get.stdout).toContain(`etag (revision)   ${(await etagOf('cli-list-a'))!}\n`);
   });
 
   it('reads a policy from a file or standard input', async () => {
