@@ -11,18 +11,19 @@ import {
   agentsCommand,
   allocationsCommand,
 } from './commands/allocations.js';
+import { AUDIT_USAGE, auditCommand } from './commands/audit.js';
 import { BACKUP_USAGE, RESTORE_USAGE, backupCommand, restoreCommand } from './commands/backup.js';
 import { EXPLAIN_USAGE, explainCommand } from './commands/explain.js';
 import { simulateCommand, stackCommand } from './commands/local.js';
 import { BUDGET_USAGE, POLICY_USAGE, budgetCommand, policyCommand } from './commands/policy.js';
 import { Context, UsageError, type GlobalFlags, type Io } from './context.js';
-import { GLOBAL_OPTIONS } from './flags.js';
+import { GLOBAL_OPTIONS, parseFlags } from './flags.js';
 
 export const EXIT = { ok: 0, refused: 1, usage: 2, unreachable: 3 } as const;
 
 export const USAGE = `quotaplane: operate a quotaplane coordinator
 
-usage: quotaplane COMMAND [flags]
+usage: quotaplane [flags] COMMAND [flags]
 
 commands:
   policy list|get|put|patch|delete   read and change policies (ETags handled)
@@ -30,12 +31,13 @@ commands:
   allocations [POLICY]               shares, leases and overrides per region
   agents                             regions, agents, health and lease state
   explain POLICY SUBJECT             per region: share, limit, tokens left, why a refusal
+  audit [POLICY] [--moves]           operators' changes, newest first; the rebalancer's moves counted
   backup [--out FILE]                policies and audit trail as one JSON document
   restore FILE|-                     a backup into a coordinator that holds no policies
   simulate [flags]                   the overshoot simulator (npm run simulate)
   stack [--any-ports]                the local three-region stack (npm start)
 
-flags of every command:
+flags of every command (before or after it):
   --url URL        admin API (default $QUOTAPLANE_URL, else http://127.0.0.1:7100)
   --token TOKEN    bearer token (default $QUOTAPLANE_TOKEN, else $QP_ADMIN_TOKEN, else $QP_READ_TOKEN)
   --json           print the API's JSON instead of tables
@@ -54,58 +56,103 @@ const COMMANDS: Record<string, { run: Command; usage?: string }> = {
   allocations: { run: allocationsCommand, usage: ALLOCATIONS_USAGE },
   agents: { run: agentsCommand, usage: AGENTS_USAGE },
   explain: { run: explainCommand, usage: EXPLAIN_USAGE },
+  audit: { run: auditCommand, usage: AUDIT_USAGE },
   backup: { run: backupCommand, usage: BACKUP_USAGE },
   restore: { run: restoreCommand, usage: RESTORE_USAGE },
   simulate: { run: simulateCommand },
   stack: { run: stackCommand },
 };
 
-/** Global flags seen anywhere on the line, read before the command parses its own. */
-function globalFlags(argv: readonly string[]): GlobalFlags {
-  const value = (name: string): string | undefined => {
-    for (let i = 0; i < argv.length; i++) {
-      const a = argv[i]!;
-      if (a === `--${name}`) return argv[i + 1];
-      if (a.startsWith(`--${name}=`)) return a.slice(name.length + 3);
+/** Global flags that take a value (`--url URL` or `--url=URL`). */
+const VALUED_GLOBALS = new Set(['--url', '--token', '--timeout-ms']);
+const BARE_GLOBALS = new Set(['--json', '--help', '-h']);
+
+function isGlobal(arg: string): boolean {
+  const name = arg.includes('=') ? arg.slice(0, arg.indexOf('=')) : arg;
+  return VALUED_GLOBALS.has(name) || (BARE_GLOBALS.has(arg) && !arg.includes('='));
+}
+
+/**
+ * Global flags anywhere on the line (`quotaplane --url U policy list`, `quotaplane policy --json list`): taken
+ * out with their values, and the command's own words kept in order. Everything after `--` is left alone.
+ */
+export function splitGlobals(argv: readonly string[]): { globals: string[]; words: string[] } {
+  const globals: string[] = [];
+  const words: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--') {
+      words.push(...argv.slice(i));
+      break;
     }
-    return undefined;
-  };
-  const url = value('url');
-  const token = value('token');
-  const timeout = value('timeout-ms');
-  return {
-    json: argv.includes('--json'),
-    ...(url !== undefined ? { url } : {}),
-    ...(token !== undefined ? { token } : {}),
-    ...(timeout !== undefined && Number.isInteger(Number(timeout)) && Number(timeout) > 0
-      ? { timeoutMs: Number(timeout) }
-      : {}),
-  };
+    if (!isGlobal(a)) words.push(a);
+    else if (VALUED_GLOBALS.has(a) && i + 1 < argv.length) globals.push(a, argv[++i]!);
+    else globals.push(a);
+  }
+  return { globals, words };
+}
+
+/** The command's name: the first word, after any global flags (`--url U` consumes its value). */
+function commandAt(argv: readonly string[]): number {
+  let i = 0;
+  while (i < argv.length && isGlobal(argv[i]!)) i += VALUED_GLOBALS.has(argv[i]!) ? 2 : 1;
+  return i;
 }
 
 export async function run(argv: readonly string[], io: Io): Promise<number> {
-  const [name, ...rest] = argv;
-  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+  const at = commandAt(argv);
+  const name = argv[at];
+  const leading = argv.slice(0, Math.min(at, argv.length));
+  const help = (args: readonly string[]) => args.includes('--help') || args.includes('-h');
+  if (name === 'help' || (name === undefined && help(leading))) {
     io.stdout(`${USAGE}\n`);
-    return name === undefined ? EXIT.usage : EXIT.ok;
+    return EXIT.ok;
+  }
+  if (name === undefined) {
+    if (leading.length === 0) io.stdout(`${USAGE}\n`);
+    else io.stderr(`quotaplane: no command after the flags\n\n${USAGE}\n`);
+    return EXIT.usage;
   }
   const command = ownValue(COMMANDS, name);
   if (command === undefined) {
-    io.stderr(`quotaplane: unknown command "${name}"\n\n${USAGE}\n`);
+    io.stderr(
+      `quotaplane: ${name.startsWith('-') ? `unknown flag "${name}" before the command` : `unknown command "${name}"`}\n\n${USAGE}\n`,
+    );
     return EXIT.usage;
   }
-  if (command.usage !== undefined && (rest.includes('--help') || rest.includes('-h'))) {
+  const after = argv.slice(at + 1);
+  if (command.usage === undefined) {
+    // `simulate` and `stack` parse their own flags: only --help may come before their name.
+    const stray = leading.find((a) => a !== '--help' && a !== '-h');
+    if (stray !== undefined) {
+      io.stderr(`quotaplane: ${stray.split('=')[0]!} is a flag of the admin commands, not of ${name}\n`);
+      return EXIT.usage;
+    }
+    const ctx = new Context(io, { json: false });
+    return await command.run(ctx, help(leading) ? ['--help', ...after] : after).catch((error: unknown) => {
+      if (error instanceof UsageError) return usageFailed(io, error);
+      throw error;
+    });
+  }
+  const { globals, words } = splitGlobals([...leading, ...after]);
+  if (help(globals)) {
     io.stdout(`${command.usage}\n`);
     return EXIT.ok;
   }
-  const ctx = new Context(io, command.usage === undefined ? { json: false } : globalFlags(rest));
+  // The command parses its words with the global flags put back at the end, so they are checked in one place.
+  const rest = [...words, ...globals];
+  let flags: GlobalFlags;
+  try {
+    flags = parseFlags(globals, {}, command.usage).global;
+  } catch (error) {
+    if (error instanceof UsageError) return usageFailed(io, error);
+    throw error;
+  }
+  const ctx = new Context(io, flags);
   try {
     return await command.run(ctx, rest);
   } catch (error) {
-    if (error instanceof UsageError) {
-      io.stderr(`quotaplane: ${error.message}\n${error.usage === undefined ? '' : `\n${error.usage}\n`}`);
-      return EXIT.usage;
-    }
+    if (error instanceof UsageError) return usageFailed(io, error);
     if (error instanceof AdminApiError) {
       const fields = error.fieldErrors.map((f) => `  - ${f.path === '' ? '(body)' : f.path}: ${f.message}\n`);
       // With field problems, the detail repeats them on one line: print its lead, then one problem per line.
@@ -119,6 +166,11 @@ export async function run(argv: readonly string[], io: Io): Promise<number> {
     }
     throw error;
   }
+}
+
+function usageFailed(io: Io, error: UsageError): number {
+  io.stderr(`quotaplane: ${error.message}\n${error.usage === undefined ? '' : `\n${error.usage}\n`}`);
+  return EXIT.usage;
 }
 
 export { GLOBAL_OPTIONS };

@@ -394,6 +394,12 @@ export const AuditQuery = z.strictObject({
   policy: PolicyName.optional(),
   limit: z.coerce.number().int().min(1).max(MAX_AUDIT_PAGE).default(50),
   before: z.coerce.number().int().positive().optional().describe('only records with seq < before'),
+  moves: z
+    .enum(['show', 'hide'])
+    .optional()
+    .describe(
+      "the rebalancer's share moves: `show` them (default), or `hide` them and count them in `movesHidden`",
+    ),
 });
 export type AuditQuery = z.infer<typeof AuditQuery>;
 
@@ -401,6 +407,12 @@ export type AuditQuery = z.infer<typeof AuditQuery>;
 export const AuditResponse = z.object({
   entries: z.array(AuditEntry),
   next: z.number().int().positive().nullable(),
+  movesHidden: z
+    .number()
+    .int()
+    .nonnegative()
+    .optional()
+    .describe('with `moves=hide`: the moves left out between the oldest entry of the page and its end'),
 });
 export type AuditResponse = z.infer<typeof AuditResponse>;
 

@@ -49,7 +49,14 @@ async function agentsFrom(
   );
 }
 
-type Answer = { region: string; explain?: ExplainResponse; error?: string };
+/** A region's 4xx: the request was wrong there (cost above maxCost, unknown policy, invalid subject). */
+export interface Refused {
+  readonly status: number;
+  readonly code: string;
+  readonly detail: string;
+}
+
+type Answer = { region: string; explain?: ExplainResponse; error?: string; refused?: Refused };
 
 export async function explainCommand(ctx: Context, argv: readonly string[]): Promise<number> {
   const agentFlags: string[] = [];
@@ -88,17 +95,26 @@ export async function explainCommand(ctx: Context, argv: readonly string[]): Pro
             : { region, error: 'not an agent explain answer' };
         }
         const problem = Problem.safeParse(body);
-        return {
-          region,
-          error: problem.success
-            ? `${problem.data.code} (${res.status}): ${problem.data.detail ?? ''}`
-            : `HTTP ${res.status}`,
-        };
+        if (!problem.success) return { region, error: `HTTP ${res.status}` };
+        const error = `${problem.data.code} (${res.status}): ${problem.data.detail ?? ''}`;
+        return res.status >= 400 && res.status < 500
+          ? {
+              region,
+              error,
+              refused: { status: res.status, code: problem.data.code, detail: problem.data.detail ?? '' },
+            }
+          : { region, error };
       } catch (error) {
         return { region, error: `unreachable: ${(error as Error).message}` };
       }
     }),
   );
+  // Every region that answered refused the request itself: the caller's mistake, said once, not as a row each.
+  const answered = answers.filter((a) => a.explain !== undefined || a.refused !== undefined);
+  if (answered.length > 0 && answered.every((a) => a.refused !== undefined)) {
+    ctx.io.stderr(refusedText(answers));
+    return 1;
+  }
   const now = ctx.now();
   const summary = summarize(policy!, subject!, answers, now);
   if (ctx.json) {
@@ -142,6 +158,33 @@ export async function explainCommand(ctx: Context, argv: readonly string[]): Pro
   return answers.some((a) => a.explain === undefined) ? 1 : 0;
 }
 
+/**
+ * The agents' refusals of a request, each distinct one once with the regions that gave it
+ * (`quotaplane: AGT_ERR_COST_ABOVE_MAX (400): … (us, eu, ap)`), then the regions that did not answer.
+ */
+export function refusedText(answers: readonly Answer[]): string {
+  const groups = new Map<string, { refused: Refused; regions: string[] }>();
+  for (const a of answers) {
+    if (a.refused === undefined) continue;
+    const key = `${a.refused.status} ${a.refused.code} ${a.refused.detail}`;
+    const group = groups.get(key) ?? { refused: a.refused, regions: [] };
+    group.regions.push(a.region);
+    groups.set(key, group);
+  }
+  const everyRegion = groups.size === 1 && [...groups.values()][0]!.regions.length === answers.length;
+  const lines = [...groups.values()].map(
+    ({ refused, regions }) =>
+      `quotaplane: ${refused.code} (${refused.status}): ${refused.detail}` +
+      (everyRegion ? '' : ` (${regions.join(', ')})`),
+  );
+  const silent = answers.filter((a) => a.explain === undefined && a.refused === undefined);
+  if (silent.length > 0)
+    lines.push(
+      `quotaplane: ${silent.map((a) => a.region).join(', ')} did not answer: ${silent[0]!.error ?? ''}`,
+    );
+  return `${lines.join('\n')}\n`;
+}
+
 /** A remembered refusal's reason as printed: an agent before reasons on every refusal gave none. */
 function refusalReason(refusal: LastRefusal): string {
   return refusal.reason ?? 'bucket empty';
@@ -153,7 +196,10 @@ function refusalReason(refusal: LastRefusal): string {
  */
 export function summarize(policy: string, subject: string, answers: readonly Answer[], now: number): string {
   const answered = answers.filter((a) => a.explain !== undefined);
-  const silent = answers.filter((a) => a.explain === undefined).map((a) => a.region);
+  const silent = answers
+    .filter((a) => a.explain === undefined && a.refused === undefined)
+    .map((a) => a.region);
+  const refused = answers.filter((a) => a.refused !== undefined).map((a) => `${a.region} refused it`);
   const counted = answered.every((a) => a.explain!.mode === 'strict') ? answered.slice(0, 1) : answered;
   const left = counted.reduce((sum, a) => sum + a.explain!.remaining, 0);
   const limit = counted.reduce((sum, a) => sum + a.explain!.limit, 0);
@@ -162,7 +208,9 @@ export function summarize(policy: string, subject: string, answers: readonly Ans
       ? 'no region answered'
       : `${left} of ${limit} tokens left ${
           counted.length === 1 && answered.length > 1 ? 'at its home' : 'across regions'
-        }${silent.length > 0 ? ` (${silent.join(', ')} did not answer)` : ''}`;
+        }${[...refused, ...(silent.length > 0 ? [`${silent.join(', ')} did not answer`] : [])]
+          .map((t) => ` (${t})`)
+          .join('')}`;
   let latest: { region: string; refusal: LastRefusal } | undefined;
   for (const a of answered) {
     const r = a.explain!.lastRefusal;

@@ -100,7 +100,7 @@ function policyRecord(p: PolicyView, etag?: string): string {
     ['idle ttl (s)', p.idleTtlSeconds],
     ['key version', p.version],
     ['min share', p.minShare],
-    ...(etag !== undefined ? ([['etag', etag]] as const) : []),
+    ...(etag !== undefined ? ([['etag (revision)', etag]] as const) : []),
   ]);
 }
 
@@ -162,7 +162,17 @@ export async function policyCommand(ctx: Context, argv: readonly string[]): Prom
         body.policies.length === 0
           ? 'no policies'
           : table(
-              ['NAME', 'CAPACITY', 'REFILL/S', 'MAX COST', 'MODE', 'HOME', 'ON FAILURE', 'TTL S', 'VERSION'],
+              [
+                'NAME',
+                'CAPACITY',
+                'REFILL/S',
+                'MAX COST',
+                'MODE',
+                'HOME',
+                'ON FAILURE',
+                'TTL S',
+                'KEY VERSION',
+              ],
               body.policies.map((p) => [
                 p.name,
                 p.capacity,
@@ -324,8 +334,11 @@ export async function budgetCommand(ctx: Context, argv: readonly string[]): Prom
     throw new UsageError('give --capacity, --refill or both', usage);
   }
   const given = stringFlag(parsed.values['if-match']);
-  const before = given === undefined ? await current(ctx, name!) : undefined;
-  const ifMatch = given !== undefined ? quoteEtag(given) : before?.etag;
+  // The budget before, read just before the write. With --if-match it is the version the write replaces only when
+  // its ETag is the one given (a different one makes the write a 412); otherwise BEFORE stays unknown.
+  const read = await current(ctx, name!);
+  const ifMatch = given !== undefined ? quoteEtag(given) : read?.etag;
+  const before = given === undefined || ifMatch === '*' || read?.etag === ifMatch ? read : undefined;
   const answer = await ctx.client
     .request('PATCH', `${path(name!)}/budget`, PolicyView, {
       body: Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)),

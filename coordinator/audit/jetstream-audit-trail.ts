@@ -100,13 +100,18 @@ export class JetStreamAuditTrail implements AuditTrail {
     const end = Math.min(last, (query.before ?? Number.MAX_SAFE_INTEGER) - 1);
     if (messages === 0 || end < first) return { entries: [], next: null };
     // Without a policy filter the stream is dense between first and last (limits drop only the oldest), so
-    // the page starts exactly `limit` back. With one, scan the policy's subject and keep the last `limit`.
-    const start = query.policy === undefined ? Math.max(first, end - query.limit + 1) : first;
+    // the page starts exactly `limit` back. With one, or with moves hidden, scan and keep the last `limit`.
+    const hide = query.moves === 'hide';
+    const dense = query.policy === undefined && !hide;
+    const start = dense ? Math.max(first, end - query.limit + 1) : first;
     const subject =
       query.policy === undefined
         ? `${this.#names.auditSubjectPrefix}.>`
         : auditSubject(this.#names, query.policy);
     const page: AuditEntry[] = [];
+    // With moves hidden: how many were seen in all, and how many before each kept entry, to count those in range.
+    let moves = 0;
+    const movesBefore: number[] = [];
     let dropped = false;
     const consumer = await this.#js.consumers.get(this.#names.auditStream, {
       filter_subjects: subject,
@@ -124,10 +129,14 @@ export class JetStreamAuditTrail implements AuditTrail {
           break;
         }
         const parsed = AuditRecordSchema.safeParse(safeJson(m.string()));
-        if (parsed.success) {
+        if (parsed.success && hide && parsed.data.action === 'move') {
+          moves++;
+        } else if (parsed.success) {
           page.push({ ...parsed.data, seq: m.seq });
+          movesBefore.push(moves);
           if (page.length > query.limit) {
             page.shift();
+            movesBefore.shift();
             dropped = true;
           }
         } else {
@@ -147,8 +156,12 @@ export class JetStreamAuditTrail implements AuditTrail {
     await consumer.delete().catch(() => undefined);
     page.reverse();
     const oldest = page.at(-1)?.seq;
-    const more = query.policy === undefined ? start > first : dropped;
-    return { entries: page, next: more ? (oldest ?? start) : null };
+    const more = dense ? start > first : dropped;
+    const next = more ? (oldest ?? start) : null;
+    if (!hide) return { entries: page, next };
+    // The moves within the page: after its oldest entry, or all of them when the page reaches the start.
+    const movesHidden = moves - (more ? (movesBefore[0] ?? 0) : 0);
+    return { entries: page, next, movesHidden };
   }
 }
 

@@ -133,7 +133,8 @@ async function refresh() {
   const [allocations, regions, audit] = await Promise.all([
     api('/v1/allocations'),
     api('/v1/regions'),
-    api('/v1/audit?limit=15'),
+    // Operators' changes: the rebalancer's moves are left out (counted below the table; the moves table lists them).
+    api('/v1/audit?limit=15&moves=hide'),
   ]);
   const names = allocations.policies.map((p) => p.policy).sort();
   const select = $('policy');
@@ -192,20 +193,30 @@ async function refresh() {
       ),
     ),
   );
+  // One column per region: its share before → after the move.
+  const head = $('moves').querySelector('thead tr');
+  const wanted = ['When', 'Reason', ...regionNames];
+  if ([...head.children].map((th) => th.textContent).join() !== wanted.join())
+    head.replaceChildren(...wanted.map((h) => el('th', h)));
   fill(
     'moves',
     (current?.moves ?? []).map((m) =>
-      row([
-        ago(m.at, now),
-        m.reason,
-        regionNames.map((r) => `${r} ${m.from ? `${pct(m.from[r])} → ` : ''}${pct(m.to[r])}`).join('  '),
-      ]),
+      row(
+        [
+          ago(m.at, now),
+          m.reason,
+          ...regionNames.map((r) => `${m.from ? `${pct(m.from[r])} → ` : ''}${pct(m.to[r])}`),
+        ],
+        regionNames.map((_, i) => i + 2),
+      ),
     ),
   );
   fill(
     'audit',
     audit.entries.map((e) => row([ago(e.at, now), `${e.actor.name} (${e.actor.role})`, e.action, e.policy])),
   );
+  const hidden = audit.movesHidden ?? 0;
+  $('audit-moves').textContent = `${hidden} rebalancer ${hidden === 1 ? 'move' : 'moves'} left out`;
   if (state.policy !== null)
     drawHistory((await api(`/v1/allocations/history?policy=${encodeURIComponent(state.policy)}`)).samples);
   $('status').textContent = `updated ${new Date(now).toLocaleTimeString()} · every ${POLL_MS / 1000}s`;

@@ -22,7 +22,8 @@ export function registerAuditRoutes(app: AdminApp, { audit, auth, metrics }: Aud
         summary: 'Read the audit trail',
         description:
           'Every policy change: who (token role and name), what, before, after, when. Newest first; ' +
-          'pass `next` as `before` for the next page.',
+          "pass `next` as `before` for the next page. `moves=hide` leaves the rebalancer's share moves out and " +
+          'counts them in `movesHidden`.',
         tags: ['audit'],
         security: [{ bearerAuth: [] }],
         querystring: AuditQuery,

@@ -81,12 +81,25 @@ describe('quotaplane policy', () => {
     expect(budget.stdout).toContain(`budget of "cli-a" set (ETag ${await etagOf('cli-a')})`);
     expect(budget.stdout).toMatch(/capacity\s+40\s+80/);
     expect(budget.stdout).toMatch(/idle ttl \(s\)\s+160\s+320/);
+    // With --if-match the command still shows what it replaced: the budget read under that ETag.
+    const tag = (await etagOf('cli-a'))!;
+    const matched = await cli(
+      ['budget', 'set', 'cli-a', '--capacity', '40', '--if-match', tag.replace(/"/g, '')],
+      {
+        env,
+      },
+    );
+    expect(matched.status).toBe(0);
+    expect(matched.stdout).toMatch(/capacity\s+80\s+40/);
+    expect(matched.stdout).toMatch(/refill\/s\s+[\d.]+\s+[\d.]+$/m);
+    expect(matched.stdout).not.toContain('—');
 
     const audit = (await (await stack.admin('GET', '/v1/audit?policy=cli-a')).json()) as {
       entries: { action: string }[];
     };
     // Policy changes only: the rebalancer's share moves of the policy are audit records too.
     expect(audit.entries.map((e) => e.action).filter((a) => a !== 'move')).toEqual([
+      'budget',
       'budget',
       'replace',
       'replace',
@@ -99,6 +112,47 @@ describe('quotaplane policy', () => {
     expect(await etagOf('cli-a')).toBeNull();
   });
 
+  it("audit: operators' changes by default, the rebalancer's moves counted, and listed by column with --moves", async () => {
+    await cli(['policy', 'put', 'cli-audit', '--capacity', '30', '--refill', '1'], { env });
+    await cli(['budget', 'set', 'cli-audit', '--capacity', '60'], { env });
+    // The first allocation of the policy is a move record: wait for it, then read a fixed range (before = end).
+    type Trail = { entries: { seq: number; action: string }[]; movesHidden?: number };
+    let all: Trail = { entries: [] };
+    await waitFor(
+      async () => {
+        all = (await (await stack.admin('GET', '/v1/audit?policy=cli-audit&limit=1000')).json()) as Trail;
+        return all.entries.some((e) => e.action === 'move');
+      },
+      10_000,
+      'a move of cli-audit',
+    );
+    const before = String(all.entries[0]!.seq + 1);
+    const moves = all.entries.filter((e) => e.action === 'move').length;
+    const hidden = (await (
+      await stack.admin('GET', `/v1/audit?policy=cli-audit&moves=hide&before=${before}`)
+    ).json()) as Trail;
+    expect(hidden.entries.map((e) => e.action)).toEqual(['budget', 'create']);
+    expect(hidden.movesHidden).toBe(moves);
+
+    const r = await cli(['audit', 'cli-audit', '--before', before], { env });
+    expect(r.status).toBe(0);
+    const lines = r.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^SEQ\s+WHEN\s+WHO\s+ACTION\s+POLICY\s+ETAG\s+CHANGE$/);
+    expect(lines[1]).toMatch(/\sbudget\s+cli-audit\s+"\d+"\s+capacity 30 → 60$/);
+    expect(lines[2]).toMatch(/\screate\s+cli-audit\s+"\d+"\s+capacity 30, refill\/s 1$/);
+    expect(lines[3]).toBe(
+      `${moves} rebalancer ${moves === 1 ? 'move' : 'moves'} left out (--moves lists them)`,
+    );
+    expect(lines).toHaveLength(4);
+
+    const listed = await cli(['audit', 'cli-audit', '--moves', '--before', before], { env });
+    const moveLines = listed.stdout.trimEnd().split('\n');
+    const header = moveLines.findIndex((l) => l.startsWith('SEQ') && l.includes('REASON'));
+    expect(moveLines[header]).toMatch(/^SEQ\s+WHEN\s+POLICY\s+EPOCH\s+REASON\s+AP\s+EU\s+US\s+DEMAND\/S AP/);
+    expect(moveLines.slice(header + 1)).toHaveLength(moves);
+    for (const l of moveLines.slice(header + 1)) expect(l).toMatch(/\scli-audit\s.*(\d+\.\d\d%\s+){3}/);
+  });
+
   it('lists policies as a table', async () => {
     await cli(['policy', 'put', 'cli-list-b', '--capacity', '5', '--refill', '1', '--mode', 'local'], {
       env,
@@ -108,11 +162,15 @@ describe('quotaplane policy', () => {
     expect(list.status).toBe(0);
     const lines = list.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(
-      /^NAME\s+CAPACITY\s+REFILL\/S\s+MAX COST\s+MODE\s+HOME\s+ON FAILURE\s+TTL S\s+VERSION$/,
+      /^NAME\s+CAPACITY\s+REFILL\/S\s+MAX COST\s+MODE\s+HOME\s+ON FAILURE\s+TTL S\s+KEY VERSION$/,
     );
     const a = lines.find((l) => l.startsWith('cli-list-a '))!.split(/\s+/);
     expect(a).toEqual(['cli-list-a', '12.5', '0.1', '1', 'regional', '—', 'closed', '125', '1']);
     expect(lines.find((l) => l.startsWith('cli-list-b '))).toMatch(/\blocal\b/);
+    // One notion each: the body's version is the key version, the revision is the ETag.
+    const get = await cli(['policy', 'get', 'cli-list-a'], { env });
+    expect(get.stdout).toMatch(/^key version\s+1$/m);
+    expect(get.stdout).toContain(`etag (revision)   ${(await etagOf('cli-list-a'))!}\n`);
   });
 
   it('reads a policy from a file or standard input', async () => {

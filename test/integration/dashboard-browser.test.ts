@@ -154,7 +154,17 @@ describe('/dashboard in Chromium', () => {
     expect(apUp, `ap share on the chart rose from ${afterEu['ap']}`).toBe(true);
     await page.waitForFunction(() => (document.querySelector('#moves tbody')?.children.length ?? 0) > 1);
     expect(await page.locator('#moves tbody').innerText()).toContain('demand');
-    expect(await page.locator('#audit tbody').innerText()).toContain('rebalancer (system)');
+    // Moves by column: one per region, each cell its share before → after.
+    const heads = await page.locator('#moves thead th').allInnerTexts();
+    expect(heads.slice(0, 2)).toEqual(['When', 'Reason']);
+    expect(heads.slice(2).sort()).toEqual(['ap', 'eu', 'us']);
+    expect(await page.locator('#moves tbody tr').first().locator('td').nth(2).innerText()).toMatch(
+      /^(\d+\.\d\d% → )?\d+\.\d\d%$/,
+    );
+    // The audit table keeps operators' changes: the rebalancer's moves are counted beside it, not listed.
+    expect(await page.locator('#audit tbody').innerText()).not.toContain('rebalancer (system)');
+    expect(await page.locator('#audit tbody').innerText()).toContain('create');
+    expect(await page.locator('#audit-moves').innerText()).toMatch(/^[1-9]\d* rebalancer moves? left out$/);
 
     await page.screenshot({
       path: process.env['QP_DASHBOARD_SCREENSHOT'] ?? join(profile, 'dashboard.png'),

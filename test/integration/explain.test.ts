@@ -192,6 +192,17 @@ describe('quotaplane explain', () => {
     expect(none.status).toBe(2);
     expect(none.stderr).toContain('name the agents');
   });
+
+  it('says a cost above maxCost once, as the caller’s mistake, and exits 1', async () => {
+    const r = await cli(['explain', 'explain-a', 't-3', '--cost', '10'], {
+      env: { QUOTAPLANE_AGENTS: agentsEnv },
+    });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr.trimEnd().split('\n')).toEqual([
+      expect.stringMatching(/^quotaplane: AGT_ERR_COST_ABOVE_MAX \(400\): .*9/),
+    ]);
+  });
 });
 
 describe('borrowing off (QP_BORROWING=false): the reasons an agent that sees only its own bucket gives', () => {

@@ -87,6 +87,46 @@ describe('quotaplane command line', () => {
     ]);
   });
 
+  it('takes the global flags before the command, between its words, or after them', async () => {
+    const seen: { url: string; auth: string | null }[] = [];
+    const record: typeof fetch = (input, init) => {
+      seen.push({
+        url: input instanceof Request ? input.url : input.toString(),
+        auth: new Headers(init?.headers).get('authorization'),
+      });
+      return Promise.resolve(Response.json({ policies: [] }));
+    };
+    const lines = [
+      ['--url', 'http://127.0.0.3:1', '--token=t1', 'policy', 'list'],
+      ['--url=http://127.0.0.3:2', 'policy', '--token', 't2', 'list'],
+      ['policy', 'list', '--url', 'http://127.0.0.3:3', '--token', 't3'],
+    ];
+    for (const argv of lines) expect((await cli(argv, { fetch: record })).status).toBe(0);
+    expect(seen).toEqual([
+      { url: 'http://127.0.0.3:1/v1/policies', auth: 'Bearer t1' },
+      { url: 'http://127.0.0.3:2/v1/policies', auth: 'Bearer t2' },
+      { url: 'http://127.0.0.3:3/v1/policies', auth: 'Bearer t3' },
+    ]);
+    const json = await cli(['--json', 'policy', 'list'], { fetch: record });
+    expect(JSON.parse(json.stdout)).toEqual({ policies: [] });
+    const help = await cli(['--url', 'http://x', '--help', 'policy'], { fetch: noNetwork });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toContain('quotaplane policy list');
+  });
+
+  it.each([
+    [['--timeout-ms', '0', 'policy', 'list'], '--timeout-ms needs a whole number > 0'],
+    [['--colour', 'policy', 'list'], 'unknown flag "--colour" before the command'],
+    [['--url', 'http://x'], 'no command after the flags'],
+    [['policy', 'list', '--url'], "Option '--url <value>' argument missing"],
+    [['--url', 'http://x', 'stack'], '--url is a flag of the admin commands, not of stack'],
+  ])('refuses misplaced or bad global flags: %j exits 2 with "%s"', async (argv, message) => {
+    const r = await cli(argv, { fetch: noNetwork });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(r.stdout).toBe('');
+  });
+
   it('refuses an answer that is not the admin API, and exits 3', async () => {
     const html: typeof fetch = () => Promise.resolve(new Response('<html>', { status: 502 }));
     const r = await cli(['policy', 'list'], { fetch: html });

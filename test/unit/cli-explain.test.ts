@@ -25,18 +25,37 @@ function answer(region: string, over: Partial<ExplainResponse> = {}): ExplainRes
   };
 }
 
+/** An agent's problem document, as it answers a request it refuses. */
+interface Refusal {
+  readonly status: number;
+  readonly code: string;
+  readonly detail: string;
+}
+
+const costAboveMax: Refusal = {
+  status: 400,
+  code: 'AGT_ERR_COST_ABOVE_MAX',
+  detail: 'cost 60 is above maxCost 50 of policy "demo"',
+};
+
+type AgentAnswer = ExplainResponse | Refusal | undefined;
+
 /** Agents at http://REGION.test answering `answers[REGION]`; a region without one is unreachable. */
-function agents(answers: Record<string, ExplainResponse | undefined>): typeof fetch {
+function agents(answers: Record<string, AgentAnswer>): typeof fetch {
   return (input) => {
     const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
     const region = new URL(url).hostname.replace('.test', '');
     const body = answers[region];
     if (body === undefined) return Promise.reject(new Error('connect ECONNREFUSED'));
+    if ('code' in body) {
+      const problem = { type: 'about:blank', title: 'Bad Request', ...body };
+      return Promise.resolve(Response.json(problem, { status: body.status }));
+    }
     return Promise.resolve(Response.json(body));
   };
 }
 
-const run = (answers: Record<string, ExplainResponse | undefined>, extra: string[] = []) =>
+const run = (answers: Record<string, AgentAnswer>, extra: string[] = []) =>
   cli(['explain', 'demo', 'tenant-1', ...extra], {
     env: {
       QUOTAPLANE_AGENTS: Object.keys(answers)
@@ -115,6 +134,37 @@ describe('quotaplane explain', () => {
     );
     expect(json.summary).toBe(
       'tenant-1 on demo: 4 of 10 tokens left across regions; last refused in us 1.0s ago: subject_exhausted',
+    );
+  });
+
+  it("says a request every region refused once, as the caller's mistake, and exits 1", async () => {
+    const r = await run({ us: costAboveMax, eu: costAboveMax, ap: costAboveMax });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe(
+      'quotaplane: AGT_ERR_COST_ABOVE_MAX (400): cost 60 is above maxCost 50 of policy "demo"\n',
+    );
+  });
+
+  it('names the regions of each refusal when they differ, and the ones that did not answer', async () => {
+    const unknown = { status: 404, code: 'AGT_ERR_UNKNOWN_POLICY', detail: 'no policy "demo"' };
+    const r = await run({ us: costAboveMax, eu: unknown, ap: undefined });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr.split('\n')).toEqual([
+      'quotaplane: AGT_ERR_COST_ABOVE_MAX (400): cost 60 is above maxCost 50 of policy "demo" (us)',
+      'quotaplane: AGT_ERR_UNKNOWN_POLICY (404): no policy "demo" (eu)',
+      'quotaplane: ap did not answer: unreachable: connect ECONNREFUSED',
+      '',
+    ]);
+  });
+
+  it('keeps the table when some regions explain, and says which refused', async () => {
+    const r = await run({ us: answer('us'), eu: costAboveMax });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toMatch(/^eu\s.*AGT_ERR_COST_ABOVE_MAX \(400\)/m);
+    expect(r.stdout.trimEnd().split('\n').at(-1)).toBe(
+      'tenant-1 on demo: 4 of 10 tokens left across regions (eu refused it); no refusal remembered',
     );
   });
 });

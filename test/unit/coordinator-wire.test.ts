@@ -105,5 +105,7 @@ describe('admin wire schemas', () => {
       policy: 'a.b',
     });
     expect(AuditQuery.safeParse({ limit: '1001' }).success).toBe(false);
+    expect(AuditQuery.parse({ moves: 'hide' })).toEqual({ limit: 50, moves: 'hide' });
+    expect(AuditQuery.safeParse({ moves: 'collapse' }).success).toBe(false);
   });
 });
