@@ -122,10 +122,17 @@ describe('a burst through the plugin with default options', () => {
       const { app, url } = await service(client);
       try {
         const answers = await burstFromOutside(`${url}/work`, uniquePrefix('burst'), BURST);
-        expect(tally(answers), JSON.stringify(client.stats())).toEqual({
-          200: 500,
-          '429 RATE_LIMITED': BURST - 500,
-        });
+        // Every answer is a 200 or a 429 RATE_LIMITED. Never more than the bucket is admitted; fewer only by the
+        // tokens a local grant still holds when the burst ends (the client's default grants: at most two grants
+        // of a tenth of the bucket per hot subject, docs/agent.md "Local grants"); CI once saw 450.
+        const counts = tally(answers);
+        expect(Object.keys(counts).sort(), JSON.stringify(client.stats())).toEqual([
+          '200',
+          '429 RATE_LIMITED',
+        ]);
+        expect(counts['200']! + counts['429 RATE_LIMITED']!).toBe(BURST);
+        expect(counts['200']).toBeLessThanOrEqual(500);
+        expect(counts['200']).toBeGreaterThanOrEqual(500 - 2 * (500 / 10));
         for (const a of answers.filter((x) => x.status === 429)) {
           expect(a).toMatchObject({ reason: 'subject_exhausted', violated: ['burst'] });
         }

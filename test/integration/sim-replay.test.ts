@@ -258,9 +258,10 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     // 0.958, gaps from -0.021 to -0.017. The real agents report on real
     // 100 ms timers, a loan costs a NATS round trip where the simulator's costs its modelled latency, and HTTP adds
     // milliseconds per decision (×10 in scenario time); docs/simulations.md ("How far real and predicted agree")
-    // says more.
+    // says more. Since a rebalance step's grows take all that its shrinks free (shares in force always sum to 1),
+    // the prediction is 0.977806 (0.975672 before).
     const predicted = row('dynamic', 'simulator').utilisation!;
-    expect(predicted).toBe(0.975672);
+    expect(predicted).toBe(0.977806);
     expect(
       Math.abs(dynamic.utilisation! - predicted),
       `real ${dynamic.utilisation} against predicted ${predicted}`,
