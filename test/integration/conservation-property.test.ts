@@ -64,9 +64,13 @@ describe('conservation on the real stack (sampled cases)', () => {
 
   /** Every agent holds a share of each regional policy (a lease), so nothing is decided by `no_lease`. */
   async function leased(policies: readonly PolicySpec[]): Promise<void> {
-    await stack.ready(policies.map((p) => p.name));
+    // Bounded waits, generous for a CI machine whose two cores the other files share (15 s once ran out there).
+    await stack.ready(
+      policies.map((p) => p.name),
+      30_000,
+    );
     const names = policies.filter((p) => p.mode === 'regional').map((p) => p.name);
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 30_000;
     while (
       !stack.agents.every((a) =>
         names.every((p) => a.running.coordination?.shares.shareFor(p, 'a') !== undefined),
