@@ -1,8 +1,9 @@
 /**
  * How a region's share of a policy becomes the bucket it enforces: the policy's burst and refill times the share,
  * and the share's rate-history floor (core/shares.ts) turned into the script's floor, so buckets last written
- * before the floor instant refill at the lowest share in force since. The one rule the agent's decisions and
- * every simulated strategy size their buckets by.
+ * before the floor instant refill at the lowest share in force since, and missing buckets start at the lowest
+ * share held within the idle TTL. The one rule the agent's decisions and every simulated strategy size their
+ * buckets by.
  */
 import type { BucketCheck } from './bucket-wire.js';
 import type { Policy } from './policy.js';
@@ -40,9 +41,17 @@ export function sizedBucket(
     cost,
     ttlMs: policy.idleTtlSeconds * 1000,
   };
-  const floor = typeof share === 'number' ? undefined : share.floor;
-  if (floor !== undefined) {
-    bucket.floor = { beforeMicros: toStoreMicros(floor.sinceMs), ...shareOfBudget(policy, floor.share) };
+  if (typeof share === 'number') return bucket;
+  const { floor, lowest } = share;
+  // A bucket missing now counts as written at time 0, before any floor instant, and starts at the floor's
+  // capacity: the lowest share held within the idle TTL (rises included). Without it a region whose share rose
+  // would start new buckets full at the new share while the region that gave the share up had already spent its
+  // tokens: a move minted up to C × the amount moved (seed 31 of the property suite, issue 25). With no decrease
+  // to floor existing buckets by, the instant is 1 µs: no bucket was written before it.
+  const low = Math.min(floor?.share ?? share.share, lowest ?? share.share);
+  if (low < share.share) {
+    const beforeMicros = floor === undefined ? 1 : Math.max(1, toStoreMicros(floor.sinceMs));
+    bucket.floor = { beforeMicros, ...shareOfBudget(policy, low) };
   }
   return bucket;
 }

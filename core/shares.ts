@@ -18,7 +18,8 @@ export interface RegionalShare {
   /**
    * The lowest share in force within the policy's idle TTL (plus the clock-skew margin), when it is lower than
    * `share`, rises included. A sliding log enforces this one: entries admitted under a smaller share are still in
-   * its window, so a share that rose may only be used once they have left it (core/sliding-log.ts).
+   * its window, so a share that rose may only be used once they have left it (core/sliding-log.ts). A token
+   * bucket that does not exist yet starts at it (core/share-sizing.ts).
    */
   lowest?: number | undefined;
 }

@@ -28,8 +28,10 @@ export interface EncodedCheck {
   ttlMs: number;
   /**
    * Rate-history floor: for a bucket last written before `floorBefore` (µs, Redis time; 0 = none), the elapsed
-   * interval refills at most at `floorRate` and stored tokens are first clamped to `floorCapacity`. Lets a caller
-   * whose share dipped and rose again since that time refill untouched buckets at the lowest rate in force.
+   * interval refills at most at `floorRate` and stored tokens are first clamped to `floorCapacity`; a missing
+   * bucket counts as written at time 0 and starts with at most `floorCapacity`. Lets a caller whose share dipped
+   * or rose within the idle TTL refill untouched buckets at the lowest rate in force and start new ones at the
+   * lowest capacity, so no share change mints.
    */
   floorBefore: number;
   floorRate: number;
@@ -71,8 +73,13 @@ export interface EncodedResult {
  * up to the lower of the stored and the new capacity, so neither a rate nor a capacity change mints tokens.
  */
 export function refill(stored: StoredBucket | undefined, check: EncodedCheck, now: number): StoredBucket {
-  if (stored === undefined)
-    return { tokens: check.capacity, carry: 0, ts: now, rate: check.rate, capacity: check.capacity };
+  if (stored === undefined) {
+    // A missing bucket counts as written at time 0, before any floor: it starts at most at the floor's capacity,
+    // so a share that rose within the idle TTL mints nothing for a bucket that did not exist.
+    const tokens =
+      check.floorBefore > 0 && check.floorCapacity < check.capacity ? check.floorCapacity : check.capacity;
+    return { tokens, carry: 0, ts: now, rate: check.rate, capacity: check.capacity };
+  }
   let tokens = stored.tokens;
   let rate = Math.min(stored.rate, check.rate);
   const ceiling = Math.min(stored.capacity, check.capacity);

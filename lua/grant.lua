@@ -50,7 +50,9 @@ if mode == 2 and not h[1] then return { 0, amount, cap } end
 local now = clock()
 local tokens, carry, ts, ceiling
 if not h[1] then
+  -- A missing bucket counts as written at time 0, before any floor (token_bucket.lua).
   tokens = cap; carry = 0; ts = now; ceiling = cap
+  if fb > 0 and fc < tokens then tokens = fc end
 else
   tokens = tonumber(h[1])
   ts = tonumber(h[3])

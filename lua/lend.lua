@@ -52,7 +52,9 @@ local key = KEYS[1]
 local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
 local tokens, carry, ts
 if not h[1] then
+  -- A missing bucket counts as written at time 0, before any floor (token_bucket.lua).
   tokens = cap; carry = 0; ts = now
+  if fb > 0 and fc < tokens then tokens = fc end
 else
   tokens = tonumber(h[1])
   ts = tonumber(h[3])

@@ -32,7 +32,8 @@ ARGV
       ttl             idle TTL in milliseconds (integer >= 1); must cover a refill from empty
       floor_before    microseconds of Redis time (integer >= 0; 0 = no floor)
       floor_rate      tokens per second (>= 0): the most a bucket last written before floor_before refills at
-      floor_capacity  micro-tokens (integer >= 0): stored tokens of such a bucket are clamped to it first
+      floor_capacity  micro-tokens (integer >= 0): stored tokens of such a bucket are clamped to it first, and a
+                      missing bucket starts with at most it (it counts as written at time 0)
 
 Reply (flat array of integers): {-1} when the deadline passed; otherwise, per request:
   allowed (1 when every bucket had room and all were charged; none charged otherwise), replayed (1 when the
@@ -50,7 +51,8 @@ Rules (the reference model in core/token-bucket.ts follows them operation for op
     a clock step backwards refills nothing, and ts never moves backwards.
   - tokens are clamped to min(stored capacity, new capacity): a shrink clamps at once, and a grow only makes room
     for refills after it is written, so neither mints.
-  - a missing (expired) bucket is full: never more than full; unless it must exist (flag 4), when the request is
+  - a missing (expired) bucket is full: never more than full, and never more than the floor capacity when a
+    floor travels (a missing bucket counts as written at time 0, before any floor); unless it must exist (flag 4), when the request is
     answered 3 and nothing is written, so only the caller's creation step makes new buckets.
   - dry runs write nothing; other requests write every bucket (refilled, and charged when allowed) and its TTL.
 ]]
@@ -204,7 +206,10 @@ for r = 1, g do
       -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
       local same = false
       if not h[1] then
+        -- A missing bucket counts as written at time 0, before any floor: it starts at most at the floor's
+        -- capacity, so a share that rose within the idle TTL mints nothing for buckets that did not exist.
         tokens = cap; carry = 0; ts = now
+        if b_fb[b] > 0 and b_fc[b] < tokens then tokens = b_fc[b] end
       else
         tokens = tonumber(h[1])
         ts = tonumber(h[3])

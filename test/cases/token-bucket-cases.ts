@@ -390,6 +390,21 @@ export const tokenBucketCases: BucketCase[] = [
     ],
   },
   {
+    // Seed 31 of the conservation property suite: a region whose share rose started new buckets full at the new
+    // share while the region that gave it up had spent its tokens. A missing bucket counts as written at time 0.
+    name: 'a missing bucket starts at the floor capacity; one without a floor starts full',
+    steps: [
+      {
+        at: 0,
+        checks: [
+          { ...b10, floor: { beforeMs: -1, refillPerSecond: 1, capacity: 3 } },
+          { ...b10, bucket: 'b' },
+        ],
+        expect: { allowed: true, remaining: [2, 9] },
+      },
+    ],
+  },
+  {
     name: 'fractions of a micro-token carry over between frequent calls',
     steps: [
       { at: 0, checks: [{ bucket: 'c', capacity: 1, refillPerSecond: 0.25 }] },

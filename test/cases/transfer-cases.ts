@@ -221,6 +221,19 @@ export const transferCases: TransferCase[] = [
     ],
   },
   {
+    name: 'a missing lender bucket starts at the floor capacity',
+    steps: [
+      {
+        op: 'lend',
+        at: 1000,
+        check: { ...eu, floor: { beforeMs: 500, refillPerSecond: 0, capacity: 4 } },
+        mode: 'fill',
+        amount: 10,
+        expect: { granted: 4, remaining: 0 },
+      },
+    ],
+  },
+  {
     name: 'a clock step backwards refills nothing at the lender',
     steps: [
       { op: 'charge', at: 1000, check: eu, cost: 20 },

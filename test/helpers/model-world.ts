@@ -44,17 +44,29 @@ const metricsFor = (region: string) => {
   return m;
 };
 
-/** Shares of every policy by region, as the coordinator issued them; each region keeps its own history. */
+/**
+ * Shares of every policy by region, as the coordinator issued them; each region keeps its own history, and the
+ * coordinator's (`issued`, the lowest shares its allocation records carry) reaches restarted agents.
+ */
 class WorldShares {
   readonly table = new Map<string, Map<string, number>>();
+  /** The coordinator's memory of what it issued, per region (core/lease/allocation-records.ts `lowest`). */
+  readonly issued = new Map<string, ShareHistory>();
   constructor(
     readonly policies: readonly Policy[],
     readonly regions: readonly string[],
+    readonly clock: ManualClock,
   ) {
     for (const p of policies) this.table.set(p.name, new Map(regions.map((r) => [r, 1 / regions.length])));
+    for (const r of regions) this.issued.set(r, new ShareHistory(0));
+    for (const r of regions) this.noteIssued(r);
   }
   share(policy: string, region: string): number {
     return this.table.get(policy)?.get(region) ?? 0;
+  }
+  noteIssued(region: string): void {
+    for (const p of this.policies)
+      this.issued.get(region)!.push(p.name, this.share(p.name, region), this.clock.now(), p.idleTtlSeconds);
   }
 }
 
@@ -82,7 +94,11 @@ class RegionShares implements ShareView {
     const out: RegionalShare = { share, epoch: 1 };
     const floor = this.history.floor(policy, share, window, now);
     if (floor !== undefined) out.floor = floor;
-    const lowest = this.history.lowest(policy, share, window, now);
+    // The agent's own memory and the coordinator's record, as regional-agent's AgentLease reads both.
+    const lowest = Math.min(
+      this.history.lowest(policy, share, window, now),
+      this.world.issued.get(this.region)!.lowest(policy, share, window, now),
+    );
     if (lowest < share) out.lowest = lowest;
     return out;
   }
@@ -264,7 +280,7 @@ export class ModelWorld {
   constructor(readonly options: WorldOptions) {
     this.clock = options.clock ?? new ManualClock(WORLD_EPOCH_MS);
     const names = options.regions ?? ['us', 'eu', 'ap'];
-    this.shares = new WorldShares(options.policies, names);
+    this.shares = new WorldShares(options.policies, names, this.clock);
     for (const name of names) this.regions.set(name, new WorldRegion(this, name));
   }
 
@@ -335,6 +351,7 @@ export class ModelWorld {
     const shares = this.shares.table.get(policy)!;
     const give = Math.min(amount, shares.get(from) ?? 0);
     shares.set(from, (shares.get(from) ?? 0) - give);
+    this.shares.noteIssued(from);
     this.region(from).shares.remember();
     return give;
   }
@@ -344,6 +361,7 @@ export class ModelWorld {
     const sum = [...shares.values()].reduce((a, b) => a + b, 0);
     const take = Math.max(0, Math.min(amount, 1 - sum));
     shares.set(to, (shares.get(to) ?? 0) + take);
+    this.shares.noteIssued(to);
     this.region(to).shares.remember();
   }
 
