@@ -115,6 +115,12 @@ export async function connectCoordination(
   });
   let responder: StrictResponder | undefined;
   let lender: LoanResponder | undefined;
+  // A region is known when an allocation record names it (the coordinator's configured regions): strict and
+  // loan requests from any other name are refused or counted as `other`, never as a label of their own.
+  const knownRegion = (region: string): boolean =>
+    holder.lease
+      .policies()
+      .some((policy) => ownValue(holder.lease.regionShares(policy, '') ?? {}, region) !== undefined);
   return {
     nc,
     policies,
@@ -132,10 +138,7 @@ export async function connectCoordination(
         log,
         decide: (request) => service.decideForwarded(request, randomUUID()),
         admit: () => admission.enter('strict'),
-        knownRegion: (region) =>
-          holder.lease
-            .policies()
-            .some((policy) => ownValue(holder.lease.regionShares(policy, '') ?? {}, region) !== undefined),
+        knownRegion,
       });
       responder.start();
     },
@@ -149,6 +152,7 @@ export async function connectCoordination(
         store,
         admit: () => admission.enter('loan'),
         metrics: borrowMetrics,
+        knownRegion,
         log,
       });
       lender.start();

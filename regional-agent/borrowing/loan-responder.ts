@@ -35,6 +35,12 @@ export interface LoanResponderOptions {
   /** Monotonic ms for the lend budget's refill; default performance.now. */
   monotonic?: (() => number) | undefined;
   log?: { warn(obj: object, msg?: string): void } | undefined;
+  /**
+   * Whether a region is one this agent knows (one its allocation records name). A request from any other is
+   * refused before anything reads it further, and counted as `from="other", outcome="unknown_region"`: the
+   * origin becomes a metric label, so a made-up name must never reach one. Default: every name is known.
+   */
+  knownRegion?: ((region: string) => boolean) | undefined;
 }
 
 export class LoanResponder {
@@ -81,15 +87,16 @@ export class LoanResponder {
     }
     const request = parsed.data;
     const from = request.fromRegion;
+    // The requesting region names itself: first, only a region this agent knows, never this one (the name is a
+    // metric label from here on: a made-up one would be one more series, and one more lend budget).
+    if (from === this.#o.region || !(this.#o.knownRegion?.(from) ?? true)) return this.#unknownRegion(from);
     const lendUntil = lendBy(request);
     const accepted = acceptLoan(request, this.#o.policies.current().get(request.policy), Date.now());
     if (!('policy' in accepted)) return this.#error(from, accepted.error, accepted.message);
     const { policy } = accepted;
-    // The requesting region names itself: only a region that holds a share of the subject here can ask (else a
-    // made-up name would be one more lend budget), and never this region.
+    // Then only a region that holds a share of this subject here.
     const regions = this.#o.shares.regionCeilings?.(policy.name, request.subject);
-    if (from === this.#o.region || (regions !== undefined && !hasOwnKey(regions, from)))
-      return this.#error('unknown', 'invalid_request', `unknown requesting region ${from}`);
+    if (regions !== undefined && !hasOwnKey(regions, from)) return this.#unknownRegion(from);
     const admitted = this.#o.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string')
       return this.#error(from, 'overloaded', `the lender is overloaded (${admitted.replace(/_/g, ' ')})`);
@@ -152,6 +159,12 @@ export class LoanResponder {
       value = undefined;
     }
     return this.answer(value);
+  }
+
+  /** A request naming no region it may come from: `invalid_request` on the wire, `unknown_region` in metrics. */
+  #unknownRegion(from: string): LoanReply {
+    this.#o.metrics?.loansServed.inc({ from: 'other', outcome: 'unknown_region' });
+    return { error: 'invalid_request', message: `unknown requesting region ${from}`.slice(0, 300) };
   }
 
   #error(from: string, code: LoanErrorCode, message: string): LoanReply {

@@ -8,6 +8,7 @@
  *   admissions stay within C + C/3 however long the forgery goes on (without the check they grow without end).
  * - It floods us with lend requests for hundreds of subjects, naming any region: us lends each requesting region
  *   at most its lend budget per policy, and refuses names that are no region of the subject.
+ * - It names made-up origin regions: refused before anything else, counted as `from="other"`, never a label.
  */
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
@@ -122,5 +123,47 @@ describe('loans with a stolen agent credential (real NATS with auth, real agents
       Array.from({ length: C / 3 }, () => decide(url('us'), { policy: 'flood', subject: 'bystander' })),
     );
     expect(home.filter((a) => a.body.allowed === true)).toHaveLength(C / 3);
+  });
+
+  it('a lend request from a region no record names is refused first; its name never becomes a label', async () => {
+    const served = async (): Promise<string> => {
+      const text = await (await fetch(`${url('us')}/metrics`)).text();
+      return text
+        .split('\n')
+        .filter((l) => l.startsWith('quotaplane_loans_served_total{'))
+        .join('\n');
+    };
+    const counted = (text: string) =>
+      Number(/\{from="other",outcome="unknown_region"\} (\d+)/.exec(text)?.[1] ?? 0);
+    const before = counted(await served());
+    const version = versionOf('flood');
+    // 40 made-up origins: half for a real policy, half for one that does not exist (which used to be counted
+    // under the made-up origin, as an unknown policy, before the origin was checked).
+    const replies = await Promise.all(
+      Array.from({ length: 40 }, async (_, i) => {
+        const request: LoanRequest = {
+          fromRegion: `made-up-${i}`,
+          policy: i % 2 === 0 ? 'flood' : 'no-such-policy',
+          version,
+          subject: `stray-${i}`,
+          mode: 'fill',
+          amountMicros: 1e6,
+          budgetMs: 5000,
+          deadlineAtMs: Date.now() + 5000,
+        };
+        const msg = await thief.request(loanSubject(stack.namespace, 'us').subject, JSON.stringify(request), {
+          timeout: 5000,
+        });
+        return LoanReply.parse(msg.json());
+      }),
+    );
+    expect(replies.map((r) => ('error' in r ? r.error : 'granted'))).toEqual(
+      Array(40).fill('invalid_request'),
+    );
+    const after = await served();
+    expect(counted(after) - before).toBe(40);
+    expect(after).not.toMatch(/made-up/);
+    // The known regions still lend: their series are the configured names.
+    expect(after).toMatch(/from="eu"/);
   });
 });
