@@ -8,7 +8,7 @@ import { runSimulation, validateRun, type RunSpec } from './engine/run.js';
 import { SimConfigError } from './errors.js';
 import type { RunSeries } from './metrics/recorder.js';
 import type { StrategyResult } from './metrics/result.js';
-import { runChartFiles, tradeoffChart } from './report/charts.js';
+import { deliveryChart, runChartFiles, tradeoffChart } from './report/charts.js';
 import { outputFiles } from './report/files.js';
 import { htmlReport } from './report/html.js';
 import { resultsTable } from './report/table.js';
@@ -141,6 +141,9 @@ export function writeScenario(dir: string, outcome: ScenarioOutcome): string[] {
       svgs.push(svg);
     }
   }
+  const delivery = svgDocument(deliveryChart(results));
+  put('delivery.svg', delivery);
+  svgs.push(delivery);
   put(
     'report.html',
     htmlReport(`quotaplane simulation: ${outcome.scenario.name}`, results, resultsTable(results), svgs),

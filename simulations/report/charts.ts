@@ -1,6 +1,7 @@
 /**
  * The charts of a run: admitted rate against the budget over time (the hottest subject, then every subject
- * together), shares over time per strategy, and for sweeps the overshoot / false-denial trade-off.
+ * together), shares over time per strategy, delivery against over-admission per strategy, and for sweeps the
+ * overshoot / false-denial trade-off.
  */
 import { ownValue } from '../../core/own-keys.js';
 import type { RunSeries } from '../metrics/recorder.js';
@@ -178,6 +179,57 @@ export function tradeoffChart(results: readonly StrategyResult[]): ChartOptions[
       series,
       height: 380,
       yInclude: [0, 1],
+    },
+  ];
+}
+
+/** Text size of the delivery chart, px: read at the width a README shows it. */
+export const DELIVERY_FONT_SIZE = 15;
+
+/**
+ * Delivery against over-admission (docs/design.md, "What the simulator measures"): one dot per strategy, or with a
+ * sweep one line per strategy, a dot per swept value labelled with it. Across: over-admission, the worst subject's
+ * most-admitted window over what the budget allows in it (C + R·W); past 1 the budget was exceeded. Up: delivery,
+ * the cost admitted as a percentage of what the ideal global bucket admitted on the same arrivals (the demand the
+ * budget allows). Up and left is better; a run without an ideal admission (utilisation null) has no dot.
+ */
+export function deliveryChart(results: readonly StrategyResult[]): ChartOptions[] {
+  if (results.length === 0) return [];
+  const setting = results[0]!.sweep?.setting;
+  const names = [...new Set(results.map((r) => r.strategy))];
+  const series: Series[] = names.map((name, i) => {
+    const mine = results.filter((r) => r.strategy === name && r.utilisation !== null);
+    return {
+      label: name,
+      color: strategyColor(name, i),
+      width: 2,
+      dots: true,
+      points: mine.map((r) => [r.overAdmission, 100 * r.utilisation!] as [number, number]),
+      ...(setting === undefined ? {} : { pointLabels: mine.map((r) => String(r.sweep!.value)) }),
+    };
+  });
+  const ys = series.flatMap((s) => s.points.map((p) => p[1]));
+  series.push({
+    label: 'budget: over-admission = 1',
+    color: '#000000',
+    dashed: true,
+    points: [
+      [1, 0],
+      [1, Math.max(100, ...ys)],
+    ],
+  });
+  const xs = results.map((r) => r.overAdmission);
+  return [
+    {
+      title: `${results[0]!.scenario}: delivery against over-admission${setting === undefined ? '' : `, points labelled with ${setting}`}`,
+      xLabel: 'over-admission: worst window admitted / (C + R·W), × budget',
+      yLabel: 'delivery: % of what the ideal bucket admitted',
+      series,
+      width: 860,
+      height: 460,
+      fontSize: DELIVERY_FONT_SIZE,
+      xInclude: [0, Math.max(1.1, ...xs)],
+      yInclude: [0, 100],
     },
   ];
 }

@@ -13,6 +13,8 @@ export interface Series {
   width?: number;
   /** Draw a dot and this label at each point (sweeps). */
   pointLabels?: readonly string[];
+  /** Draw a dot at each point (and in the legend), labelled or not. */
+  dots?: boolean;
 }
 
 export interface ChartOptions {
@@ -25,10 +27,13 @@ export interface ChartOptions {
   /** Force the y range to include these values. */
   yInclude?: readonly number[];
   xInclude?: readonly number[];
+  /** Text size, px (default 11); margins and rows grow with it. */
+  fontSize?: number;
 }
 
-const PAD = { left: 64, right: 16, top: 34, bottom: 46 };
-const LEGEND_ROW = 16;
+const BASE_FONT = 11;
+const BASE_PAD = { left: 64, right: 16, top: 34, bottom: 46 };
+const BASE_LEGEND_ROW = 16;
 const LEGEND_COLUMNS = 3;
 
 /** Fixed, locale-free number text. */
@@ -69,6 +74,17 @@ function extent(values: readonly number[]): [number, number] {
 
 /** One chart as an SVG `<g>` of the given size (place it with a transform). */
 export function chartGroup(o: ChartOptions): { svg: string; width: number; height: number } {
+  const font = o.fontSize ?? BASE_FONT;
+  const k = font / BASE_FONT;
+  /** A length scaled with the font, whole pixels. */
+  const px = (n: number) => Math.round(n * k);
+  const PAD = {
+    left: px(BASE_PAD.left),
+    right: px(BASE_PAD.right),
+    top: px(BASE_PAD.top),
+    bottom: px(BASE_PAD.bottom),
+  };
+  const LEGEND_ROW = px(BASE_LEGEND_ROW);
   const width = o.width ?? 760;
   const legendRows = Math.ceil(o.series.length / LEGEND_COLUMNS);
   const height = (o.height ?? 300) + legendRows * LEGEND_ROW;
@@ -83,14 +99,16 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
   const sx = (x: number) => PAD.left + ((x - x0) / (x1 - x0)) * plotW;
   const sy = (y: number) => PAD.top + plotH - ((y - y0) / (y1 - y0)) * plotH;
   const out: string[] = [];
-  out.push(`<text x="${width / 2}" y="18" text-anchor="middle" font-weight="bold">${esc(o.title)}</text>`);
+  out.push(
+    `<text x="${width / 2}" y="${px(18)}" text-anchor="middle" font-weight="bold">${esc(o.title)}</text>`,
+  );
   out.push(
     `<rect x="${PAD.left}" y="${PAD.top}" width="${plotW}" height="${plotH}" fill="none" stroke="#999" stroke-width="0.5"/>`,
   );
   for (const t of niceTicks(x0, x1)) {
     const x = sx(t).toFixed(1);
     out.push(`<line x1="${x}" y1="${PAD.top + plotH}" x2="${x}" y2="${PAD.top + plotH + 4}" stroke="#666"/>`);
-    out.push(`<text x="${x}" y="${PAD.top + plotH + 16}" text-anchor="middle">${fmt(t)}</text>`);
+    out.push(`<text x="${x}" y="${PAD.top + plotH + px(16)}" text-anchor="middle">${fmt(t)}</text>`);
   }
   for (const t of niceTicks(y0, y1)) {
     const y = sy(t).toFixed(1);
@@ -100,10 +118,10 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
     );
   }
   out.push(
-    `<text x="${PAD.left + plotW / 2}" y="${PAD.top + plotH + 34}" text-anchor="middle">${esc(o.xLabel)}</text>`,
+    `<text x="${PAD.left + plotW / 2}" y="${PAD.top + plotH + px(34)}" text-anchor="middle">${esc(o.xLabel)}</text>`,
   );
   out.push(
-    `<text transform="translate(14 ${PAD.top + plotH / 2}) rotate(-90)" text-anchor="middle">${esc(o.yLabel)}</text>`,
+    `<text transform="translate(${px(14)} ${PAD.top + plotH / 2}) rotate(-90)" text-anchor="middle">${esc(o.yLabel)}</text>`,
   );
   for (const s of o.series) {
     if (s.points.length === 0) continue;
@@ -120,6 +138,11 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
       const at = `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`;
       labelled.set(at, [...(labelled.get(at) ?? []), label]);
     });
+    if (s.dots === true && s.pointLabels === undefined)
+      for (const [x, y] of s.points)
+        out.push(
+          `<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="${px(4)}" fill="${s.color}"/>`,
+        );
     let nth = 0;
     for (const [at, labels] of labelled) {
       const [cx, cy] = at.split(',') as [string, string];
@@ -137,11 +160,14 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
     const ly = height - 8 - (legendRows - 1 - Math.floor(i / LEGEND_COLUMNS)) * LEGEND_ROW;
     const dash = s.dashed === true ? ' stroke-dasharray="6 4"' : '';
     out.push(
-      `<line x1="${lx}" y1="${ly - 4}" x2="${lx + 18}" y2="${ly - 4}" stroke="${s.color}" stroke-width="2"${dash}/>`,
+      `<line x1="${lx}" y1="${ly - px(4)}" x2="${lx + px(18)}" y2="${ly - px(4)}" stroke="${s.color}" stroke-width="2"${dash}/>`,
     );
-    out.push(`<text x="${lx + 22}" y="${ly}">${esc(s.label)}</text>`);
+    if (s.dots === true)
+      out.push(`<circle cx="${lx + px(9)}" cy="${ly - px(4)}" r="${px(4)}" fill="${s.color}"/>`);
+    out.push(`<text x="${lx + px(22)}" y="${ly}">${esc(s.label)}</text>`);
   });
-  return { svg: out.join('\n'), width, height };
+  const svg = out.join('\n');
+  return { svg: font === BASE_FONT ? svg : `<g font-size="${font}">\n${svg}\n</g>`, width, height };
 }
 
 /** Charts stacked vertically in one standalone SVG document. */

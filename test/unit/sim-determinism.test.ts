@@ -48,10 +48,12 @@ describe('same seed, same bytes', () => {
     const b = runTo(1234);
     expect([...a.keys()].sort()).toEqual([
       'ignore-retry-after/admitted.svg',
+      'ignore-retry-after/delivery.svg',
       'ignore-retry-after/report.html',
       'ignore-retry-after/results.json',
       'ignore-retry-after/shares.svg',
       'region-partition/admitted.svg',
+      'region-partition/delivery.svg',
       'region-partition/report.html',
       'region-partition/results.json',
       'region-partition/shares.svg',
@@ -79,7 +81,7 @@ describe('same seed, same bytes', () => {
       overrides: { durationS: '60' },
       sweep: { setting: 'overcommit', values: ['1', '2'] },
     });
-    expect([...out.keys()].sort()).toEqual(['report.html', 'results.json', 'tradeoff.svg']);
+    expect([...out.keys()].sort()).toEqual(['delivery.svg', 'report.html', 'results.json', 'tradeoff.svg']);
     const results = Results.parse(JSON.parse(out.get('results.json')!.toString('utf8')));
     expect(results.map((r) => [r.strategy, r.sweep?.value])).toEqual([
       ['ideal', 1],
@@ -93,5 +95,6 @@ describe('same seed, same bytes', () => {
     expect(static2!.overAdmission).toBeGreaterThan(1);
     expect(static2!.falseDenialRate).toBeLessThan(static1!.falseDenialRate);
     expect(out.get('tradeoff.svg')!.toString('utf8')).toContain('points labelled with overcommit');
+    expect(out.get('delivery.svg')!.toString('utf8')).toContain('points labelled with overcommit');
   });
 });
