@@ -12,6 +12,17 @@
  * Only single checks without `dryRun` or `idempotencyKey` are decided on a grant; layered checks always go to the
  * agent. A policy the agent gives no grants for (strict, sliding log, concurrency, daily, sharded, a
  * subject-creation cap: `AGT_ERR_GRANT_NOT_ALLOWED`) is remembered and never asked again.
+ *
+ * The denial cache: when the agent refuses a subject over quota (no reason, or `subject_exhausted`) with a
+ * Retry-After, the same subject's checks of that same cost are refused here until then, with the remaining
+ * wait as Retry-After, without asking the agent. Only for policies the agent gives grants for (learned from the
+ * grant route's answer: a first denial of a policy not yet known asks it for a grant of one token), that is
+ * regional token buckets, where Retry-After is the time until the subject's bucket refills that cost: nothing
+ * but refill adds tokens there before then except tokens handed back (grants, reservations) or a bigger regional
+ * share, and both only make the agent's answer come true sooner, so the cache can refuse a request the agent
+ * would have admitted a little early, never admit one. Not for concurrency policies (a release frees a slot at
+ * any moment; Retry-After is only the oldest lease's expiry), nor strict ones (decided at the home region),
+ * nor denials of a shared bucket, a share or a failure (their Retry-After is not the subject's refill).
  */
 import type { DecisionRequest } from '../../../core/agent-wire.js';
 import { GrantResponse } from '../../../core/grant-wire.js';
@@ -25,6 +36,11 @@ export interface GrantOptions {
   horizonMs?: number;
   /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */
   maxSubjects?: number;
+  /**
+   * Repeat the agent's denial of a subject in this process until its Retry-After, for every subject (hot or
+   * not) of a policy the agent gives grants for (token buckets). Default true.
+   */
+  denials?: boolean;
 }
 
 /** What the pool has done since the client was made. */
@@ -72,7 +88,7 @@ interface Entry {
   taking: boolean;
   /**
    * The agent denied this subject a check of `deniedCost` and said when it would fit (epoch ms): until then
-   * the same answer is given here. Tokens handed back by other processes meanwhile only make it stricter.
+   * the same answer is given here to checks of that same cost (another cost's wait is not known here). Tokens handed back by other processes meanwhile only make it stricter.
    */
   deniedUntil: number;
   deniedCost: number;
@@ -96,6 +112,9 @@ export class GrantPool {
   readonly #maxSubjects: number;
   readonly #entries = new Map<string, Entry>();
   readonly #noGrants = new Set<string>();
+  /** Policies the agent answered a grant request for (200): token buckets, whose denials this pool repeats. */
+  readonly #grantable = new Set<string>();
+  readonly #denials: boolean;
   readonly #pending = new Set<Promise<unknown>>();
   readonly #policyHeaders = new Map<string, string>();
   readonly #stats = {
@@ -119,6 +138,7 @@ export class GrantPool {
     this.#hot = options.hotPerSecond ?? 20;
     this.#horizonMs = options.horizonMs ?? 250;
     this.#maxSubjects = options.maxSubjects ?? 1000;
+    this.#denials = options.denials ?? true;
     if (!(this.#hot > 0 && this.#horizonMs > 0 && this.#maxSubjects >= 1))
       throw new TypeError('grants: hotPerSecond and horizonMs must be > 0, maxSubjects >= 1');
   }
@@ -141,7 +161,7 @@ export class GrantPool {
     const cost = body.cost ?? 1;
     const now = this.#now();
     if (entry.tokens < cost || now >= entry.expiresAt) {
-      if (now < entry.deniedUntil && cost >= entry.deniedCost) {
+      if (now < entry.deniedUntil && cost === entry.deniedCost) {
         this.#stats.denied++;
         return this.#denial(entry, entry.deniedUntil - now);
       }
@@ -165,20 +185,30 @@ export class GrantPool {
     const entry = this.#entries.get(keyOf(body.policy, body.subject));
     if (entry === undefined) return;
     if (result?.limit !== undefined) entry.limit = result.limit;
-    if (entry.perSecond < this.#hot) return;
     const now = this.#now();
-    if (decision.allowed) this.#take(entry, now);
-    else if (
-      result !== undefined &&
-      (result.reason === undefined || result.reason === 'subject_exhausted') &&
-      result.retryAfterMs !== null &&
-      result.retryAfterMs > 0
-    ) {
-      // Over quota, not a failure: the agent said when this cost fits; a hot subject is told the same here.
-      entry.deniedUntil = now + result.retryAfterMs;
-      entry.deniedCost = body.cost ?? 1;
-      entry.deniedReason = result.reason;
+    if (decision.allowed) {
+      if (entry.perSecond >= this.#hot) this.#take(entry, now);
+      return;
     }
+    if (
+      !this.#denials ||
+      result === undefined ||
+      (result.reason !== undefined && result.reason !== 'subject_exhausted') ||
+      result.retryAfterMs === null ||
+      result.retryAfterMs <= 0
+    )
+      return;
+    if (!this.#grantable.has(body.policy)) {
+      // Whether the policy is a token bucket is learned once, from the grant route: a grant request for this
+      // subject (its tokens, if any, are spent here or handed back like any grant's).
+      this.#take(entry, now);
+      return;
+    }
+    // Over quota, not a failure: the agent said when this cost fits, from the subject's token bucket; until then
+    // the same answer is given here (see the class comment: it can only refuse what the agent would refuse).
+    entry.deniedUntil = now + result.retryAfterMs;
+    entry.deniedCost = body.cost ?? 1;
+    entry.deniedReason = result.reason;
   }
 
   /** Hand back every grant's rest and stop taking new ones. */
@@ -269,6 +299,7 @@ export class GrantPool {
           return;
         }
         const g = parsed.data;
+        this.#grantable.add(entry.policy);
         entry.limit = g.limit;
         entry.bucketRemaining = g.remaining;
         if (g.granted <= 0) {
