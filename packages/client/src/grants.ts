@@ -110,7 +110,12 @@ export class GrantPool {
   readonly #hot: number;
   readonly #horizonMs: number;
   readonly #maxSubjects: number;
-  readonly #entries = new Map<string, Entry>();
+  /**
+   * Subjects tracked, in two generations: this one's, and the last one's (`#previous`), forgotten at the next
+   * rotation unless seen again meanwhile (then moved to this one) or busy (a grant, a take or a denial held).
+   */
+  #entries = new Map<string, Entry>();
+  #previous = new Map<string, Entry>();
   readonly #noGrants = new Set<string>();
   /** Policies the agent answered a grant request for (200): token buckets, whose denials this pool repeats. */
   readonly #grantable = new Set<string>();
@@ -146,6 +151,7 @@ export class GrantPool {
   stats(): GrantStats {
     let held = 0;
     for (const e of this.#entries.values()) held += e.tokens;
+    for (const e of this.#previous.values()) held += e.tokens;
     return { ...this.#stats, held: Math.round(held * 1e6) / 1e6 };
   }
 
@@ -182,7 +188,7 @@ export class GrantPool {
     if (header !== undefined && !this.#policyHeaders.has(body.policy))
       this.#policyHeaders.set(body.policy, header);
     if (this.#noGrants.has(body.policy) || result?.mode === 'strict') return;
-    const entry = this.#entries.get(keyOf(body.policy, body.subject));
+    const entry = this.#lookup(keyOf(body.policy, body.subject));
     if (entry === undefined) return;
     if (result?.limit !== undefined) entry.limit = result.limit;
     const now = this.#now();
@@ -215,14 +221,15 @@ export class GrantPool {
   async close(): Promise<void> {
     this.#closed = true;
     for (const entry of this.#entries.values()) this.#giveBack(entry);
+    for (const entry of this.#previous.values()) this.#giveBack(entry);
     await Promise.allSettled([...this.#pending]);
   }
 
   #entry(policy: string, subject: string, now: number): Entry {
     const key = keyOf(policy, subject);
-    let entry = this.#entries.get(key);
+    let entry = this.#lookup(key);
     if (entry === undefined) {
-      if (this.#entries.size >= this.#maxSubjects) this.#forgetOne();
+      if (this.#entries.size >= Math.ceil(this.#maxSubjects / 2)) this.#rotate(now);
       entry = {
         policy,
         subject,
@@ -252,25 +259,34 @@ export class GrantPool {
     return entry;
   }
 
-  /**
-   * Make room for a new subject in O(1): the oldest tracked subject that is cold (no grant, no denial held, below
-   * the hot rate), looking at a few; hot ones looked at move to the back. A forgotten subject is tracked again
-   * at its next check.
-   */
-  #forgetOne(): void {
-    const now = this.#now();
-    let looked = 0;
-    for (const [key, entry] of this.#entries) {
-      const busy =
-        entry.perSecond >= this.#hot || entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
-      this.#entries.delete(key);
-      if (!busy || ++looked >= 8) {
-        this.#giveBack(entry);
-        return;
-      }
-      // A hot subject goes to the back of the line: the front stays the cold ones.
+  /** The subject's entry, moved to this generation when it was in the last one. */
+  #lookup(key: string): Entry | undefined {
+    let entry = this.#entries.get(key);
+    if (entry !== undefined) return entry;
+    entry = this.#previous.get(key);
+    if (entry !== undefined) {
+      this.#previous.delete(key);
       this.#entries.set(key, entry);
     }
+    return entry;
+  }
+
+  /**
+   * Make room for new subjects, in O(1) per subject tracked: the last generation's subjects not seen since are
+   * forgotten (tracked again at their next check), except busy ones (a grant held or being taken, a denial
+   * held), which start the next generation, at most a quarter of `maxSubjects` of them (the rest hand their
+   * grant back: fewer local decisions, never more).
+   */
+  #rotate(now: number): void {
+    const next = new Map<string, Entry>();
+    const keep = Math.floor(this.#maxSubjects / 4);
+    for (const [key, entry] of this.#previous) {
+      const busy = entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
+      if (busy && next.size < keep) next.set(key, entry);
+      else this.#giveBack(entry);
+    }
+    this.#previous = this.#entries;
+    this.#entries = next;
   }
 
   #amountFor(entry: Entry): number {
