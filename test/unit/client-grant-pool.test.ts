@@ -107,8 +107,9 @@ describe('GrantPool', () => {
     expect(pool.stats()).toMatchObject({ failed: 1, local: 0 });
   });
 
-  it('repeats an over-quota answer for a hot subject until the retry time, and never a failure-mode answer', () => {
-    const pool = new GrantPool(agent(0).send, { hotPerSecond: 1e-9 }, now);
+  it('repeats an over-quota answer until the retry time, and never a failure-mode answer', async () => {
+    const a = agent(0);
+    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9 }, now);
     const body = { policy: 'p', subject: 's' };
     run(pool, 2);
     const denied = (reason?: 'agent_unreachable'): Decision => ({
@@ -129,12 +130,126 @@ describe('GrantPool', () => {
     });
     pool.observe(body, denied('agent_unreachable'));
     expect(pool.trySpend(body)).toBeUndefined();
+    // The first over-quota denial of a policy not yet known asks the grant route what it is (a token bucket:
+    // answered, empty) and is not repeated; the next one is.
+    pool.observe(body, denied());
+    await flush();
+    expect(a.calls.map((c) => c.path)).toEqual(['/v1/grants']);
+    expect(pool.trySpend(body)).toBeUndefined();
     pool.observe(body, denied());
     const d = pool.trySpend(body);
     expect(d).toMatchObject({ allowed: false, local: 'grant', results: [{ remaining: 0 }] });
     expect(d?.headers['Retry-After']).toBe('5');
-    // A larger cost is denied too; a smaller one may fit: asked at the agent.
-    expect(pool.trySpend({ ...body, cost: 2 })?.allowed).toBe(false);
+    // Another cost's wait is not known here: asked at the agent.
+    expect(pool.trySpend({ ...body, cost: 2 })).toBeUndefined();
     expect(pool.trySpend({ ...body, cost: 0.5 })).toBeUndefined();
+  });
+
+  it('repeats denials of cold subjects too, and never those of a policy without grants', async () => {
+    const denial: Decision = {
+      allowed: false,
+      retryAfterMs: 1500,
+      results: [{ policy: 'p', allowed: false, remaining: 0, limit: 100, resetMs: 0, retryAfterMs: 1500 }],
+      headers: {},
+    };
+    for (const [code, repeated] of [
+      [undefined, 2],
+      ['AGT_ERR_GRANT_NOT_ALLOWED', 0],
+    ] as const) {
+      const a = agent(0, code);
+      // Never hot: no grant is taken for an admission.
+      const pool = new GrantPool(a.send, { hotPerSecond: 1e9 }, now);
+      const body = { policy: 'p', subject: 'cold' };
+      expect(pool.trySpend(body)).toBeUndefined();
+      pool.observe(body, denial);
+      await flush();
+      let local = 0;
+      for (let i = 0; i < 3; i++) {
+        const d = pool.trySpend(body);
+        if (d === undefined) pool.observe(body, denial);
+        else local++;
+        await flush();
+      }
+      // The first denial asks the grant route once; then every denial within 1.5 s is answered here.
+      expect([local, a.calls.length, pool.stats().denied]).toEqual([repeated, 1, repeated]);
+      await pool.close();
+    }
+  });
+
+  it('the denial cache never admits, refuses only what the bucket refuses, and tells the exact wait', async () => {
+    // One subject's token bucket at the agent (10 tokens, 2 per second) on the test's clock, deciding and granting.
+    const capacity = 10;
+    const perMs = 2 / 1000;
+    let tokens = capacity;
+    let at = clock;
+    const refill = () => {
+      tokens = Math.min(capacity, tokens + (clock - at) * perMs);
+      at = clock;
+    };
+    const waitFor = (cost: number) => Math.ceil((cost - tokens) / perMs);
+    let admitted = 0;
+    const decide = (cost: number): Decision => {
+      refill();
+      if (tokens >= cost) {
+        tokens -= cost;
+        admitted++;
+        return { ...allowed, results: [{ ...allowed.results[0]!, limit: capacity }] };
+      }
+      const wait = waitFor(cost);
+      return {
+        allowed: false,
+        retryAfterMs: wait,
+        results: [
+          { policy: 'p', allowed: false, remaining: 0, limit: capacity, resetMs: 0, retryAfterMs: wait },
+        ],
+        headers: {},
+      };
+    };
+    const send: GrantTransport = (path, body) => {
+      refill();
+      const amount = (body as { amount: number }).amount;
+      if (path === '/v1/grants') {
+        const granted = Math.min(Math.floor(tokens), amount, 1);
+        tokens -= granted;
+        return Promise.resolve({
+          status: 200,
+          json: {
+            policy: 'p',
+            granted,
+            limit: capacity,
+            remaining: Math.floor(tokens),
+            refillMs: 500,
+            expiresInMs: 60_000,
+          },
+        });
+      }
+      tokens = Math.min(capacity, tokens + amount);
+      return Promise.resolve({ status: 200, json: { policy: 'p', credited: amount, dropped: 0 } });
+    };
+    const pool = new GrantPool(send, { hotPerSecond: 1e9 }, now);
+    const start = clock;
+    let local = 0;
+    let cached = 0;
+    for (let i = 0; i < 400; i++) {
+      clock += 37;
+      const cost = i % 7 === 0 ? 3 : 1;
+      const body = { policy: 'p', subject: 's', cost };
+      const d = pool.trySpend(body);
+      if (d === undefined) pool.observe(body, decide(cost));
+      else if (d.allowed) local++;
+      else {
+        cached++;
+        // Refused here only when the bucket lacks the cost now, and told exactly when it will hold it.
+        refill();
+        expect(tokens).toBeLessThan(cost);
+        expect(d.retryAfterMs).toBe(waitFor(cost));
+        expect(d.headers['Retry-After']).toBe(String(Math.max(1, Math.ceil(waitFor(cost) / 1000))));
+      }
+      await flush();
+    }
+    // Never more admissions (at the agent, plus on grants) than the bucket held and refilled.
+    expect(admitted + local).toBeLessThanOrEqual(capacity + ((clock - start) * 2) / 1000);
+    expect(cached).toBeGreaterThan(100);
+    await pool.close();
   });
 });

@@ -32,6 +32,7 @@ import {
 } from '../../../core/reservations.js';
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
 import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
+import { fastDecision } from './wire-check.js';
 
 /** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
 export type FailureMode = 'closed' | 'open' | 'local';
@@ -249,6 +250,28 @@ function parseJson(text: string): unknown {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * A batch answer's elements when every decision in it passes the fast check (the rare problem elements are
+ * checked by #outcome), else undefined: the whole body goes to zod.
+ */
+function fastAnswers(json: unknown, n: number): BatchAnswer[] | undefined {
+  if (typeof json !== 'object' || json === null) return undefined;
+  const answers = (json as { answers?: unknown }).answers;
+  if (!Array.isArray(answers) || answers.length !== n) return undefined;
+  for (const a of answers as unknown[]) {
+    if (typeof a !== 'object' || a === null) return undefined;
+    const { status, body } = a as { status?: unknown; body?: unknown };
+    if (status === 200) {
+      if (fastDecision(body) === undefined) return undefined;
+    } else if (
+      !(typeof status === 'number' && Number.isInteger(status) && status >= 400 && status <= 599) ||
+      !Problem.safeParse(body).success
+    )
+      return undefined;
+  }
+  return answers as BatchAnswer[];
 }
 
 function counts<K extends string>(keys: readonly K[]): Record<K, number> {
@@ -629,16 +652,18 @@ export class AgentClient {
       if ('error' in whole && whole.error instanceof AgentUnavailableError) throw whole.error;
       return batch.map(() => whole);
     }
-    const parsed = BatchResponse.safeParse(json);
-    if (!parsed.success || parsed.data.answers.length !== batch.length) {
+    const answers = fastAnswers(json, batch.length) ?? BatchResponse.safeParse(json).data?.answers;
+    if (answers === undefined || answers.length !== batch.length) {
       throw new AgentUnavailableError('bad_body', 'unexpected batch body');
     }
-    return parsed.data.answers.map((a: BatchAnswer) => this.#outcome(a.status, a.body, undefined, false));
+    return answers.map((a: BatchAnswer) => this.#outcome(a.status, a.body, undefined, false));
   }
 
   /** One decision's outcome from its status and body; an exchange-level failure when `whole` and no decision. */
   #outcome(status: number, json: unknown, retryAfter: string | undefined, whole: boolean): Outcome {
     if (status === 200) {
+      const fast = fastDecision(json);
+      if (fast !== undefined) return { decision: fast };
       const parsed = DecisionResponse.safeParse(json);
       if (parsed.success) return { decision: parsed.data };
       const error = new AgentUnavailableError(

@@ -12,6 +12,17 @@
  * Only single checks without `dryRun` or `idempotencyKey` are decided on a grant; layered checks always go to the
  * agent. A policy the agent gives no grants for (strict, sliding log, concurrency, daily, sharded, a
  * subject-creation cap: `AGT_ERR_GRANT_NOT_ALLOWED`) is remembered and never asked again.
+ *
+ * The denial cache: when the agent refuses a subject over quota (no reason, or `subject_exhausted`) with a
+ * Retry-After, the same subject's checks of that same cost are refused here until then, with the remaining
+ * wait as Retry-After, without asking the agent. Only for policies the agent gives grants for (learned from the
+ * grant route's answer: a first denial of a policy not yet known asks it for a grant of one token), that is
+ * regional token buckets, where Retry-After is the time until the subject's bucket refills that cost: nothing
+ * but refill adds tokens there before then except tokens handed back (grants, reservations) or a bigger regional
+ * share, and both only make the agent's answer come true sooner, so the cache can refuse a request the agent
+ * would have admitted a little early, never admit one. Not for concurrency policies (a release frees a slot at
+ * any moment; Retry-After is only the oldest lease's expiry), nor strict ones (decided at the home region),
+ * nor denials of a shared bucket, a share or a failure (their Retry-After is not the subject's refill).
  */
 import type { DecisionRequest } from '../../../core/agent-wire.js';
 import { GrantResponse } from '../../../core/grant-wire.js';
@@ -25,6 +36,11 @@ export interface GrantOptions {
   horizonMs?: number;
   /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */
   maxSubjects?: number;
+  /**
+   * Repeat the agent's denial of a subject in this process until its Retry-After, for every subject (hot or
+   * not) of a policy the agent gives grants for (token buckets). Default true.
+   */
+  denials?: boolean;
 }
 
 /** What the pool has done since the client was made. */
@@ -72,7 +88,7 @@ interface Entry {
   taking: boolean;
   /**
    * The agent denied this subject a check of `deniedCost` and said when it would fit (epoch ms): until then
-   * the same answer is given here. Tokens handed back by other processes meanwhile only make it stricter.
+   * the same answer is given here to checks of that same cost (another cost's wait is not known here). Tokens handed back by other processes meanwhile only make it stricter.
    */
   deniedUntil: number;
   deniedCost: number;
@@ -94,8 +110,16 @@ export class GrantPool {
   readonly #hot: number;
   readonly #horizonMs: number;
   readonly #maxSubjects: number;
-  readonly #entries = new Map<string, Entry>();
+  /**
+   * Subjects tracked, in two generations: this one's, and the last one's (`#previous`), forgotten at the next
+   * rotation unless seen again meanwhile (then moved to this one) or busy (a grant, a take or a denial held).
+   */
+  #entries = new Map<string, Entry>();
+  #previous = new Map<string, Entry>();
   readonly #noGrants = new Set<string>();
+  /** Policies the agent answered a grant request for (200): token buckets, whose denials this pool repeats. */
+  readonly #grantable = new Set<string>();
+  readonly #denials: boolean;
   readonly #pending = new Set<Promise<unknown>>();
   readonly #policyHeaders = new Map<string, string>();
   readonly #stats = {
@@ -119,6 +143,7 @@ export class GrantPool {
     this.#hot = options.hotPerSecond ?? 20;
     this.#horizonMs = options.horizonMs ?? 250;
     this.#maxSubjects = options.maxSubjects ?? 1000;
+    this.#denials = options.denials ?? true;
     if (!(this.#hot > 0 && this.#horizonMs > 0 && this.#maxSubjects >= 1))
       throw new TypeError('grants: hotPerSecond and horizonMs must be > 0, maxSubjects >= 1');
   }
@@ -126,6 +151,7 @@ export class GrantPool {
   stats(): GrantStats {
     let held = 0;
     for (const e of this.#entries.values()) held += e.tokens;
+    for (const e of this.#previous.values()) held += e.tokens;
     return { ...this.#stats, held: Math.round(held * 1e6) / 1e6 };
   }
 
@@ -141,7 +167,7 @@ export class GrantPool {
     const cost = body.cost ?? 1;
     const now = this.#now();
     if (entry.tokens < cost || now >= entry.expiresAt) {
-      if (now < entry.deniedUntil && cost >= entry.deniedCost) {
+      if (now < entry.deniedUntil && cost === entry.deniedCost) {
         this.#stats.denied++;
         return this.#denial(entry, entry.deniedUntil - now);
       }
@@ -162,37 +188,48 @@ export class GrantPool {
     if (header !== undefined && !this.#policyHeaders.has(body.policy))
       this.#policyHeaders.set(body.policy, header);
     if (this.#noGrants.has(body.policy) || result?.mode === 'strict') return;
-    const entry = this.#entries.get(keyOf(body.policy, body.subject));
+    const entry = this.#lookup(keyOf(body.policy, body.subject));
     if (entry === undefined) return;
     if (result?.limit !== undefined) entry.limit = result.limit;
-    if (entry.perSecond < this.#hot) return;
     const now = this.#now();
-    if (decision.allowed) this.#take(entry, now);
-    else if (
-      result !== undefined &&
-      (result.reason === undefined || result.reason === 'subject_exhausted') &&
-      result.retryAfterMs !== null &&
-      result.retryAfterMs > 0
-    ) {
-      // Over quota, not a failure: the agent said when this cost fits; a hot subject is told the same here.
-      entry.deniedUntil = now + result.retryAfterMs;
-      entry.deniedCost = body.cost ?? 1;
-      entry.deniedReason = result.reason;
+    if (decision.allowed) {
+      if (entry.perSecond >= this.#hot) this.#take(entry, now);
+      return;
     }
+    if (
+      !this.#denials ||
+      result === undefined ||
+      (result.reason !== undefined && result.reason !== 'subject_exhausted') ||
+      result.retryAfterMs === null ||
+      result.retryAfterMs <= 0
+    )
+      return;
+    if (!this.#grantable.has(body.policy)) {
+      // Whether the policy is a token bucket is learned once, from the grant route: a grant request for this
+      // subject (its tokens, if any, are spent here or handed back like any grant's).
+      this.#take(entry, now);
+      return;
+    }
+    // Over quota, not a failure: the agent said when this cost fits, from the subject's token bucket; until then
+    // the same answer is given here (see the class comment: it can only refuse what the agent would refuse).
+    entry.deniedUntil = now + result.retryAfterMs;
+    entry.deniedCost = body.cost ?? 1;
+    entry.deniedReason = result.reason;
   }
 
   /** Hand back every grant's rest and stop taking new ones. */
   async close(): Promise<void> {
     this.#closed = true;
     for (const entry of this.#entries.values()) this.#giveBack(entry);
+    for (const entry of this.#previous.values()) this.#giveBack(entry);
     await Promise.allSettled([...this.#pending]);
   }
 
   #entry(policy: string, subject: string, now: number): Entry {
     const key = keyOf(policy, subject);
-    let entry = this.#entries.get(key);
+    let entry = this.#lookup(key);
     if (entry === undefined) {
-      if (this.#entries.size >= this.#maxSubjects) this.#forgetOne();
+      if (this.#entries.size >= Math.ceil(this.#maxSubjects / 2)) this.#rotate(now);
       entry = {
         policy,
         subject,
@@ -222,25 +259,34 @@ export class GrantPool {
     return entry;
   }
 
-  /**
-   * Make room for a new subject in O(1): the oldest tracked subject that is cold (no grant, no denial held, below
-   * the hot rate), looking at a few; hot ones looked at move to the back. A forgotten subject is tracked again
-   * at its next check.
-   */
-  #forgetOne(): void {
-    const now = this.#now();
-    let looked = 0;
-    for (const [key, entry] of this.#entries) {
-      const busy =
-        entry.perSecond >= this.#hot || entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
-      this.#entries.delete(key);
-      if (!busy || ++looked >= 8) {
-        this.#giveBack(entry);
-        return;
-      }
-      // A hot subject goes to the back of the line: the front stays the cold ones.
+  /** The subject's entry, moved to this generation when it was in the last one. */
+  #lookup(key: string): Entry | undefined {
+    let entry = this.#entries.get(key);
+    if (entry !== undefined) return entry;
+    entry = this.#previous.get(key);
+    if (entry !== undefined) {
+      this.#previous.delete(key);
       this.#entries.set(key, entry);
     }
+    return entry;
+  }
+
+  /**
+   * Make room for new subjects, in O(1) per subject tracked: the last generation's subjects not seen since are
+   * forgotten (tracked again at their next check), except busy ones (a grant held or being taken, a denial
+   * held), which start the next generation, at most a quarter of `maxSubjects` of them (the rest hand their
+   * grant back: fewer local decisions, never more).
+   */
+  #rotate(now: number): void {
+    const next = new Map<string, Entry>();
+    const keep = Math.floor(this.#maxSubjects / 4);
+    for (const [key, entry] of this.#previous) {
+      const busy = entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
+      if (busy && next.size < keep) next.set(key, entry);
+      else this.#giveBack(entry);
+    }
+    this.#previous = this.#entries;
+    this.#entries = next;
   }
 
   #amountFor(entry: Entry): number {
@@ -269,6 +315,7 @@ export class GrantPool {
           return;
         }
         const g = parsed.data;
+        this.#grantable.add(entry.policy);
         entry.limit = g.limit;
         entry.bucketRemaining = g.remaining;
         if (g.granted <= 0) {

@@ -1,0 +1,131 @@
+/**
+ * `npx tsx bench/profile-service.ts [--seconds 8] [--kind quotaplane|nogrants] [--tenants zipf|uniform] [--top 25]`
+ *
+ * The service bench's protected service (bench/service.bench.ts) and its agent under the same closed-loop load
+ * (64 connections, Zipf or uniform tenants), both profiled with `node --cpu-prof`: CPU per request of the
+ * service, the agent and Redis, then each process's top self-time functions and packages (shares of non-idle
+ * samples, by bench/profile-agent.ts's summary).
+ */
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import { processBackend } from '../test/harness/process-backend.js';
+import { freePort, waitForPort } from '../test/harness/ports.js';
+import { AGENT_MAIN, canPin, cpuMs, pinPid, redisPid, spawnServer, stopServer } from './http.bench.js';
+import { summarize } from './profile-agent.js';
+import { tenantSequence } from './service.bench.js';
+
+const SERVICE = fileURLToPath(new URL('./service.bench.ts', import.meta.url));
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '8' },
+    kind: { type: 'string', default: 'quotaplane' },
+    tenants: { type: 'string', default: 'zipf' },
+    top: { type: 'string', default: '25' },
+  },
+});
+const seconds = Number(values.seconds);
+const top = Number(values.top);
+await using redis = await processBackend.startRedis();
+const pin = canPin();
+const rPid = redisPid(redis.host, redis.port);
+if (pin) {
+  pinPid(rPid, '1');
+  pinPid(process.pid, '0');
+}
+const dir = mkdtempSync(join(tmpdir(), 'qp-profile-service-'));
+const policiesFile = join(dir, 'policies.json');
+writeFileSync(
+  policiesFile,
+  JSON.stringify({ policies: { service: { capacity: 100, refillPerSecond: 100 / 60 } } }),
+);
+const [agentPort, port] = await Promise.all([freePort(), freePort()]);
+const agentDir = join(dir, 'agent');
+const serviceDir = join(dir, 'service');
+const agent = spawnServer(
+  [AGENT_MAIN],
+  {
+    QP_REGION: 'bench',
+    QP_REDIS_URL: redis.url,
+    QP_POLICIES_FILE: policiesFile,
+    QP_PORT: String(agentPort),
+    QP_LOG_LEVEL: 'warn',
+    QP_LOG_SAMPLE_RATE: '0',
+    QP_DRAIN_DELAY_MS: '0',
+  },
+  pin,
+  ['--cpu-prof', '--cpu-prof-dir', agentDir],
+);
+const service = spawnServer(
+  [
+    SERVICE,
+    '--serve',
+    values.kind,
+    '--port',
+    String(port),
+    '--redis',
+    redis.url,
+    '--agent',
+    `http://127.0.0.1:${agentPort}`,
+  ],
+  {},
+  pin,
+  ['--cpu-prof', '--cpu-prof-dir', serviceDir],
+);
+try {
+  await Promise.all([agentPort, port].map((p) => waitForPort('127.0.0.1', p, 30_000)));
+  const tenants = tenantSequence(values.tenants === 'uniform' ? 'uniform' : 'zipf');
+  let i = 0;
+  const run = (duration: number, prefix: string) =>
+    autocannon({
+      url: `http://127.0.0.1:${port}`,
+      connections: 64,
+      duration,
+      requests: [
+        {
+          method: 'GET',
+          path: '/work',
+          setupRequest: (req) => ({
+            ...req,
+            headers: { 'x-tenant-id': `${prefix}${tenants[i++ % tenants.length]!}` },
+          }),
+        },
+      ],
+    });
+  await run(2, 'warm-');
+  const pids = [service.pid!, agent.pid!, rPid];
+  const before = pids.map(cpuMs);
+  const started = Date.now();
+  const r = await run(seconds, 'm-');
+  const after = pids.map(cpuMs);
+  const per = after.map((a, k) => (((a! - before[k]!) * 1000) / r.requests.total).toFixed(1));
+  console.log(
+    `${Math.round(r.requests.average)} requests/s, p99 ${r.latency.p99} ms, 2xx ${r['2xx']}, non2xx ${r.non2xx}; ` +
+      `CPU µs per request: service ${per[0]} + agent ${per[1]} + Redis ${per[2]}`,
+  );
+  const elapsed = Date.now() - started;
+  await Promise.all([stopServer(service), stopServer(agent)]);
+  for (const [name, d] of [
+    ['service', serviceDir],
+    ['agent', agentDir],
+  ] as const) {
+    const file = readdirSync(d).find((f) => f.endsWith('.cpuprofile'));
+    if (file === undefined) continue;
+    const profile = JSON.parse(readFileSync(join(d, file), 'utf8')) as Parameters<typeof summarize>[0];
+    const s = summarize(profile, profile.endTime - elapsed * 1000 - 1_000_000, profile.endTime);
+    console.log(`\n== ${name}: ${Math.round(s.busyMs)} ms busy`);
+    for (const [k, share] of s.packages.slice(0, 12))
+      console.log(`${(share * 100).toFixed(1).padStart(5)}%  ${k}`);
+    console.log('-- self');
+    for (const [k, share] of s.self.slice(0, top))
+      console.log(`${(share * 100).toFixed(1).padStart(5)}%  ${k}`);
+  }
+} finally {
+  if (pin) pinPid(process.pid, '0-1');
+  await Promise.all([stopServer(service), stopServer(agent)]);
+  rmSync(dir, { recursive: true, force: true });
+}
