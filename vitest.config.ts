@@ -9,6 +9,7 @@ import { defineConfig } from 'vitest/config';
 // whose two cores it does not share with other files (it failed beside two others and passed alone, 46 s).
 const WALL_CLOCK = [
   'test/integration/sim-replay.test.ts',
+  'test/integration/sim-replay-geo.test.ts',
   'test/integration/geo-acceptance.test.ts',
   'test/integration/coordinator-failover.test.ts',
 ];

@@ -3,6 +3,7 @@
  * (the CLI prints it and exits 2), never a half-run.
  */
 import { parseArgs } from 'node:util';
+import { DEFAULT_ROUND_TRIPS } from '../core/distance.js';
 import { SimConfigError } from './errors.js';
 import { DEFAULT_COMPRESSION, MAX_COMPRESSION, REPLAY_MODES } from './replay/replay-plan.js';
 import { findScenario, scenarios } from './scenarios/catalogue.js';
@@ -43,7 +44,14 @@ export interface CliOptions extends SimulateOptions {
   /** Notes for stderr (a swept setting no selected strategy reads, …). */
   warnings: string[];
   /** `--real-stack` / `--attach`: replay on the stack beside the prediction (simulations/replay/). */
-  realStack?: { compression: number; attach: string | undefined } | undefined;
+  realStack?:
+    | {
+        compression: number;
+        attach: string | undefined;
+        /** `--geo`: the stack's geo topology, regions this round-trip matrix apart (wall ms, `us-eu=70,…`). */
+        geo?: { roundTrips: string } | undefined;
+      }
+    | undefined;
 }
 
 export type ParsedCli = { help: true } | ({ help: false } & CliOptions);
@@ -54,7 +62,7 @@ export function usage(): string {
   return [
     'usage: npm run simulate -- --scenario NAME[,NAME…|all] [--strategies a,b,…] [--regions N] [--seed S]',
     '                           [--out DIR] [--duration S] [--set NAME=VALUE]… [--sweep NAME=v1,v2,…] [--quiet]',
-    '       npm run simulate -- --scenario NAME --real-stack [--compress K] [--attach STATE_FILE] [--strategies …] …',
+    '       npm run simulate -- --scenario NAME --real-stack [--compress K] [--attach STATE_FILE] [--geo] [--strategies …] …',
     '',
     'Runs each scenario under each strategy on the same arrivals, compares every decision with the ideal oracle,',
     'prints a table and writes DIR/results.json, DIR/admitted.svg, DIR/shares.svg (DIR/tradeoff.svg for a sweep)',
@@ -76,6 +84,9 @@ export function usage(): string {
     `  --compress K           real stack: K scenario seconds per wall second, integer 1-${MAX_COMPRESSION} (default ${DEFAULT_COMPRESSION})`,
     '  --attach FILE          real stack: use the running stack whose launcher wrote FILE (QP_STACK_STATE_FILE);',
     '                         its admin token in QP_ADMIN_TOKEN; implies --real-stack',
+    '  --geo                  real stack: the geo topology (npm start -- --geo), regions a WAN apart; the',
+    '                         prediction gets the same round trips (times K) on its links',
+    `  --round-trips M        with --geo: the round trips, wall ms (default ${DEFAULT_ROUND_TRIPS})`,
     '  --help                 this text',
     '',
     'scenarios:',
@@ -134,6 +145,8 @@ export function parseCli(argv: readonly string[]): ParsedCli {
         'real-stack': { type: 'boolean' },
         compress: { type: 'string' },
         attach: { type: 'string' },
+        geo: { type: 'boolean' },
+        'round-trips': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -161,6 +174,9 @@ export function parseCli(argv: readonly string[]): ParsedCli {
     throw new SimConfigError('--compress applies to --real-stack only');
   if (values.attach !== undefined && values.attach.trim() === '')
     throw new SimConfigError('--attach needs the path of a stack state file');
+  if (!real && values.geo === true) throw new SimConfigError('--geo applies to --real-stack only');
+  if (values.geo !== true && values['round-trips'] !== undefined)
+    throw new SimConfigError('--round-trips applies to --geo only');
   const realStack = real
     ? {
         compression: integer(
@@ -170,6 +186,7 @@ export function parseCli(argv: readonly string[]): ParsedCli {
           MAX_COMPRESSION,
         ),
         attach: values.attach,
+        geo: values.geo === true ? { roundTrips: values['round-trips'] ?? DEFAULT_ROUND_TRIPS } : undefined,
       }
     : undefined;
 

@@ -39,6 +39,7 @@ async function replay(options: CliOptions, realStack: NonNullable<CliOptions['re
         ...options,
         compression: realStack.compression,
         attach: realStack.attach,
+        geo: realStack.geo,
         root: fileURLToPath(new URL('..', import.meta.url)),
         env: process.env,
       },
@@ -54,7 +55,7 @@ async function replay(options: CliOptions, realStack: NonNullable<CliOptions['re
     progress.end();
     const o = outcome.plan;
     process.stdout.write(
-      `\n${o.scenario.name} (seed ${o.seed}, ${o.regions.length} regions, real stack at ${o.compression}×)\n${outcome.table}\n`,
+      `\n${o.scenario.name} (seed ${o.seed}, ${o.regions.length} regions, real stack at ${o.compression}×${o.roundTrips === undefined ? '' : `, geo ${o.roundTrips} ms`})\n${outcome.table}\n`,
     );
     process.stderr.write(`wrote ${outcome.written.join(', ')}\n`);
     return 0;

@@ -7,10 +7,12 @@
  *   entry has stayed at one revision for `leaseMs` on the candidate's own monotonic clock (`performance.now()`,
  *   never a wall clock: no skew between machines counts), measured from when the candidate first saw that
  *   revision, which is after the holder sent the renewal that made it.
- * - The holder renews every `leaseMs / 3` and is leader only while its last renewal was **sent** less than
+ * - The holder renews every `leaseMs / 3` (after a failed renewal sooner: 250 ms, doubling up to that third)
+ *   and is leader only while its last renewal was **sent** less than
  *   `leaseMs` ago (monotonic again). So a holder cut off from the KV stops acting before any candidate can take
  *   over: the candidate's wait starts after the holder's last renewal was sent, and is as long.
- * - A renewal refused because the revision moved means another coordinator took the lease: this one lost at once.
+ * - A renewal refused because the revision moved means another coordinator took the lease: this one lost at once,
+ *   unless the entry still names this holder and epoch (a renewal of its own that timed out but landed).
  * - A graceful stop releases the lease (same epoch, no holder), so a standby or a restart takes it without waiting.
  *
  * Takeover time after the leader's region is cut off: the longer of leaseMs (after its last renewal) and what
@@ -207,13 +209,20 @@ export class LeaderLease {
     return epoch;
   }
 
-  #scheduleRenewal(): void {
+  /**
+   * The next renewal: a third of a lease after a success; after a failure sooner, by a backoff from
+   * RENEW_RETRY_MS doubling up to that third, so a JetStream that answers again (a stream leader elected after a
+   * heal: 503 "no responders" or timeouts for a few seconds) is tried several times before the lease runs out.
+   */
+  #scheduleRenewal(failures = 0): void {
     if (this.#stopped || this.#lost !== undefined) return;
-    this.#timer = setTimeout(() => void this.#renew(), Math.max(10, Math.floor(this.#options.leaseMs / 3)));
+    const third = Math.max(10, Math.floor(this.#options.leaseMs / 3));
+    const delay = failures === 0 ? third : Math.min(third, RENEW_RETRY_MS * 2 ** (failures - 1));
+    this.#timer = setTimeout(() => void this.#renew(failures), delay);
     this.#timer.unref();
   }
 
-  async #renew(): Promise<void> {
+  async #renew(failures: number): Promise<void> {
     if (this.#stopped || this.#lost !== undefined) return;
     const kv = this.#kv!;
     const sentAt = this.#now();
@@ -225,22 +234,52 @@ export class LeaderLease {
       Math.max(0, this.#renewedSentAt + this.#options.leaseMs - sentAt),
     );
     expiry.unref();
+    let next = 0;
     try {
       this.#revision = await kv.update(LEADER_KEY, this.#value(this.#epoch), this.#revision);
       if (this.#lost === undefined) this.#renewedSentAt = sentAt;
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       if (/wrong last sequence/i.test(message)) {
-        this.#options.log.warn({ epoch: this.#epoch }, 'leader lease taken by another coordinator');
-        this.#lose('superseded');
-        return;
-      }
-      this.#options.log.warn({ err: error }, 'leader lease: renewal failed');
+        // The revision moved. A renewal of ours that timed out on the way back may have landed all the same (a
+        // stream electing its leader answers late): then the entry still names this holder and epoch, and the
+        // renewal goes on from its revision. Anything else is another coordinator's write.
+        const own = await this.#ownEntry(kv);
+        if (own === undefined) {
+          this.#options.log.warn({ epoch: this.#epoch }, 'leader lease taken by another coordinator');
+          this.#lose('superseded');
+          return;
+        }
+        this.#revision = own;
+        this.#options.log.info(
+          { epoch: this.#epoch, revision: own },
+          'leader lease: an earlier renewal landed late; renewing from its revision',
+        );
+      } else this.#options.log.warn({ err: error }, 'leader lease: renewal failed; retrying');
       if (!this.isLeader()) this.#lose('expired');
+      next = failures + 1;
     } finally {
       clearTimeout(expiry);
     }
-    this.#scheduleRenewal();
+    this.#scheduleRenewal(next);
+  }
+
+  /**
+   * The lease entry's revision when it still names this holder at this epoch; undefined when it names anyone or
+   * anything else. An entry that cannot be read counts as ours for now: the renewal is retried, and a lease
+   * that is not renewed in time expires all the same.
+   */
+  async #ownEntry(kv: KV): Promise<number | undefined> {
+    try {
+      const entry = await kv.get(LEADER_KEY);
+      if (entry === null || entry.operation !== 'PUT') return undefined;
+      const value = LeaderRecord.safeParse(entryJson(entry));
+      return value.success && value.data.holder === this.holder && value.data.epoch === this.#epoch
+        ? entry.revision
+        : undefined;
+    } catch {
+      return this.#revision;
+    }
   }
 
   #lose(reason: LostReason): void {
@@ -267,6 +306,9 @@ export class LeaderLease {
     });
   }
 }
+
+/** First retry of a failed renewal, ms; each further one waits twice as long, up to a third of the lease. */
+export const RENEW_RETRY_MS = 250;
 
 /** How often a standby looks at the lease: a quarter lease, at most a second. */
 export function pollMs(leaseMs: number): number {

@@ -15,6 +15,15 @@ import { PolicySpec, type PolicyMode, type PolicySpecInput } from '../../core/po
 import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { defaultRebalanceSettings, RebalanceSettings } from '../../core/rebalance/settings.js';
 import { settingRange } from '../../core/setting-range.js';
+import {
+  farthestRoundTrip,
+  formatRoundTrips,
+  linkAllowanceMs,
+  missingPairs,
+  parseRoundTrips,
+  roundTripOf,
+  type RoundTrips,
+} from '../../core/distance.js';
 import { STACK_REGIONS } from '../../scripts/stack/config.js';
 import { regionsOf, simPolicy, validateRun, type RunSpec } from '../engine/run.js';
 import { SimConfigError } from '../errors.js';
@@ -87,7 +96,31 @@ export const REPLAY_STACK_VARS: readonly string[] = [
   ...TIMERS.map((t) => t.env),
   'QP_COORDINATOR_MAX_OVERRIDES',
   'QP_COORDINATOR_OVERRIDE_TTL_MS',
+  // The topology decides the links the prediction models: loopback, or --geo's matrix.
+  'QP_STACK_TOPOLOGY',
+  'QP_STACK_ROUND_TRIPS',
+  'QP_STACK_LINK_JITTER',
+  'QP_AGENT_ROUND_TRIPS',
 ];
+
+/** Settings `--geo` fixes from its round-trip matrix. */
+const LINK_SETTINGS: readonly SettingName[] = ['linkDelayMs', 'linkJitterMs', 'linkLoss', 'links'];
+
+/**
+ * The simulator's links for the geo topology's matrix at compression K: each pair one way at half its round trip
+ * times K, no loss, and no added jitter (the stack's links jitter ±10 % around the same delay, so the mean is
+ * the same). `us-eu=350/0/0,…` at K = 10 for the default matrix.
+ */
+export function geoLinks(roundTrips: RoundTrips, regions: readonly string[], compression: number): string {
+  const out: string[] = [];
+  regions.forEach((a, i) => {
+    for (const b of regions.slice(i + 1)) {
+      const rtt = roundTripOf(roundTrips, a, b)!;
+      out.push(`${a}-${b}=${(rtt / 2) * compression}/0/0`);
+    }
+  });
+  return out.join(',');
+}
 
 /** Settings the stack cannot take: loopback has no link delay, and one agent runs per region. */
 const FIXED_BY_STACK: readonly { setting: SettingName; value: number | string; why: string }[] = [
@@ -111,6 +144,8 @@ const FIXED_BY_STACK: readonly { setting: SettingName; value: number | string; w
 export interface ReplayOptions extends SimulateOptions {
   /** K: scenario seconds per wall second. */
   compression: number;
+  /** `--geo`: the stack's geo topology, regions `roundTrips` apart (wall ms, `us-eu=70,…`). */
+  geo?: { roundTrips: string } | undefined;
 }
 
 /** Timers of the stack, wall milliseconds. */
@@ -145,6 +180,8 @@ export interface ReplayPlan {
   targets: ReplayTarget[];
   /** The simulator's runs: ideal, then each replayed strategy, on `settings`. */
   predictions: RunSpec[];
+  /** `--geo`: the stack's round trips, wall ms (`us-eu=70,…`); undefined on loopback. */
+  roundTrips: string | undefined;
 }
 
 const issues = (error: ZodError) =>
@@ -181,8 +218,24 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
     );
   }
 
+  let roundTrips: RoundTrips | undefined;
+  if (o.geo !== undefined) {
+    const parsed = parseRoundTrips(o.geo.roundTrips, STACK_REGIONS);
+    if (!parsed.ok) problems.push(...parsed.problems.map((p) => `--round-trips: ${p}`));
+    else {
+      const missing = missingPairs(parsed.roundTrips, STACK_REGIONS);
+      if (missing.length > 0) problems.push(`--round-trips: no round trip for ${missing.join(', ')}`);
+      else roundTrips = parsed.roundTrips;
+    }
+    for (const setting of LINK_SETTINGS)
+      if (setting in o.overrides)
+        problems.push(
+          `--set ${setting}: with --geo the links are the round-trip matrix's (--round-trips), times --compress`,
+        );
+  }
   for (const fixed of FIXED_BY_STACK) {
     if (!(fixed.setting in o.overrides)) continue;
+    if (o.geo !== undefined && LINK_SETTINGS.includes(fixed.setting)) continue;
     const given = o.overrides[fixed.setting]!;
     const same = typeof fixed.value === 'number' ? Number(given) === fixed.value : given === fixed.value;
     if (!same)
@@ -235,6 +288,15 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
   stackEnv['QP_COORDINATOR_OVERRIDE_TTL_MS'] = String(overrideTtlMs);
   stackEnv['QP_COORDINATOR_MAX_OVERRIDES'] = String(user.maxOverrides);
 
+  if (roundTrips !== undefined) {
+    // The agents' decisions wait the deadline plus the farthest link's allowance (regional-agent/start.ts: a
+    // refusal's borrow and a top-up alike; strict forwarding by its home's round trip): the prediction's deadline
+    // is that, in scenario time. The farthest round trip of any region, as the simulator has one deadline.
+    const farthest = Math.max(...STACK_REGIONS.map((r) => farthestRoundTrip(roundTrips, r)));
+    effective['forwardTimeoutMs'] = (wallOf['forwardTimeoutMs']! + linkAllowanceMs(farthest)) * K;
+    stackEnv['QP_STACK_TOPOLOGY'] = 'geo';
+    stackEnv['QP_STACK_ROUND_TRIPS'] = formatRoundTrips(roundTrips, STACK_REGIONS);
+  }
   let settings: Settings;
   try {
     settings = resolveSettings(user, effective, {
@@ -242,7 +304,7 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
       linkDelayMs: 0,
       linkJitterMs: 0,
       linkLoss: 0,
-      links: '',
+      links: roundTrips === undefined ? '' : geoLinks(roundTrips, STACK_REGIONS, K),
     });
   } catch (error) {
     if (error instanceof ZodError) throw new SimConfigError(`settings at --compress ${K}: ${issues(error)}`);
@@ -271,7 +333,18 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
     overrideTtlMs,
     decisionDeadlineMs: wallOf['forwardTimeoutMs']!,
   };
-  return { scenario, seed: o.seed, compression: K, regions, settings, wall, stackEnv, targets, predictions };
+  return {
+    scenario,
+    seed: o.seed,
+    compression: K,
+    regions,
+    settings,
+    wall,
+    stackEnv,
+    targets,
+    predictions,
+    roundTrips: roundTrips === undefined ? undefined : formatRoundTrips(roundTrips, STACK_REGIONS),
+  };
 }
 
 /**

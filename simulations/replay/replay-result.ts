@@ -52,6 +52,8 @@ export const ReplayDetails = z.strictObject({
   shareSamples: z.number().int().min(0),
   /** Protocol timers the stack ran with, wall ms. */
   wallTiming: ownRecord(z.string(), z.number()),
+  /** `--geo`: the round trips between the stack's regions, wall ms (`us-eu=70,…`); absent on loopback. */
+  roundTrips: z.string().optional(),
 });
 export type ReplayDetails = z.infer<typeof ReplayDetails>;
 
@@ -88,6 +90,8 @@ export interface RealRowContext {
   compression: number;
   stack: 'started' | 'attached';
   wallTiming: Record<string, number>;
+  /** `--geo`: the stack's round trips, wall ms. */
+  roundTrips?: string | undefined;
 }
 
 /**
@@ -166,6 +170,7 @@ export function realRow(context: RealRowContext, recording: Recording): ReplayRo
       controlMessages: control === undefined ? null : { ...control },
       shareSamples: recording.shares.length,
       wallTiming: context.wallTiming,
+      ...(context.roundTrips === undefined ? {} : { roundTrips: context.roundTrips }),
     },
   };
   return { result, series: run.series };

@@ -52,6 +52,9 @@ export interface ReplayOutcome {
   written: string[];
 }
 
+/** Requests in flight per agent on the geo topology (more wait for a socket). */
+const GEO_SOCKETS_PER_AGENT = 1024;
+
 /** How long every agent may take to hold a new policy, wall ms. */
 const READY_FOR_POLICY_MS = 20_000;
 
@@ -84,7 +87,10 @@ function describePlan(plan: ReplayPlan, requests: number, wallSeconds: number, m
     `into ${wallSeconds.toFixed(1)} s per strategy (${meanRate.toFixed(0)} requests/s); ` +
     `policy C=${s.capacity}, R=${s.refillPerSecond}/s (on the stack ${s.refillPerSecond * plan.compression}/s); ` +
     `round ${plan.wall.roundMs} ms, reports ${plan.wall.reportIntervalMs} ms, lease ${plan.wall.leaseMs} ms, ` +
-    `grace ${plan.wall.graceMs} ms, skew ${plan.wall.skewMs} ms, decision deadline ${plan.wall.decisionDeadlineMs} ms of wall time`
+    `grace ${plan.wall.graceMs} ms, skew ${plan.wall.skewMs} ms, decision deadline ${plan.wall.decisionDeadlineMs} ms of wall time` +
+    (plan.roundTrips === undefined
+      ? ''
+      : `; geo topology, round trips ${plan.roundTrips} ms of wall time (the prediction's links: ${s.links}, scenario ms one way)`)
   );
 }
 
@@ -105,7 +111,9 @@ export async function runReplay(o: ReplayRunOptions, sinks: ReplaySinks): Promis
   } else {
     const logFile = join(outDir, 'stack.log');
     rmSync(logFile, { force: true });
-    sinks.say(`starting the stack (npm start on free loopback ports; its output in ${logFile})`);
+    sinks.say(
+      `starting the stack (npm start${plan.roundTrips === undefined ? '' : ' -- --geo'} on free loopback ports; its output in ${logFile})`,
+    );
     session = await startStack({
       root: o.root,
       env: o.env,
@@ -120,7 +128,13 @@ export async function runReplay(o: ReplayRunOptions, sinks: ReplaySinks): Promis
   }
 
   const client = new StackClient(session.endpoints);
-  const decisions = new DecisionClient(session.endpoints.agents);
+  // On the geo topology a decision may wait a loan across a link (the deadline and the farthest link's allowance,
+  // over half a second of wall time): at a few hundred requests a second to one region, 64 sockets would queue
+  // requests in the client, a delay the prediction does not have.
+  const decisions = new DecisionClient(
+    session.endpoints.agents,
+    plan.roundTrips === undefined ? 64 : GEO_SOCKETS_PER_AGENT,
+  );
   const rows: ReplayRow[] = [predicted[0]!];
   try {
     if (session.kind === 'attached') await checkAttachedTiming(client, plan);
@@ -165,6 +179,7 @@ export async function runReplay(o: ReplayRunOptions, sinks: ReplaySinks): Promis
             compression: plan.compression,
             stack: session.kind,
             wallTiming: { ...plan.wall },
+            roundTrips: plan.roundTrips,
           },
           recording,
         ),

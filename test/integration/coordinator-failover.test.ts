@@ -44,14 +44,24 @@ const SERVING_MS = 30_000;
 /** Agents' lease settings that fit round trips of 220 ms (heartbeat replies must come back within an interval). */
 const LEASE = { leaseMs: 3000, graceMs: 8000, skewMs: 250, reportIntervalMs: 500 };
 
-// Opt-in (QP_TEST_FAILOVER=1): on CI's two shared cores the nats-server 2.9 JetStream re-elections after the heal
-// made it fail 2 of its last 4 CI runs (the standby deposed by a renewal that timed out while streams elected, or
-// the guard's write-back later than 30 s), though it passes alone on a quiet machine in 31-46 s. The leader lease,
-// epochs and refusals it covers are also held by test/integration/leader-epochs.test.ts and unit tests; making
-// this whole-region failover reliable on CI is open work (issue 26).
-describe.skipIf(process.env['QP_TEST_FAILOVER'] !== '1')(
+/**
+ * After the heal, a leader again within this (a stated bound, not a timing): JetStream's stream leaders elect again
+ * when the cut server returns (nats-server 2.9's raft has no pre-vote: the returning server's higher term makes
+ * the leaders of the regions left step down), measured 3-15 s and more on two cores under load. A lease renewal
+ * that cannot land for a whole lease deposes the leader (it stops acting, as it must: it cannot tell this from
+ * being cut off), its supervisor starts it again as a standby, and the standby leads a lease after JetStream
+ * answers: re-elections (up to 30 s), lease (10 s), one poll (1 s), opening the state; 60 s in all.
+ */
+const LEADER_AGAIN_MS = 60_000;
+
+// It ran opt-in for a while (it failed 2 of 4 CI runs): the standby that led was deposed after the heal, when its
+// lease renewals met JetStream's re-elections ("no responders") for longer than the lease, and the test took
+// that leader for the only one. A deposed coordinator's supervisor starts it again as a standby (coordinator/
+// main.ts exits with status 1 for that); the test does the same, and asserts what the product promises after the
+// heal: a leader within LEADER_AGAIN_MS, of a higher epoch, followed by every agent. QP_TEST_FAILOVER=0 skips it.
+describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
   'coordinator failover across regions',
-  { timeout: 150_000 },
+  { timeout: 180_000 },
   () => {
     it('a standby in another region leads within the lease when the leader’s region is cut off; Σ ≤ 1; zombie writes refused', async () => {
       await using geo = await startGeoTopology({ redis: false });
@@ -88,18 +98,33 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] !== '1')(
         if (first === undefined) throw new Error('unreachable');
         coordinators.push(first);
         expect(first.leader?.epoch).toBe(1);
-        // The standby waits for the lease before it opens anything or listens.
+        // The standby waits for the lease before it opens anything or listens. Supervised as main.ts is: one that
+        // loses the lease stops, and a new standby starts in its region (eu-2, eu-3, …).
         let standby: RunningCoordinator | undefined;
         let standbyFailed: unknown;
-        const standbyStarted = startCoordinator(config('eu', 'eu-1'), {
-          engine: engine(),
-          signal: abort.signal,
-        }).then((c) => {
-          standby = c;
-          coordinators.push(c);
-          return c;
-        });
+        let generation = 0;
+        const superviseEu = (): Promise<RunningCoordinator> => {
+          generation++;
+          const started = startCoordinator(config('eu', `eu-${generation}`), {
+            engine: engine(),
+            signal: abort.signal,
+            onLeadershipLost: () => {
+              if (abort.signal.aborted) return;
+              void started.then((c) => c.stop()).catch(() => undefined);
+              void superviseEu().catch(() => undefined);
+            },
+          });
+          started.then(
+            (c) => coordinators.push(c),
+            () => undefined,
+          );
+          return started;
+        };
+        const standbyStarted = superviseEu().then((c) => (standby = c));
         standbyStarted.catch((error: unknown) => (standbyFailed = error));
+        /** The supervised coordinator that leads now, if one does. */
+        const leading = (): RunningCoordinator | undefined =>
+          coordinators.find((c) => c !== first && c.leader?.isLeader() === true);
 
         const put = await fetch(`${first.url}/v1/policies/p`, {
           method: 'PUT',
@@ -189,11 +214,19 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] !== '1')(
         );
 
         await geo.heal('us');
+        const healedAt = performance.now();
+        // JetStream elects again after the heal; the leader may be deposed meanwhile and a new standby lead.
+        let epoch = 0;
         await eventually(
-          () => holders.every((h) => h.leaderEpoch === 2 && h.lease.mode() === 'valid'),
-          20_000,
-          'us renews with the new leader once its region is back',
+          () => {
+            epoch = leading()?.leader?.epoch ?? 0;
+            return epoch >= 2 && holders.every((h) => h.leaderEpoch === epoch && h.lease.mode() === 'valid');
+          },
+          LEADER_AGAIN_MS,
+          'a leader after the heal, of epoch 2 or above, whom every agent (us included) renews with',
+          50,
         );
+        const againMs = performance.now() - healedAt;
 
         // A record of the old epoch (what a zombie's write would carry) is refused by every agent and undone.
         const kv = await new Kvm(jetstream(connections[1]!)).open(kvNames(namespace).allocations);
@@ -205,11 +238,11 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] !== '1')(
             current = entry === null ? undefined : AllocationRecord.parse(entry.json());
             return current !== undefined;
           },
-          15_000,
+          LEADER_AGAIN_MS,
           'the allocation record can be read after the heal',
         );
         const record = current!;
-        expect(record.leaderEpoch).toBe(2);
+        expect(record.leaderEpoch).toBeGreaterThanOrEqual(2);
         const shares = Object.fromEntries(geo.regions.map((r) => [r, r === 'us' ? 1 : 0]));
         const before = holders.map((h) => h.lease.shareFor('p', '')?.share);
         // JetStream may still be settling after the heal: write until it takes the record.
@@ -229,7 +262,7 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] !== '1')(
                 () => true,
                 () => false,
               ),
-          15_000,
+          LEADER_AGAIN_MS,
           'the old epoch’s record is written',
         );
         await eventually(
@@ -249,19 +282,27 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] !== '1')(
         await eventually(
           async () => {
             const entry = await kv.get(policyKey('p')).catch(() => null);
-            return entry !== null && AllocationRecord.parse(entry.json()).leaderEpoch === 2;
+            const own = leading()?.leader?.epoch;
+            return (
+              entry !== null && own !== undefined && AllocationRecord.parse(entry.json()).leaderEpoch === own
+            );
           },
           // Liveness, after the safety checks above: the guard's compare-and-set waits for JetStream to settle after
           // the heal (its stream leaders elected again), 5-30 s measured, once beyond 30 s in CI.
-          60_000,
+          LEADER_AGAIN_MS,
           'the leader’s guard writes its own record back',
+          50,
         );
 
-        expect(second.leader?.isLeader()).toBe(true);
+        expect(leading()).toBeDefined();
+        expect(leading()!.leader!.epoch).toBeGreaterThanOrEqual(2);
+        // Never two leaders: the deposed first coordinator stays deposed, and of the supervised ones one leads.
+        expect(first.leader?.isLeader()).toBe(false);
+        expect(coordinators.filter((c) => c.leader?.isLeader() === true)).toHaveLength(1);
         checker.assertHeld();
         expect(checker.events).toBeGreaterThan(0);
         console.log(
-          `standby led ${Math.round(tookMs)} ms and served ${Math.round(servingMs)} ms after the cut; max Σ ${checker.maxSum.get('p')}`,
+          `standby led ${Math.round(tookMs)} ms and served ${Math.round(servingMs)} ms after the cut; after the heal a leader (epoch ${epoch}, ${generation} eu standbys started) followed by every agent within ${Math.round(againMs)} ms; max Σ ${checker.maxSum.get('p')}`,
         );
       } finally {
         abort.abort();

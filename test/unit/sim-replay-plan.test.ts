@@ -33,7 +33,7 @@ const cli = (...argv: string[]): CliOptions => {
 const plan = (...argv: string[]): ReplayPlan => {
   const o = cli(...argv);
   if (o.realStack === undefined) throw new Error('not a --real-stack command line');
-  return planReplay({ ...o, compression: o.realStack.compression });
+  return planReplay({ ...o, compression: o.realStack.compression, geo: o.realStack.geo });
 };
 
 /** The SimConfigError message of a command line's plan (fails the test if it plans). */
@@ -75,8 +75,17 @@ describe('planReplay at --compress 10 with default settings', () => {
       QP_COORDINATOR_OVERRIDE_TTL_MS: '3000',
       QP_COORDINATOR_MAX_OVERRIDES: '0',
     });
-    // The caller may set none of them: the replay refuses to start a stack over them (conflictingEnv).
-    expect([...REPLAY_STACK_VARS].sort()).toEqual(Object.keys(p.stackEnv).sort());
+    // The caller may set none of them: the replay refuses to start a stack over them (conflictingEnv), nor the
+    // topology's variables, which decide the links the prediction models.
+    expect([...REPLAY_STACK_VARS].sort()).toEqual(
+      [
+        ...Object.keys(p.stackEnv),
+        'QP_STACK_TOPOLOGY',
+        'QP_STACK_ROUND_TRIPS',
+        'QP_STACK_LINK_JITTER',
+        'QP_AGENT_ROUND_TRIPS',
+      ].sort(),
+    );
   });
 
   it('predicts on the settings the stack enforces, in scenario time', () => {
@@ -410,6 +419,62 @@ describe('planReplay refusals', () => {
     ).toBe('warmupS (120) must be before the end of the run (durationS 60): nothing would be measured');
     expect(refusal('--scenario', 'uniform', '--real-stack', '--set', 'capacity=-1')).toMatch(
       /^invalid settings for uniform: capacity/,
+    );
+  });
+});
+
+describe('planReplay --geo', () => {
+  it('starts the geo topology and gives the prediction the same round trips, times K, on its links', () => {
+    const loopback = plan('--scenario', 'step-shift', '--real-stack');
+    const p = plan('--scenario', 'step-shift', '--real-stack', '--geo');
+    expect(p.roundTrips).toBe('us-eu=70,us-ap=150,eu-ap=220');
+    expect(loopback.roundTrips).toBeUndefined();
+    expect(p.stackEnv).toEqual({
+      ...loopback.stackEnv,
+      QP_STACK_TOPOLOGY: 'geo',
+      QP_STACK_ROUND_TRIPS: 'us-eu=70,us-ap=150,eu-ap=220',
+    });
+    for (const name of Object.keys(p.stackEnv)) expect(REPLAY_STACK_VARS).toContain(name);
+    // One way is half the round trip, times K = 10, in scenario ms; no loss; the links' ±10 % jitter has mean 0.
+    expect(p.settings.links).toBe('us-eu=350/0/0,us-ap=750/0/0,eu-ap=1100/0/0');
+    // The agents wait their 250 ms deadline plus the farthest link's allowance, 1.25 × 220 = 275 ms: 525 ms of
+    // wall time, 5250 of scenario time (loopback: 2500).
+    expect(p.wall.decisionDeadlineMs).toBe(250);
+    expect(p.settings.forwardTimeoutMs).toBe(5250);
+    expect(loopback.settings.forwardTimeoutMs).toBe(2500);
+    expect({ ...p.settings, links: '', forwardTimeoutMs: 2500 }).toEqual(loopback.settings);
+  });
+
+  it('takes --round-trips, scaled by --compress', () => {
+    const p = plan(
+      '--scenario',
+      'homed-tenants',
+      '--real-stack',
+      '--compress',
+      '5',
+      '--geo',
+      '--round-trips',
+      'eu-ap=100,us-eu=40,us-ap=60',
+    );
+    expect(p.roundTrips).toBe('us-eu=40,us-ap=60,eu-ap=100');
+    expect(p.settings.links).toBe('us-eu=100/0/0,us-ap=150/0/0,eu-ap=250/0/0');
+    // (250 ms + 1.25 × 100 ms) × 5: the agents' own deadline and the farthest link's allowance, in scenario ms.
+    expect(p.wall.decisionDeadlineMs).toBe(250);
+    expect(p.settings.forwardTimeoutMs).toBe((250 + 125) * 5);
+  });
+
+  it('refuses link settings, an incomplete matrix, and --geo or --round-trips out of place', () => {
+    expect(refusal('--scenario', 'step-shift', '--real-stack', '--geo', '--set', 'linkDelayMs=0')).toBe(
+      "--set linkDelayMs: with --geo the links are the round-trip matrix's (--round-trips), times --compress",
+    );
+    expect(
+      refusal('--scenario', 'step-shift', '--real-stack', '--geo', '--round-trips', 'us-eu=70,us-ap=150'),
+    ).toBe('--round-trips: no round trip for eu-ap');
+    expect(() => cli('--scenario', 'step-shift', '--geo')).toThrow(
+      new SimConfigError('--geo applies to --real-stack only'),
+    );
+    expect(() => cli('--scenario', 'step-shift', '--real-stack', '--round-trips', 'us-eu=1')).toThrow(
+      new SimConfigError('--round-trips applies to --geo only'),
     );
   });
 });
