@@ -23,47 +23,24 @@ TTL) only when something was added.
 ]]
 
 -- @include prelude
+-- @include args
+-- @include refill
 
-if argc ~= 7 then return fail('expected 7 arguments, got ' .. argc) end
-if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
-local amount, cap, rate, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local fb, fr, fc = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local bad = arity(7, 1)
+if bad then return bad end
+local amount = tonumber(ARGV[1])
 if not int(amount, 1) then return fail('amount must be an integer >= 1') end
-if not int(cap, 0) then return fail('capacity must be an integer >= 0') end
-if not (rate and rate >= 0 and rate < huge) then return fail('rate must be a finite number >= 0') end
-if not int(ttl, 1) then return fail('ttl must be an integer >= 1') end
-if not int(fb, 0) then return fail('floor-before must be an integer >= 0') end
-if not (fr and fr >= 0 and fr < huge) then return fail('floor rate must be a finite number >= 0') end
-if not int(fc, 0) then return fail('floor capacity must be an integer >= 0') end
+local b, refused = bucket_args(2)
+if not b then return refused end
 
 local key = KEYS[1]
 local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
-if not h[1] then return { 0, amount, cap } end
+if not h[1] then return { 0, amount, b.cap } end
 
-local now = clock()
-local tokens = tonumber(h[1])
-local ts = tonumber(h[3])
-local r = min(tonumber(h[4]), rate)
-local ceiling = min(tonumber(h[5]), cap)
-if ts < fb then
-  r = min(r, fr)
-  tokens = min(tokens, fc)
-end
-local gained = max(0, now - ts) * r + tonumber(h[2])
-local w = floor(gained)
-local carry = gained - w
-tokens = tokens + w
-if tokens >= ceiling then
-  tokens = ceiling; carry = 0
-end
-ts = max(ts, now)
-
-local room = max(0, ceiling - tokens)
-local credited = min(amount, room)
-local dropped = amount - credited
+local tokens, carry, ts, ceiling = refill(h, clock(), b.cap, b.rate, b.fb, b.fr, b.fc)
+local credited, dropped
+credited, dropped, tokens, carry = add_tokens(tokens, carry, ceiling, amount)
 if credited == 0 then return { 0, dropped, tokens } end
-tokens = tokens + credited
-if tokens >= ceiling then carry = 0 end
-call('HSET', key, 'tk', tokens, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
-call('PEXPIRE', key, ttl)
+call('HSET', key, 'tk', tokens, 'fr', carry, 'ts', ts, 'rt', b.rate, 'cp', b.cap)
+call('PEXPIRE', key, b.ttl)
 return { credited, dropped, tokens }

@@ -31,22 +31,12 @@ counter gets {start, used + cost} and expires a minute after its day ends. Denie
 ]]
 
 -- @include prelude
+-- @include args
+-- @include idempotency
 
-local n = tonumber(ARGV[1])
-if not (int(n, 1) and n <= 16) then return fail('counter count must be an integer in 1..16') end
-local flags = tonumber(ARGV[2])
-if not (flags == 0 or flags == 1 or flags == 2 or flags == 3) then return fail('flags must be 0..3') end
-local dry = flags % 2 == 1
-local has_record = flags >= 2
-local record_ttl = tonumber(ARGV[3])
-if not int(record_ttl, 0) then return fail('idempotency TTL must be an integer >= 0') end
-if has_record and record_ttl < 1 then return fail('idempotency TTL must be >= 1 with a record') end
-local deadline = tonumber(ARGV[4])
-if not int(deadline, 0) then return fail('deadline must be an integer >= 0') end
-if argc ~= 4 + 6 * n then return fail('expected ' .. (4 + 6 * n) .. ' arguments, got ' .. argc) end
-local nkeys = n
-if has_record then nkeys = n + 1 end
-if #KEYS ~= nkeys then return fail('expected ' .. nkeys .. ' keys, got ' .. #KEYS) end
+local batch, refused = batch_args('counter', 6)
+if not batch then return refused end
+local n, dry, has_record, record_ttl, deadline = batch.n, batch.dry, batch.has_record, batch.record_ttl, batch.deadline
 
 local limits, costs, bounds = {}, {}, {}
 for i = 1, n do
@@ -71,16 +61,10 @@ local fingerprint
 if has_record then
   local parts = {}
   for i = 1, n do parts[i] = KEYS[i] .. ' ' .. ARGV[4 + 6 * (i - 1) + 2] end
-  fingerprint = redis.sha1hex(table.concat(parts, '\n'))
-  local record = call('GET', KEYS[n + 1])
-  if record then
-    local bar = string.find(record, '|', 1, true)
-    if bar and string.sub(record, 1, bar - 1) == fingerprint then
-      local reply = {}
-      for field in string.gmatch(string.sub(record, bar + 1), '[^,]+') do reply[#reply + 1] = tonumber(field) end
-      reply[2] = 1
-      return reply
-    end
+  fingerprint = idem_fingerprint(parts)
+  local replay = idem_replay(call('GET', KEYS[n + 1]), fingerprint)
+  if replay then return replay end
+  if replay == false then
     local reply = { 0, 2 }
     for _ = 1, 5 * n do reply[#reply + 1] = 0 end
     return reply
@@ -126,10 +110,6 @@ for i = 1, n do
 end
 
 -- Only admissions are remembered: a refusal wrote nothing, so a retry is decided afresh.
-if has_record and write then
-  local parts = {}
-  for i = 1, #reply do parts[i] = fmt('%d', reply[i]) end
-  call('SET', KEYS[n + 1], fingerprint .. '|' .. table.concat(parts, ','), 'PX', record_ttl)
-end
+if has_record and write then idem_save(KEYS[n + 1], fingerprint, reply, 1, #reply, '%d', record_ttl) end
 
 return reply

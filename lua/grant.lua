@@ -28,57 +28,28 @@ Rules: a missing bucket is full (a return to it drops everything and it stays mi
 ]]
 
 -- @include prelude
+-- @include args
+-- @include refill
 
-if argc ~= 8 then return fail('expected 8 arguments, got ' .. argc) end
-if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
+local bad = arity(8, 1)
+if bad then return bad end
 local mode, amount = tonumber(ARGV[1]), tonumber(ARGV[2])
-local cap, rate, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local fb, fr, fc = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 if not (mode == 1 or mode == 2) then return fail('mode must be 1 (take) or 2 (return)') end
 if not int(amount, 1) then return fail('amount must be an integer >= 1') end
-if not int(cap, 0) then return fail('capacity must be an integer >= 0') end
-if not (rate and rate >= 0 and rate < huge) then return fail('rate must be a finite number >= 0') end
-if not int(ttl, 1) then return fail('ttl must be an integer >= 1') end
-if not int(fb, 0) then return fail('floor-before must be an integer >= 0') end
-if not (fr and fr >= 0 and fr < huge) then return fail('floor rate must be a finite number >= 0') end
-if not int(fc, 0) then return fail('floor capacity must be an integer >= 0') end
+local b, refused = bucket_args(3)
+if not b then return refused end
+local cap, rate, ttl = b.cap, b.rate, b.ttl
 
 local key = KEYS[1]
 local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
 if mode == 2 and not h[1] then return { 0, amount, cap } end
 
-local now = clock()
-local tokens, carry, ts, ceiling
-if not h[1] then
-  -- A missing bucket counts as written at time 0, before any floor (token_bucket.lua).
-  tokens = cap; carry = 0; ts = now; ceiling = cap
-  if fb > 0 and fc < tokens then tokens = fc end
-else
-  tokens = tonumber(h[1])
-  ts = tonumber(h[3])
-  local r = min(tonumber(h[4]), rate)
-  ceiling = min(tonumber(h[5]), cap)
-  if ts < fb then
-    r = min(r, fr)
-    tokens = min(tokens, fc)
-  end
-  local gained = max(0, now - ts) * r + tonumber(h[2])
-  local w = floor(gained)
-  carry = gained - w
-  tokens = tokens + w
-  if tokens >= ceiling then
-    tokens = ceiling; carry = 0
-  end
-  ts = max(ts, now)
-end
+local tokens, carry, ts, ceiling = refill(h, clock(), cap, rate, b.fb, b.fr, b.fc)
 
 if mode == 2 then
-  local room = max(0, ceiling - tokens)
-  local credited = min(amount, room)
-  local dropped = amount - credited
+  local credited, dropped
+  credited, dropped, tokens, carry = add_tokens(tokens, carry, ceiling, amount)
   if credited == 0 then return { 0, dropped, tokens } end
-  tokens = tokens + credited
-  if tokens >= ceiling then carry = 0 end
   call('HSET', key, 'tk', tokens, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
   call('PEXPIRE', key, ttl)
   return { credited, dropped, tokens }
@@ -92,15 +63,7 @@ local refill_ms
 if cap <= 0 then
   refill_ms = -1
 else
-  local target = min(amount, cap)
-  if remaining >= target then refill_ms = 0
-  elseif rate <= 0 then refill_ms = -1
-  else
-    local need = target - remaining - carry
-    local us = ceil(need / rate)
-    if us * rate + carry < target - remaining then us = us + 1 end
-    refill_ms = ceil(us / 1000)
-  end
+  refill_ms = ms(micros_until(remaining, carry, min(amount, cap), rate))
 end
 
 if granted > 0 then

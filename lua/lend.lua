@@ -29,50 +29,25 @@ Rules: a missing bucket is full; the bucket is written (with its TTL) only when 
 ]]
 
 -- @include prelude
+-- @include args
+-- @include refill
 
-if argc ~= 9 then return fail('expected 9 arguments, got ' .. argc) end
-if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
+local bad = arity(9, 1)
+if bad then return bad end
 local mode, amount, deadline = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local cap, rate, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local fb, fr, fc = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 if not (mode == 1 or mode == 2 or mode == 3) then return fail('mode must be 1 (fill), 2 (spend) or 3 (spare)') end
 if not int(amount, 1) then return fail('amount must be an integer >= 1') end
 if not int(deadline, 0) then return fail('deadline must be an integer >= 0') end
-if not int(cap, 0) then return fail('capacity must be an integer >= 0') end
-if not (rate and rate >= 0 and rate < huge) then return fail('rate must be a finite number >= 0') end
-if not int(ttl, 1) then return fail('ttl must be an integer >= 1') end
-if not int(fb, 0) then return fail('floor-before must be an integer >= 0') end
-if not (fr and fr >= 0 and fr < huge) then return fail('floor rate must be a finite number >= 0') end
-if not int(fc, 0) then return fail('floor capacity must be an integer >= 0') end
+local b, refused = bucket_args(4)
+if not b then return refused end
+local cap, rate = b.cap, b.rate
 
 local now = clock()
 if deadline > 0 and now > deadline then return { -1 } end
 
 local key = KEYS[1]
 local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
-local tokens, carry, ts
-if not h[1] then
-  -- A missing bucket counts as written at time 0, before any floor (token_bucket.lua).
-  tokens = cap; carry = 0; ts = now
-  if fb > 0 and fc < tokens then tokens = fc end
-else
-  tokens = tonumber(h[1])
-  ts = tonumber(h[3])
-  local r = min(tonumber(h[4]), rate)
-  local ceiling = min(tonumber(h[5]), cap)
-  if ts < fb then
-    r = min(r, fr)
-    tokens = min(tokens, fc)
-  end
-  local gained = max(0, now - ts) * r + tonumber(h[2])
-  local w = floor(gained)
-  carry = gained - w
-  tokens = tokens + w
-  if tokens >= ceiling then
-    tokens = ceiling; carry = 0
-  end
-  ts = max(ts, now)
-end
+local tokens, carry, ts = refill(h, now, cap, rate, b.fb, b.fr, b.fc)
 
 local granted
 if mode == 2 then
@@ -89,19 +64,11 @@ local refill_ms
 if cap <= 0 or (mode == 2 and amount > cap) then
   refill_ms = -1
 else
-  local target = min(amount, cap)
-  if remaining >= target then refill_ms = 0
-  elseif rate <= 0 then refill_ms = -1
-  else
-    local need = target - remaining - carry
-    local us = ceil(need / rate)
-    if us * rate + carry < target - remaining then us = us + 1 end
-    refill_ms = ceil(us / 1000)
-  end
+  refill_ms = ms(micros_until(remaining, carry, min(amount, cap), rate))
 end
 
 if granted > 0 then
   call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
-  call('PEXPIRE', key, ttl)
+  call('PEXPIRE', key, b.ttl)
 end
 return { granted, remaining, refill_ms }

@@ -33,11 +33,12 @@ Rules (CreationLogModel in core/subject-creation.ts is the model, operation for 
 ]]
 
 -- @include prelude
+-- @include args
 local ARGV = ARGV
 local KEYS = KEYS
 
-if argc ~= 6 then return fail('expected 6 arguments, got ' .. argc) end
-if #KEYS ~= 1 then return fail('expected 1 key, got ' .. #KEYS) end
+local bad = arity(6, 1)
+if bad then return bad end
 local limit, window, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not int(limit, 1) then return fail('limit must be an integer >= 1') end
 if not int(window, 1) then return fail('window must be an integer >= 1') end

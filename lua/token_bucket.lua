@@ -47,17 +47,16 @@ Errors: "QP_BADARG <what>" for any malformed argument; every argument of every r
 anything is read or written.
 
 Rules (the reference model in core/token-bucket.ts follows them operation for operation):
-  - refill = elapsed * min(stored rate, new rate) + carry, elapsed = max(0, now - ts): a rate change never mints,
-    a clock step backwards refills nothing, and ts never moves backwards.
-  - tokens are clamped to min(stored capacity, new capacity): a shrink clamps at once, and a grow only makes room
-    for refills after it is written, so neither mints.
-  - a missing (expired) bucket is full: never more than full, and never more than the floor capacity when a
-    floor travels (a missing bucket counts as written at time 0, before any floor); unless it must exist (flag 4), when the request is
+  - refill and clamp as lua/include/refill.lua states them (shared with lend.lua, credit.lua and grant.lua):
+    nothing is minted by a rate change, a capacity change, or a clock step backwards.
+  - a missing (expired) bucket is full: never more than full, nor than the floor capacity; unless it must exist (flag 4), when the request is
     answered 3 and nothing is written, so only the caller's creation step makes new buckets.
   - dry runs write nothing; other requests write every bucket (refilled, and charged when allowed) and its TTL.
 ]]
 
 -- @include prelude
+-- @include refill
+-- @include idempotency
 local ARGV = ARGV
 local KEYS = KEYS
 
@@ -142,20 +141,6 @@ end
 if a ~= argc then return fail('expected ' .. a .. ' arguments, got ' .. argc) end
 if k ~= #KEYS then return fail('expected ' .. k .. ' keys, got ' .. #KEYS) end
 
-local function micros_until(tokens, carry, target, rate)
-  if tokens >= target then return 0 end
-  if rate <= 0 then return -1 end
-  local need = target - tokens - carry
-  local us = ceil(need / rate)
-  if us * rate + carry < target - tokens then us = us + 1 end
-  return us
-end
-
-local function ms(us)
-  if us < 0 then return -1 end
-  return ceil(us / 1000)
-end
-
 local now = clock()
 if deadline > 0 and now > deadline then return { -1 } end
 local reply = {}
@@ -164,25 +149,20 @@ local s_tokens, s_carry, s_ts, s_fits, s_same, s_absent = {}, {}, {}, {}, {}, {}
 
 for r = 1, g do
   local first, last, dry, idem = q_first[r], q_first[r] + q_n[r] - 1, q_dry[r], q_idem[r]
-  local record, fingerprint
+  local replay, fingerprint
   if idem then
-    -- The record remembers which request it answers (its bucket keys and costs), so a key reused for another
-    -- request is a conflict rather than a wrong replay.
     local parts = {}
     for b = first, last do parts[#parts + 1] = KEYS[b_key[b]] .. ' ' .. b_cost_arg[b] end
-    fingerprint = redis.sha1hex(table.concat(parts, '\n'))
-    record = call('GET', KEYS[idem])
+    fingerprint = idem_fingerprint(parts)
+    replay = idem_replay(call('GET', KEYS[idem]), fingerprint)
   end
-  local bar = record and string.find(record, '|', 1, true)
-  if record and bar and string.sub(record, 1, bar - 1) == fingerprint then
+  if replay then
     -- A retry: replay the first decision, marked replayed, and charge nothing.
-    local start = out
-    for field in string.gmatch(string.sub(record, bar + 1), '[^,]+') do
+    for i = 1, #replay do
       out = out + 1
-      reply[out] = tonumber(field)
+      reply[out] = replay[i]
     end
-    reply[start + 2] = 1
-  elseif record then
+  elseif replay == false then
     reply[out + 1] = 0
     reply[out + 2] = 2
     out = out + 2
@@ -201,35 +181,10 @@ for r = 1, g do
       s_absent[b] = not h[1] and guard % (bit * 2) >= bit
       if s_absent[b] then missing = true end
       bit = bit * 2
-      local tokens, carry, ts
+      local tokens, carry, ts = refill(h, now, cap, b_rate[b], b_fb[b], b_fr[b], b_fc[b])
       -- same: the stored rate and capacity equal the new ones and there is no carry to clear, so a write
       -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
-      local same = false
-      if not h[1] then
-        -- A missing bucket counts as written at time 0, before any floor: it starts at most at the floor's
-        -- capacity, so a share that rose within the idle TTL mints nothing for buckets that did not exist.
-        tokens = cap; carry = 0; ts = now
-        if b_fb[b] > 0 and b_fc[b] < tokens then tokens = b_fc[b] end
-      else
-        tokens = tonumber(h[1])
-        ts = tonumber(h[3])
-        local stored_rate, stored_cap, stored_carry = tonumber(h[4]), tonumber(h[5]), tonumber(h[2])
-        same = stored_rate == b_rate[b] and stored_cap == cap and stored_carry == 0
-        local rate = min(stored_rate, b_rate[b])
-        local ceiling = min(stored_cap, cap)
-        if ts < b_fb[b] then
-          rate = min(rate, b_fr[b])
-          tokens = min(tokens, b_fc[b])
-        end
-        local gained = max(0, now - ts) * rate + stored_carry
-        local whole = floor(gained)
-        carry = gained - whole
-        tokens = tokens + whole
-        if tokens >= ceiling then
-          tokens = ceiling; carry = 0
-        end
-        ts = max(ts, now)
-      end
+      local same = h[1] and tonumber(h[4]) == b_rate[b] and tonumber(h[5]) == cap and tonumber(h[2]) == 0 or false
       local fits = tokens >= b_cost[b]
       if not fits then allowed = false end
       s_tokens[b] = tokens; s_carry[b] = carry; s_ts[b] = ts; s_fits[b] = fits; s_same[b] = same
@@ -277,9 +232,7 @@ for r = 1, g do
 
       -- Only admissions are remembered: a refusal charged nothing, so a retry is decided afresh.
       if idem and not dry and allowed then
-        local parts = {}
-        for i = start + 1, out do parts[#parts + 1] = string.format('%.17g', reply[i]) end
-        call('SET', KEYS[idem], fingerprint .. '|' .. table.concat(parts, ','), 'PX', q_ttl[r])
+        idem_save(KEYS[idem], fingerprint, reply, start + 1, out, '%.17g', q_ttl[r])
         -- The subject's index: expired entries dropped, this record added, those closest to expiry deleted past
         -- the most it may keep; the index lives as long as its last record.
         local index, now_ms = KEYS[idem + 1], floor(now / 1000)

@@ -53,7 +53,7 @@ export interface NatsSecurity {
   ): Required<Pick<ConnectionOptions, 'authenticator' | 'inboxPrefix'>> & Pick<ConnectionOptions, 'tls'>;
 }
 
-/** A local Redis Cluster of `masters` nodes, no replicas. */
+/** A local Redis Cluster: `masters` masters, each with its replicas (none unless asked); `nodes` lists them all. */
 export interface RedisCluster extends AsyncDisposable {
   readonly nodes: readonly RedisServer[];
   stop(): Promise<void>;
@@ -93,7 +93,12 @@ export interface ServerBackend {
   readonly name: string;
   startRedis(): Promise<RedisServer>;
   startNats(options?: NatsOptions): Promise<NatsServer>;
-  startRedisCluster(masters?: number): Promise<RedisCluster>;
+  /**
+   * A Redis Cluster of `masters` masters (default 3), each with `replicasPerMaster` replicas (default 0) that are
+   * in sync when it resolves; every node has a node timeout of 2 s, after which a replica of a silent master
+   * promotes itself.
+   */
+  startRedisCluster(masters?: number, replicasPerMaster?: number): Promise<RedisCluster>;
   /** A NATS server from a configuration of the caller's (a member of a cluster). */
   startNatsNode(spec: NatsNodeSpec): Promise<NatsServer>;
 }

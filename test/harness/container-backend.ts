@@ -29,6 +29,7 @@ import { natsSecurity } from './nats-security.js';
 import { freeClusterPort, freePort, waitForPort } from './ports.js';
 import { natsInfo, redisPing, until } from '../../scripts/stack/probes.js';
 import { formCluster } from '../../scripts/stack/redis-cluster.js';
+import { attachReplicas } from './redis-replication.js';
 
 const HOST = '127.0.0.1';
 /** Label on every container this backend starts. */
@@ -322,10 +323,10 @@ export const containerBackend: ServerBackend = {
     return server;
   },
 
-  async startRedisCluster(masters = 3) {
+  async startRedisCluster(masters = 3, replicasPerMaster = 0) {
     const nodes: ContainerRedis[] = [];
     try {
-      for (let i = 0; i < masters; i++) {
+      for (let i = 0; i < masters * (1 + replicasPerMaster); i++) {
         const node = new ContainerRedis([
           '--cluster-enabled',
           'yes',
@@ -338,7 +339,10 @@ export const containerBackend: ServerBackend = {
         nodes.push(node);
       }
       await Promise.all(nodes.map((n) => n.start()));
-      await formCluster(nodes.map((n) => ({ host: n.host, port: n.port })));
+      const endpoints = nodes.map((n) => ({ host: n.host, port: n.port }));
+      await formCluster(endpoints.slice(0, masters));
+      if (replicasPerMaster > 0)
+        await attachReplicas(endpoints.slice(0, masters), endpoints.slice(masters), 20_000);
       return new ContainerRedisCluster(nodes);
     } catch (error) {
       await Promise.all(nodes.map((n) => n[Symbol.asyncDispose]()));

@@ -18,6 +18,7 @@ import type {
 } from './backend.js';
 import { natsSecurity } from './nats-security.js';
 import { freeClusterPort, freePort, waitForPort } from './ports.js';
+import { waitReplicasInSync } from './redis-replication.js';
 
 const exec = promisify(execFile);
 const HOST = '127.0.0.1';
@@ -309,9 +310,9 @@ export const processBackend: ServerBackend = {
     return server;
   },
 
-  async startRedisCluster(masters = 3) {
+  async startRedisCluster(masters = 3, replicasPerMaster = 0) {
     const nodes: ProcessRedis[] = [];
-    for (let i = 0; i < masters; i++) {
+    for (let i = 0; i < masters * (1 + replicasPerMaster); i++) {
       const node = new ProcessRedis([
         '--cluster-enabled',
         'yes',
@@ -330,10 +331,12 @@ export const processBackend: ServerBackend = {
       'create',
       ...nodes.map((n) => `${n.host}:${n.port}`),
       '--cluster-replicas',
-      '0',
+      String(replicasPerMaster),
       '--cluster-yes',
     ]);
     await waitClusterOk(nodes);
+    // A replica promotes itself only once it has synced.
+    if (replicasPerMaster > 0) await waitReplicasInSync(nodes, masters * replicasPerMaster, 15_000);
     return new ProcessRedisCluster(nodes);
   },
 };

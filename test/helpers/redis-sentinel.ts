@@ -5,18 +5,17 @@
  * Always host processes, whatever the suite's backend: Sentinel hands clients the addresses servers announce,
  * and container addresses are not reachable from the host without announce settings this helper does not need.
  */
-import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { promisify } from 'node:util';
-import { ProcessRedis, ProcessServer, waitClusterOk } from '../harness/process-backend.js';
-import { freeClusterPort, freePort, waitForPort } from '../harness/ports.js';
+import type { RedisServer } from '../harness/backend.js';
+import { ProcessRedis, ProcessServer, processBackend } from '../harness/process-backend.js';
+import { freePort, waitForPort } from '../harness/ports.js';
+import { waitReplicasInSync } from '../harness/redis-replication.js';
 import { tcpProxy, type TcpProxy } from './tcp-proxy.js';
 import { eventually } from './wait.js';
 
 const HOST = '127.0.0.1';
-const exec = promisify(execFile);
 
 /** One sentinel: a config file it may rewrite (Sentinel insists), and `--sentinel`. */
 class ProcessSentinel extends ProcessServer {
@@ -71,24 +70,6 @@ export interface SentinelGroup extends AsyncDisposable {
   currentMasterPort(): Promise<number>;
 }
 
-/** Ask a server `INFO replication` and return its fields. */
-async function replication(port: number): Promise<Map<string, string>> {
-  const client = new Redis({ host: HOST, port, lazyConnect: true, maxRetriesPerRequest: 0 });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    const text = await client.info('replication');
-    return new Map(
-      text
-        .split(/\r?\n/)
-        .filter((l) => l.includes(':'))
-        .map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1)] as [string, string]),
-    );
-  } finally {
-    client.disconnect();
-  }
-}
-
 /** Start a master, its replicas (linked and in sync) and three sentinels that know all of them and each other. */
 export async function startSentinelGroup(options: SentinelGroupOptions = {}): Promise<SentinelGroup> {
   const masterName = 'qp-region';
@@ -110,15 +91,7 @@ export async function startSentinelGroup(options: SentinelGroupOptions = {}): Pr
       started.push(replica);
       replicas.push(replica);
     }
-    await eventually(
-      async () => {
-        const states = await Promise.all(replicas.map((r) => replication(r.port)));
-        return states.every((s) => s.get('master_link_status') === 'up');
-      },
-      10_000,
-      'replicas in sync with the master',
-      50,
-    );
+    await waitReplicasInSync([master, ...replicas], replicas.length, 10_000);
     const monitor =
       `sentinel monitor ${masterName} ${HOST} ${master.port} 2\n` +
       `sentinel down-after-milliseconds ${masterName} ${options.downAfterMs ?? 1000}\n` +
@@ -179,82 +152,38 @@ export async function startSentinelGroup(options: SentinelGroupOptions = {}): Pr
 export interface ReplicatedCluster extends AsyncDisposable {
   /** `host:port` of every node, as `QP_REDIS_CLUSTER_NODES` takes them. */
   readonly seeds: string[];
-  readonly nodes: ProcessRedis[];
+  readonly nodes: readonly RedisServer[];
   /** The node that serves `slot` as master now. */
-  masterOf(slot: number): Promise<ProcessRedis>;
+  masterOf(slot: number): Promise<RedisServer>;
 }
 
 /**
- * A Redis Cluster as production runs it: three masters, each with one replica (`--cluster-replicas 1`), a node
- * timeout of 2 s after which a replica of a silent master promotes itself.
+ * A Redis Cluster as production runs it: three masters, each with one replica in sync, a node timeout of 2 s
+ * after which a replica of a silent master promotes itself (processBackend.startRedisCluster).
  */
 export async function startReplicatedCluster(): Promise<ReplicatedCluster> {
-  const nodes: ProcessRedis[] = [];
-  try {
-    for (let i = 0; i < 6; i++) {
-      const node = new ProcessRedis([
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        'nodes.conf',
-        '--cluster-node-timeout',
-        '2000',
-      ]);
-      node.port = await freeClusterPort(nodes.map((n) => n.port));
-      nodes.push(node);
-    }
-    await Promise.all(nodes.map((n) => n.start()));
-    await exec('redis-cli', [
-      '--cluster',
-      'create',
-      ...nodes.map((n) => `${n.host}:${n.port}`),
-      '--cluster-replicas',
-      '1',
-      '--cluster-yes',
-    ]);
-    await waitClusterOk(nodes);
-    // A replica promotes itself only once it has synced: wait until every replica's link is up.
-    await eventually(
-      async () => {
-        const states = await Promise.all(nodes.map((n) => replication(n.port)));
-        const replicas = states.filter((s) => s.get('role') === 'slave');
-        return replicas.length === 3 && replicas.every((s) => s.get('master_link_status') === 'up');
-      },
-      15_000,
-      'every replica of the cluster in sync with its master',
-      100,
-    );
-    return {
-      seeds: nodes.map((n) => `${HOST}:${n.port}`),
-      nodes,
-      async masterOf(slot: number) {
-        for (const node of nodes) {
-          const client = new Redis({
-            host: HOST,
-            port: node.port,
-            lazyConnect: true,
-            maxRetriesPerRequest: 0,
-          });
-          client.on('error', () => undefined);
-          try {
-            await client.connect();
-            const shards = (await client.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
-            const owner = shards.find(([from, to]) => slot >= from && slot <= to);
-            if (owner !== undefined) return nodes.find((n) => n.port === owner[2][1])!;
-          } catch {
-            // a dead node: ask the next
-          } finally {
-            client.disconnect();
-          }
+  const cluster = await processBackend.startRedisCluster(3, 1);
+  const { nodes } = cluster;
+  return {
+    seeds: nodes.map((n) => `${n.host}:${n.port}`),
+    nodes,
+    async masterOf(slot: number) {
+      for (const node of nodes) {
+        const client = new Redis({ host: HOST, port: node.port, lazyConnect: true, maxRetriesPerRequest: 0 });
+        client.on('error', () => undefined);
+        try {
+          await client.connect();
+          const shards = (await client.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+          const owner = shards.find(([from, to]) => slot >= from && slot <= to);
+          if (owner !== undefined) return nodes.find((n) => n.port === owner[2][1])!;
+        } catch {
+          // a dead node: ask the next
+        } finally {
+          client.disconnect();
         }
-        throw new Error(`no node serves slot ${slot}`);
-      },
-      async [Symbol.asyncDispose]() {
-        await Promise.all(nodes.map((n) => n[Symbol.asyncDispose]()));
-      },
-    };
-  } catch (error) {
-    await Promise.all(nodes.map((n) => n[Symbol.asyncDispose]()));
-    throw error;
-  }
+      }
+      throw new Error(`no node serves slot ${slot}`);
+    },
+    [Symbol.asyncDispose]: () => cluster[Symbol.asyncDispose](),
+  };
 }
