@@ -10,6 +10,8 @@ import {
   FailureMode,
   MAX_CAPACITY,
   MAX_REFILL_PER_SECOND,
+  MIN_WRITTEN_CAPACITY,
+  MIN_WRITTEN_REFILL_PER_SECOND,
   PolicyKind,
   PolicyMode,
   PolicyName,
@@ -116,8 +118,16 @@ export type PolicyParams = z.infer<typeof PolicyParams>;
  */
 export const BudgetPatch = z
   .strictObject({
-    capacity: z.number().positive().max(MAX_CAPACITY).optional(),
-    refillPerSecond: z.number().positive().max(MAX_REFILL_PER_SECOND).optional(),
+    capacity: z
+      .number()
+      .min(MIN_WRITTEN_CAPACITY, `capacity must be ≥ ${MIN_WRITTEN_CAPACITY}`)
+      .max(MAX_CAPACITY)
+      .optional(),
+    refillPerSecond: z
+      .number()
+      .min(MIN_WRITTEN_REFILL_PER_SECOND, `refillPerSecond must be ≥ ${MIN_WRITTEN_REFILL_PER_SECOND}`)
+      .max(MAX_REFILL_PER_SECOND)
+      .optional(),
   })
   .refine((p) => p.capacity !== undefined || p.refillPerSecond !== undefined, {
     message: 'give capacity, refillPerSecond or both',

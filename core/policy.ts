@@ -6,6 +6,16 @@ import { hasOwnKey, ownRecord, ownValue, setOwn } from './own-keys.js';
 /** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
 export const MAX_CAPACITY = 1e9;
 export const MAX_REFILL_PER_SECOND = 1e9;
+/**
+ * Smallest capacity and maxCost an operator may write (coordinator admin API, docs/coordinator.md): a thousandth
+ * of a token, 1,000 micro-tokens. Below one micro-token (the unit every store counts in) a policy could never
+ * admit anything, and close to it a region's share loses most of its budget to rounding down. Kinds counted in
+ * whole units (sliding_log, concurrency) need whole capacities ≥ 1 already. Enforced at write time only, so a
+ * policy stored before keeps being read.
+ */
+export const MIN_WRITTEN_CAPACITY = 0.001;
+/** Smallest refill an operator may write: one micro-token a second (`lua/token_bucket.lua` counts µ-tokens/µs). */
+export const MIN_WRITTEN_REFILL_PER_SECOND = 1e-6;
 /** Idle TTL ceiling: 30 days. */
 export const MAX_IDLE_TTL_SECONDS = 30 * 24 * 3600;
 

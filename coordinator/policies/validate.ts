@@ -4,6 +4,7 @@
  */
 import type { z } from 'zod';
 import { PolicyBody, type FieldProblem } from '../../core/admin-wire.js';
+import { MIN_WRITTEN_CAPACITY, MIN_WRITTEN_REFILL_PER_SECOND } from '../../core/policy.js';
 import type { StoredSpec } from './policy-store.js';
 
 /** Problems of zod issues, as `Problem.errors` lists them. */
@@ -21,6 +22,7 @@ export function fieldProblems(issues: readonly z.core.$ZodIssue[], prefix = ''):
  */
 export function policyBodyFor(regions: readonly string[]) {
   return PolicyBody.superRefine((body, ctx) => {
+    writtenMinimums(body, ctx);
     if (body.homeRegion !== undefined && !regions.includes(body.homeRegion)) {
       ctx.addIssue({
         code: 'custom',
@@ -36,6 +38,28 @@ export function policyBodyFor(regions: readonly string[]) {
       });
     }
   });
+}
+
+/**
+ * The smallest quantities an operator may write (core/policy.ts MIN_WRITTEN_*): `capacity` and `maxCost` of the
+ * policy and of each class at least a thousandth of a token, `refillPerSecond` at least one micro-token a
+ * second. A 400 COORD_ERR_VALIDATION naming each field, like every schema problem.
+ */
+function writtenMinimums(body: PolicyBody, ctx: z.RefinementCtx): void {
+  const least = (path: string[], value: number | undefined, min: number, what: string) => {
+    if (value !== undefined && value < min)
+      ctx.addIssue({ code: 'custom', path, message: `${what} must be ≥ ${min}` });
+  };
+  const limits = (
+    at: string[],
+    l: { capacity: number; refillPerSecond?: number | undefined; maxCost?: number | undefined },
+  ) => {
+    least([...at, 'capacity'], l.capacity, MIN_WRITTEN_CAPACITY, 'capacity');
+    least([...at, 'maxCost'], l.maxCost, MIN_WRITTEN_CAPACITY, 'maxCost');
+    least([...at, 'refillPerSecond'], l.refillPerSecond, MIN_WRITTEN_REFILL_PER_SECOND, 'refillPerSecond');
+  };
+  limits([], body);
+  for (const [name, c] of Object.entries(body.classes ?? {})) limits(['classes', name], c);
 }
 
 /** Validate a spec for this deployment: the parsed body (constant defaults filled) or every problem found. */

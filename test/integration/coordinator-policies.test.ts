@@ -430,6 +430,54 @@ describe('coordinator policies API', () => {
     expect(badName.json<{ errors: { path: string }[] }>().errors.map((e) => e.path)).toEqual(['params.name']);
   });
 
+  it('refuses quantities too small to count: capacity and maxCost below 0.001, refill below 1e-6, fractional slots', async () => {
+    await using f = await coordinatorFixture();
+    const before = await state(f);
+    const problems = async (reply: ReturnType<typeof put>) => {
+      const r = await reply;
+      expect(r.statusCode).toBe(400);
+      const body = r.json<{ code: string; errors: { path: string; message: string }[] }>();
+      expect(body.code).toBe('COORD_ERR_VALIDATION');
+      return body.errors.map((e) => `${e.path}: ${e.message}`).sort();
+    };
+    // 1e-7 is less than one micro-token, the unit every store counts in: it could never admit anything.
+    expect(await problems(put(f, 'tiny', { capacity: 1e-7, refillPerSecond: 1 }))).toEqual([
+      'body.capacity: capacity must be ≥ 0.001',
+    ]);
+    expect(await problems(put(f, 'cheap', { capacity: 10, refillPerSecond: 1, maxCost: 1e-7 }))).toEqual([
+      'body.maxCost: maxCost must be ≥ 0.001',
+    ]);
+    expect(await problems(put(f, 'slow', { capacity: 0.001, refillPerSecond: 1e-7 }))).toEqual([
+      'body.refillPerSecond: refillPerSecond must be ≥ 0.000001',
+    ]);
+    expect(
+      await problems(
+        put(f, 'classy', {
+          capacity: 10,
+          refillPerSecond: 1,
+          classes: { gold: { capacity: 0.0005, refillPerSecond: 1, maxCost: 0.0005 } },
+        }),
+      ),
+    ).toEqual([
+      'body.classes.gold.capacity: capacity must be ≥ 0.001',
+      'body.classes.gold.maxCost: maxCost must be ≥ 0.001',
+    ]);
+    expect(await problems(put(f, 'slots', { kind: 'concurrency', capacity: 2.5, leaseSeconds: 10 }))).toEqual(
+      ['body.capacity: a concurrency policy counts whole slots: capacity must be an integer ≤ 100000'],
+    );
+    // The smallest that may be written is written; a budget change below it is a 400 too.
+    expect((await put(f, 'least', { capacity: 0.001, refillPerSecond: 1e-6 })).statusCode).toBe(201);
+    const written = await state(f);
+    expect(await problems(patch(f, 'least', { capacity: 1e-7 }))).toEqual([
+      'body.capacity: capacity must be ≥ 0.001',
+    ]);
+    expect(await problems(patch(f, 'least', { refillPerSecond: 0 }))).toEqual([
+      'body.refillPerSecond: refillPerSecond must be ≥ 0.000001',
+    ]);
+    expect(await state(f)).toEqual(written);
+    expect(written.keys).toEqual([...before.keys, policyKey('least')].sort());
+  });
+
   it('changes nothing on any bad request', async () => {
     await using f = await coordinatorFixture({ bodyLimitBytes: 512 });
     await put(f, 'keep', { capacity: 10, refillPerSecond: 1 });
