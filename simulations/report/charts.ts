@@ -191,7 +191,8 @@ export const DELIVERY_FONT_SIZE = 15;
  * sweep one line per strategy, a dot per swept value labelled with it. Across: over-admission, the worst subject's
  * most-admitted window over what the budget allows in it (C + R·W); past 1 the budget was exceeded. Up: delivery,
  * the cost admitted as a percentage of what the ideal global bucket admitted on the same arrivals (the demand the
- * budget allows). Up and left is better; a run without an ideal admission (utilisation null) has no dot.
+ * budget allows). Up and left is better; a run without an ideal admission (utilisation null) has no dot. The axes
+ * span the dots and at least 0.9-1.1 × budget and 90-100%.
  */
 export function deliveryChart(results: readonly StrategyResult[]): ChartOptions[] {
   if (results.length === 0) return [];
@@ -199,13 +200,17 @@ export function deliveryChart(results: readonly StrategyResult[]): ChartOptions[
   const names = [...new Set(results.map((r) => r.strategy))];
   const series: Series[] = names.map((name, i) => {
     const mine = results.filter((r) => r.strategy === name && r.utilisation !== null);
+    // A strategy the swept setting does not move is one dot, which the legend names.
+    const moves = mine.some(
+      (r) => r.overAdmission !== mine[0]!.overAdmission || r.utilisation !== mine[0]!.utilisation,
+    );
     return {
       label: name,
       color: strategyColor(name, i),
       width: 2,
       dots: true,
       points: mine.map((r) => [r.overAdmission, 100 * r.utilisation!] as [number, number]),
-      ...(setting === undefined ? {} : { pointLabels: mine.map((r) => String(r.sweep!.value)) }),
+      ...(setting === undefined || !moves ? {} : { pointLabels: mine.map((r) => String(r.sweep!.value)) }),
     };
   });
   const ys = series.flatMap((s) => s.points.map((p) => p[1]));
@@ -214,11 +219,10 @@ export function deliveryChart(results: readonly StrategyResult[]): ChartOptions[
     color: '#000000',
     dashed: true,
     points: [
-      [1, 0],
+      [1, Math.min(90, ...ys)],
       [1, Math.max(100, ...ys)],
     ],
   });
-  const xs = results.map((r) => r.overAdmission);
   return [
     {
       title: `${results[0]!.scenario}: delivery against over-admission${setting === undefined ? '' : `, points labelled with ${setting}`}`,
@@ -228,8 +232,9 @@ export function deliveryChart(results: readonly StrategyResult[]): ChartOptions[
       width: 860,
       height: 460,
       fontSize: DELIVERY_FONT_SIZE,
-      xInclude: [0, Math.max(1.1, ...xs)],
-      yInclude: [0, 100],
+      tight: true,
+      xInclude: [0.9, 1.1],
+      yInclude: [90, 100],
     },
   ];
 }

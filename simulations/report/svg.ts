@@ -24,6 +24,8 @@ export interface ChartOptions {
   series: readonly Series[];
   width?: number;
   height?: number;
+  /** Span the data with a margin instead of starting y at 0. */
+  tight?: boolean;
   /** Force the y range to include these values. */
   yInclude?: readonly number[];
   xInclude?: readonly number[];
@@ -91,10 +93,16 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
   const plotW = width - PAD.left - PAD.right;
   const plotH = height - PAD.top - PAD.bottom - legendRows * LEGEND_ROW;
   const xs = o.series.flatMap((s) => s.points.map((p) => p[0])).concat(o.xInclude ?? []);
-  const ys = o.series.flatMap((s) => s.points.map((p) => p[1])).concat(o.yInclude ?? [0]);
-  const [x0, x1] = extent(xs);
+  const ys = o.series
+    .flatMap((s) => s.points.map((p) => p[1]))
+    .concat(o.yInclude ?? (o.tight === true ? [] : [0]));
+  const [xLo, xHi] = extent(xs);
   const [yLo, yHi] = extent(ys);
-  const y0 = Math.min(0, yLo);
+  // A tight chart spans its data (and what it must include) with a margin; the others start y at 0.
+  const margin = o.tight === true ? 0.06 : 0;
+  const x0 = xLo - (xHi - xLo) * margin;
+  const x1 = xHi + (xHi - xLo) * margin;
+  const y0 = o.tight === true ? yLo - (yHi - yLo) * margin : Math.min(0, yLo);
   const y1 = yHi + (yHi - y0) * 0.05;
   const sx = (x: number) => PAD.left + ((x - x0) / (x1 - x0)) * plotW;
   const sy = (y: number) => PAD.top + plotH - ((y - y0) / (y1 - y0)) * plotH;
@@ -138,11 +146,13 @@ export function chartGroup(o: ChartOptions): { svg: string; width: number; heigh
       const at = `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`;
       labelled.set(at, [...(labelled.get(at) ?? []), label]);
     });
-    if (s.dots === true && s.pointLabels === undefined)
-      for (const [x, y] of s.points)
-        out.push(
-          `<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="${px(4)}" fill="${s.color}"/>`,
-        );
+    if (s.dots === true && s.pointLabels === undefined) {
+      const at = new Set(s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`));
+      for (const p of at) {
+        const [cx, cy] = p.split(',') as [string, string];
+        out.push(`<circle cx="${cx}" cy="${cy}" r="${px(4)}" fill="${s.color}"/>`);
+      }
+    }
     let nth = 0;
     for (const [at, labels] of labelled) {
       const [cx, cy] = at.split(',') as [string, string];

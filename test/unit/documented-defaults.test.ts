@@ -14,7 +14,7 @@ import { AgentConfig, envName } from '../../regional-agent/config.js';
 import { StackEnv } from '../../scripts/stack/config.js';
 import { DEFAULT_SECRETS_DIR } from '../../scripts/stack/launcher.js';
 import { ownValue } from '../../core/own-keys.js';
-import { DEFAULT_SETTINGS } from '../../simulations/settings.js';
+import { DEFAULT_SETTINGS, describeSettings } from '../../simulations/settings.js';
 import { DEFAULT_STRATEGIES, parseCli } from '../../simulations/cli-args.js';
 
 const root = new URL('../../', import.meta.url);
@@ -263,6 +263,17 @@ describe('documented defaults', () => {
         ? 'all six'
         : 'changed',
     );
+  });
+
+  it('the simulator settings list (docs/simulations.md, "Settings") is what --help prints', () => {
+    const section = read('docs/simulations.md').split('\n## Settings\n')[1]!;
+    const block = /```\n([\s\S]*?)```/.exec(section)![1]!;
+    const documented = block
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => l.trim().split(/\s+/).slice(0, 2).join(' '));
+    const printed = describeSettings().map((l) => l.trim().split(/\s+/).slice(0, 2).join(' '));
+    expect(documented).toEqual(printed);
   });
 
   it("prose that gives a default in passing gives the code's", () => {
