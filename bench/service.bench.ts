@@ -164,7 +164,7 @@ export const serviceSuite: BenchSuite = {
       ]),
     ) as Record<Contender, ReturnType<typeof spawnServer>>;
     try {
-      await Promise.all([agentPort, ...ports].map((p) => waitForPort('127.0.0.1', p, 30_000)));
+      await Promise.all([agentPort, ...ports].map((p) => waitForPort('127.0.0.1', p, 120_000)));
       const url = (n: Contender) => `http://127.0.0.1:${port[n]}`;
       const pids = (n: Contender) =>
         n === 'quotaplane' || n === 'nogrants'
