@@ -108,6 +108,20 @@ try {
       `CPU µs per request: service ${per[0]} + agent ${per[1]} + Redis ${per[2]}`,
   );
   const elapsed = Date.now() - started;
+  try {
+    const { execFileSync } = await import('node:child_process');
+    const stats = execFileSync('redis-cli', ['-u', redis.url, 'INFO', 'commandstats'], { encoding: 'utf8' });
+    console.log(
+      stats
+        .split('\n')
+        .filter((l) => /calls=\d{3,}/.test(l))
+        .join('\n'),
+    );
+    const s = (await (await fetch(`http://127.0.0.1:${port}/_stats`)).json()) as unknown;
+    console.log(JSON.stringify(s));
+  } catch {
+    // Courtesy figures only.
+  }
   await Promise.all([stopServer(service), stopServer(agent)]);
   for (const [name, d] of [
     ['service', serviceDir],

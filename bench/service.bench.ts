@@ -164,7 +164,7 @@ export const serviceSuite: BenchSuite = {
       ]),
     ) as Record<Contender, ReturnType<typeof spawnServer>>;
     try {
-      await Promise.all([agentPort, ...ports].map((p) => waitForPort('127.0.0.1', p, 30_000)));
+      await Promise.all([agentPort, ...ports].map((p) => waitForPort('127.0.0.1', p, 120_000)));
       const url = (n: Contender) => `http://127.0.0.1:${port[n]}`;
       const pids = (n: Contender) =>
         n === 'quotaplane' || n === 'nogrants'
@@ -319,9 +319,14 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     const { quotaplane } = await import('../packages/client/src/fastify.js');
     // QP_BENCH_CLIENT_TIMEOUT_MS (not a default: a look at the client when its timeout is not what fails it).
     const timeout = Number(process.env['QP_BENCH_CLIENT_TIMEOUT_MS'] ?? '') || undefined;
+    // QP_BENCH_MAX_EXCHANGES, QP_BENCH_MAX_BATCH: the same look at the coalescing's sizes.
+    const exchanges = Number(process.env['QP_BENCH_MAX_EXCHANGES'] ?? '') || undefined;
+    const maxBatch = Number(process.env['QP_BENCH_MAX_BATCH'] ?? '') || undefined;
     const client = new AgentClient({
       baseUrl: agentUrl,
       ...(timeout === undefined ? {} : { timeoutMs: timeout }),
+      ...(exchanges === undefined ? {} : { maxExchanges: exchanges }),
+      ...(maxBatch === undefined ? {} : { coalesce: { maxBatch } }),
       ...(kind === 'quotaplane' ? {} : { grants: false }),
     });
     closers.push(() => client.close());
