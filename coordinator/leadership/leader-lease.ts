@@ -124,13 +124,15 @@ export class LeaderLease {
    * pollMs(leaseMs) (a quarter lease, at most 1 s) and starts renewing once it leads.
    */
   async acquire(): Promise<number> {
-    if (this.#kv === undefined) await this.open();
-    const kv = this.#kv!;
     const { leaseMs, log } = this.#options;
     let seen: { revision: number; since: number } | undefined;
     let announced = false;
     while (!this.#stopped) {
       try {
+        // A standby started while JetStream elects (after a heal: "no responders", "temporarily unavailable")
+        // waits for it rather than failing its start.
+        if (this.#kv === undefined) await this.open();
+        const kv = this.#kv!;
         const entry = await kv.get(LEADER_KEY);
         const floor = async () => (await this.#options.floor?.().catch(() => 0)) ?? 0;
         if (entry === null || entry.operation !== 'PUT') {

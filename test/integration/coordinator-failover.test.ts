@@ -114,9 +114,13 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
               void superviseEu().catch(() => undefined);
             },
           });
+          // A start that fails (the lease lost while opening the state) is started again, as a supervisor does.
           started.then(
             (c) => coordinators.push(c),
-            () => undefined,
+            () => {
+              if (!abort.signal.aborted)
+                setTimeout(() => void superviseEu().catch(() => undefined), 500).unref();
+            },
           );
           return started;
         };
