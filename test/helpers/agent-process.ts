@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../harness/ports.js';
+import { eventually } from './wait.js';
 
 export interface AgentProcess extends AsyncDisposable {
   readonly url: string;
@@ -53,18 +54,20 @@ export async function startAgentProcess(options: {
     }
     rmSync(dir, { recursive: true, force: true });
   };
-  const deadline = performance.now() + 30_000;
-  for (;;) {
-    try {
-      if ((await fetch(`${url}/readyz`)).status === 200) break;
-    } catch {
-      // not listening yet
-    }
-    if (child.exitCode !== null || performance.now() > deadline) {
-      await stop();
-      throw new Error(`the agent did not become ready:\n${output}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
+  let ready = false;
+  // Ready, or exited: either ends the wait.
+  await eventually(
+    async () => {
+      ready = (await fetch(`${url}/readyz`).catch(() => undefined))?.status === 200;
+      return ready || child.exitCode !== null;
+    },
+    30_000,
+    'the agent ready',
+    100,
+  ).catch(() => undefined);
+  if (!ready) {
+    await stop();
+    throw new Error(`the agent did not become ready:\n${output}`);
   }
   return {
     url,

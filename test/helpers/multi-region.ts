@@ -16,6 +16,7 @@ import { backend } from '../harness/fixtures.js';
 import { ADMIN_TOKEN, testConfig } from './coordinator-fixture.js';
 import type { GeoTopology } from './geo-topology.js';
 import { FAST_LEASE, FAST_REBALANCE } from './protocol-stack.js';
+import { eventually } from './wait.js';
 
 /** A strict policy homed in us, 5 tokens with next to no refill: exact counts for the length of a test. */
 export const STRICT_REFUNDS = {
@@ -180,18 +181,25 @@ export class MultiRegion implements AsyncDisposable {
 
   /** Wait until every agent is ready and knows `policies`. */
   async ready(policies: string[], timeoutMs = 15_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
+    const started = performance.now();
     for (const a of this.agents) {
-      for (;;) {
-        const res = await fetch(`${a.url}/readyz`).catch(() => undefined);
-        const known = policies.every(
-          (p) => a.running.agent.service !== undefined && a.running.coordination?.policies.current().has(p),
-        );
-        if (res?.status === 200 && known) break;
-        if (Date.now() > deadline)
-          throw new Error(`agent ${a.region} ${a.url} not ready (status ${res?.status})`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      let status: number | undefined;
+      await eventually(
+        async () => {
+          const res = await fetch(`${a.url}/readyz`).catch(() => undefined);
+          status = res?.status;
+          const known = policies.every(
+            (p) => a.running.agent.service !== undefined && a.running.coordination?.policies.current().has(p),
+          );
+          return res?.status === 200 && known;
+        },
+        // `timeoutMs` for all the agents together.
+        Math.max(0, timeoutMs - (performance.now() - started)),
+        `agent ${a.region} ${a.url} ready and knowing ${policies.join(', ')}`,
+        50,
+      ).catch((error: unknown) => {
+        throw new Error(`agent ${a.region} ${a.url} not ready (status ${String(status)})`, { cause: error });
+      });
     }
   }
 

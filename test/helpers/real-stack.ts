@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { StackState } from '../../scripts/stack/launcher.js';
 import { STACK_PORT_VARS } from '../../scripts/stack/config.js';
+import { eventually } from './wait.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 
@@ -68,17 +69,20 @@ export async function startRealStack(
     await exited;
     rmSync(dir, { recursive: true, force: true });
   };
-  const deadline = Date.now() + readyMs;
-  while (!existsSync(stateFile)) {
-    if (signal?.aborted === true) {
-      await stop();
-      throw new Error('the stack was stopped while it started');
-    }
-    if (exit !== undefined || Date.now() > deadline) {
-      await stop();
-      throw new Error(`the stack did not become ready (exit ${String(exit)}):\n${out.slice(-4000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
+  // Ready, stopped or exited: any ends the wait.
+  await eventually(
+    () => existsSync(stateFile) || signal?.aborted === true || exit !== undefined,
+    readyMs,
+    'the stack ready',
+    100,
+  ).catch(() => undefined);
+  if (!existsSync(stateFile)) {
+    await stop();
+    throw new Error(
+      signal?.aborted === true
+        ? 'the stack was stopped while it started'
+        : `the stack did not become ready (exit ${String(exit)}):\n${out.slice(-4000)}`,
+    );
   }
   const state = JSON.parse(readFileSync(stateFile, 'utf8')) as StackState;
   const admin = async (method: string, path: string, body?: unknown, expect = 200): Promise<unknown> => {
@@ -103,22 +107,26 @@ export async function startRealStack(
     output: () => out,
     async createPolicy(name, body) {
       await admin('PUT', `/v1/policies/${name}`, body, 201);
-      const until = Date.now() + 30_000;
+      const started = performance.now();
       for (const url of Object.values(state.agents)) {
-        for (;;) {
-          const r = await fetch(`${url}/v1/decisions`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ policy: name, subject: 'probe', dryRun: true }),
-          });
-          const answer = (await r.json().catch(() => undefined)) as
-            { results?: { reason?: string }[] } | undefined;
-          // Known, and leased: a new policy's first decisions are `no_lease` until the agent's next renewal
-          // (a round trip to the coordinator's region away on the geo topology).
-          if (r.status === 200 && answer?.results?.[0]?.reason !== 'no_lease') break;
-          if (Date.now() > until) throw new Error(`${url} does not know ${name} after 30 s (${r.status})`);
-          await new Promise((res) => setTimeout(res, 100));
-        }
+        await eventually(
+          async () => {
+            const r = await fetch(`${url}/v1/decisions`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ policy: name, subject: 'probe', dryRun: true }),
+            });
+            const answer = (await r.json().catch(() => undefined)) as
+              { results?: { reason?: string }[] } | undefined;
+            // Known, and leased: a new policy's first decisions are `no_lease` until the agent's next renewal
+            // (a round trip to the coordinator's region away on the geo topology).
+            return r.status === 200 && answer?.results?.[0]?.reason !== 'no_lease';
+          },
+          // 30 s for all the agents together.
+          Math.max(0, 30_000 - (performance.now() - started)),
+          `${url} knows ${name}, leased`,
+          100,
+        );
       }
     },
     [Symbol.asyncDispose]: stop,

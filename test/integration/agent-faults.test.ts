@@ -12,6 +12,7 @@ import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import type { RedisServer } from '../harness/backend.js';
 import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { eventually } from '../helpers/wait.js';
 
 const DEADLINE_MS = 50;
 // Two shared cores and other suites running: a decision may overrun its timer by scheduling delay, never by a
@@ -107,14 +108,16 @@ async function metric(pattern: RegExp): Promise<number> {
 }
 
 /** Poll until a `closed` decision is an ordinary one again; returns how long it took. */
-async function recovered(withinMs: number): Promise<number> {
-  const started = performance.now();
-  while (performance.now() - started < withinMs) {
-    const d = await timed('closed', uniquePrefix('probe'));
-    if (d.allowed && d.result.reason === undefined) return performance.now() - started;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`decisions did not recover within ${withinMs} ms`);
+function recovered(withinMs: number): Promise<number> {
+  return eventually(
+    async () => {
+      const d = await timed('closed', uniquePrefix('probe'));
+      return d.allowed && d.result.reason === undefined;
+    },
+    withinMs,
+    'decisions recovered',
+    50,
+  );
 }
 
 // The same faults on one Redis and on a 3-master Redis Cluster (every master paused or killed at once).

@@ -209,10 +209,7 @@ describe('admission control', () => {
     try {
       const pending = Array.from({ length: 7 }, () => decide(a.agent, { policy: 'small', subject }));
       // The four admitted ones wait on the frozen Redis; the three others are answered at once.
-      const deadline = performance.now() + 5000;
-      while (a.agent.admission.inFlight < 4 && performance.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 5));
-      }
+      await eventually(() => a.agent.admission.inFlight >= 4, 5000, '4 requests admitted', 5);
       expect(a.agent.admission.inFlight).toBe(4);
       const auth = await a.agent.app.inject({
         method: 'GET',
@@ -276,10 +273,7 @@ describe('admission control covers every route that reaches the store', () => {
           payload: { policy: 'small', subject, amount: 1 },
         }),
       );
-      const deadline = performance.now() + 5000;
-      while (a.agent.admission.inFlight < 2 && performance.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 5));
-      }
+      await eventually(() => a.agent.admission.inFlight >= 2, 5000, '2 requests admitted', 5);
       expect(a.agent.admission.inFlight).toBe(2);
       const tries: [string, InjectOptions][] = [
         ['http', { method: 'POST', url: '/v1/decisions', payload: { policy: 'small', subject } }],

@@ -11,6 +11,7 @@ import {
   type AllocationSummary,
 } from '../../core/admin-wire.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
+import { eventually } from '../helpers/wait.js';
 
 let stack: MultiRegion;
 
@@ -26,14 +27,11 @@ async function allocation(policy: string): Promise<AllocationSummary | undefined
   return body.policies.find((p) => p.policy === policy);
 }
 
+/** The first value `probe` finds (polled with `eventually`, every 50 ms, within `ms`). */
 async function until<T>(probe: () => Promise<T | undefined>, ms: number, what: string): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  let value: T | undefined;
+  await eventually(async () => (value = await probe()) !== undefined, ms, what, 50);
+  return value!;
 }
 
 /** At most this many decimals. */
@@ -79,25 +77,24 @@ describe('GET /v1/allocations explains each allocation', () => {
     const us = stack.inRegion('us')[0]!;
     // All the traffic in us, from three tenants each refused part of what its own rate allows: us needs room,
     // so its share grows toward it.
-    const deadline = Date.now() + 20_000;
-    let moved: AllocationSummary | undefined;
     let i = 0;
-    while (Date.now() < deadline) {
-      await Promise.all(
-        Array.from({ length: 10 }, () =>
-          decide(us.url, { policy: 'insight-b', subject: `t-${i++ % 3}`, cost: 1 }),
-        ),
-      );
-      const a = await allocation('insight-b');
-      // Shrinks of eu and ap go first; us grows in a later move, once they are acknowledged.
-      if (a?.moves?.some((m) => m.reason === 'demand' && m.to['us']! > (m.from?.['us'] ?? 1))) {
-        moved = a;
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    expect(moved, 'a demand move within 20 s').toBeDefined();
-    const move = moved!.moves!.find((m) => m.reason === 'demand' && m.to['us']! > m.from!['us']!)!;
+    const moved = await until(
+      async () => {
+        await Promise.all(
+          Array.from({ length: 10 }, () =>
+            decide(us.url, { policy: 'insight-b', subject: `t-${i++ % 3}`, cost: 1 }),
+          ),
+        );
+        const a = await allocation('insight-b');
+        // Shrinks of eu and ap go first; us grows in a later move, once they are acknowledged.
+        return a?.moves?.some((m) => m.reason === 'demand' && m.to['us']! > (m.from?.['us'] ?? 1))
+          ? a
+          : undefined;
+      },
+      20_000,
+      'a demand move toward us',
+    );
+    const move = moved.moves!.find((m) => m.reason === 'demand' && m.to['us']! > m.from!['us']!)!;
     expect(move.to['us']!).toBeGreaterThan(move.from!['us']!);
     expect(move.demand['us']!).toBeGreaterThan(0);
     expect(move.demand['eu']).toBe(0);
@@ -105,9 +102,9 @@ describe('GET /v1/allocations explains each allocation', () => {
     expect(move.unmet!['us']!).toBeGreaterThan(0);
     expect(move.target!['us']!).toBeGreaterThan(move.target!['eu']!);
     expect(move.target!['us']!).toBeGreaterThanOrEqual(move.to['us']!);
-    expect(moved!.regions!['us']!.admittedPerSecond).toBeGreaterThan(0);
-    expect(moved!.regions!['eu']!.admittedPerSecond).toBe(0);
-    expect(moved!.regions!['us']!.demandPerSecond).toBeGreaterThan(0);
+    expect(moved.regions!['us']!.admittedPerSecond).toBeGreaterThan(0);
+    expect(moved.regions!['eu']!.admittedPerSecond).toBe(0);
+    expect(moved.regions!['us']!.demandPerSecond).toBeGreaterThan(0);
 
     const audit = AuditResponse.parse(
       await (await stack.admin('GET', '/v1/audit?policy=insight-b&limit=100')).json(),

@@ -289,10 +289,7 @@ describe('RedisBucketStore on the wire, on a Redis of its own (frozen at will)',
 
   /** Poll until `n` commands wait for their replies on the connection. */
   async function onTheWire(r: Redis, n: number): Promise<void> {
-    const deadline = performance.now() + 5000;
-    while (r.commandQueue.length < n && performance.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 2));
-    }
+    await eventually(() => r.commandQueue.length >= n, 5000, `${n} commands on the wire`, 2);
     expect(r.commandQueue.length).toBe(n);
   }
 

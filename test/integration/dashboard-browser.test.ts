@@ -14,6 +14,7 @@ import { DASHBOARD_CSP } from '../../coordinator/http/dashboard-routes.js';
 import { INSTALL_LINE, missingReason } from '../harness/system-packages.js';
 import { READ_TOKEN } from '../helpers/coordinator-fixture.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
+import { eventually } from '../helpers/wait.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const FLAGS = [
@@ -72,23 +73,30 @@ async function latestShares(page: Page): Promise<{ points: number; shares: Recor
   }));
 }
 
-/** Traffic at one region's agent until `done` says so or the deadline passes. */
-async function driveUntil(region: string, done: () => Promise<boolean>, ms: number): Promise<boolean> {
+/** Traffic at one region's agent until `done` says so; throws naming `what` once `ms` passed. */
+async function driveUntil(
+  region: string,
+  done: () => Promise<boolean>,
+  ms: number,
+  what: string,
+): Promise<void> {
   const agent = stack.inRegion(region)[0]!;
-  const deadline = Date.now() + ms;
   let i = 0;
-  while (Date.now() < deadline) {
-    // Three tenants, each refused part of what its own rate allows in this region: unmet demand, which is
-    // what moves shares (traffic a region serves within its share moves nothing).
-    await Promise.all(
-      Array.from({ length: 10 }, () =>
-        decide(agent.url, { policy: 'dash', subject: `d-${i++ % 3}`, cost: 1 }),
-      ),
-    );
-    if (await done()) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return false;
+  await eventually(
+    async () => {
+      // Three tenants, each refused part of what its own rate allows in this region: unmet demand, which is
+      // what moves shares (traffic a region serves within its share moves nothing).
+      await Promise.all(
+        Array.from({ length: 10 }, () =>
+          decide(agent.url, { policy: 'dash', subject: `d-${i++ % 3}`, cost: 1 }),
+        ),
+      );
+      return done();
+    },
+    ms,
+    what,
+    50,
+  );
 }
 
 describe('/dashboard in Chromium', () => {
@@ -135,23 +143,23 @@ describe('/dashboard in Chromium', () => {
     const start = (await latestShares(page)).shares;
 
     // All traffic in eu: the chart's eu share climbs.
-    const euUp = await driveUntil(
+    await driveUntil(
       'eu',
       async () => ((await latestShares(page)).shares['eu'] ?? 0) > (start['eu'] ?? 0) + 0.15,
       30_000,
+      `eu share on the chart rose from ${start['eu']}`,
     );
-    expect(euUp, `eu share on the chart rose from ${start['eu']}`).toBe(true);
     const afterEu = (await latestShares(page)).shares;
     // Then all of it in ap: ap climbs and eu gives way.
-    const apUp = await driveUntil(
+    await driveUntil(
       'ap',
       async () => {
         const s = (await latestShares(page)).shares;
         return (s['ap'] ?? 0) > (afterEu['ap'] ?? 0) + 0.15 && (s['eu'] ?? 1) < (afterEu['eu'] ?? 0) - 0.1;
       },
       30_000,
+      `ap share on the chart rose from ${afterEu['ap']}`,
     );
-    expect(apUp, `ap share on the chart rose from ${afterEu['ap']}`).toBe(true);
     await page.waitForFunction(() => (document.querySelector('#moves tbody')?.children.length ?? 0) > 1);
     expect(await page.locator('#moves tbody').innerText()).toContain('demand');
     // Moves by column: one per region, each cell its share before → after.

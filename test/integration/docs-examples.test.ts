@@ -108,11 +108,16 @@ beforeAll(async () => {
   });
   launcher.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   launcher.stderr!.on('data', (d: Buffer) => (output += d.toString()));
-  const deadline = Date.now() + 150_000;
-  while (!existsSync(stateFile)) {
+  // Ready or exited: either ends the wait.
+  await eventually(
+    () => existsSync(stateFile) || launcher!.exitCode !== null,
+    150_000,
+    'the stack',
+    200,
+  ).catch(() => undefined);
+  if (!existsSync(stateFile)) {
     if (launcher.exitCode !== null) throw new Error(`the stack exited (${launcher.exitCode}):\n${output}`);
-    if (Date.now() > deadline) throw new Error(`the stack was not ready in time:\n${output}`);
-    await new Promise((r) => setTimeout(r, 200));
+    throw new Error(`the stack was not ready in time:\n${output}`);
   }
   state = JSON.parse(readFileSync(stateFile, 'utf8')) as StackState;
   // A shim in front of curl notes each answer's status on stderr, where the examples' output does not go.

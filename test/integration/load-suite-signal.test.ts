@@ -6,6 +6,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { eventually } from '../helpers/wait.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -62,12 +63,13 @@ describe('the load suite on SIGTERM', () => {
     const exited = new Promise<number | null>((resolve) => suite.once('exit', (code) => resolve(code)));
     try {
       // The table's header is printed once the stack is ready, as the scenario starts.
-      const until = Date.now() + 120_000;
-      while (!out.includes('| scenario |')) {
-        if (Date.now() > until || suite.exitCode !== null)
-          throw new Error(`the suite did not start:\n${out}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually(
+        () => out.includes('| scenario |') || suite.exitCode !== null,
+        120_000,
+        'the suite',
+        100,
+      ).catch(() => undefined);
+      if (!out.includes('| scenario |')) throw new Error(`the suite did not start:\n${out}`);
       // The stack: the launcher (scripts/stack.ts) and all it started (nats-server, three redis-servers, the
       // coordinator, three agents). Not tsx's esbuild service, which exits on its own once its parent is gone.
       const launcher = descendants(suite.pid!).find((pid) => cmdline(pid).includes('scripts/stack.ts'));

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentConfig } from '../../regional-agent/config.js';
 import { startAgent } from '../../regional-agent/start.js';
 import { decide, MultiRegion } from '../helpers/multi-region.js';
+import { eventually } from '../helpers/wait.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -40,20 +41,24 @@ describe('agents with a coordinator (3 regions × 1 agent)', () => {
 
   it('moves shares toward the region whose traffic is denied, through the agents usage reports', async () => {
     const us = stack.inRegion('us')[0]!;
-    const deadline = Date.now() + 20_000;
     let shares: Record<string, number> = {};
-    while (Date.now() < deadline) {
-      // About 50 requests a second in us from two tenants: each above its 10-a-second third there and within
-      // its own 30 a second, so the refusals are demand that room in us would serve (room needed).
-      await Promise.all(
-        Array.from({ length: 6 }, (_, i) => decide(us.url, { policy: 'writes', subject: `t-${i % 2}` })),
-      );
-      await sleep(100);
-      const res = await stack.admin('GET', '/v1/allocations');
-      const body = (await res.json()) as { policies: { policy: string; shares: Record<string, number> }[] };
-      shares = body.policies.find((p) => p.policy === 'writes')!.shares;
-      if (shares['us']! > 0.8) break;
-    }
+    await eventually(
+      async () => {
+        // About 50 requests a second in us from two tenants: each above its 10-a-second third there and within
+        // its own 30 a second, so the refusals are demand that room in us would serve (room needed).
+        await Promise.all(
+          Array.from({ length: 6 }, (_, i) => decide(us.url, { policy: 'writes', subject: `t-${i % 2}` })),
+        );
+        await sleep(100);
+        const res = await stack.admin('GET', '/v1/allocations');
+        const body = (await res.json()) as { policies: { policy: string; shares: Record<string, number> }[] };
+        shares = body.policies.find((p) => p.policy === 'writes')!.shares;
+        return shares['us']! > 0.8;
+      },
+      20_000,
+      'the us share above 0.8',
+      0,
+    );
     expect(shares['us']).toBeGreaterThan(0.8);
     expect(shares['eu']! + shares['ap']! + shares['us']!).toBeLessThanOrEqual(1 + 1e-9);
     // The us agent now enforces its larger share: above 0.8 of 60 tokens, which decision JSON floors to whole tokens.

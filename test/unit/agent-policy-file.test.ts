@@ -7,6 +7,7 @@ import {
   PolicyFileError,
   parsePoliciesFile,
 } from '../../regional-agent/policies/file-policy-source.js';
+import { eventually } from '../helpers/wait.js';
 
 const dirs: string[] = [];
 function file(text: string): string {
@@ -93,8 +94,7 @@ describe('policies file', () => {
     );
     expect(await changed).toEqual(['a', 'b']);
     writeFileSync(path, '{"policies": {"a": {"capacity": 0}}}');
-    const deadline = Date.now() + 5000;
-    while (errors.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await eventually(() => errors.length > 0, 5000, 'the refused file reported', 20);
     expect(errors[0]).toBeInstanceOf(PolicyFileError);
     expect([...source.current().keys()]).toEqual(['a', 'b']);
     await source.close();

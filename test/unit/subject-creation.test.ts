@@ -23,6 +23,7 @@ import {
   prepareCreationCase,
   subjectCreationCases,
 } from '../cases/subject-creation-cases.js';
+import { eventually } from '../helpers/wait.js';
 
 const base = { capacity: 5, refillPerSecond: 0.01 };
 
@@ -305,7 +306,7 @@ describe('the agent with a subject-creation cap (model store)', () => {
       return d;
     };
     const racers = Array.from({ length: 50 }, () => decide({ policy: 'api', subject: 'burst' }));
-    while (missing < 50) await new Promise((r) => setTimeout(r, 1));
+    await eventually(() => missing === 50, 5000, 'every racer found the bucket missing', 1);
     // Every racer's continuation after its missing answer runs before this timer: all of them are waiting.
     await new Promise((r) => setTimeout(r, 0));
     release();
