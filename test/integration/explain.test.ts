@@ -10,12 +10,19 @@ import { decide, MultiRegion } from '../helpers/multi-region.js';
 let stack: MultiRegion;
 let agentsEnv: string;
 
+// These tests are about what an explanation says, not about deadlines: on a loaded machine a Redis reply or a
+// loan over NATS can take longer than the production 50 ms store timeout and 250 ms decision deadline, and a
+// refusal would then truthfully say store_unavailable, or share_exhausted (a lender not heard in time) instead
+// of subject_exhausted. Generous bounds keep every answer the one the counts below expect.
+const PATIENT = { storeTimeoutMs: 2000, decisionDeadlineMs: 5000 };
+
 beforeAll(async () => {
   // Rounds a minute apart: shares stay at their first thirds for the whole file, so counts are exact.
   stack = await new MultiRegion({
     agentsPerRegion: 1,
     rebalance: { roundMs: 60_000 },
     lease: { graceMs: 65_000 },
+    agent: PATIENT,
   }).start();
   // 9 tokens, a slow refill: each region starts with a third (3 tokens).
   await stack.putPolicy('explain-a', { capacity: 9, refillPerSecond: 0.01, maxCost: 9 });
@@ -214,7 +221,7 @@ describe('borrowing off (QP_BORROWING=false): the reasons an agent that sees onl
       agentsPerRegion: 1,
       rebalance: { roundMs: 60_000 },
       lease: { graceMs: 65_000 },
-      agent: { borrowing: false },
+      agent: { ...PATIENT, borrowing: false },
     }).start();
     // 8 tokens, a slow refill: each region holds half (4 tokens).
     await off.putPolicy('halves', { capacity: 8, refillPerSecond: 0.01 });
