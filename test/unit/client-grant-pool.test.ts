@@ -143,6 +143,13 @@ describe('GrantPool', () => {
     // Another cost's wait is not known here: asked at the agent.
     expect(pool.trySpend({ ...body, cost: 2 })).toBeUndefined();
     expect(pool.trySpend({ ...body, cost: 0.5 })).toBeUndefined();
+    // A denial of 3 with 2 tokens left: repeated with the agent's count, not a made-up 0.
+    const three = denied();
+    three.results[0]!.remaining = 2;
+    pool.observe({ ...body, cost: 3 }, three);
+    const d3 = pool.trySpend({ ...body, cost: 3 });
+    expect(d3?.results[0]?.remaining).toBe(2);
+    expect(d3?.headers['RateLimit']).toBe('"p";r=2;t=5');
   });
 
   it('repeats denials of cold subjects too, and never those of a policy without grants', async () => {
@@ -188,6 +195,8 @@ describe('GrantPool', () => {
     };
     const waitFor = (cost: number) => Math.ceil((cost - tokens) / perMs);
     let admitted = 0;
+    /** What the agent last said was left when it denied each cost. */
+    const toldRemaining = new Map<number, number>();
     const decide = (cost: number): Decision => {
       refill();
       if (tokens >= cost) {
@@ -196,11 +205,13 @@ describe('GrantPool', () => {
         return { ...allowed, results: [{ ...allowed.results[0]!, limit: capacity }] };
       }
       const wait = waitFor(cost);
+      const remaining = Math.floor(tokens);
+      toldRemaining.set(cost, remaining);
       return {
         allowed: false,
         retryAfterMs: wait,
         results: [
-          { policy: 'p', allowed: false, remaining: 0, limit: capacity, resetMs: 0, retryAfterMs: wait },
+          { policy: 'p', allowed: false, remaining, limit: capacity, resetMs: 0, retryAfterMs: wait },
         ],
         headers: {},
       };
@@ -243,7 +254,13 @@ describe('GrantPool', () => {
         refill();
         expect(tokens).toBeLessThan(cost);
         expect(d.retryAfterMs).toBe(waitFor(cost));
-        expect(d.headers['Retry-After']).toBe(String(Math.max(1, Math.ceil(waitFor(cost) / 1000))));
+        const seconds = Math.max(1, Math.ceil(waitFor(cost) / 1000));
+        expect(d.headers['Retry-After']).toBe(String(seconds));
+        // The tokens left are the agent's word at its denial of this cost, fewer than the cost.
+        const told = toldRemaining.get(cost)!;
+        expect(told).toBeLessThan(cost);
+        expect(d.results[0]!.remaining).toBe(told);
+        expect(d.headers['RateLimit']).toBe(`"p";r=${told};t=${seconds}`);
       }
       await flush();
     }

@@ -94,6 +94,8 @@ interface Entry {
   deniedCost: number;
   /** The agent's reason for that denial, repeated with it. */
   deniedReason: ClientCheckResult['reason'];
+  /** The whole tokens the agent said were left at that denial (fewer than the cost). */
+  deniedRemaining: number;
   /** No take before this (epoch ms): after an empty take or a failure. */
   quietUntil: number;
   timer: NodeJS.Timeout | undefined;
@@ -215,6 +217,7 @@ export class GrantPool {
     entry.deniedUntil = now + result.retryAfterMs;
     entry.deniedCost = body.cost ?? 1;
     entry.deniedReason = result.reason;
+    entry.deniedRemaining = result.remaining ?? 0;
   }
 
   /** Hand back every grant's rest and stop taking new ones. */
@@ -244,6 +247,7 @@ export class GrantPool {
         deniedUntil: 0,
         deniedCost: 0,
         deniedReason: undefined,
+        deniedRemaining: 0,
         quietUntil: 0,
         timer: undefined,
       };
@@ -376,13 +380,13 @@ export class GrantPool {
     const result: ClientCheckResult = {
       policy: entry.policy,
       allowed: false,
-      remaining: 0,
+      remaining: entry.deniedRemaining,
       limit: entry.limit,
       resetMs: null,
       retryAfterMs,
     };
     if (entry.deniedReason !== undefined) result.reason = entry.deniedReason;
-    const headers = retryHeaders(entry.policy, retryAfterMs);
+    const headers = retryHeaders(entry.policy, retryAfterMs, entry.deniedRemaining);
     const policyHeader = this.#policyHeaders.get(entry.policy);
     if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
     return { allowed: false, retryAfterMs, results: [result], headers, local: 'grant' };
@@ -406,9 +410,10 @@ export class GrantPool {
   }
 }
 
-function retryHeaders(policy: string, retryAfterMs: number): Record<string, string> {
+/** A denial's headers: `r=` the agent's last count of whole tokens left (fewer than the cost), `t=` the wait. */
+function retryHeaders(policy: string, retryAfterMs: number, remaining: number): Record<string, string> {
   const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
-  return { RateLimit: `"${policy}";r=0;t=${seconds}`, 'Retry-After': String(seconds) };
+  return { RateLimit: `"${policy}";r=${remaining};t=${seconds}`, 'Retry-After': String(seconds) };
 }
 
 function keyOf(policy: string, subject: string): string {
