@@ -55,6 +55,8 @@ export interface LeaderLeaseOptions {
   floor?: () => Promise<number>;
   /** Monotonic milliseconds; default performance.now. */
   now?: () => number;
+  /** The lease bucket itself, already open (tests); default: opened on `nc`. */
+  kv?: Pick<KV, 'get' | 'create' | 'update'>;
 }
 
 export type LostReason = 'superseded' | 'expired' | 'stopped';
@@ -68,7 +70,7 @@ export class LeaderLease {
   readonly #options: LeaderLeaseOptions;
   readonly #now: () => number;
   readonly holder: string;
-  #kv: KV | undefined;
+  #kv: Pick<KV, 'get' | 'create' | 'update'> | undefined;
   #revision = 0;
   #epoch = 0;
   /** Monotonic time the last successful renewal (or the acquiring write) was sent. */
@@ -109,6 +111,10 @@ export class LeaderLease {
 
   /** Open (or create) the bucket with its replicas. */
   async open(): Promise<void> {
+    if (this.#options.kv !== undefined) {
+      this.#kv = this.#options.kv;
+      return;
+    }
     const { nc, bucket, replicas, timeoutMs } = this.#options;
     const js = jetstream(nc, { timeout: timeoutMs });
     this.#kv = await new Kvm(js).create(bucket, {
@@ -271,7 +277,7 @@ export class LeaderLease {
    * anything else. An entry that cannot be read counts as ours for now: the renewal is retried, and a lease
    * that is not renewed in time expires all the same.
    */
-  async #ownEntry(kv: KV): Promise<number | undefined> {
+  async #ownEntry(kv: Pick<KV, 'get'>): Promise<number | undefined> {
     try {
       const entry = await kv.get(LEADER_KEY);
       if (entry === null || entry.operation !== 'PUT') return undefined;
