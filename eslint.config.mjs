@@ -26,6 +26,10 @@ const ioModules = [
   'node:worker_threads',
 ];
 
+/** Why the coordinator, the regional agent and common/ may not import one another. */
+const SERVICE_BOUNDARY =
+  'coordinator/ and regional-agent/ never import each other: move what both need to core/ (pure) or common/ (I/O).';
+
 const noExportAll = {
   selector: 'ExportAllDeclaration',
   message: 'Use explicit named exports, not export *.',
@@ -87,11 +91,40 @@ export default tseslint.config(
           patterns: [
             { group: ['@nats-io/*'], message: 'core/ is pure: no I/O imports.' },
             {
-              group: ['**/regional-agent/**', '**/coordinator/**', '**/simulations/**'],
+              group: ['**/regional-agent/**', '**/coordinator/**', '**/common/**', '**/simulations/**'],
               message: 'core/ depends on nothing above it.',
             },
           ],
         },
+      ],
+    },
+  },
+  // The two services never import each other: what both need is in core/ (pure) or common/ (I/O), which imports
+  // neither.
+  {
+    files: ['coordinator/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/regional-agent/**'], message: SERVICE_BOUNDARY }] },
+      ],
+    },
+  },
+  {
+    files: ['regional-agent/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/coordinator/**'], message: SERVICE_BOUNDARY }] },
+      ],
+    },
+  },
+  {
+    files: ['common/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/regional-agent/**', '**/coordinator/**'], message: SERVICE_BOUNDARY }] },
       ],
     },
   },

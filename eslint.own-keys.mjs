@@ -82,6 +82,7 @@ export const OWN_KEY_FILES = [
   'core/**/*.ts',
   'regional-agent/**/*.ts',
   'coordinator/**/*.ts',
+  'common/**/*.ts',
   'cli/**/*.ts',
   'simulations/**/*.ts',
   'packages/client/src/**/*.ts',

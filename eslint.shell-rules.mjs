@@ -76,6 +76,7 @@ export const SHELL_FILES = [
   'simulations/**/*.ts',
   'regional-agent/**/*.ts',
   'coordinator/**/*.ts',
+  'common/**/*.ts',
   'test/harness/**/*.ts',
 ];
 
@@ -90,7 +91,7 @@ export function copiedRuleSelectors(except = []) {
 export const SIMULATOR_IMPORTS = {
   patterns: [
     {
-      group: ['**/regional-agent/**', '!**/regional-agent/config.js', '**/coordinator/**'],
+      group: ['**/regional-agent/**', '!**/regional-agent/config.js', '**/coordinator/**', '**/common/**'],
       message:
         "the simulator runs core/: import the rule from core/ (the agent's defaults: regional-agent/config.js)",
     },

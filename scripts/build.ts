@@ -15,6 +15,7 @@ const dist = join(root, 'dist');
 const started = Date.now();
 const INPUTS = [
   'core',
+  'common',
   'coordinator',
   'regional-agent',
   'lua',

@@ -17,7 +17,7 @@ import type { AuditRecord } from '../../core/admin-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { PolicyName } from '../../core/policy.js';
 import { policyNameFromKey } from '../../core/wire/kv.js';
-import { KvWatchLoop } from '../../regional-agent/nats/kv-watch-loop.js';
+import { KvWatchLoop } from '../../common/nats/kv-watch-loop.js';
 import type { AuditTrail } from '../audit/audit-trail.js';
 import type { Logger } from '../ports.js';
 

@@ -28,7 +28,7 @@ import {
   RenewalReply,
   type ProtocolSubjects,
 } from '../../core/wire/protocol.js';
-import { KvWatchLoop, type KvWatchSession } from '../nats/kv-watch-loop.js';
+import { KvWatchLoop, type KvWatchSession } from '../../common/nats/kv-watch-loop.js';
 import type { UsageRecorder } from '../reporting/usage-recorder.js';
 
 export interface LeaseHolderOptions {

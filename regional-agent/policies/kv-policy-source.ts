@@ -18,7 +18,7 @@ import {
   kvNames,
   policyNameFromKey,
 } from '../../core/wire/kv.js';
-import { KvWatchLoop, type KvWatchSession } from '../nats/kv-watch-loop.js';
+import { KvWatchLoop, type KvWatchSession } from '../../common/nats/kv-watch-loop.js';
 
 /** Why an entry was skipped. */
 export type BadEntryReason = 'bad_key' | 'bad_json' | 'invalid_policy' | 'name_mismatch';

@@ -36,6 +36,7 @@ describe('docs', () => {
       'core',
       'regional-agent',
       'coordinator',
+      'common',
       'cli',
       'simulations',
       'scripts',

@@ -13,6 +13,7 @@ const SOURCE_DIRS = [
   'core',
   'regional-agent',
   'coordinator',
+  'common',
   'cli',
   'simulations',
   'scripts',

@@ -124,7 +124,15 @@ export function probe(overrides: Record<string, Unit>, region: string, subject: 
   });
 
   it('npm run lint applies both to every source directory that handles input', async () => {
-    const dirs = ['core', 'regional-agent', 'coordinator', 'cli', 'simulations', 'packages/client/src'];
+    const dirs = [
+      'core',
+      'regional-agent',
+      'coordinator',
+      'common',
+      'cli',
+      'simulations',
+      'packages/client/src',
+    ];
     for (const dir of dirs) expect(OWN_KEY_FILES).toContain(`${dir}/**/*.ts`);
     const eslint = new ESLint({ cwd: REPO_ROOT });
     for (const file of [

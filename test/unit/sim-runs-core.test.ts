@@ -37,7 +37,7 @@ function lint(code: string, file: string, except: readonly string[] = []): strin
 const exceptionsOf = (file: string) =>
   COPIED_RULE_EXCEPTIONS.filter((e) => e.files.includes(file)).map((e) => e.rule);
 
-const SHELLS = ['simulations', 'regional-agent', 'coordinator', 'test/harness'];
+const SHELLS = ['simulations', 'regional-agent', 'coordinator', 'common', 'test/harness'];
 
 /**
  * Every pattern needs one of these words in the source (an identifier it matches contains it), so a file without

@@ -2,7 +2,8 @@
  * A JetStream KV watch that survives anything: open the bucket (bind only), load every entry, follow updates;
  * when the watch ends or fails, retry with backoff; after every NATS reconnect, start over from a full load (a
  * server restart may have lost the watch's consumer without the client noticing for a minute). Shared by the
- * agent's policy source and its lease holder, which differ only in what they do with the entries.
+ * agent's policy source and its lease holder and by the coordinator's KV guard, which differ only in what they
+ * do with the entries: it lives in common/, which both services import and which imports neither.
  */
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm, type KvWatchEntry } from '@nats-io/kv';
