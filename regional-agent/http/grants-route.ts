@@ -77,24 +77,101 @@ export function grantRefusal(check: PreparedCheck): string | undefined {
   return undefined;
 }
 
-export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): void {
-  const { service, store, guard, shares, metrics, assertServing } = options;
+/** The subject's bucket here, or why there is none to grant from (throws the 4xx). */
+function grantCheck(
+  options: Pick<GrantsRouteOptions, 'service' | 'metrics'>,
+  body: { policy: string; subject: string; class?: string | undefined },
+): PreparedCheck {
+  const { service, metrics } = options;
+  const [prepared] = service.prepare({
+    policy: body.policy,
+    subject: body.subject,
+    ...(body.class === undefined ? {} : { class: body.class }),
+  }).checks;
+  if (prepared === undefined) throw new AgentErrors.AGT_ERR_INVALID_GRANT('no check');
+  const refusal = grantRefusal(prepared);
+  if (refusal !== undefined) {
+    metrics.grants.labels(prepared.policy.name, 'refused').inc();
+    throw new AgentErrors.AGT_ERR_GRANT_NOT_ALLOWED(prepared.policy.name, refusal);
+  }
+  return prepared;
+}
 
-  /** The subject's bucket here, or why there is none to grant from. */
-  const prepare = (body: { policy: string; subject: string; class?: string | undefined }) => {
-    const [prepared] = service.prepare({
-      policy: body.policy,
-      subject: body.subject,
-      ...(body.class === undefined ? {} : { class: body.class }),
-    }).checks;
-    if (prepared === undefined) throw new AgentErrors.AGT_ERR_INVALID_GRANT('no check');
-    const refusal = grantRefusal(prepared);
-    if (refusal !== undefined) {
-      metrics.grants.labels(prepared.policy.name, 'refused').inc();
-      throw new AgentErrors.AGT_ERR_GRANT_NOT_ALLOWED(prepared.policy.name, refusal);
-    }
-    return prepared;
-  };
+/**
+ * `POST /v1/grants` without HTTP: take up to the amount asked out of the subject's bucket here. Throws the
+ * route's 4xx and 503 errors. The conservation property suite runs it on the models (test/helpers/model-world.ts).
+ */
+export async function takeGrant(
+  options: Omit<GrantsRouteOptions, 'assertServing'>,
+  input: unknown,
+): Promise<GrantResponse> {
+  const { store, guard, shares, metrics } = options;
+  const body = parse(GrantRequest, input);
+  const check = grantCheck(options, body);
+  const policy = check.policy.name;
+  if (check.route !== 'store') {
+    // No lease for this region (or no way to decide here now): nothing to take; the client asks per request.
+    metrics.grants.labels(policy, 'dry').inc();
+    return { policy, granted: 0, limit: 0, remaining: 0, refillMs: null, expiresInMs: GRANT_TTL_MS };
+  }
+  const { cost: _cost, ...bucket } = check.bucket;
+  const encoded = transferBucket(bucket);
+  const limit = Math.floor(encoded.capacity / MICRO);
+  const amount = Math.min(body.amount, grantCeiling(limit));
+  const leave = shares.enter(policy);
+  try {
+    const result = await guard.run('grant', () =>
+      store.take({ key: bucket.key, bucket: encoded, amount: amount * MICRO }),
+    );
+    metrics.grants.labels(policy, result.granted > 0 ? 'granted' : 'dry').inc();
+    if (result.granted > 0) metrics.grantTokens.labels(policy, 'taken').inc(result.granted / MICRO);
+    return {
+      policy,
+      granted: result.granted / MICRO,
+      limit,
+      remaining: Math.max(0, Math.floor(result.remaining / MICRO)),
+      refillMs: result.refillMs < 0 ? null : result.refillMs,
+      expiresInMs: GRANT_TTL_MS,
+    };
+  } catch (error) {
+    metrics.grants.labels(policy, 'failed').inc();
+    throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
+  } finally {
+    leave();
+  }
+}
+
+/** `POST /v1/grants/return` without HTTP: hand back tokens of a grant (what fits under the ceiling). */
+export async function returnGrant(
+  options: Omit<GrantsRouteOptions, 'assertServing'>,
+  input: unknown,
+): Promise<GrantReturnResponse> {
+  const { store, guard, metrics } = options;
+  const body = parse(GrantReturnRequest, input);
+  const check = grantCheck(options, body);
+  const policy = check.policy.name;
+  if (check.route !== 'store') {
+    metrics.grantTokens.labels(policy, 'dropped').inc(body.amount);
+    return { policy, credited: 0, dropped: body.amount };
+  }
+  const { cost: _cost, ...bucket } = check.bucket;
+  const amount = Math.round(body.amount * MICRO);
+  try {
+    const result = await guard.run('grant', () =>
+      store.giveBack({ key: bucket.key, bucket: transferBucket(bucket), amount }),
+    );
+    metrics.grants.labels(policy, 'returned').inc();
+    if (result.credited > 0) metrics.grantTokens.labels(policy, 'returned').inc(result.credited / MICRO);
+    if (result.dropped > 0) metrics.grantTokens.labels(policy, 'dropped').inc(result.dropped / MICRO);
+    return { policy, credited: result.credited / MICRO, dropped: result.dropped / MICRO };
+  } catch (error) {
+    metrics.grants.labels(policy, 'failed').inc();
+    throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
+  }
+}
+
+export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): void {
+  const { assertServing } = options;
 
   app.post(
     '/v1/grants',
@@ -112,48 +189,7 @@ export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): 
     },
     async (request, reply) => {
       assertServing();
-      const body = parse(GrantRequest, request.body);
-      const check = prepare(body);
-      const policy = check.policy.name;
-      if (check.route !== 'store') {
-        // No lease for this region (or no way to decide here now): nothing to take; the client asks per request.
-        metrics.grants.labels(policy, 'dry').inc();
-        const answer: GrantResponse = {
-          policy,
-          granted: 0,
-          limit: 0,
-          remaining: 0,
-          refillMs: null,
-          expiresInMs: GRANT_TTL_MS,
-        };
-        return reply.send(answer);
-      }
-      const { cost: _cost, ...bucket } = check.bucket;
-      const encoded = transferBucket(bucket);
-      const limit = Math.floor(encoded.capacity / MICRO);
-      const amount = Math.min(body.amount, grantCeiling(limit));
-      const leave = shares.enter(policy);
-      try {
-        const result = await guard.run('grant', () =>
-          store.take({ key: bucket.key, bucket: encoded, amount: amount * MICRO }),
-        );
-        metrics.grants.labels(policy, result.granted > 0 ? 'granted' : 'dry').inc();
-        if (result.granted > 0) metrics.grantTokens.labels(policy, 'taken').inc(result.granted / MICRO);
-        const answer: GrantResponse = {
-          policy,
-          granted: result.granted / MICRO,
-          limit,
-          remaining: Math.max(0, Math.floor(result.remaining / MICRO)),
-          refillMs: result.refillMs < 0 ? null : result.refillMs,
-          expiresInMs: GRANT_TTL_MS,
-        };
-        return await reply.send(answer);
-      } catch (error) {
-        metrics.grants.labels(policy, 'failed').inc();
-        throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
-      } finally {
-        leave();
-      }
+      return reply.send(await takeGrant(options, request.body));
     },
   );
 
@@ -172,33 +208,7 @@ export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): 
     },
     async (request, reply) => {
       assertServing();
-      const body = parse(GrantReturnRequest, request.body);
-      const check = prepare(body);
-      const policy = check.policy.name;
-      if (check.route !== 'store') {
-        metrics.grantTokens.labels(policy, 'dropped').inc(body.amount);
-        const answer: GrantReturnResponse = { policy, credited: 0, dropped: body.amount };
-        return reply.send(answer);
-      }
-      const { cost: _cost, ...bucket } = check.bucket;
-      const amount = Math.round(body.amount * MICRO);
-      try {
-        const result = await guard.run('grant', () =>
-          store.giveBack({ key: bucket.key, bucket: transferBucket(bucket), amount }),
-        );
-        metrics.grants.labels(policy, 'returned').inc();
-        if (result.credited > 0) metrics.grantTokens.labels(policy, 'returned').inc(result.credited / MICRO);
-        if (result.dropped > 0) metrics.grantTokens.labels(policy, 'dropped').inc(result.dropped / MICRO);
-        const answer: GrantReturnResponse = {
-          policy,
-          credited: result.credited / MICRO,
-          dropped: result.dropped / MICRO,
-        };
-        return await reply.send(answer);
-      } catch (error) {
-        metrics.grants.labels(policy, 'failed').inc();
-        throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
-      }
+      return reply.send(await returnGrant(options, request.body));
     },
   );
 }

@@ -67,6 +67,21 @@ export type Step =
       settle: 'commit' | 'cancel' | 'hold';
       used: number;
     }
+  /**
+   * A client takes a local grant of `amount` tokens (`POST /v1/grants`), spends `spend` of them in its own
+   * process (each an admission of cost 1), then hands the rest back or crashes (the rest is lost).
+   */
+  | {
+      op: 'grant';
+      region: Region;
+      policy: string;
+      subject: string;
+      amount: number;
+      spend: number;
+      settle: 'return' | 'crash';
+    }
+  /** The calls of each region sent as one `POST /v1/decisions/batch` per region (independent decisions). */
+  | { op: 'batch'; calls: Call[] }
   | { op: 'restart'; region: Region }
   | { op: 'freeze'; region: Region; on: boolean }
   | { op: 'cut'; region: Region; on: boolean };
@@ -242,6 +257,25 @@ function stepOf(names: readonly string[]): fc.Arbitrary<Step> {
           used: fc.constantFrom(0, 1, 2),
         })
         .map((r) => ({ op: 'reserve' as const, ...r, used: Math.min(r.used, r.amount) })),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .record({
+          region,
+          policy: fc.constantFrom(...names),
+          subject: fc.constantFrom('a', 'a', 'b'),
+          amount: fc.integer({ min: 1, max: 4 }),
+          spend: fc.integer({ min: 0, max: 4 }),
+          settle: fc.constantFrom('return', 'crash'),
+        })
+        .map((g) => ({ op: 'grant' as const, ...g })),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .array(callOf(names), { minLength: 1, maxLength: 4 })
+        .map((calls) => ({ op: 'batch' as const, calls })),
     },
     { weight: 1, arbitrary: region.map((r) => ({ op: 'restart' as const, region: r })) },
     {

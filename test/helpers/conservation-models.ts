@@ -107,6 +107,63 @@ export async function runOnModels(c: Case, seed: number): Promise<RunRecord> {
           }
           break;
         }
+        case 'batch': {
+          // One batch per region, all regions at once: each element is one of the calls, repeated.
+          const failing = frozen.size > 0 || cut.size > 0;
+          const regions = [...new Set(step.calls.flatMap((c) => c.regions))];
+          await Promise.all(
+            regions.map(async (region) => {
+              const calls = step.calls
+                .filter((c) => c.regions.includes(region))
+                .flatMap((c) => Array.from({ length: c.repeat }, () => c));
+              const answers = await world.decideBatch(region, { decisions: calls.map(callBody) });
+              if ('error' in answers) return;
+              answers.forEach((answer, i) =>
+                recordAnswer(record, specs, calls[i]!, answer, world.clock.now(), failing, region),
+              );
+            }),
+          );
+          break;
+        }
+        case 'grant': {
+          const failing = frozen.size > 0 || cut.size > 0;
+          const taken = await world.takeGrant(step.region, {
+            policy: step.policy,
+            subject: step.subject,
+            amount: step.amount,
+          });
+          if ('error' in taken) break; // a 4xx (a kind or mode without grants) or 503 (a frozen store)
+          // The client spends whole tokens of its grant in its own process: admissions the store never saw,
+          // paid for by the grant's pre-debit.
+          const spent = Math.min(step.spend, Math.floor(taken.granted + 1e-9));
+          const call = {
+            regions: [step.region],
+            checks: [{ policy: step.policy, subject: step.subject, cost: 1 }],
+            dryRun: false,
+            repeat: 1,
+          };
+          for (let i = 0; i < spent; i++)
+            recordAnswer(
+              record,
+              specs,
+              call,
+              { allowed: true, results: [{ allowed: true }] },
+              world.clock.now(),
+              failing,
+              step.region,
+            );
+          const rest = Math.round((taken.granted - spent) * 1e6) / 1e6;
+          if (step.settle === 'return' && rest > 0) {
+            await settle();
+            world.clock.advance(10);
+            await world.returnGrant(step.region, {
+              policy: step.policy,
+              subject: step.subject,
+              amount: rest,
+            });
+          }
+          break;
+        }
         case 'restart':
           world.region(step.region).restart();
           break;

@@ -26,6 +26,9 @@ import type { DecisionStore } from '../../regional-agent/decisions/decision-stor
 import { EmergencyBuckets } from '../../regional-agent/decisions/emergency-buckets.js';
 import type { Forwarder, ForwardRequest, ForwardResult } from '../../regional-agent/decisions/forwarder.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
+import { ModelGrantStore, type GrantStore } from '../../regional-agent/grants/grant-store.js';
+import { returnGrant, takeGrant, type GrantsRouteOptions } from '../../regional-agent/http/grants-route.js';
+import { batchElements } from '../../regional-agent/http/batch-route.js';
 import { AgentErrors } from '../../regional-agent/errors.js';
 import { AgentMetrics } from '../../regional-agent/observability/metrics.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
@@ -231,7 +234,18 @@ export class WorldRegion {
       },
     );
     this.reservations = this.#reservationsFor(guard, metrics);
+    const grants = new ModelGrantStore(this.store.inner.model.buckets, world.clock);
+    const frozen = () => this.store.frozen;
+    const grantStore: GrantStore = {
+      take: (g) => (frozen() ? Promise.reject(new Error('ETIMEDOUT: the store is frozen')) : grants.take(g)),
+      giveBack: (g) =>
+        frozen() ? Promise.reject(new Error('ETIMEDOUT: the store is frozen')) : grants.giveBack(g),
+    };
+    this.grants = { service: this.service, store: grantStore, guard, shares: this.shares, metrics };
   }
+
+  /** The agent's local grants (`POST /v1/grants` and `/v1/grants/return` without HTTP). */
+  grants!: Omit<GrantsRouteOptions, 'assertServing'>;
 
   /** The reservation service of the agent now running (regional-agent/reservations). */
   #reservationsFor(guard: StoreGuard, metrics: AgentMetrics): ReservationService {
@@ -337,6 +351,50 @@ export class ModelWorld {
   async decide(region: string, body: DecisionRequest | object): Promise<DecisionOutcome | { error: string }> {
     try {
       return await this.region(region).service.decideBody(body, 'world');
+    } catch (error) {
+      if (error instanceof Error && 'code' in error) return { error: String(error.code) };
+      throw error;
+    }
+  }
+
+  /**
+   * `POST /v1/decisions/batch` in `region`: the elements decided independently, all started in one turn, as the
+   * batch route does (regional-agent/http/batch-route.ts); a malformed batch is one error.
+   */
+  async decideBatch(
+    region: string,
+    body: object,
+  ): Promise<(DecisionOutcome | { error: string })[] | { error: string }> {
+    let elements: unknown[];
+    try {
+      elements = batchElements(body);
+    } catch (error) {
+      if (error instanceof Error && 'code' in error) return { error: String(error.code) };
+      throw error;
+    }
+    return Promise.all(elements.map((e) => this.decide(region, e as object)));
+  }
+
+  /** Take a local grant in `region` (or the 4xx/503 code a client would get). */
+  async takeGrant(
+    region: string,
+    body: { policy: string; subject: string; amount: number },
+  ): Promise<{ granted: number } | { error: string }> {
+    try {
+      return await takeGrant(this.region(region).grants, body);
+    } catch (error) {
+      if (error instanceof Error && 'code' in error) return { error: String(error.code) };
+      throw error;
+    }
+  }
+
+  /** Hand back tokens of a local grant in `region`. */
+  async returnGrant(
+    region: string,
+    body: { policy: string; subject: string; amount: number },
+  ): Promise<{ credited: number } | { error: string }> {
+    try {
+      return await returnGrant(this.region(region).grants, body);
     } catch (error) {
       if (error instanceof Error && 'code' in error) return { error: String(error.code) };
       throw error;
