@@ -112,7 +112,12 @@ describe('only Redis failures open the breaker', () => {
   });
 
   it('time queued in the agent never counts: a blocked event loop with a healthy Redis opens nothing', async () => {
-    await using a = await startAgent(server, { storeTimeoutMs: 50 });
+    // 200 ms, not the production 50: on a loaded CI machine (load average above 20 on two cores) a healthy
+    // Redis waited for a core longer than 50 ms before it ran a call, which the script then truly refused as
+    // past its deadline (64 store_unavailable answers). What this test is about is this process's own delay:
+    // it blocks for six store timeouts, whatever the timeout.
+    const storeTimeoutMs = 200;
+    await using a = await startAgent(server, { storeTimeoutMs });
     const prefix = uniquePrefix('queued');
     const pending = Array.from({ length: 200 }, (_, i) =>
       decide(a.agent, { policy: 'closed', subject: `${prefix}-${i % 50}` }),
@@ -124,7 +129,7 @@ describe('only Redis failures open the breaker', () => {
       await new Promise((r) => setImmediate(r));
     }
     expect(a.redis.commandQueue.length).toBeGreaterThan(0);
-    const until = performance.now() + 300;
+    const until = performance.now() + 6 * storeTimeoutMs;
     while (performance.now() < until) {
       // busy: this process is the slow part, not Redis
     }
