@@ -322,6 +322,52 @@ describe('conservation over generated policies and traffic (models)', () => {
     expect(conservationViolations(policies, charges)).toEqual([]);
   });
 
+  // Open finding (seed 31, QP_PROPERTY_RUNS=1500, case 1274; not diagnosed): p0 local with a subject-creation
+  // cap, p1 daily. Round 1: key k2 on a single p0 check (admitted), again (replayed), and on a layered p0 + p1
+  // request (a conflict, rightly). Round 2, the same three: the layered one is now admitted, its p0 check answered
+  // from the single request's record without a charge, so a third p0 admission (3 of 2) follows. The named case
+  // "replay of another request" holds without the creation cap; this one fails until that path holds too.
+  it.fails(
+    'open: a layered retry replays a single request’s record on a capped policy (seed 31)',
+    async () => {
+      const c: Case = {
+        policies: [
+          {
+            ...base,
+            name: 'p0',
+            kind: 'token_bucket',
+            capacity: 2,
+            refillPerSecond: 0.1,
+            mode: 'local',
+            onStoreFailure: 'closed',
+            newSubjects: { perMinute: 1, flood: 'deny' },
+          },
+          { ...base, name: 'p1', kind: 'daily', capacity: 2, mode: 'local', onStoreFailure: 'closed' },
+        ],
+        borrowing: true,
+        steps: [
+          {
+            op: 'traffic',
+            calls: [
+              { regions: ['us'], checks: [one('p0')], idempotencyKey: 'k2', dryRun: false, repeat: 2 },
+              {
+                regions: ['us'],
+                checks: [one('p0'), one('p1')],
+                idempotencyKey: 'k2',
+                dryRun: false,
+                repeat: 1,
+              },
+            ],
+            rounds: 2,
+            gapMs: 0,
+          },
+          { op: 'batch', calls: [{ regions: ['us'], checks: [one('p0')], dryRun: false, repeat: 1 }] },
+        ],
+      };
+      expect(await problems(c, 0)).toEqual([]);
+    },
+  );
+
   it(`holds the bound of every kind for every subject, class, window and day (${RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(arbitraryCase(), fc.integer(), async (c, seed) => {
