@@ -5,8 +5,9 @@
  * (test/helpers/model-world.ts). The global checker asserts that for every policy, subject and class, admissions
  * stay within the kind's bound over every window and day (test/helpers/conservation-cases.ts).
  *
- * `QP_PROPERTY_RUNS` sets the number of generated cases (default 300, a few seconds); `QP_PROPERTY_SEED` picks
- * the run (default a fixed seed). The cases that found real bugs are kept below as named cases, as literal inputs (a seed only replays with
+ * `QP_PROPERTY_RUNS` sets the number of generated cases (default 2,000: 9 s on this project's two-core machine at
+ * a load average of 6; 300 cases took 11 s at a load of 19); `QP_PROPERTY_SEED` picks the run (default a fixed
+ * seed). The cases that found real bugs are kept below as named cases, as literal inputs (a seed only replays with
  * the generator that drew it).
  */
 import fc from 'fast-check';
@@ -29,7 +30,7 @@ async function problems(c: Case, seed: number): Promise<string[]> {
   return [...record.problems, ...conservationViolations(c.policies, record.charges)];
 }
 
-const RUNS = Number(process.env['QP_PROPERTY_RUNS'] ?? 300);
+const RUNS = Number(process.env['QP_PROPERTY_RUNS'] ?? 2000);
 // A fixed seed by default, so CI runs the same cases every time; set QP_PROPERTY_SEED (and QP_PROPERTY_RUNS) to
 // explore.
 const SEED = process.env['QP_PROPERTY_SEED'] ?? '20261205';
@@ -322,6 +323,52 @@ describe('conservation over generated policies and traffic (models)', () => {
     expect(conservationViolations(policies, charges)).toEqual([]);
   });
 
+  // Open finding (seed 31, QP_PROPERTY_RUNS=1500, case 1274; not diagnosed): p0 local with a subject-creation
+  // cap, p1 daily. Round 1: key k2 on a single p0 check (admitted), again (replayed), and on a layered p0 + p1
+  // request (a conflict, rightly). Round 2, the same three: the layered one is now admitted, its p0 check answered
+  // from the single request's record without a charge, so a third p0 admission (3 of 2) follows. The named case
+  // "replay of another request" holds without the creation cap; this one fails until that path holds too.
+  it.fails(
+    'open: a layered retry replays a single request’s record on a capped policy (seed 31)',
+    async () => {
+      const c: Case = {
+        policies: [
+          {
+            ...base,
+            name: 'p0',
+            kind: 'token_bucket',
+            capacity: 2,
+            refillPerSecond: 0.1,
+            mode: 'local',
+            onStoreFailure: 'closed',
+            newSubjects: { perMinute: 1, flood: 'deny' },
+          },
+          { ...base, name: 'p1', kind: 'daily', capacity: 2, mode: 'local', onStoreFailure: 'closed' },
+        ],
+        borrowing: true,
+        steps: [
+          {
+            op: 'traffic',
+            calls: [
+              { regions: ['us'], checks: [one('p0')], idempotencyKey: 'k2', dryRun: false, repeat: 2 },
+              {
+                regions: ['us'],
+                checks: [one('p0'), one('p1')],
+                idempotencyKey: 'k2',
+                dryRun: false,
+                repeat: 1,
+              },
+            ],
+            rounds: 2,
+            gapMs: 0,
+          },
+          { op: 'batch', calls: [{ regions: ['us'], checks: [one('p0')], dryRun: false, repeat: 1 }] },
+        ],
+      };
+      expect(await problems(c, 0)).toEqual([]);
+    },
+  );
+
   it(`holds the bound of every kind for every subject, class, window and day (${RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(arbitraryCase(), fc.integer(), async (c, seed) => {
@@ -329,5 +376,5 @@ describe('conservation over generated policies and traffic (models)', () => {
       }),
       { numRuns: RUNS, seed: Number(SEED) },
     );
-  }, 120_000);
+  }, 300_000);
 });
