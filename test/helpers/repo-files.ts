@@ -5,6 +5,9 @@ import { join } from 'node:path';
 /** The repository's root directory. */
 export const REPO_ROOT = join(import.meta.dirname, '..', '..');
 
+/** The folders that hold the services' and tools' TypeScript: every test that scans source starts from these. */
+export const CODE_DIRS = ['core', 'regional-agent', 'coordinator', 'common', 'cli', 'simulations'] as const;
+
 const SKIPPED = new Set(['node_modules', 'dist', '.git']);
 
 /** Files under `dir` (relative to the root) whose names match `name`, as root-relative paths; none if absent. */

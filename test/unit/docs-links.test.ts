@@ -6,7 +6,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { REPO_ROOT, repoFiles } from '../helpers/repo-files.js';
+import { CODE_DIRS, REPO_ROOT, repoFiles } from '../helpers/repo-files.js';
 
 const root = REPO_ROOT;
 const pages = [
@@ -32,19 +32,7 @@ describe('docs', () => {
   });
 
   it('cite no design document outside the repo', () => {
-    const dirs = [
-      'core',
-      'regional-agent',
-      'coordinator',
-      'common',
-      'cli',
-      'simulations',
-      'scripts',
-      'lua',
-      'test',
-      'docs',
-      'bench',
-    ];
+    const dirs = [...CODE_DIRS, 'scripts', 'lua', 'test', 'docs', 'bench'];
     const self = relative(root, fileURLToPath(import.meta.url));
     const citing = [...dirs.flatMap((d) => repoFiles(d, /\.(ts|mts|md|lua|mjs)$/)), 'README.md']
       .filter((f) => f !== self)

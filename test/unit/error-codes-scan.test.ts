@@ -6,20 +6,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { REPO_ROOT, repoFiles } from '../helpers/repo-files.js';
+import { CODE_DIRS, REPO_ROOT, repoFiles } from '../helpers/repo-files.js';
 
 const root = REPO_ROOT;
-const SOURCE_DIRS = [
-  'core',
-  'regional-agent',
-  'coordinator',
-  'common',
-  'cli',
-  'simulations',
-  'scripts',
-  'lua',
-  'packages',
-];
+const SOURCE_DIRS = [...CODE_DIRS, 'scripts', 'lua', 'packages'];
 /** The families of project error codes; other `code` values (gRPC's `OK`, zod's `custom`) are not ours. */
 const FAMILY = '(?:AGT|COORD|QP|SIM|STACK)_[A-Z0-9_]*[A-Z0-9]';
 const PATTERNS = [

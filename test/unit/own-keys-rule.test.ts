@@ -14,7 +14,7 @@ import tseslint from 'typescript-eslint';
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { OWN_KEY_FILES, ownKeysPlugin, zodRecordSelector } from '../../eslint.own-keys.mjs';
 import type { ClassLimits, Policy } from '../../core/policy.js';
-import { REPO_ROOT } from '../helpers/repo-files.js';
+import { CODE_DIRS, REPO_ROOT } from '../helpers/repo-files.js';
 
 const PROBE = '/probe/probe.ts';
 
@@ -124,15 +124,7 @@ export function probe(overrides: Record<string, Unit>, region: string, subject: 
   });
 
   it('npm run lint applies both to every source directory that handles input', async () => {
-    const dirs = [
-      'core',
-      'regional-agent',
-      'coordinator',
-      'common',
-      'cli',
-      'simulations',
-      'packages/client/src',
-    ];
+    const dirs = [...CODE_DIRS, 'packages/client/src'];
     for (const dir of dirs) expect(OWN_KEY_FILES).toContain(`${dir}/**/*.ts`);
     const eslint = new ESLint({ cwd: REPO_ROOT });
     for (const file of [
