@@ -34,6 +34,7 @@ export const WORST_SUBJECT_MIN_REQUESTS = 10;
 /** Virtual seconds between sweeps of expired keys (the peak-keys measure). */
 const SWEEP_EVERY_S = 10;
 
+/** What to run: one scenario under one strategy, with its settings and seed. */
 export interface RunSpec {
   scenario: Scenario;
   strategy: StrategyDefinition;
@@ -45,6 +46,7 @@ export interface RunSpec {
   onProgress?: ((fraction: number) => void) | undefined;
 }
 
+/** What a run returns: its metrics and the series for the charts. */
 export interface RunOutput {
   result: StrategyResult;
   series: RunSeries;
@@ -52,6 +54,7 @@ export interface RunOutput {
   decisions: number;
 }
 
+/** One attempt of a client's request (a retry is a new Request with `attempt` one more). */
 class Request implements SimRequest {
   idealAllowed = false;
   constructor(
@@ -75,7 +78,8 @@ function classLimits(policy: Policy): ((subject: number) => Policy) | undefined 
 
 /**
  * The state of one run: the virtual clock, the simulated network and stores, the ideal oracle, the strategy under
- * test and the recorder that measures it. Requests flow `offer` → (strategy) → `complete` → `retry`/`hold`.
+ * test and the recorder that measures it. Each public method is one step; runSimulation calls each once, in order.
+ * A request flows `#offer` (the oracle, then the strategy) → `#complete` (now or later) → `#hold` / `#retry`.
  */
 export class SimulationRun {
   readonly #spec: RunSpec;
