@@ -367,7 +367,19 @@ export function recordAnswer(
     );
     return;
   }
-  if (!answer.allowed || call.dryRun || answer.replayed === true) return;
+  if (!answer.allowed || call.dryRun) return;
+  // Where a keyed call's check i is counted: once per record (key, call body and the region holding the record).
+  const countKey = (i: number): string => {
+    const spec = policies.get(call.checks[i]!.policy)!;
+    const where = spec.mode === 'strict' ? spec.homeRegion : region;
+    return `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
+  };
+  if (answer.replayed === true) {
+    // A replay repeats an admission of this very request: one never admitted was admitted without a charge.
+    if (call.idempotencyKey !== undefined && !call.checks.some((_, i) => record.counted.has(countKey(i))))
+      record.problems.push(`a replay of a request never admitted: ${JSON.stringify(callBody(call))}`);
+    return;
+  }
   call.checks.forEach((c, i) => {
     const r = answer.results[i];
     if (r === undefined) {
@@ -382,8 +394,7 @@ export function recordAnswer(
     const spec = policies.get(c.policy)!;
     if (call.idempotencyKey !== undefined) {
       // Counted once while its record may live (1 h, and never longer than the policy's idle TTL).
-      const where = spec.mode === 'strict' ? spec.homeRegion : region;
-      const key = `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
+      const key = countKey(i);
       const ttlMs = Math.min(3_600_000, policyOf(spec).idleTtlSeconds * 1000);
       const before = record.counted.get(key);
       if (before !== undefined && at - before < ttlMs) return;
