@@ -331,10 +331,22 @@ export interface RunRecord {
    * check at its home) and charges the others there, so an answer can be part replay, part charge.
    */
   counted: Map<string, number>;
+  /**
+   * Keyed answers replayed whole: the `counted` keys of their checks, one of which must be counted by the end of
+   * the run (a replay repeats an admission of this very request; calls of one step may be answered in any order).
+   */
+  replays: { keys: string[]; body: string }[];
 }
 
 export function newRecord(): RunRecord {
-  return { charges: [], problems: [], counted: new Map() };
+  return { charges: [], problems: [], counted: new Map(), replays: [] };
+}
+
+/** Replays of a request never admitted (see `RunRecord.replays`): each an admission without a charge. */
+export function unadmittedReplays(record: RunRecord): string[] {
+  return record.replays
+    .filter((r) => !r.keys.some((k) => record.counted.has(k)))
+    .map((r) => `a replay of a request never admitted: ${r.body}`);
 }
 
 const FAILURE_REASONS = new Set(['fail_open', 'emergency_bucket']);
@@ -376,8 +388,11 @@ export function recordAnswer(
   };
   if (answer.replayed === true) {
     // A replay repeats an admission of this very request: one never admitted was admitted without a charge.
-    if (call.idempotencyKey !== undefined && !call.checks.some((_, i) => record.counted.has(countKey(i))))
-      record.problems.push(`a replay of a request never admitted: ${JSON.stringify(callBody(call))}`);
+    if (call.idempotencyKey !== undefined)
+      record.replays.push({
+        keys: call.checks.map((_, i) => countKey(i)),
+        body: JSON.stringify(callBody(call)),
+      });
     return;
   }
   call.checks.forEach((c, i) => {

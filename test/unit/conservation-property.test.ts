@@ -20,6 +20,7 @@ import {
   policyOf,
   REGIONS,
   seeded,
+  unadmittedReplays,
 } from '../helpers/conservation-cases.js';
 import { runOnModels } from '../helpers/conservation-models.js';
 import { ModelWorld } from '../helpers/model-world.js';
@@ -27,7 +28,11 @@ import { ModelWorld } from '../helpers/model-world.js';
 /** Run one case and answer every problem: what the run saw, and the checker's violations. */
 async function problems(c: Case, seed: number): Promise<string[]> {
   const record = await runOnModels(c, seed);
-  return [...record.problems, ...conservationViolations(c.policies, record.charges)];
+  return [
+    ...record.problems,
+    ...unadmittedReplays(record),
+    ...conservationViolations(c.policies, record.charges),
+  ];
 }
 
 const RUNS = Number(process.env['QP_PROPERTY_RUNS'] ?? 2000);
