@@ -22,11 +22,12 @@ export function requestFingerprint(request: PreparedRequest): string {
 }
 
 /**
- * The key a group of a several-group request sends to its home region: the caller's key bound to the whole
- * request, so the home's record of another request that used the key for the same checks is never replayed for
- * this one, while a retry of this request, from any region, finds this one's record.
+ * The key every group of a several-group request keeps its record under (in a store slot here, or at the home
+ * region it is forwarded to): the caller's key bound to the whole request, so a record of another request that
+ * used the key for the same checks (a one-group request, or another layered one) is never replayed for this one,
+ * nor this one's for it, while a retry of this request, from any region, finds this one's records.
  */
-export function forwardedKey(request: PreparedRequest, idempotencyKey: string): string {
+export function boundKey(request: PreparedRequest, idempotencyKey: string): string {
   return `r.${createHash('sha1')
     .update(`${idempotencyKey}\n${requestFingerprint(request)}`)
     .digest('hex')}`;

@@ -6,7 +6,7 @@ import { runForwardGroup, type ForwardGroupDeps } from './forward-group.js';
 import type { GroupRun } from './group-run.js';
 import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
-import { claimIdempotencyKey, forwardedKey, type ClaimDeps } from './idempotency-claim.js';
+import { boundKey, claimIdempotencyKey, type ClaimDeps } from './idempotency-claim.js';
 import { summarize } from './outcome.js';
 import {
   newSheet,
@@ -59,6 +59,12 @@ export class LayeredRunner {
     });
 
     const groups = groupChecks(checks, (key) => this.#deps.store.slotOf(key));
+    // Every group of a several-group request keeps its record under the caller's key bound to the whole request
+    // (fingerprinted before any reroute to shared buckets changes the checks, so a retry finds the same records).
+    // A group's record fingerprints only that group's checks, so under the caller's plain key a one-group request
+    // of the same checks would share it: each would replay the other's record without a charge (seed 31).
+    const bound = idempotencyKey === undefined ? undefined : boundKey(request, idempotencyKey);
+    const groupKey = (): string | undefined => (groups.length > 1 ? bound : idempotencyKey);
     let claim: Awaited<ReturnType<typeof claimIdempotencyKey>> | undefined;
     if (idempotencyKey !== undefined && groups.length > 1) {
       claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey);
@@ -72,11 +78,11 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, groups.length > 1, false, deadlineAt, sheet, chargeBy);
+        run = await this.#runGroup(request, group, groupKey(), false, deadlineAt, sheet, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
-        // yet a local group replayed: the record is another request's that used the key for these same checks
-        // (a one-group request writes no claim). Answering it would admit this request without charge.
+        // yet a local group replayed: the record cannot be this request's. Bound keys make this unreachable; kept
+        // as a guard, since answering such a record would admit this request without charge.
         if (claim === 'new' && run.replayed && group.kind !== 'forward')
           throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         if (run.reroute !== undefined) {
@@ -109,7 +115,7 @@ export class LayeredRunner {
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
       await Promise.all(
-        groups.slice(next).map((g) => this.#runGroup(request, g, groups.length > 1, true, deadlineAt, sheet)),
+        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey(), true, deadlineAt, sheet)),
       );
     }
     // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
@@ -153,21 +159,16 @@ export class LayeredRunner {
   #runGroup(
     request: PreparedRequest,
     group: CheckGroup,
-    /** The request has several groups (its other groups are decided elsewhere). */
-    several: boolean,
+    /** The group's idempotency key: the caller's, or bound to the whole request when it has several groups. */
+    idempotencyKey: string | undefined,
     lookOnly: boolean,
     deadlineAt: number,
     sheet: DecisionSheet,
     chargeBy?: number,
   ): Promise<GroupRun> {
-    const { idempotencyKey } = request;
     const dryRun = request.dryRun || lookOnly;
     if (group.kind === 'forward') {
-      // Part of a several-group request: the home records it under a key bound to the whole request (a new
-      // local claim cannot vouch for a record another region holds).
-      const key =
-        idempotencyKey !== undefined && several ? forwardedKey(request, idempotencyKey) : idempotencyKey;
-      return runForwardGroup(this.#deps, { group, idempotencyKey: key, dryRun, deadlineAt }, sheet);
+      return runForwardGroup(this.#deps, { group, idempotencyKey, dryRun, deadlineAt }, sheet);
     }
     if (group.kind === 'day') {
       return runDayGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly }, sheet);

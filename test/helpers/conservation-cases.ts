@@ -331,10 +331,22 @@ export interface RunRecord {
    * check at its home) and charges the others there, so an answer can be part replay, part charge.
    */
   counted: Map<string, number>;
+  /**
+   * Keyed answers replayed whole: the `counted` keys of their checks, one of which must be counted by the end of
+   * the run (a replay repeats an admission of this very request; calls of one step may be answered in any order).
+   */
+  replays: { keys: string[]; body: string }[];
 }
 
 export function newRecord(): RunRecord {
-  return { charges: [], problems: [], counted: new Map() };
+  return { charges: [], problems: [], counted: new Map(), replays: [] };
+}
+
+/** Replays of a request never admitted (see `RunRecord.replays`): each an admission without a charge. */
+export function unadmittedReplays(record: RunRecord): string[] {
+  return record.replays
+    .filter((r) => !r.keys.some((k) => record.counted.has(k)))
+    .map((r) => `a replay of a request never admitted: ${r.body}`);
 }
 
 const FAILURE_REASONS = new Set(['fail_open', 'emergency_bucket']);
@@ -367,7 +379,22 @@ export function recordAnswer(
     );
     return;
   }
-  if (!answer.allowed || call.dryRun || answer.replayed === true) return;
+  if (!answer.allowed || call.dryRun) return;
+  // Where a keyed call's check i is counted: once per record (key, call body and the region holding the record).
+  const countKey = (i: number): string => {
+    const spec = policies.get(call.checks[i]!.policy)!;
+    const where = spec.mode === 'strict' ? spec.homeRegion : region;
+    return `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
+  };
+  if (answer.replayed === true) {
+    // A replay repeats an admission of this very request: one never admitted was admitted without a charge.
+    if (call.idempotencyKey !== undefined)
+      record.replays.push({
+        keys: call.checks.map((_, i) => countKey(i)),
+        body: JSON.stringify(callBody(call)),
+      });
+    return;
+  }
   call.checks.forEach((c, i) => {
     const r = answer.results[i];
     if (r === undefined) {
@@ -382,8 +409,7 @@ export function recordAnswer(
     const spec = policies.get(c.policy)!;
     if (call.idempotencyKey !== undefined) {
       // Counted once while its record may live (1 h, and never longer than the policy's idle TTL).
-      const where = spec.mode === 'strict' ? spec.homeRegion : region;
-      const key = `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
+      const key = countKey(i);
       const ttlMs = Math.min(3_600_000, policyOf(spec).idleTtlSeconds * 1000);
       const before = record.counted.get(key);
       if (before !== undefined && at - before < ttlMs) return;

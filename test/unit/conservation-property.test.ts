@@ -20,6 +20,7 @@ import {
   policyOf,
   REGIONS,
   seeded,
+  unadmittedReplays,
 } from '../helpers/conservation-cases.js';
 import { runOnModels } from '../helpers/conservation-models.js';
 import { ModelWorld } from '../helpers/model-world.js';
@@ -27,7 +28,11 @@ import { ModelWorld } from '../helpers/model-world.js';
 /** Run one case and answer every problem: what the run saw, and the checker's violations. */
 async function problems(c: Case, seed: number): Promise<string[]> {
   const record = await runOnModels(c, seed);
-  return [...record.problems, ...conservationViolations(c.policies, record.charges)];
+  return [
+    ...record.problems,
+    ...unadmittedReplays(record),
+    ...conservationViolations(c.policies, record.charges),
+  ];
 }
 
 const RUNS = Number(process.env['QP_PROPERTY_RUNS'] ?? 2000);
@@ -194,6 +199,47 @@ const NAMED: Record<string, Case> = {
       },
     ],
   },
+  // The seed-31 fix's other direction, by hand: a layered request recorded its p0 group under the caller's plain
+  // key, so a later one-group request of the same p0 check with that key replayed the layered request's record
+  // without a charge (3 admitted of 2 before the fix). Every group of a layered request now records under the key
+  // bound to the whole request (idempotency-claim.ts boundKey): the one-group request is decided, and charged.
+  'one key on a layered and then a single request (replay of another request, reversed)': {
+    policies: [
+      {
+        ...base,
+        name: 'p0',
+        kind: 'token_bucket',
+        capacity: 2,
+        refillPerSecond: 0.1,
+        mode: 'local',
+        onStoreFailure: 'closed',
+      },
+      { ...base, name: 'p1', kind: 'daily', capacity: 2, mode: 'local', onStoreFailure: 'closed' },
+    ],
+    borrowing: false,
+    steps: [
+      {
+        op: 'traffic',
+        calls: [
+          { regions: ['us'], checks: [one('p0'), one('p1')], idempotencyKey: 'k2', dryRun: false, repeat: 1 },
+        ],
+        rounds: 1,
+        gapMs: 0,
+      },
+      {
+        op: 'traffic',
+        calls: [{ regions: ['us'], checks: [one('p0')], idempotencyKey: 'k2', dryRun: false, repeat: 1 }],
+        rounds: 1,
+        gapMs: 0,
+      },
+      {
+        op: 'traffic',
+        calls: [{ regions: ['us'], checks: [one('p0')], dryRun: false, repeat: 2 }],
+        rounds: 1,
+        gapMs: 0,
+      },
+    ],
+  },
   // Seed 31 (QP_PROPERTY_RUNS=1500, case 742): 6 admitted in 3 s of C + R·W = 5.3, with or without borrowing.
   // A share move from a region that had spent its tokens (us, after bursting) to one where the subject's bucket
   // did not exist yet (eu) gave eu a new bucket full at its new share: the move minted C × the amount moved.
@@ -241,7 +287,7 @@ const NAMED: Record<string, Case> = {
   // Seed 16 (QP_PROPERTY_RUNS=300): the same, across regions: a layered request from us whose strict check is
   // homed in ap sent the caller's key to ap, where a one-check request had used it for the same check; ap
   // replayed that record (3 admitted of 2). Fixed: a group of a several-group request goes to its home under a
-  // key bound to the whole request (idempotency-claim.ts forwardedKey).
+  // key bound to the whole request (idempotency-claim.ts boundKey).
   'one key on a single and a layered request, forwarded to the home (replay of another request)': {
     policies: [
       {
@@ -323,51 +369,50 @@ describe('conservation over generated policies and traffic (models)', () => {
     expect(conservationViolations(policies, charges)).toEqual([]);
   });
 
-  // Open finding (seed 31, QP_PROPERTY_RUNS=1500, case 1274; not diagnosed): p0 local with a subject-creation
-  // cap, p1 daily. Round 1: key k2 on a single p0 check (admitted), again (replayed), and on a layered p0 + p1
-  // request (a conflict, rightly). Round 2, the same three: the layered one is now admitted, its p0 check answered
-  // from the single request's record without a charge, so a third p0 admission (3 of 2) follows. The named case
-  // "replay of another request" holds without the creation cap; this one fails until that path holds too.
-  it.fails(
-    'open: a layered retry replays a single request’s record on a capped policy (seed 31)',
-    async () => {
-      const c: Case = {
-        policies: [
-          {
-            ...base,
-            name: 'p0',
-            kind: 'token_bucket',
-            capacity: 2,
-            refillPerSecond: 0.1,
-            mode: 'local',
-            onStoreFailure: 'closed',
-            newSubjects: { perMinute: 1, flood: 'deny' },
-          },
-          { ...base, name: 'p1', kind: 'daily', capacity: 2, mode: 'local', onStoreFailure: 'closed' },
-        ],
-        borrowing: true,
-        steps: [
-          {
-            op: 'traffic',
-            calls: [
-              { regions: ['us'], checks: [one('p0')], idempotencyKey: 'k2', dryRun: false, repeat: 2 },
-              {
-                regions: ['us'],
-                checks: [one('p0'), one('p1')],
-                idempotencyKey: 'k2',
-                dryRun: false,
-                repeat: 1,
-              },
-            ],
-            rounds: 2,
-            gapMs: 0,
-          },
-          { op: 'batch', calls: [{ regions: ['us'], checks: [one('p0')], dryRun: false, repeat: 1 }] },
-        ],
-      };
-      expect(await problems(c, 0)).toEqual([]);
-    },
-  );
+  // Seed 31 (QP_PROPERTY_RUNS=1500, case 1274): p0 local with a subject-creation cap, p1 daily. Round 1: key k2
+  // on a single p0 check (admitted), again (replayed), and on a layered p0 + p1 request (a conflict: its p0 group
+  // replayed the single request's record under a new claim). Round 2, the same three: the layered request's claim,
+  // written by the conflicting try, now said "same", so its p0 group was answered from the single request's record
+  // without a charge: 3 admitted of 2. The cap was incidental (the case fails the same without it). Fixed: every
+  // group of a several-group request records under the key bound to the whole request (idempotency-claim.ts
+  // boundKey), so no group ever replays a record of another request.
+  it('a layered retry never replays a single request’s record on a capped policy (seed 31)', async () => {
+    const c: Case = {
+      policies: [
+        {
+          ...base,
+          name: 'p0',
+          kind: 'token_bucket',
+          capacity: 2,
+          refillPerSecond: 0.1,
+          mode: 'local',
+          onStoreFailure: 'closed',
+          newSubjects: { perMinute: 1, flood: 'deny' },
+        },
+        { ...base, name: 'p1', kind: 'daily', capacity: 2, mode: 'local', onStoreFailure: 'closed' },
+      ],
+      borrowing: true,
+      steps: [
+        {
+          op: 'traffic',
+          calls: [
+            { regions: ['us'], checks: [one('p0')], idempotencyKey: 'k2', dryRun: false, repeat: 2 },
+            {
+              regions: ['us'],
+              checks: [one('p0'), one('p1')],
+              idempotencyKey: 'k2',
+              dryRun: false,
+              repeat: 1,
+            },
+          ],
+          rounds: 2,
+          gapMs: 0,
+        },
+        { op: 'batch', calls: [{ regions: ['us'], checks: [one('p0')], dryRun: false, repeat: 1 }] },
+      ],
+    };
+    expect(await problems(c, 0)).toEqual([]);
+  });
 
   it(`holds the bound of every kind for every subject, class, window and day (${RUNS} cases)`, async () => {
     await fc.assert(
