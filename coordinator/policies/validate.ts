@@ -47,7 +47,8 @@ export function policyBodyFor(regions: readonly string[]) {
  */
 function writtenMinimums(body: PolicyBody, ctx: z.RefinementCtx): void {
   const least = (path: string[], value: number | undefined, min: number, what: string) => {
-    if (value !== undefined && value < min)
+    // A value ≤ 0 already has its problem ("must be > 0"); one problem per field.
+    if (value !== undefined && value > 0 && value < min)
       ctx.addIssue({ code: 'custom', path, message: `${what} must be ≥ ${min}` });
   };
   const limits = (
