@@ -153,12 +153,13 @@ export async function runOnModels(c: Case, seed: number): Promise<RunRecord> {
               step.region,
             );
           const rest = Math.round((taken.granted - spent) * 1e6) / 1e6;
-          if (step.settle === 'return' && rest > 0) {
+          if (step.settle === 'return' && rest > 0 && taken.grant !== null) {
             await settle();
             world.clock.advance(10);
             await world.returnGrant(step.region, {
               policy: step.policy,
               subject: step.subject,
+              grant: taken.grant,
               amount: rest,
             });
           }
