@@ -12,6 +12,13 @@ export const MAX_GRANT_TOKENS = 1_000;
 /** Longest a grant may be held before its rest must be handed back, ms. */
 export const MAX_GRANT_TTL_MS = 5_000;
 
+/**
+ * A grant's id: 16 random bytes the agent draws at the take (base64url, 22 characters). A return names it; the
+ * agent credits at most what that grant took, once. Checked before any store call.
+ */
+export const GrantId = z.string().regex(/^[A-Za-z0-9_-]{22}$/, 'a grant id is 22 base64url characters');
+export type GrantId = z.infer<typeof GrantId>;
+
 const fields = {
   policy: z.string().min(1).max(MAX_WIRE_POLICY_LENGTH),
   subject: z.string().min(1).max(MAX_WIRE_SUBJECT_LENGTH),
@@ -38,12 +45,18 @@ export const GrantResponse = z.object({
   refillMs: z.number().int().min(0).nullable(),
   /** The caller spends the grant within this many ms, then hands the rest back. */
   expiresInMs: z.number().int().min(1),
+  /** The grant's id, to name in its return; null when nothing was granted. */
+  grant: GrantId.nullable(),
 });
 export type GrantResponse = z.infer<typeof GrantResponse>;
 
-/** `POST /v1/grants/return`: hand back `amount` tokens of a grant that were not spent. */
+/**
+ * `POST /v1/grants/return`: hand back `amount` tokens of grant `grant` that were not spent. At most what that grant
+ * took is credited, once; an unknown, expired or already returned grant is refused (404 AGT_ERR_UNKNOWN_GRANT).
+ */
 export const GrantReturnRequest = z.strictObject({
   ...fields,
+  grant: GrantId,
   amount: z.number().min(0.000001).max(MAX_GRANT_TOKENS),
 });
 export type GrantReturnRequest = z.infer<typeof GrantReturnRequest>;

@@ -6,8 +6,13 @@
  * return): a credit that fits under the bucket's ceiling, the rest dropped. So a grant lost with its process
  * (crash, lost answer) only loses tokens: fewer admissions, never more.
  *
- * This file holds the script's model (operation for operation: lendBucket in `fill` mode and creditBucket), its
- * arguments and replies, and the agent's sizing rule: at most GRANT_MAX_SHARE of the bucket in one grant.
+ * A return is bound to its take: the take records the grant (the micro-tokens it took, and its bucket's key) under
+ * a random id the agent draws, in the bucket's cluster slot (core/keys.ts grantRecordKey), for GRANT_RECORD_TTL_MS;
+ * a return names the id, is credited at most what that grant took, and deletes the record, so a second return, a
+ * forged or expired id, or another bucket's id credits nothing (`known` false). Never more than was taken.
+ *
+ * This file holds the script's model (operation for operation: lendBucket in `fill` mode and creditBucket, plus the
+ * records), its arguments and replies, and the agent's sizing rule: at most GRANT_MAX_SHARE of the bucket.
  */
 import { MAX_GRANT_TOKENS } from './grant-wire.js';
 import type { BucketModel } from './token-bucket.js';
@@ -23,10 +28,14 @@ import {
 export const GRANT_MAX_SHARE = 0.1;
 /** How long a grant lives, ms: the client decides on it no longer, then hands the rest back. */
 export const GRANT_TTL_MS = 1_000;
+/** How long the agent remembers a grant for its return, ms: its life plus a margin for the return's trip. */
+export const GRANT_RECORD_TTL_MS = GRANT_TTL_MS + 1_000;
 
 /** One take or return, in script units (micro-tokens). */
 export interface EncodedGrant {
   key: string;
+  /** The grant's record (core/keys.ts grantRecordKey: its id, in the bucket's slot). */
+  record: string;
   bucket: TransferBucket;
   /** Micro-tokens asked (take) or handed back (return), integer ≥ 1. */
   amount: number;
@@ -34,21 +43,54 @@ export interface EncodedGrant {
 
 /** What a take answers: micro-tokens granted, left, and ms until the amount could be granted again. */
 export type EncodedTakeResult = EncodedLendResult;
-/** What a return answers: micro-tokens credited, dropped (no room), and held after. */
-export type EncodedReturnResult = EncodedCreditResult;
+/**
+ * What a return answers: micro-tokens credited, dropped (more than the grant took, or no room), held after (0 for
+ * an unknown grant), and whether the grant was known (recorded for this bucket, not yet returned).
+ */
+export interface EncodedReturnResult extends EncodedCreditResult {
+  known: boolean;
+}
 
-/** Take on an in-memory model, as `lua/grant.lua` mode 1 does on Redis. */
+/** The grant records of one in-memory model (as Redis keeps them next to the buckets): key → record. */
+const RECORDS = new WeakMap<BucketModel, Map<string, { bucket: string; amount: number; until: number }>>();
+
+function recordsOf(model: BucketModel): Map<string, { bucket: string; amount: number; until: number }> {
+  let records = RECORDS.get(model);
+  if (records === undefined) {
+    records = new Map();
+    RECORDS.set(model, records);
+  }
+  return records;
+}
+
+/** Take on an in-memory model, as `lua/grant.lua` mode 1 does on Redis (`now` µs). */
 export function takeOnModel(model: BucketModel, grant: EncodedGrant, now: number): EncodedTakeResult {
   const { next, result } = lendBucket(model.peek(grant.key, now), { ...grant, mode: 'fill' }, now);
   if (next !== undefined) model.write(grant.key, next, now + grant.bucket.ttlMs * 1000);
+  if (result.granted > 0) {
+    const records = recordsOf(model);
+    for (const [k, r] of records) if (r.until <= now) records.delete(k);
+    records.set(grant.record, {
+      bucket: grant.key,
+      amount: result.granted,
+      until: now + GRANT_RECORD_TTL_MS * 1000,
+    });
+  }
   return result;
 }
 
-/** Return on an in-memory model, as `lua/grant.lua` mode 2 does on Redis. */
+/** Return on an in-memory model, as `lua/grant.lua` mode 2 does on Redis (`now` µs). */
 export function returnOnModel(model: BucketModel, grant: EncodedGrant, now: number): EncodedReturnResult {
-  const { next, result } = creditBucket(model.peek(grant.key, now), grant, now);
+  const records = recordsOf(model);
+  const record = records.get(grant.record);
+  if (record === undefined || record.until <= now || record.bucket !== grant.key) {
+    return { credited: 0, dropped: grant.amount, tokens: 0, known: false };
+  }
+  records.delete(grant.record);
+  const give = Math.min(grant.amount, record.amount);
+  const { next, result } = creditBucket(model.peek(grant.key, now), { ...grant, amount: give }, now);
   if (next !== undefined) model.write(grant.key, next, now + grant.bucket.ttlMs * 1000);
-  return result;
+  return { ...result, dropped: grant.amount - result.credited, known: true };
 }
 
 /** KEYS and ARGV of `lua/grant.lua`. */
@@ -58,7 +100,7 @@ export function grantArguments(
 ): { keys: string[]; argv: string[] } {
   const b = grant.bucket;
   return {
-    keys: [grant.key],
+    keys: [grant.key, grant.record],
     argv: [
       mode === 'take' ? '1' : '2',
       String(grant.amount),
@@ -68,27 +110,33 @@ export function grantArguments(
       String(b.floorBefore),
       String(b.floorRate),
       String(b.floorCapacity),
+      String(GRANT_RECORD_TTL_MS),
     ],
   };
 }
 
-function integers(reply: unknown, what: string): [number, number, number] {
-  if (!Array.isArray(reply) || reply.length !== 3 || !reply.every((v) => Number.isSafeInteger(v))) {
+function integers(reply: unknown, what: string, length: number): number[] {
+  if (!Array.isArray(reply) || reply.length !== length || !reply.every((v) => Number.isSafeInteger(v))) {
     throw new TypeError(`unexpected ${what} reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
   }
-  return reply as [number, number, number];
+  return reply as number[];
 }
 
 /** Parse a take's reply. */
 export function parseTakeReply(reply: unknown): EncodedTakeResult {
-  const [granted, remaining, refillMs] = integers(reply, 'grant take');
+  const [granted, remaining, refillMs] = integers(reply, 'grant take', 3) as [number, number, number];
   return { granted, remaining, refillMs };
 }
 
 /** Parse a return's reply. */
 export function parseReturnReply(reply: unknown): EncodedReturnResult {
-  const [credited, dropped, tokens] = integers(reply, 'grant return');
-  return { credited, dropped, tokens };
+  const [credited, dropped, tokens, known] = integers(reply, 'grant return', 4) as [
+    number,
+    number,
+    number,
+    number,
+  ];
+  return { credited, dropped, tokens, known: known === 1 };
 }
 
 /**

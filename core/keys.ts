@@ -18,6 +18,14 @@ export function shardKey(version: number, subject: string, policy: string, shard
 }
 
 /**
+ * Redis key of a local grant's record (lua/grant.lua): in the slot of its bucket `bucket` (the same hash tag), named
+ * by the grant's id (core/grant-wire.ts GrantId, 22 base64url characters, checked before it gets here).
+ */
+export function grantRecordKey(bucket: string, grantId: string): string {
+  return `rl:grant:{${hashTag(bucket)}}:${grantId}`;
+}
+
+/**
  * Redis key of an idempotency record, in the slot of `subject` (the first check's subject). The caller's key is
  * hashed so its length and characters never reach Redis.
  */

@@ -108,6 +108,11 @@ export const AgentErrors = {
     'Policy %s gives no local grants: %s',
     400,
   ),
+  AGT_ERR_UNKNOWN_GRANT: createError(
+    'AGT_ERR_UNKNOWN_GRANT',
+    'No grant %s of this policy and subject to hand back (never taken, expired, or already returned)',
+    404,
+  ),
 } as const;
 
 export type AgentErrorCode = keyof typeof AgentErrors;

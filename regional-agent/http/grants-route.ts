@@ -2,13 +2,17 @@
  * Local grants (docs/agent.md, "Local grants"): `POST /v1/grants` takes a small allowance of one subject's tokens
  * out of its bucket in this region (`lua/grant.lua`, as a lend between regions takes them: they leave the bucket
  * before the client spends them, nothing is minted), and `POST /v1/grants/return` hands back what the client did
- * not spend. The agent keeps no record of a grant: a client that crashes loses its grant's tokens (fewer
- * admissions, never more). One grant takes at most a tenth of the bucket (core/grants.ts grantCeiling).
+ * not spend. A return is bound to its take: the take records the grant under a random id the agent draws (in the
+ * bucket's slot, for GRANT_RECORD_TTL_MS), the return names it and is credited at most what that grant took, once;
+ * an unknown, expired or already returned id credits nothing and answers 404 `AGT_ERR_UNKNOWN_GRANT`. A client
+ * that crashes loses its grant's tokens (fewer admissions, never more). One grant takes at most a tenth of the
+ * bucket (core/grants.ts grantCeiling).
  *
  * Only token buckets decided here give grants: a strict policy, a counter kind (sliding log, concurrency, daily),
  * a sharded policy or one with a subject-creation cap answers 400 `AGT_ERR_GRANT_NOT_ALLOWED`, and the client
  * decides each request at the agent. A subject this region cannot decide now (no lease) gets nothing.
  */
+import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { transferBucket } from '../../core/borrowing/transfer.js';
 import {
@@ -18,6 +22,7 @@ import {
   GrantReturnResponse,
 } from '../../core/grant-wire.js';
 import { GRANT_TTL_MS, grantCeiling } from '../../core/grants.js';
+import { grantRecordKey } from '../../core/keys.js';
 import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { DecisionService } from '../decisions/decision-service.js';
@@ -45,7 +50,7 @@ const refusals = {
     'AGT_ERR_INVALID_SUBJECT',
     'AGT_ERR_UNKNOWN_CLASS',
   ],
-  404: ['AGT_ERR_UNKNOWN_POLICY'],
+  404: ['AGT_ERR_UNKNOWN_POLICY', 'AGT_ERR_UNKNOWN_GRANT'],
   503: [...COMMON_PROBLEMS[503], 'AGT_ERR_STORE_UNAVAILABLE'],
 } as const;
 
@@ -112,16 +117,31 @@ export async function takeGrant(
   if (check.route !== 'store') {
     // No lease for this region (or no way to decide here now): nothing to take; the client asks per request.
     metrics.grants.labels(policy, 'dry').inc();
-    return { policy, granted: 0, limit: 0, remaining: 0, refillMs: null, expiresInMs: GRANT_TTL_MS };
+    return {
+      policy,
+      granted: 0,
+      limit: 0,
+      remaining: 0,
+      refillMs: null,
+      expiresInMs: GRANT_TTL_MS,
+      grant: null,
+    };
   }
   const { cost: _cost, ...bucket } = check.bucket;
   const encoded = transferBucket(bucket);
   const limit = Math.floor(encoded.capacity / MICRO);
   const amount = Math.min(body.amount, grantCeiling(limit));
+  // The grant's id: 16 random bytes, so a return can only name a grant its caller was given.
+  const id = randomBytes(16).toString('base64url');
   const leave = shares.enter(policy);
   try {
     const result = await guard.run('grant', () =>
-      store.take({ key: bucket.key, bucket: encoded, amount: amount * MICRO }),
+      store.take({
+        key: bucket.key,
+        record: grantRecordKey(bucket.key, id),
+        bucket: encoded,
+        amount: amount * MICRO,
+      }),
     );
     metrics.grants.labels(policy, result.granted > 0 ? 'granted' : 'dry').inc();
     if (result.granted > 0) metrics.grantTokens.labels(policy, 'taken').inc(result.granted / MICRO);
@@ -132,6 +152,7 @@ export async function takeGrant(
       remaining: Math.max(0, Math.floor(result.remaining / MICRO)),
       refillMs: result.refillMs < 0 ? null : result.refillMs,
       expiresInMs: GRANT_TTL_MS,
+      grant: result.granted > 0 ? id : null,
     };
   } catch (error) {
     metrics.grants.labels(policy, 'failed').inc();
@@ -141,7 +162,10 @@ export async function takeGrant(
   }
 }
 
-/** `POST /v1/grants/return` without HTTP: hand back tokens of a grant (what fits under the ceiling). */
+/**
+ * `POST /v1/grants/return` without HTTP: hand back tokens of grant `grant` (at most what it took, once; what fits
+ * under the ceiling). Throws 404 AGT_ERR_UNKNOWN_GRANT for a grant never taken here, expired or already returned.
+ */
 export async function returnGrant(
   options: Omit<GrantsRouteOptions, 'assertServing'>,
   input: unknown,
@@ -156,18 +180,28 @@ export async function returnGrant(
   }
   const { cost: _cost, ...bucket } = check.bucket;
   const amount = Math.round(body.amount * MICRO);
+  let result;
   try {
-    const result = await guard.run('grant', () =>
-      store.giveBack({ key: bucket.key, bucket: transferBucket(bucket), amount }),
+    result = await guard.run('grant', () =>
+      store.giveBack({
+        key: bucket.key,
+        record: grantRecordKey(bucket.key, body.grant),
+        bucket: transferBucket(bucket),
+        amount,
+      }),
     );
-    metrics.grants.labels(policy, 'returned').inc();
-    if (result.credited > 0) metrics.grantTokens.labels(policy, 'returned').inc(result.credited / MICRO);
-    if (result.dropped > 0) metrics.grantTokens.labels(policy, 'dropped').inc(result.dropped / MICRO);
-    return { policy, credited: result.credited / MICRO, dropped: result.dropped / MICRO };
   } catch (error) {
     metrics.grants.labels(policy, 'failed').inc();
     throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE(error instanceof Error ? error.name : 'no answer');
   }
+  if (!result.known) {
+    metrics.grants.labels(policy, 'unknown').inc();
+    throw new AgentErrors.AGT_ERR_UNKNOWN_GRANT(body.grant);
+  }
+  metrics.grants.labels(policy, 'returned').inc();
+  if (result.credited > 0) metrics.grantTokens.labels(policy, 'returned').inc(result.credited / MICRO);
+  if (result.dropped > 0) metrics.grantTokens.labels(policy, 'dropped').inc(result.dropped / MICRO);
+  return { policy, credited: result.credited / MICRO, dropped: result.dropped / MICRO };
 }
 
 export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): void {

@@ -100,7 +100,7 @@ export class AgentMetrics {
     });
     this.grants = new Counter({
       name: 'quotaplane_grants_total',
-      help: 'Local grant calls, by policy and outcome (granted; dry: nothing to take; returned; failed: no store answer).',
+      help: 'Local grant calls, by policy and outcome (granted; dry: nothing to take; returned; unknown: a return naming no live grant; failed: no store answer).',
       labelNames: ['policy', 'outcome'],
       registers,
     });

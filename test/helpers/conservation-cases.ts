@@ -69,7 +69,9 @@ export type Step =
     }
   /**
    * A client takes a local grant of `amount` tokens (`POST /v1/grants`), spends `spend` of them in its own
-   * process (each an admission of cost 1), then hands the rest back or crashes (the rest is lost).
+   * process (each an admission of cost 1), then hands the rest back or crashes (the rest is lost), or cheats:
+   * hands the rest back, then the whole grant again under the same id, and the whole grant under a forged id
+   * (both must credit nothing: a return is bound to its take).
    */
   | {
       op: 'grant';
@@ -78,7 +80,7 @@ export type Step =
       subject: string;
       amount: number;
       spend: number;
-      settle: 'return' | 'crash';
+      settle: 'return' | 'crash' | 'cheat';
     }
   /** The calls of each region sent as one `POST /v1/decisions/batch` per region (independent decisions). */
   | { op: 'batch'; calls: Call[] }
@@ -267,7 +269,7 @@ function stepOf(names: readonly string[]): fc.Arbitrary<Step> {
           subject: fc.constantFrom('a', 'a', 'b'),
           amount: fc.integer({ min: 1, max: 4 }),
           spend: fc.integer({ min: 0, max: 4 }),
-          settle: fc.constantFrom('return', 'crash'),
+          settle: fc.constantFrom('return', 'crash', 'cheat'),
         })
         .map((g) => ({ op: 'grant' as const, ...g })),
     },

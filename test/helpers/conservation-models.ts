@@ -153,14 +153,33 @@ export async function runOnModels(c: Case, seed: number): Promise<RunRecord> {
               step.region,
             );
           const rest = Math.round((taken.granted - spent) * 1e6) / 1e6;
-          if (step.settle === 'return' && rest > 0) {
+          if (step.settle !== 'crash' && taken.grant !== null) {
             await settle();
             world.clock.advance(10);
-            await world.returnGrant(step.region, {
-              policy: step.policy,
-              subject: step.subject,
-              amount: rest,
-            });
+            if (rest > 0)
+              await world.returnGrant(step.region, {
+                policy: step.policy,
+                subject: step.subject,
+                grant: taken.grant,
+                amount: rest,
+              });
+            // A cheat hands the whole grant back again under its id once its rest was returned (a double return),
+            // then under a forged id: neither may credit anything (a 404, or nothing to credit when the region
+            // cannot decide the subject now, or a failure). A holder that spent its grant and returns it as unspent
+            // is not a cheat a return can catch: it decides its own admissions anyway.
+            if (step.settle === 'cheat') {
+              const forged = 'forged'.padEnd(22, '_');
+              for (const grant of rest > 0 ? [taken.grant, forged] : [forged]) {
+                const again = await world.returnGrant(step.region, {
+                  policy: step.policy,
+                  subject: step.subject,
+                  grant,
+                  amount: taken.granted,
+                });
+                if ('credited' in again && again.credited > 0)
+                  throw new Error(`a cheating return was credited: ${JSON.stringify(again)}`);
+              }
+            }
           }
           break;
         }

@@ -379,7 +379,7 @@ export class ModelWorld {
   async takeGrant(
     region: string,
     body: { policy: string; subject: string; amount: number },
-  ): Promise<{ granted: number } | { error: string }> {
+  ): Promise<{ granted: number; grant: string | null } | { error: string }> {
     try {
       return await takeGrant(this.region(region).grants, body);
     } catch (error) {
@@ -388,10 +388,10 @@ export class ModelWorld {
     }
   }
 
-  /** Hand back tokens of a local grant in `region`. */
+  /** Hand back tokens of local grant `grant` in `region` (the id its take answered). */
   async returnGrant(
     region: string,
-    body: { policy: string; subject: string; amount: number },
+    body: { policy: string; subject: string; grant: string; amount: number },
   ): Promise<{ credited: number } | { error: string }> {
     try {
       return await returnGrant(this.region(region).grants, body);

@@ -3,7 +3,8 @@
  * would hold) × M concurrent callers hammer one subject whose bucket holds 100 tokens and barely refills. Grants
  * pre-debit the bucket, so the clients together admit at most 100, and since demand exceeds supply and every
  * unspent rest is spent or handed back, at least 97. A grant taken and never handed back (a crashed process)
- * only takes admissions away. Counter kinds and strict policies never get grants.
+ * only takes admissions away. Counter kinds and strict policies never get grants. A return is bound to its take: a
+ * forged grant id credits nothing, a second return of one grant credits nothing, an honest rest is credited.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '../../packages/client/src/index.js';
@@ -93,6 +94,65 @@ describe('local grants: exact when demand exceeds supply', () => {
     const total = admitted.reduce((a, b) => a + b, 0);
     expect(total).toBeLessThanOrEqual(90);
     expect(total).toBeGreaterThanOrEqual(87);
+  });
+
+  it('a return credits only a grant the agent gave, at most its rest, once (no grant-return mint)', async () => {
+    const post = async (path: string, body: object) => {
+      const res = await fetch(`${agent.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    const subject = 'tenant-4';
+    /** What a dry run of one more token says would be left: the bucket's tokens less 1. */
+    const left = async () => {
+      const d = await post('/v1/decisions', { policy: 'hot', subject, dryRun: true });
+      return (d.body['results'] as { remaining: number }[])[0]!.remaining;
+    };
+    const take = await post('/v1/grants', { policy: 'hot', subject, amount: 10 });
+    expect(take.body).toMatchObject({ granted: 10, limit: 100, remaining: 90 });
+    const grant = take.body['grant'] as string;
+    expect(grant).toMatch(/^[A-Za-z0-9_-]{22}$/);
+    // Forged: a well-formed id the agent never gave, and the real id named for another subject.
+    const forged = await post('/v1/grants/return', {
+      policy: 'hot',
+      subject,
+      grant: 'AAAAAAAAAAAAAAAAAAAAAA',
+      amount: 10,
+    });
+    expect(forged).toMatchObject({ status: 404, body: { code: 'AGT_ERR_UNKNOWN_GRANT' } });
+    const elsewhere = await post('/v1/grants/return', {
+      policy: 'hot',
+      subject: 'tenant-5',
+      grant,
+      amount: 10,
+    });
+    expect(elsewhere).toMatchObject({ status: 404, body: { code: 'AGT_ERR_UNKNOWN_GRANT' } });
+    // No id, or a malformed one: refused before the store is asked.
+    for (const bad of [{}, { grant: 'x' }, { grant: `${grant.slice(1)}!` }]) {
+      const r = await post('/v1/grants/return', { policy: 'hot', subject, amount: 10, ...bad });
+      expect(r).toMatchObject({ status: 400, body: { code: 'AGT_ERR_INVALID_GRANT' } });
+    }
+    expect(await left()).toBe(89);
+    // Honest: 4 of the 10 spent, the rest of 6 handed back is credited; the same return again credits nothing.
+    const honest = await post('/v1/grants/return', { policy: 'hot', subject, grant, amount: 6 });
+    expect(honest).toEqual({ status: 200, body: { policy: 'hot', credited: 6, dropped: 0 } });
+    const again = await post('/v1/grants/return', { policy: 'hot', subject, grant, amount: 6 });
+    expect(again).toMatchObject({ status: 404, body: { code: 'AGT_ERR_UNKNOWN_GRANT' } });
+    expect(await left()).toBe(95);
+    // More than a grant took is never credited: a grant of 10 handed back as 1,000 credits 10.
+    const next = await post('/v1/grants', { policy: 'hot', subject, amount: 10 });
+    expect(next.body).toMatchObject({ granted: 10, remaining: 86 });
+    const over = await post('/v1/grants/return', {
+      policy: 'hot',
+      subject,
+      grant: next.body['grant'],
+      amount: 1000,
+    });
+    expect(over).toEqual({ status: 200, body: { policy: 'hot', credited: 10, dropped: 990 } });
+    expect(await left()).toBe(95);
   });
 
   it('a counter kind is never granted: every decision goes to the agent, exactly 100 admitted', async () => {

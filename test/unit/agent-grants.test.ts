@@ -47,26 +47,44 @@ describe('POST /v1/grants and /v1/grants/return', () => {
     const { post, metric } = agent();
     const g = await post('/v1/grants', { policy: 'hot', subject: 'a', amount: 50 });
     // At most a tenth of the bucket per grant.
+    const grant = g.body['grant'] as string;
+    expect(grant).toMatch(/^[A-Za-z0-9_-]{22}$/);
     expect(g).toEqual({
       status: 200,
-      body: { policy: 'hot', granted: 10, limit: 100, remaining: 90, refillMs: 0, expiresInMs: 1000 },
+      body: { policy: 'hot', granted: 10, limit: 100, remaining: 90, refillMs: 0, expiresInMs: 1000, grant },
     });
     const d = await post('/v1/decisions', { policy: 'hot', subject: 'a' });
     expect(d.body).toMatchObject({ allowed: true, results: [{ remaining: 89 }] });
-    const r = await post('/v1/grants/return', { policy: 'hot', subject: 'a', amount: 4 });
+    const r = await post('/v1/grants/return', { policy: 'hot', subject: 'a', grant, amount: 4 });
     expect(r).toEqual({ status: 200, body: { policy: 'hot', credited: 4, dropped: 0 } });
     expect((await post('/v1/decisions', { policy: 'hot', subject: 'a' })).body).toMatchObject({
       results: [{ remaining: 92 }],
     });
-    // Handing back more than was taken mints nothing: the bucket stops at its capacity.
-    const over = await post('/v1/grants/return', { policy: 'hot', subject: 'a', amount: 20 });
-    expect(over.body).toEqual({ policy: 'hot', credited: 8, dropped: 12 });
+    // A grant is handed back once: its second return credits nothing.
+    const twice = await post('/v1/grants/return', { policy: 'hot', subject: 'a', grant, amount: 4 });
+    expect(twice).toMatchObject({ status: 404, body: { code: 'AGT_ERR_UNKNOWN_GRANT' } });
+    // Handing back more than a grant took mints nothing: only what it took is credited.
+    const g2 = await post('/v1/grants', { policy: 'hot', subject: 'a', amount: 10 });
+    expect(g2.body).toMatchObject({ granted: 10, remaining: 82 });
+    const over = await post('/v1/grants/return', {
+      policy: 'hot',
+      subject: 'a',
+      grant: g2.body['grant'],
+      amount: 20,
+    });
+    expect(over.body).toEqual({ policy: 'hot', credited: 10, dropped: 10 });
+    expect((await post('/v1/decisions', { policy: 'hot', subject: 'a' })).body).toMatchObject({
+      results: [{ remaining: 91 }],
+    });
     expect(
       await metric(/quotaplane_grant_tokens_total\{[^}]*policy="hot"[^}]*flow="taken"[^}]*\} (\S+)/),
-    ).toBe(10);
+    ).toBe(20);
     expect(
       await metric(/quotaplane_grant_tokens_total\{[^}]*policy="hot"[^}]*flow="dropped"[^}]*\} (\S+)/),
-    ).toBe(12);
+    ).toBe(10);
+    expect(
+      await metric(/quotaplane_grants_total\{[^}]*policy="hot"[^}]*outcome="unknown"[^}]*\} (\S+)/),
+    ).toBe(1);
   });
 
   it('an empty bucket grants nothing and says when it could', async () => {
@@ -104,9 +122,20 @@ describe('POST /v1/grants and /v1/grants/return', () => {
       expect(g.status, JSON.stringify(body)).toBe(400);
       expect(g.body['code']).toBe('AGT_ERR_INVALID_GRANT');
     }
-    expect((await post('/v1/grants/return', { policy: 'hot', subject: 'd', amount: -1 })).body['code']).toBe(
-      'AGT_ERR_INVALID_GRANT',
-    );
+    const id = 'AAAAAAAAAAAAAAAAAAAAAA';
+    for (const body of [
+      { policy: 'hot', subject: 'd', grant: id, amount: -1 },
+      { policy: 'hot', subject: 'd', amount: 1 },
+      { policy: 'hot', subject: 'd', grant: id.slice(1), amount: 1 },
+      { policy: 'hot', subject: 'd', grant: `${id.slice(1)}=`, amount: 1 },
+    ]) {
+      const r = await post('/v1/grants/return', body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body['code']).toBe('AGT_ERR_INVALID_GRANT');
+    }
+    expect(
+      (await post('/v1/grants/return', { policy: 'hot', subject: 'd', grant: id, amount: 1 })).body,
+    ).toMatchObject({ code: 'AGT_ERR_UNKNOWN_GRANT' });
     expect((await post('/v1/grants', { policy: 'nope', subject: 'd', amount: 1 })).body['code']).toBe(
       'AGT_ERR_UNKNOWN_POLICY',
     );

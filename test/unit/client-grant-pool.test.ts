@@ -9,25 +9,39 @@ const allowed: Decision = {
   headers: { 'RateLimit-Policy': '"p";q=100;w=60' },
 };
 
-/** A transport that grants what is asked (up to `stock`) and records every call. */
+/** A grant id as the agent draws them (22 base64url characters), for take number `n`. */
+const idOf = (n: number) => `g${n}`.padEnd(22, '_');
+
+/**
+ * A transport that grants what is asked (up to `stock`) and records every call. Like the agent, it binds a return
+ * to its grant: at most what that grant took is credited, once; an unknown id answers 404.
+ */
 function agent(stock: number, code?: string) {
   const calls: { path: string; body: Record<string, unknown> }[] = [];
+  const records = new Map<string, number>();
   const send: GrantTransport = (path, body) => {
     calls.push({ path, body: body as Record<string, unknown> });
     if (code !== undefined) return Promise.resolve({ status: 400, json: { code }, code });
     if (path === '/v1/grants') {
       const granted = Math.min(stock, (body as { amount: number }).amount);
       stock -= granted;
+      const grant = granted > 0 ? idOf(records.size + calls.length) : null;
+      if (grant !== null) records.set(grant, granted);
       return Promise.resolve({
         status: 200,
-        json: { policy: 'p', granted, limit: 100, remaining: stock, refillMs: 0, expiresInMs: 1000 },
+        json: { policy: 'p', granted, limit: 100, remaining: stock, refillMs: 0, expiresInMs: 1000, grant },
       });
     }
-    stock += (body as { amount: number }).amount;
-    return Promise.resolve({
-      status: 200,
-      json: { policy: 'p', credited: (body as { amount: number }).amount, dropped: 0 },
-    });
+    const { grant, amount } = body as { grant: string; amount: number };
+    const recorded = records.get(grant);
+    if (recorded === undefined) {
+      const unknown = 'AGT_ERR_UNKNOWN_GRANT';
+      return Promise.resolve({ status: 404, json: { code: unknown }, code: unknown });
+    }
+    records.delete(grant);
+    const credited = Math.min(amount, recorded);
+    stock += credited;
+    return Promise.resolve({ status: 200, json: { policy: 'p', credited, dropped: amount - credited } });
   };
   return { send, calls, stock: () => stock };
 }
@@ -82,6 +96,27 @@ describe('GrantPool', () => {
     await pool.close();
     expect(a.stock()).toBe(100 - 1);
     expect(pool.stats()).toMatchObject({ local: 1, held: 0, tokensReturned: granted - 1 });
+  });
+
+  it('hands a rest held over two grants back to each grant by its id, the newest first, at most what it took', async () => {
+    const a = agent(100);
+    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    run(pool, 2);
+    await flush();
+    expect(pool.stats().held).toBe(10);
+    // 6 spent: 4 left, under half a grant, so the next grant (10) is taken and joins the rest.
+    for (let i = 0; i < 6; i++) expect(pool.trySpend({ policy: 'p', subject: 's' })).toBeDefined();
+    await flush();
+    expect(pool.stats().held).toBe(14);
+    const takes = a.calls.filter((c) => c.path === '/v1/grants').length;
+    expect(takes).toBe(2);
+    await pool.close();
+    const returns = a.calls.filter((c) => c.path === '/v1/grants/return').map((c) => c.body);
+    // The second grant's 10, then 4 of the first's: each return names a grant the agent gave, once.
+    expect(returns.map((r) => r['amount'])).toEqual([10, 4]);
+    expect(new Set(returns.map((r) => r['grant'])).size).toBe(2);
+    expect(a.stock()).toBe(100 - 6);
+    expect(pool.stats()).toMatchObject({ local: 6, held: 0, tokensReturned: 14, tokensLost: 0 });
   });
 
   it('layered checks, dry runs and idempotent requests are never decided on a grant', async () => {
@@ -231,6 +266,7 @@ describe('GrantPool', () => {
             remaining: Math.floor(tokens),
             refillMs: 500,
             expiresInMs: 60_000,
+            grant: granted > 0 ? idOf(Math.round(clock)) : null,
           },
         });
       }

@@ -341,11 +341,12 @@ describe('conservation over generated policies and traffic (models)', () => {
     });
   }
 
-  // Open finding (not fixed here): `POST /v1/grants/return` carries no proof of a grant, and the agent keeps no
-  // record of one, so any caller can hand back tokens it never took: a drained bucket is refilled up to its
-  // capacity at once. 60 admitted in 0 s of C = 30. The generator draws honest clients only (a return of at most
-  // the unspent rest); this case fails until a return is bound to its take (a grant id recorded by lua/grant.lua).
-  it.fails('open: a grant return without a grant refills a drained bucket (grant-return mint)', async () => {
+  // Named regression case (was an open finding, "grant-return mint"): `POST /v1/grants/return` carried no proof of
+  // a grant and the agent kept no record of one, so any caller could hand back tokens it never took: a drained
+  // bucket was refilled up to its capacity at once, 60 admitted in 0 s of C = 30. A return now names the grant id
+  // its take recorded (lua/grant.lua); a forged id (well formed, never issued) and a return with no id credit
+  // nothing, so 30 are admitted, the capacity.
+  it('a grant return without a grant refills nothing (grant-return mint)', async () => {
     const spec = { ...base, name: 'p0', kind: 'token_bucket' as const, capacity: 30, refillPerSecond: 0.1 };
     const policies = [{ ...spec, mode: 'regional' as const, onStoreFailure: 'closed' as const }];
     const world = new ModelWorld({ policies: policies.map(policyOf), borrowing: false, random: seeded(1) });
@@ -360,13 +361,24 @@ describe('conservation over generated policies and traffic (models)', () => {
               charges.push({ policy: 'p0', subject: 'a', class: undefined, region, at, sentAt: at, cost: 1 });
             }
           }
-          if (pass === 0) await world.returnGrant(region, { policy: 'p0', subject: 'a', amount: 10 });
+          if (pass === 0) {
+            const forged = await world.returnGrant(region, {
+              policy: 'p0',
+              subject: 'a',
+              grant: 'AAAAAAAAAAAAAAAAAAAAAA',
+              amount: 10,
+            });
+            expect(forged).toEqual({ error: 'AGT_ERR_UNKNOWN_GRANT' });
+            const bare = await world.returnGrant(region, { policy: 'p0', subject: 'a', amount: 10 } as never);
+            expect(bare).toEqual({ error: 'AGT_ERR_INVALID_GRANT' });
+          }
         }
       }
     } finally {
       world.close();
     }
     expect(conservationViolations(policies, charges)).toEqual([]);
+    expect(charges).toHaveLength(30);
   });
 
   // Seed 31 (QP_PROPERTY_RUNS=1500, case 1274): p0 local with a subject-creation cap, p1 daily. Round 1: key k2

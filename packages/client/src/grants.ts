@@ -5,7 +5,9 @@
  * The tokens leave the subject's bucket at the agent when the grant is taken (`POST /v1/grants`, lua/grant.lua,
  * like a loan between regions): they are spent once, here, or handed back (`POST /v1/grants/return`), or lost
  * with the process. So a grant never admits more than the bucket held: a crashed process, a lost answer or a
- * failed return means fewer admissions, never more. The agent caps one grant at a tenth of the bucket; this pool
+ * failed return means fewer admissions, never more. Each grant comes with an id the agent drew; a return names it
+ * and is credited at most what that grant took, once (the agent refuses an unknown or expired id: the rest is
+ * counted lost). A rest held over from one grant into the next is handed back against the newest grants first. The agent caps one grant at a tenth of the bucket; this pool
  * asks for what the subject's observed rate in this process needs over `horizonMs`, and holds at most one grant
  * (plus the next one, taken when half is spent) per subject.
  *
@@ -81,6 +83,8 @@ interface Entry {
   perSecond: number;
   /** Tokens of the grant not yet spent, and when it expires (epoch ms). */
   tokens: number;
+  /** The grants those tokens came from, oldest first: the agent's id and the tokens it took (for the returns). */
+  grants: { id: string; granted: number }[];
   expiresAt: number;
   /** What the agent last said about the bucket: its capacity, and what was left after the last take. */
   limit: number;
@@ -240,6 +244,7 @@ export class GrantPool {
         calls: 0,
         perSecond: 0,
         tokens: 0,
+        grants: [],
         expiresAt: 0,
         limit: 0,
         bucketRemaining: 0,
@@ -329,6 +334,7 @@ export class GrantPool {
         }
         this.#stats.taken++;
         this.#stats.tokensTaken += g.granted;
+        if (g.grant !== null) entry.grants.push({ id: g.grant, granted: g.granted });
         if (this.#closed) {
           entry.tokens += g.granted;
           this.#giveBack(entry);
@@ -353,15 +359,31 @@ export class GrantPool {
     this.#pending.add(work);
   }
 
-  /** Hand back what `entry` holds (its grant expired, or the pool closes). */
+  /**
+   * Hand back what `entry` holds (its grant expired, or the pool closes): one return per grant it came from, the
+   * newest first (the oldest tokens are spent first), each at most what that grant took.
+   */
   #giveBack(entry: Entry): void {
     clearTimeout(entry.timer);
     entry.timer = undefined;
     entry.expiresAt = 0;
-    const amount = Math.floor(entry.tokens * 1e6) / 1e6;
+    let rest = Math.floor(entry.tokens * 1e6) / 1e6;
+    const grants = entry.grants;
     entry.tokens = 0;
+    entry.grants = [];
+    for (let i = grants.length - 1; i >= 0 && rest >= 1e-6; i--) {
+      const amount = Math.round(Math.min(rest, grants[i]!.granted) * 1e6) / 1e6;
+      rest = Math.round((rest - amount) * 1e6) / 1e6;
+      this.#return(entry, grants[i]!.id, amount);
+    }
+    // Tokens no grant accounts for (none, unless the agent answered oddly) cannot be handed back.
+    if (rest >= 1e-6) this.#stats.tokensLost += rest;
+  }
+
+  #return(entry: Entry, grant: string, amount: number): void {
     if (amount < 1e-6) return;
-    const work = this.#send('/v1/grants/return', { policy: entry.policy, subject: entry.subject, amount })
+    const body = { policy: entry.policy, subject: entry.subject, grant, amount };
+    const work = this.#send('/v1/grants/return', body)
       .then(({ status, json }) => {
         const credited = status === 200 ? (json as { credited?: unknown }).credited : undefined;
         if (typeof credited === 'number') {
