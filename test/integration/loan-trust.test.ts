@@ -71,10 +71,11 @@ describe('loans with a stolen agent credential (real NATS with auth, real agents
       expect(forged).toBeGreaterThan(0);
       // us's own C/3, what ap and eu really hold (C/3 each), and at most eu's share once more (the forgery).
       expect(admitted).toBeLessThanOrEqual(C + C / 3);
+      // The thief races eu's real lender for each answer; when one of its grants was believed (more than the
+      // real C admitted), us counted it as distrusted. On a busy machine the real lender may win every race.
       const text = await (await fetch(`${url('us')}/metrics`)).text();
-      expect(text).toMatch(
-        /quotaplane_loan_grants_distrusted_total\{lender="eu",problem="over_bound"\} [1-9]/,
-      );
+      const distrusted = /quotaplane_loan_grants_distrusted_total\{lender="eu",problem="over_bound"\} [1-9]/;
+      if (admitted > C) expect(text).toMatch(distrusted);
     } finally {
       sub.unsubscribe();
     }
