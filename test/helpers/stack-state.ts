@@ -2,6 +2,7 @@
  * What a stack launcher (scripts/stack.ts) leaves behind, read from its state file: the ports it holds and the
  * processes it started. Tests check both are gone after it stops.
  */
+import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import type { StackState } from '../../scripts/stack/launcher.js';
 import { isPortFree } from '../../scripts/stack/ports.js';
@@ -67,8 +68,37 @@ export function leftovers(state: StackState, options: { launcher?: boolean } = {
   return found;
 }
 
-/** The ports of `ports` that something still listens on. */
-export async function takenOf(ports: readonly number[]): Promise<number[]> {
+/** Seconds since boot (/proc/uptime): the clock process start times are kept on. */
+export function uptimeSeconds(): number {
+  return Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]);
+}
+
+/** Seconds since boot at which the process that listens on 127.0.0.1:`port` started; undefined if unknown. */
+function listenerStartedAt(port: number): number | undefined {
+  try {
+    const line = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'latin1' });
+    const pid = /pid=(\d+)/.exec(line)?.[1];
+    if (pid === undefined) return undefined;
+    // Field 22 of /proc/PID/stat (after the parenthesised name): start time in clock ticks since boot (100 a second).
+    const fields = readFileSync(`/proc/${pid}/stat`, 'latin1').split(') ')[1]!.split(' ');
+    return Number(fields[19]) / 100;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The ports of `ports` that something still listens on. With `startedBefore` (seconds since boot, taken before
+ * the stack was told to stop), a port whose listener started after that instant is not counted: on a machine
+ * running tests in parallel, another test may take a port the stack has freed. A listener that cannot be
+ * identified is counted.
+ */
+export async function takenOf(ports: readonly number[], startedBefore?: number): Promise<number[]> {
   const free = await Promise.all(ports.map((p) => isPortFree('127.0.0.1', p)));
-  return ports.filter((_, i) => !free[i]);
+  return ports.filter((p, i) => {
+    if (free[i]) return false;
+    if (startedBefore === undefined) return true;
+    const started = listenerStartedAt(p);
+    return started === undefined || started <= startedBefore;
+  });
 }

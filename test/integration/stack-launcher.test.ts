@@ -20,7 +20,7 @@ import { rlsClient } from '../../regional-agent/grpc/rls-client.js';
 import { natsCredentials } from '../../regional-agent/nats/credentials.js';
 import { protocolSubjects } from '../../core/wire/protocol.js';
 import { connect } from '@nats-io/transport-node';
-import { carryingId, leftovers, portsOf, takenOf } from '../helpers/stack-state.js';
+import { carryingId, leftovers, portsOf, takenOf, uptimeSeconds } from '../helpers/stack-state.js';
 import { within } from '../helpers/within.js';
 import { eventually as poll } from '../helpers/wait.js';
 
@@ -394,6 +394,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       10_000,
       'the stack id is found in processes',
     );
+    const stoppedAt = uptimeSeconds();
     run.signal('SIGTERM');
     const exit = await within(run.exited, 60_000, 'the launcher exits');
     expect(exit.code).toBe(0);
@@ -402,7 +403,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       .filter(([k]) => k.endsWith('_PORT'))
       .map(([, v]) => Number(v));
     expect(fixed).toHaveLength(STACK_PORT_VARS.length);
-    expect(await takenOf(fixed)).toEqual([]);
+    expect(await takenOf(fixed, stoppedAt)).toEqual([]);
     expect(carryingId(stackId![1]!)).toEqual([]);
     expect(existsSync(stackId![2]!)).toBe(false);
   });
