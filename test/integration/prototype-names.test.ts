@@ -70,7 +70,9 @@ describe('prototype names are ordinary names', () => {
     await agent.ready;
     const subject = uniquePrefix('tenant');
     try {
-      const before = await redisSnapshot(redis);
+      // Every key this test's subject or policy could touch (the Redis may be shared with other test files).
+      const mine = [`*${subject}*`, `*${policy.name}*`];
+      const before = await redisSnapshot(redis, mine);
       let admitted = 0;
       for (const cls of PROTOTYPE_NAMES) {
         for (let i = 0; i < 30 / PROTOTYPE_NAMES.length; i++) {
@@ -81,7 +83,7 @@ describe('prototype names are ordinary names', () => {
         }
       }
       expect(admitted).toBe(0);
-      expect(await redisSnapshot(redis)).toBe(before);
+      expect(await redisSnapshot(redis, mine)).toBe(before);
       // The subject's own bucket was never touched: its first ten decisions are admitted, the rest refused.
       let ordinary = 0;
       for (let i = 0; i < 30; i++) {
@@ -89,6 +91,8 @@ describe('prototype names are ordinary names', () => {
         if (d.allowed) ordinary++;
       }
       expect(ordinary).toBe(10);
+      // The patterns see the keys a charge writes, so the unchanged snapshot above meant something.
+      expect(await redisSnapshot(redis, mine)).not.toBe(before);
     } finally {
       await agent.app.close();
     }
