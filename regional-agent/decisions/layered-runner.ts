@@ -63,8 +63,9 @@ export class LayeredRunner {
     // (fingerprinted before any reroute to shared buckets changes the checks, so a retry finds the same records).
     // A group's record fingerprints only that group's checks, so under the caller's plain key a one-group request
     // of the same checks would share it: each would replay the other's record without a charge (seed 31).
-    const bound = idempotencyKey === undefined ? undefined : boundKey(request, idempotencyKey);
-    const groupKey = (): string | undefined => (groups.length > 1 ? bound : idempotencyKey);
+    // One-group requests (most) keep the caller's key and pay no hash.
+    const groupKey =
+      idempotencyKey !== undefined && groups.length > 1 ? boundKey(request, idempotencyKey) : idempotencyKey;
     let claim: Awaited<ReturnType<typeof claimIdempotencyKey>> | undefined;
     if (idempotencyKey !== undefined && groups.length > 1) {
       claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey);
@@ -78,7 +79,7 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, groupKey(), false, deadlineAt, sheet, chargeBy);
+        run = await this.#runGroup(request, group, groupKey, false, deadlineAt, sheet, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
         // yet a local group replayed: the record cannot be this request's. Bound keys make this unreachable; kept
@@ -115,7 +116,7 @@ export class LayeredRunner {
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
       await Promise.all(
-        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey(), true, deadlineAt, sheet)),
+        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, true, deadlineAt, sheet)),
       );
     }
     // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
