@@ -9,6 +9,14 @@ export function uniquePrefix(label = 't'): string {
   return `${label}-${randomUUID().slice(0, 8)}`;
 }
 
+/**
+ * Four hex digits no other test uses as an IPv6 group, with no leading zero: the agent keys an address by its
+ * canonical /64, where a group such as `0abc` is written `abc`, so a test that spells the key reads the same form.
+ */
+export function uniqueIpv6Group(): string {
+  return `a${randomUUID().slice(0, 3)}`;
+}
+
 type Disposable<T> = T & AsyncDisposable;
 
 function disposable<T extends Redis | Cluster>(client: T): Disposable<T> {

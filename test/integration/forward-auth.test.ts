@@ -11,7 +11,7 @@ import { AgentConfig } from '../../regional-agent/config.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
-import { uniquePrefix } from '../harness/fixtures.js';
+import { uniqueIpv6Group, uniquePrefix } from '../harness/fixtures.js';
 
 const SECRET = 'forward-auth-secret-of-this-test';
 const policies = [
@@ -126,10 +126,7 @@ describe('forward-auth answers trusted proxies only', () => {
   });
 
   it('uses the client address from X-Forwarded-For (IPv6 by /64), and never the proxy address alone', async () => {
-    const base = uniquePrefix('net')
-      .replace(/[^0-9a-f]/g, '')
-      .slice(0, 4)
-      .padEnd(4, 'a');
+    const base = uniqueIpv6Group();
     const first = await ask(open, {
       url: '/v1/forward-auth?policy=writes',
       headers: { 'x-forwarded-for': `2001:db8:${base}:7::1` },

@@ -18,7 +18,7 @@ import { StaticPolicySource } from '../../regional-agent/policies/static-policy-
 import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { backend, uniqueIpv6Group, uniquePrefix } from '../harness/fixtures.js';
 
 const policies = [
   // 3 per minute, burst 3.
@@ -215,10 +215,7 @@ describe('ShouldRateLimit over gRPC against a real agent', () => {
   });
 
   it('maps a remote address to its subject: IPv6 by its /64', async () => {
-    const base = uniquePrefix('n')
-      .replace(/[^0-9a-f]/g, '')
-      .slice(0, 4)
-      .padEnd(4, 'a');
+    const base = uniqueIpv6Group();
     const ask = (ip: string) =>
       client.shouldRateLimit({
         domain: 'edge',
