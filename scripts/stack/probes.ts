@@ -95,12 +95,15 @@ export async function natsClusterFormed(monitors: readonly string[]): Promise<bo
       const [routez, jsz, varz] = await Promise.all(
         ['routez', 'jsz', 'varz'].map((p) => monitorJson(`${base}/${p}`)),
       );
-      const peers = new Set(((routez?.['routes'] ?? []) as { remote_id?: string }[]).map((r) => r.remote_id));
+      const routes = (routez?.['routes'] ?? []) as { remote_id?: string }[];
+      const peers = new Set(routes.map((r) => r.remote_id));
       const meta = jsz?.['meta_cluster'] as
         { leader?: string; replicas?: { current?: boolean }[] } | undefined;
       const leader = meta?.leader ?? '';
       return {
-        routed: peers.size === monitors.length - 1,
+        // One route per peer: two servers that dialled each other at once hold both routes until one drops
+        // its duplicate, and a cluster is not settled before then.
+        routed: peers.size === monitors.length - 1 && routes.length === peers.size,
         // Only the leader lists the other peers.
         current:
           leader !== '' && leader === varz?.['server_name']
