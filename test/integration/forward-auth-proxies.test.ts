@@ -23,6 +23,7 @@ import { docBlock, substitute } from '../helpers/doc-blocks.js';
 import { startEnvoyModel } from '../helpers/proxy-models/envoy-model.js';
 import type { ModelServer } from '../helpers/proxy-models/model-server.js';
 import { startTraefikModel } from '../helpers/proxy-models/traefik-forward-auth.js';
+import { within } from '../helpers/wait.js';
 
 const traefikBlock = docBlock('proxies.md', 'forward-auth-traefik');
 const envoyBlock = docBlock('proxies.md', 'forward-auth-envoy');
@@ -236,14 +237,18 @@ describe.each(proxies)('forward-auth behind $label, configured as docs/proxies.m
 });
 
 describe('with the agent stopped', () => {
+  // Each step has its own bound (a busy machine once ran the whole test into its 20 s timeout, saying nothing of
+  // which step was slow): the models give up on the agent after their own timeouts, well within these.
   it('Traefik answers 500 and Envoy its status_on_error (503), both closed', async () => {
-    await agent.close();
+    await within(agent.close(), 15_000, 'the agent closes');
     const t = await fetch(`${traefik.url}/api/search?down`, {
       headers: { authorization: proxies[0]!.auth(name('alice')) },
+      signal: AbortSignal.timeout(15_000),
     });
     const e = await fetch(`${envoy.url}/api/search?down`, {
       headers: { authorization: proxies[1]!.auth(name('alice')) },
+      signal: AbortSignal.timeout(15_000),
     });
     expect([t.status, e.status]).toEqual([500, 503]);
-  });
+  }, 60_000);
 });
