@@ -17,19 +17,3 @@ export async function eventually(
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
-
-/**
- * `promise`, or an error naming `what` once `timeoutMs` passed: a step that hangs fails saying which one it was,
- * instead of the whole test running into its own timeout.
- */
-export async function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`not within ${timeoutMs} ms: ${what}`)), timeoutMs);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}

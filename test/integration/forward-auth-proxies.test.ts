@@ -23,7 +23,7 @@ import { docBlock, substitute } from '../helpers/doc-blocks.js';
 import { startEnvoyModel } from '../helpers/proxy-models/envoy-model.js';
 import type { ModelServer } from '../helpers/proxy-models/model-server.js';
 import { startTraefikModel } from '../helpers/proxy-models/traefik-forward-auth.js';
-import { within } from '../helpers/wait.js';
+import { within } from '../helpers/within.js';
 
 const traefikBlock = docBlock('proxies.md', 'forward-auth-traefik');
 const envoyBlock = docBlock('proxies.md', 'forward-auth-envoy');
