@@ -61,20 +61,23 @@ async function main(): Promise<void> {
     if (missing.length > 0)
       fail(`${missing.join(' and ')} missing: run npm run build first (npm start does)`, 2);
   }
+  // Every problem that stops the start is told at once (a taken port and no way to run the servers), before
+  // anything starts: choosing the servers only looks at PATH and Docker.
   const taken = await takenPorts(config);
-  if (taken.length > 0) fail(describeTaken(taken), 2);
   const resolved = await resolvePorts(config);
   const stackId = randomBytes(4).toString('hex');
   let runner;
+  const problems = taken.length > 0 ? [describeTaken(taken)] : [];
   try {
     runner = await chooseServers(resolved.servers, systemToolbox(process.env), {
       binaries: () => binaryServers(root),
       docker: () => dockerServers(root, stackId, resolved.images),
     });
   } catch (error) {
-    if (error instanceof NoServersError) fail(error.message, 2);
-    throw error;
+    if (!(error instanceof NoServersError)) throw error;
+    problems.push(error.message);
   }
+  if (problems.length > 0 || runner === undefined) return fail(problems.join('\n\n'), 2);
   const stack = new Stack(resolved, { runner, cwd: root, env: process.env, say, stackId });
 
   let exiting = false;
