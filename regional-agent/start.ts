@@ -3,6 +3,8 @@
  * Used by `main.ts` and by tests that run whole agents in one process.
  */
 import { farthestRoundTrip, linkAllowanceMs, roundTripOf } from '../core/distance.js';
+import type { FastifyPluginAsync } from 'fastify';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { StaticShareView } from '../core/shares.js';
 import { buildApp, type AgentApp } from './app.js';
@@ -106,11 +108,11 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       ],
       ...(coordination === undefined ? {} : { forwarder: coordination.forwarder, usage: coordination.usage }),
       ...(shortfall === undefined ? {} : { shortfall }),
-      onClose: async () => {
-        redisClock.close();
-        await coordination?.close();
-        await redis.quit().catch(() => redis.disconnect());
-      },
+      // Closed after every part that uses them: NATS (policies, leases, strict, loans) first, then Redis.
+      resources: [
+        redisPlugin(redis, redisClock),
+        ...(coordination === undefined ? [] : [coordinationPlugin(coordination)]),
+      ],
     },
     config,
   );
@@ -139,4 +141,23 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
     'regional agent listening',
   );
   return { agent, url, grpcUrl, file, coordination };
+}
+
+/** Owns the Redis connection and its clock: closed after everything that calls Redis. */
+function redisPlugin(redis: Redis | Cluster, clock: RedisClock): FastifyPluginAsync {
+  return (scope) => {
+    scope.addHook('onClose', async () => {
+      clock.close();
+      await redis.quit().catch(() => redis.disconnect());
+    });
+    return Promise.resolve();
+  };
+}
+
+/** Owns the link to the coordinator: leaves the strict and loan queue groups, says goodbye, drains NATS. */
+function coordinationPlugin(coordination: Coordination): FastifyPluginAsync {
+  return (scope) => {
+    scope.addHook('onClose', () => coordination.close());
+    return Promise.resolve();
+  };
 }
