@@ -1,8 +1,10 @@
 /**
  * The coordinator's configuration, read from the environment (`QP_*`) once in `main.ts`. Defaults live in the
- * schema; every problem is reported at once; the result is frozen.
+ * schema; every problem is reported at once; the result is frozen (`loadEnvConfig`, core/env-config.ts, as the
+ * agent's).
  */
 import { z } from 'zod';
+import { deepFreeze, loadEnvConfig } from '../core/env-config.js';
 import { RegionName } from '../core/policy.js';
 import { hasOwnKey, setOwn } from '../core/own-keys.js';
 import { DEFAULT_KV_NAMESPACE, DEFAULT_NATS_TIMEOUT_MS, KvNamespace } from '../core/wire/kv.js';
@@ -341,13 +343,12 @@ export class ConfigError extends Error {
 
 /** Parse the environment, listing every problem at once, and freeze the result. */
 export function loadConfig(env: Readonly<Record<string, string | undefined>>): CoordinatorConfig {
-  const parsed = CoordinatorEnv.safeParse(env);
-  if (!parsed.success) {
-    throw new ConfigError(
-      parsed.error.issues.map((i) => `${i.path.length > 0 ? i.path.join('.') : 'env'}: ${i.message}`),
-    );
-  }
-  const e = parsed.data;
+  const e = loadEnvConfig({
+    schema: CoordinatorEnv,
+    input: env,
+    where: (path) => (path.length > 0 ? path.join('.') : 'env'),
+    fail: (problems) => new ConfigError(problems),
+  });
   return deepFreeze({
     natsServers: e.QP_NATS_URL,
     natsAuth: { nkeyFile: e.QP_NATS_NKEY_FILE, tlsCaFile: e.QP_NATS_TLS_CA_FILE },
@@ -382,9 +383,4 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       safeShares: e.QP_SAFE_SHARES,
     },
   });
-}
-
-function deepFreeze<T extends object>(o: T): T {
-  for (const v of Object.values(o)) if (typeof v === 'object' && v !== null) deepFreeze(v as object);
-  return Object.freeze(o);
 }
