@@ -54,3 +54,21 @@ export function deepFreeze<T>(value: T): Readonly<T> {
   }
   return value;
 }
+
+/**
+ * What the docs say of one variable, beside what its schema holds: the generated tables of docs/*.md
+ * (`npm run docs:env`) take the name and the default from the schema and these words from here.
+ */
+export interface VariableDoc {
+  /** The table's meaning cell (markdown, one line). */
+  meaning: string;
+  /**
+   * The default cell when the schema parses no value for an unset variable (`required`, `none (anonymous)`,
+   * `` `QP_HOST` ``); default `none`. Given for a variable whose schema has a default, it is an error.
+   */
+  unset?: string;
+  /** A remark after a default value: `` `0` (off) ``. */
+  note?: string;
+  /** The page of its table, when a service's variables are in more than one. */
+  page?: string;
+}
