@@ -341,13 +341,35 @@ export class ConfigError extends Error {
   }
 }
 
-/** Parse the environment, listing every problem at once, and freeze the result. */
-export function loadConfig(env: Readonly<Record<string, string | undefined>>): CoordinatorConfig {
+/**
+ * Parse the environment, listing every problem at once, and freeze the result. `QP_ADMIN_TOKENS_FILE` names a file
+ * of named tokens, one `name:role:token` a line, added to `QP_ADMIN_TOKENS`; `readFile` is injected (as the
+ * agent's `loadConfig` does) so tests need no files.
+ */
+export function loadConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  readFile: (path: string) => string = () => {
+    throw new Error('no file reader');
+  },
+): CoordinatorConfig {
+  const problems: string[] = [];
+  const input: Record<string, string | undefined> = { ...env };
+  const file = env['QP_ADMIN_TOKENS_FILE'];
+  if (file !== undefined && file !== '') {
+    try {
+      const text = readFile(file);
+      const inline = env['QP_ADMIN_TOKENS'];
+      input['QP_ADMIN_TOKENS'] = inline === undefined || inline === '' ? text : `${inline}\n${text}`;
+    } catch (error) {
+      problems.push(`QP_ADMIN_TOKENS_FILE: cannot read ${file}: ${(error as Error).message}`);
+    }
+  }
   const e = loadEnvConfig({
     schema: CoordinatorEnv,
-    input: env,
+    input,
+    problems,
     where: (path) => (path.length > 0 ? path.join('.') : 'env'),
-    fail: (problems) => new ConfigError(problems),
+    fail: (list) => new ConfigError(list),
   });
   return deepFreeze({
     natsServers: e.QP_NATS_URL,

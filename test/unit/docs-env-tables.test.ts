@@ -42,7 +42,7 @@ describe('generated environment tables', () => {
     });
   }
 
-  it('every variable a schema reads has a row, and every row is a variable read (or one main.ts reads)', () => {
+  it('every variable a schema reads has a row, and every row is a variable read (or one loadConfig reads outside the schema)', () => {
     const sorted = (keys: Iterable<string>) => [...keys].sort();
     expect(sorted(Object.keys(AGENT_VARIABLES))).toEqual(sorted(Object.keys(AgentConfig.shape)));
     expect(sorted(Object.keys(COORDINATOR_VARIABLES))).toEqual(
