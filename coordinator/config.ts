@@ -1,8 +1,10 @@
 /**
  * The coordinator's configuration, read from the environment (`QP_*`) once in `main.ts`. Defaults live in the
- * schema; every problem is reported at once; the result is frozen.
+ * schema; every problem is reported at once; the result is frozen (`loadEnvConfig`, core/env-config.ts, as the
+ * agent's).
  */
 import { z } from 'zod';
+import { deepFreeze, loadEnvConfig } from '../core/env-config.js';
 import { RegionName } from '../core/policy.js';
 import { hasOwnKey, setOwn } from '../core/own-keys.js';
 import { DEFAULT_KV_NAMESPACE, DEFAULT_NATS_TIMEOUT_MS, KvNamespace } from '../core/wire/kv.js';
@@ -339,15 +341,36 @@ export class ConfigError extends Error {
   }
 }
 
-/** Parse the environment, listing every problem at once, and freeze the result. */
-export function loadConfig(env: Readonly<Record<string, string | undefined>>): CoordinatorConfig {
-  const parsed = CoordinatorEnv.safeParse(env);
-  if (!parsed.success) {
-    throw new ConfigError(
-      parsed.error.issues.map((i) => `${i.path.length > 0 ? i.path.join('.') : 'env'}: ${i.message}`),
-    );
+/**
+ * Parse the environment, listing every problem at once, and freeze the result. `QP_ADMIN_TOKENS_FILE` names a file
+ * of named tokens, one `name:role:token` a line, added to `QP_ADMIN_TOKENS`; `readFile` is injected (as the
+ * agent's `loadConfig` does) so tests need no files.
+ */
+export function loadConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  readFile: (path: string) => string = () => {
+    throw new Error('no file reader');
+  },
+): CoordinatorConfig {
+  const problems: string[] = [];
+  const input: Record<string, string | undefined> = { ...env };
+  const file = env['QP_ADMIN_TOKENS_FILE'];
+  if (file !== undefined && file !== '') {
+    try {
+      const text = readFile(file);
+      const inline = env['QP_ADMIN_TOKENS'];
+      input['QP_ADMIN_TOKENS'] = inline === undefined || inline === '' ? text : `${inline}\n${text}`;
+    } catch (error) {
+      problems.push(`QP_ADMIN_TOKENS_FILE: cannot read ${file}: ${(error as Error).message}`);
+    }
   }
-  const e = parsed.data;
+  const e = loadEnvConfig({
+    schema: CoordinatorEnv,
+    input,
+    problems,
+    where: (path) => (path.length > 0 ? path.join('.') : 'env'),
+    fail: (list) => new ConfigError(list),
+  });
   return deepFreeze({
     natsServers: e.QP_NATS_URL,
     natsAuth: { nkeyFile: e.QP_NATS_NKEY_FILE, tlsCaFile: e.QP_NATS_TLS_CA_FILE },
@@ -382,9 +405,4 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       safeShares: e.QP_SAFE_SHARES,
     },
   });
-}
-
-function deepFreeze<T extends object>(o: T): T {
-  for (const v of Object.values(o)) if (typeof v === 'object' && v !== null) deepFreeze(v as object);
-  return Object.freeze(o);
 }

@@ -10,7 +10,7 @@ import { startCoordinator } from './server.js';
 async function main(): Promise<void> {
   let config;
   try {
-    config = loadConfig(withTokensFile(process.env));
+    config = loadConfig(process.env, (path) => readFileSync(path, 'utf8'));
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`${error.message}\n`);
@@ -40,20 +40,6 @@ async function main(): Promise<void> {
   };
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);
-}
-
-/** `QP_ADMIN_TOKENS_FILE`: named tokens, one `name:role:token` a line, added to `QP_ADMIN_TOKENS`. */
-function withTokensFile(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const file = env['QP_ADMIN_TOKENS_FILE'];
-  if (file === undefined || file === '') return env;
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (error) {
-    throw new ConfigError([`QP_ADMIN_TOKENS_FILE: cannot read ${file}: ${(error as Error).message}`]);
-  }
-  const inline = env['QP_ADMIN_TOKENS'];
-  return { ...env, QP_ADMIN_TOKENS: inline === undefined || inline === '' ? text : `${inline}\n${text}` };
 }
 
 main().catch((error: unknown) => {

@@ -1,11 +1,12 @@
 /**
  * The agent's configuration: environment variables (prefix `QP_`) over an optional JSON file
  * (`QP_CONFIG_FILE`), validated once at start by one zod schema that holds every default, with every problem
- * listed at once, and frozen. docs/agent.md has the table.
+ * listed at once, and frozen (`loadEnvConfig`, core/env-config.ts, as the coordinator's). docs/agent.md has the table.
  */
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import { loadEnvConfig } from '../core/env-config.js';
 import { ownRecord, ownValue, setOwn } from '../core/own-keys.js';
 import {
   DEFAULT_BORROW_PLANNER,
@@ -370,29 +371,18 @@ export function loadConfig(
       problems.push(`${envName(fileField)} ${path}: ${(error as Error).message}`);
     }
   }
-  const parsed = AgentConfig.safeParse(input);
-  if (!parsed.success) {
-    // zod skips cross-field rules when a field is invalid; list them anyway.
-    const issues: { path: PropertyKey[]; message: string }[] = [...parsed.error.issues];
-    for (const p of crossFieldProblems(input)) {
-      if (!issues.some((i) => i.path[0] === p.path[0] && i.message === p.message)) issues.push(p);
-    }
-    for (const issue of issues) {
-      const field = issue.path[0];
-      const where =
+  return loadEnvConfig({
+    schema: AgentConfig,
+    input,
+    problems,
+    crossField: crossFieldProblems,
+    where: (path) => {
+      const field = path[0];
+      const at =
         typeof field === 'string' && fields.includes(field) ? `${envName(field)} (${field})` : 'config';
-      const inner = issue.path.slice(1).join('.');
-      problems.push(`${where}${inner === '' ? '' : ` ${inner}`}: ${issue.message}`);
-    }
-  }
-  if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);
-  return deepFreeze(parsed.data);
-}
-
-function deepFreeze<T>(value: T): Readonly<T> {
-  if (typeof value === 'object' && value !== null) {
-    for (const v of Object.values(value)) deepFreeze(v);
-    Object.freeze(value);
-  }
-  return value;
+      const inner = path.slice(1).join('.');
+      return `${at}${inner === '' ? '' : ` ${inner}`}`;
+    },
+    fail: (list) => new ConfigError(list),
+  });
 }

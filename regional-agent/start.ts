@@ -3,6 +3,8 @@
  * Used by `main.ts` and by tests that run whole agents in one process.
  */
 import { farthestRoundTrip, linkAllowanceMs, roundTripOf } from '../core/distance.js';
+import type { FastifyPluginAsync } from 'fastify';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { StaticShareView } from '../core/shares.js';
 import { buildApp, type AgentApp } from './app.js';
@@ -18,7 +20,7 @@ import { RedisClock } from './redis/redis-clock.js';
 import { RedisTransferStore } from './redis/transfer-store.js';
 import { BorrowPlanner } from '../core/borrowing/planner.js';
 import { systemClock } from '../core/clock.js';
-import { borrowMetrics } from './borrowing/borrow-metrics.js';
+import { borrowMetrics, type BorrowMetrics } from './borrowing/borrow-metrics.js';
 import { Borrower } from './borrowing/borrower.js';
 import { borrowReserveMs } from '../core/borrowing/borrow.js';
 import { natsLoanAsker } from './borrowing/nats-loan-client.js';
@@ -54,38 +56,15 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       : undefined;
   const policies = coordination?.policies ?? file!;
   // Borrowing needs the other regions: only with a coordinator (its allocation records name them).
-  const borrowing = config.borrowing && coordination !== undefined;
-  const transfers = new RedisTransferStore(redis, { timeoutMs: config.storeTimeoutMs, clock: redisClock });
-  const planner = borrowing
-    ? new BorrowPlanner({
-        maxLenders: config.borrowMaxLenders,
-        maxEntries: config.borrowMemory,
-        unreachableBackoffMs: config.borrowBackoffMs,
-      })
-    : undefined;
-  const loanMetrics = planner === undefined ? undefined : borrowMetrics(metrics.registry, planner);
-  const shortfall =
-    planner === undefined || coordination === undefined
-      ? undefined
-      : new Borrower({
-          region: config.region,
-          planner,
-          shares: coordination.shares,
-          store: transfers,
-          ask: natsLoanAsker(coordination.nc, config.kvNamespace),
-          clock: systemClock,
-          reserveMs: borrowReserveMs(config.storeTimeoutMs),
-          lowWater: config.borrowLowWater,
-          // Off the request path, a top-up may wait for the farthest lender's round trip too, so a loan from
-          // across the widest link still arrives (docs/protocol.md, "Timings at a distance").
-          topUpMs:
-            config.decisionDeadlineMs + linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
-          // A refusal's borrow may wait as long beyond the decision's deadline as a forwarded strict check does.
-          linkAllowanceMs: linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region)),
-          roundTripMs: (lender) => roundTripOf(config.roundTrips, config.region, lender) ?? 0,
-          metrics: loanMetrics,
-          imported: (policy, tokens) => coordination.usage.imported(policy, tokens),
-        });
+  const borrowing =
+    config.borrowing && coordination !== undefined
+      ? borrowingParts(
+          config,
+          coordination,
+          new RedisTransferStore(redis, { timeoutMs: config.storeTimeoutMs, clock: redisClock }),
+          metrics,
+        )
+      : undefined;
   const agent = buildApp(
     {
       store: new RedisDecisionStore(redis, {
@@ -105,18 +84,19 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
         ...(coordination?.notReady() ?? []),
       ],
       ...(coordination === undefined ? {} : { forwarder: coordination.forwarder, usage: coordination.usage }),
-      ...(shortfall === undefined ? {} : { shortfall }),
-      onClose: async () => {
-        redisClock.close();
-        await coordination?.close();
-        await redis.quit().catch(() => redis.disconnect());
-      },
+      ...(borrowing === undefined ? {} : { shortfall: borrowing.shortfall }),
+      // Closed after every part that uses them: NATS (policies, leases, strict, loans) first, then Redis.
+      resources: [
+        redisPlugin(redis, redisClock),
+        ...(coordination === undefined ? [] : [coordinationPlugin(coordination)]),
+      ],
     },
     config,
   );
   coordination?.serveStrict(agent.service, agent.admission);
   coordination?.holder.reportShedFrom(agent.admission);
-  if (borrowing) coordination?.serveLoans(transfers, agent.admission, loanMetrics);
+  if (borrowing !== undefined)
+    coordination?.serveLoans(borrowing.transfers, agent.admission, borrowing.metrics);
   // Standalone, the policies file is read at once; with a coordinator the agent listens (not ready) until its
   // policies and lease arrive.
   if (file !== undefined) await agent.ready;
@@ -139,4 +119,58 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
     'regional agent listening',
   );
   return { agent, url, grpcUrl, file, coordination };
+}
+
+/** Owns the Redis connection and its clock: closed after everything that calls Redis. */
+function redisPlugin(redis: Redis | Cluster, clock: RedisClock): FastifyPluginAsync {
+  return (scope) => {
+    scope.addHook('onClose', async () => {
+      clock.close();
+      await redis.quit().catch(() => redis.disconnect());
+    });
+    return Promise.resolve();
+  };
+}
+
+/** Owns the link to the coordinator: leaves the strict and loan queue groups, says goodbye, drains NATS. */
+function coordinationPlugin(coordination: Coordination): FastifyPluginAsync {
+  return (scope) => {
+    scope.addHook('onClose', () => coordination.close());
+    return Promise.resolve();
+  };
+}
+
+/** Borrowing's parts: the planner and its metrics, the borrower (a refusal's shortfall handler), the transfers. */
+function borrowingParts(
+  config: Readonly<AgentConfig>,
+  coordination: Coordination,
+  transfers: RedisTransferStore,
+  metrics: AgentMetrics,
+): { shortfall: Borrower; transfers: RedisTransferStore; metrics: BorrowMetrics } {
+  const planner = new BorrowPlanner({
+    maxLenders: config.borrowMaxLenders,
+    maxEntries: config.borrowMemory,
+    unreachableBackoffMs: config.borrowBackoffMs,
+  });
+  const loanMetrics = borrowMetrics(metrics.registry, planner);
+  const farthest = linkAllowanceMs(farthestRoundTrip(config.roundTrips, config.region));
+  const shortfall = new Borrower({
+    region: config.region,
+    planner,
+    shares: coordination.shares,
+    store: transfers,
+    ask: natsLoanAsker(coordination.nc, config.kvNamespace),
+    clock: systemClock,
+    reserveMs: borrowReserveMs(config.storeTimeoutMs),
+    lowWater: config.borrowLowWater,
+    // Off the request path, a top-up may wait for the farthest lender's round trip too, so a loan from across
+    // the widest link still arrives (docs/protocol.md, "Timings at a distance").
+    topUpMs: config.decisionDeadlineMs + farthest,
+    // A refusal's borrow may wait as long beyond the decision's deadline as a forwarded strict check does.
+    linkAllowanceMs: farthest,
+    roundTripMs: (lender) => roundTripOf(config.roundTrips, config.region, lender) ?? 0,
+    metrics: loanMetrics,
+    imported: (policy, tokens) => coordination.usage.imported(policy, tokens),
+  });
+  return { shortfall, transfers, metrics: loanMetrics };
 }

@@ -3,6 +3,9 @@ import type { RefundRequest } from '../../core/refund.js';
 import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
 import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
 import type { CreationReply, CreationRequest } from '../../core/subject-creation.js';
+import type { Clock } from '../../core/clock.js';
+import type { GrantStore } from '../grants/grant-store.js';
+import type { ReservationStore } from '../reservations/reservation-store.js';
 
 /**
  * A request that carried its caller's deadline (`chargeBy`) was not run before it: nothing was decided or
@@ -63,4 +66,15 @@ export interface DecisionStore {
   decideDay(request: DayRequest): Promise<DayReply>;
   /** Give back what an admitted daily call charged (`lua/daily_budget_refund.lua`). */
   refundDay(refund: DayRefund): Promise<{ refunded: number[]; recordDeleted: boolean }>;
+  /**
+   * What lives beside this store's buckets: reservations, and the local grants that take from the buckets
+   * decisions charge. A store without it gets in-memory reservations and no grants route.
+   */
+  companions?(clock: Clock): StoreCompanions;
+}
+
+/** The stores that live beside a decision store's buckets (`DecisionStore.companions`). */
+export interface StoreCompanions {
+  reservations: ReservationStore;
+  grants: GrantStore;
 }

@@ -22,7 +22,9 @@ import {
   type CreationRequest,
 } from '../../core/subject-creation.js';
 import { MICRO } from '../../core/token-bucket.js';
-import type { ClaimOutcome, DecisionStore, RefundOutcome } from './decision-store.js';
+import { ModelGrantStore } from '../grants/grant-store.js';
+import { ModelReservationStore } from '../reservations/reservation-store.js';
+import type { ClaimOutcome, DecisionStore, RefundOutcome, StoreCompanions } from './decision-store.js';
 
 /**
  * The decision store over the reference models and an injected clock: unit tests, and anything that wants the
@@ -40,6 +42,14 @@ export class ModelDecisionStore implements DecisionStore {
   constructor(clock: Clock, slotOf: (key: string) => number = () => 0) {
     this.#clock = clock;
     this.#slotOf = slotOf;
+  }
+
+  /** Reservations on the model, grants on this store's own buckets, both at `clock`'s time. */
+  companions(clock: Clock): StoreCompanions {
+    return {
+      reservations: new ModelReservationStore(clock),
+      grants: new ModelGrantStore(this.model.buckets, clock),
+    };
   }
 
   decide(request: DecideRequest): Promise<Decision> {

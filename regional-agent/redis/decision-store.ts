@@ -10,11 +10,15 @@ import {
   type CreationRequest,
 } from '../../core/subject-creation.js';
 import { MICRO } from '../../core/token-bucket.js';
+import type { Clock } from '../../core/clock.js';
+import { RedisGrantStore } from '../grants/grant-store.js';
+import { RedisReservationStore } from './reservation-store.js';
 import type {
   ClaimOutcome,
   DecideOptions,
   DecisionStore,
   RefundOutcome,
+  StoreCompanions,
 } from '../decisions/decision-store.js';
 import { onTheWire } from '../resilience/wire-timeout.js';
 import { RedisBucketStore, type RedisBucketStoreOptions } from './bucket-store.js';
@@ -63,6 +67,15 @@ export class RedisDecisionStore implements DecisionStore {
 
   slotOf(key: string): number {
     return this.buckets.slotOf(key);
+  }
+
+  /** Reservations and grants on the same Redis, with the same wire timeout. */
+  companions(_clock: Clock): StoreCompanions {
+    const options = { timeoutMs: this.timeoutMs };
+    return {
+      reservations: new RedisReservationStore(this.redis, options),
+      grants: new RedisGrantStore(this.redis, options),
+    };
   }
 
   decideLog(request: LogRequest): Promise<LogReply> {

@@ -222,4 +222,36 @@ describe('coordinator protocol configuration', () => {
   ])('refuses %j', (env, message) => {
     expect(() => loadConfig({ ...base, ...env })).toThrow(message);
   });
+
+  it('QP_ADMIN_TOKENS_FILE: its named tokens are added to QP_ADMIN_TOKENS; a file it cannot read is one more problem', () => {
+    const files = new Map([['/run/tokens', '# CI\nci:write:ci-secret-0123456789abc\n']]);
+    const readFile = (path: string) => {
+      const text = files.get(path);
+      if (text === undefined) throw new Error('ENOENT');
+      return text;
+    };
+    const c = loadConfig(
+      {
+        QP_REGIONS: 'us',
+        QP_ADMIN_TOKENS: 'grafana:read:grafana-secret-012345',
+        QP_ADMIN_TOKENS_FILE: '/run/tokens',
+      },
+      readFile,
+    );
+    expect(c.tokens.map((t) => t.principal)).toEqual([
+      { role: 'read', name: 'grafana' },
+      { role: 'write', name: 'ci' },
+    ]);
+    let error: unknown;
+    try {
+      loadConfig({ QP_REGIONS: 'us', QP_ADMIN_TOKENS_FILE: '/run/missing', QP_PORT: 'x' }, readFile);
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems).toEqual([
+      'QP_ADMIN_TOKENS_FILE: cannot read /run/missing: ENOENT',
+      'QP_PORT: Invalid input: expected number, received NaN',
+    ]);
+  });
 });

@@ -1,0 +1,119 @@
+/**
+ * The agent's route groups, each a plugin: decisions (single, batch, forward-auth, explain, reservations),
+ * local grants (when the store keeps them), concurrency leases, and health with metrics.
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import type { AgentAppConfig, AgentDeps } from '../app.js';
+import { batchRoute } from '../http/batch-route.js';
+import { decisionsRoute } from '../http/decisions-route.js';
+import { explainRoute } from '../http/explain-route.js';
+import { forwardAuthRoute } from '../http/forward-auth-route.js';
+import { forwardAuthTrust } from '../http/forward-auth-trust.js';
+import { grantsRoute } from '../http/grants-route.js';
+import { healthRoutes } from '../http/health-routes.js';
+import { leasesRoute } from '../http/leases-route.js';
+import { reservationsRoute } from '../http/reservations-route.js';
+import type { DecisionCore } from './decision-core.js';
+import { trustedProxy } from './http-server.js';
+import type { Serving } from './serving.js';
+
+export interface RouteContext {
+  deps: AgentDeps;
+  config: AgentAppConfig;
+  core: DecisionCore;
+  state: Serving;
+}
+
+export function decisionRoutes({ deps, config, core, state }: RouteContext): FastifyPluginAsync {
+  const { service, admission, metrics } = core;
+  const headers = { legacyHeaders: config.legacyHeaders, rateLimitDraft: config.rateLimitHeaders };
+  const assertServing = state.assertServing;
+  return (scope) => {
+    decisionsRoute(scope, { service, ...headers, assertServing });
+    batchRoute(scope, {
+      service,
+      admission,
+      metrics,
+      log: deps.log,
+      ...headers,
+      // A batch carries up to MAX_DECISIONS_PER_BATCH bodies: 16 times one request's limit.
+      bodyLimit: config.bodyLimitBytes * 16,
+      assertServing,
+    });
+    forwardAuthRoute(scope, {
+      service,
+      policies: deps.policies,
+      ...headers,
+      subjectHeader: config.subjectHeader,
+      trust: forwardAuthTrust(config, trustedProxy(config)),
+      assertServing,
+    });
+    explainRoute(scope, {
+      service,
+      shares: deps.shares,
+      refusals: core.refusals,
+      region: config.region,
+      assertServing,
+    });
+    reservationsRoute(scope, { reservations: core.reservations, ...headers, assertServing });
+    return Promise.resolve();
+  };
+}
+
+/** Local grants take from the buckets decisions charge: only when the store keeps grants beside them. */
+export function grantRoutes({ deps, core, state }: RouteContext): FastifyPluginAsync {
+  return (scope) => {
+    if (core.grants !== undefined) {
+      grantsRoute(scope, {
+        service: core.service,
+        store: core.grants,
+        guard: core.guard,
+        shares: deps.shares,
+        metrics: core.metrics,
+        assertServing: state.assertServing,
+      });
+    }
+    return Promise.resolve();
+  };
+}
+
+export function leaseRoutes({ deps, config, core, state }: RouteContext): FastifyPluginAsync {
+  return (scope) => {
+    leasesRoute(scope, {
+      store: deps.store,
+      guard: core.guard,
+      policies: deps.policies,
+      metrics: core.metrics,
+      region: config.region,
+      leaseKey: core.leaseKey,
+      assertServing: state.assertServing,
+    });
+    return Promise.resolve();
+  };
+}
+
+/** /livez, /readyz (why not ready, and the facts) and /metrics. */
+export function healthAndMetricsRoutes({ deps, config, core, state }: RouteContext): FastifyPluginAsync {
+  return (scope) => {
+    healthRoutes(scope, {
+      metrics: core.metrics,
+      readiness: {
+        reasons: () => {
+          const reasons: string[] = [];
+          if (state.draining) reasons.push('draining');
+          if (!state.policiesLoaded) reasons.push('policies are not loaded');
+          if (deps.notReady !== undefined) reasons.push(...deps.notReady());
+          return reasons;
+        },
+        facts: () => ({
+          policies: deps.policies.current().size,
+          store: core.guard.state,
+          storeBreaker: core.guard.status,
+          inFlight: core.admission.inFlight,
+          region: config.region,
+        }),
+      },
+    });
+    return Promise.resolve();
+  };
+}
