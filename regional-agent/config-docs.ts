@@ -45,7 +45,10 @@ export const AGENT_VARIABLES: Readonly<Record<keyof typeof AgentConfig.shape, Va
     meaning:
       'round trips to the other regions, ms (`us-eu=70,us-ap=150`): strict and loan waits cover them ([protocol](protocol.md#timings-at-a-distance))',
   },
-  storeTimeoutMs: { meaning: 'longest a store call waits for its reply, on the wire from its write' },
+  storeTimeoutMs: {
+    meaning:
+      'longest a store call waits for its reply, on the wire from its write; a borrow keeps twice this after its loans (credit, then decision), so keep it well under decisionDeadlineMs or lenders get little time',
+  },
   borrowing: {
     meaning:
       "borrow a subject's tokens from other regions on refusal and below the low-water mark (and lend them); needs a coordinator",
