@@ -46,8 +46,6 @@ export interface Unit {
   lastIdeal?: number[] | undefined;
   /** Since when the target has been beyond the hysteresis band with room needed, at rest (the rebalancer's). */
   beyondSince?: number | undefined;
-  /** When each region's share last shrank, for the regrowth cool-down (the rebalancer's). */
-  shrunkAt?: (number | undefined)[] | undefined;
   /** Why its shares last moved; undefined before the first move (or when restored). */
   cause?: MoveCause | undefined;
   epoch: number;

@@ -2,9 +2,11 @@
  * What a coordinator that takes over needs to carry on rebalancing a policy where the one before left off, as one
  * small record per policy (JetStream KV `<ns>-demand`, written by the leader at a bounded rate): the smoothed
  * demand and unmet demand per region, and the rebalancer's memory of the default vector — since when its target
- * has been beyond the hysteresis band (the confirmation under way), whether a move is under way and where it was
- * heading, and when each region last shrank (the regrowth cool-down). Times are ages relative to `takenAt`, so a
- * reader's own clock places them. Pure: the shell reads and writes the KV, this module builds and applies them.
+ * has been beyond the hysteresis band (the confirmation under way), and whether a move is under way and where it was
+ * heading. Times are ages relative to `takenAt`, so a reader's own clock places them. The regrowth cool-down is
+ * not carried: a successor restores the budget around lapsed agents with shrinks the cool-down never saw anyway,
+ * and holding a region with demand in cool-down then hands the budget left over to regions without it (with
+ * borrowing off, coordinator-crash fell from 0.57 to 0.43 when it was carried). Pure: the shell reads and writes the KV, this module builds and applies them.
  */
 import { z } from 'zod';
 import { ownRecord, ownValue, setOwn } from '../own-keys.js';
@@ -48,8 +50,6 @@ export const DemandSnapshot = z.strictObject({
   target: byRegion(Share).optional(),
   /** How long the target had been beyond the hysteresis band with room needed, at `takenAt` (at rest only). */
   beyondForMs: Ms.optional(),
-  /** How long before `takenAt` each region last shrank, for regions still in their regrowth cool-down. */
-  shrunkAgoMs: byRegion(Ms).optional(),
   /** Epoch of the leader that wrote it (coordinator/leadership), stamped by the shell like every record. */
   leaderEpoch: LeaderEpoch.optional(),
 });
@@ -60,12 +60,11 @@ export type SnapshotOutcome = 'restored' | 'stale' | 'future' | 'unknown_policy'
 
 const compact = (x: number) => Number(x.toPrecision(6));
 
-/** The snapshot of `state` at `now`; `cooldownMs` bounds which shrinks are still worth carrying. */
+/** The snapshot of `state` at `now`. */
 export function takeDemandSnapshot(
   regions: readonly string[],
   state: PolicyState,
   now: number,
-  cooldownMs: number,
 ): DemandSnapshot {
   const zeros = () => regions.map(() => 0);
   const demand = state.demand.sumByTag(now, zeros());
@@ -78,9 +77,6 @@ export function takeDemandSnapshot(
     });
     return out;
   };
-  const shrunk = (base.shrunkAt ?? []).map((at) =>
-    at !== undefined && now - at < cooldownMs ? Math.max(0, Math.round(now - at)) : undefined,
-  );
   return {
     v: 1,
     policy: state.policy.name,
@@ -95,14 +91,13 @@ export function takeDemandSnapshot(
     ...(!base.moving && base.beyondSince !== undefined
       ? { beyondForMs: Math.max(0, Math.round(now - base.beyondSince)) }
       : {}),
-    ...(shrunk.some((s) => s !== undefined) ? { shrunkAgoMs: map(shrunk, (s) => s) } : {}),
   };
 }
 
-/** True when a snapshot says nothing a successor could use: no demand, no move, nothing confirming or cooling. */
+/** True when a snapshot says nothing a successor could use: no demand, no move, nothing confirming. */
 export function emptySnapshot(s: DemandSnapshot): boolean {
   const none = (r: Record<string, number>) => Object.values(r).every((v) => v === 0);
-  return none(s.demand) && !s.moving && s.beyondForMs === undefined && s.shrunkAgoMs === undefined;
+  return none(s.demand) && !s.moving && s.beyondForMs === undefined;
 }
 
 /**
@@ -110,8 +105,7 @@ export function emptySnapshot(s: DemandSnapshot): boolean {
  * `maxAgeMs` (`stale`), from more than `skewMs` in the future (`future`), or naming none of `regions`. The demand
  * goes in under one key per region (SNAPSHOT_KEY), observed at the snapshot's time so it decays by the tracker's
  * own rule, and is dropped when the region reports again (`dropSeed`). The move state (under way, target,
- * confirmation) applies only when the default vector is still at the snapshot's epoch; the shrinks' cool-down
- * always (a shrink happened whatever moved since).
+ * confirmation) applies only when the default vector is still at the snapshot's epoch (the shares it was about).
  */
 export function restoreDemandSnapshot(
   regions: readonly string[],
@@ -134,11 +128,6 @@ export function restoreDemandSnapshot(
     if (unmet !== undefined) state.unmet.seed(key, unmet, at, r);
   });
   const base = state.base;
-  const shrunkAt = regions.map((region) => {
-    const ago = ownValue(snapshot.shrunkAgoMs, region);
-    return ago === undefined ? undefined : at - ago;
-  });
-  if (shrunkAt.some((s) => s !== undefined)) base.shrunkAt = shrunkAt;
   if (snapshot.epoch === base.epoch) {
     base.moving = snapshot.moving;
     const target = regions.map((region) => ownValue(snapshot.target, region));

@@ -410,7 +410,7 @@ export class LeaseCoordinator {
     this.#snapshotsDeleted.clear();
     for (const state of this.#policies.values()) {
       if (state.snapshotAt !== undefined && now - state.snapshotAt < this.#snapshotIntervalMs) continue;
-      const snapshot = takeDemandSnapshot(this.regions, state, now, this.#cooldown(state, now).ms);
+      const snapshot = takeDemandSnapshot(this.regions, state, now);
       const empty = emptySnapshot(snapshot);
       if (empty && state.snapshotEmpty === true) continue;
       state.snapshotAt = now;
