@@ -53,7 +53,8 @@ export interface ControlPlaneOptions {
 /** A message of the protocol, as the simulator sees it in flight (for tests that check the wire). */
 export type ProtocolMessage =
   | { kind: 'heartbeat' | 'usage' | 'ack' | 'renewal'; body: unknown }
-  | { kind: 'record'; body: AllocationRecord | null };
+  | { kind: 'record'; body: AllocationRecord | null }
+  | { kind: 'snapshot'; body: DemandSnapshot | null };
 
 export class DynamicControlPlane {
   readonly records = new SimKv<AllocationRecord>();
@@ -230,6 +231,7 @@ export class DynamicControlPlane {
     const engine = this.#engine;
     if (engine === undefined) return;
     for (const write of engine.takeDemandSnapshots()) {
+      this.onMessage?.({ kind: 'snapshot', body: write.snapshot });
       this.#ctx.network.send(this.#ctx.coordinator, this.#kvNode, 'control', () =>
         this.demand.put(write.policy, write.snapshot),
       );
