@@ -41,6 +41,8 @@ export interface ProtocolOptions {
   safeShares?: Readonly<Record<string, number>> | undefined;
   /** Most KV writes in flight at once. Default DEFAULT_WRITE_CONCURRENCY (64). */
   writeConcurrency?: number;
+  /** Write a policy's demand snapshot at most this often, ms (core/lease/demand-snapshot.ts; default 5000). */
+  snapshotIntervalMs?: number;
 }
 
 type MessageKind = 'heartbeat' | 'usage' | 'ack' | 'bye';
@@ -105,6 +107,7 @@ class ProtocolEngine implements ProtocolService {
       records: records.map(({ value, revision }) => ({ record: value, revision })),
       agents: registrations.map(({ value }) => value),
       demandSnapshots,
+      snapshotIntervalMs: options.snapshotIntervalMs,
     });
     snapshots.counted(engine.snapshotOutcomes);
     // Policies win over what was persisted: deleted ones lose their allocation, new ones get one.

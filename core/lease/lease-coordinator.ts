@@ -98,9 +98,9 @@ export interface LeaseCoordinatorOptions {
    */
   demandSnapshots?: readonly DemandSnapshot[];
   /** Ignore a snapshot older than this, ms. Default DEMAND_SNAPSHOT_MAX_AGE_MS. */
-  snapshotMaxAgeMs?: number;
+  snapshotMaxAgeMs?: number | undefined;
   /** Write a policy's snapshot at most this often, ms. Default DEMAND_SNAPSHOT_INTERVAL_MS. */
-  snapshotIntervalMs?: number;
+  snapshotIntervalMs?: number | undefined;
 }
 
 /** A demand snapshot the shell must persist (or delete, when `snapshot` is null). */
