@@ -31,33 +31,48 @@ export { DEMAND_SNAPSHOT_MAX_AGE_MS };
 
 export class DemandSnapshots {
   readonly #context: EngineContext;
-  readonly #kv: KV;
+  /** Undefined when the bucket could not be opened (e.g. a server configuration from before it): none is kept. */
+  readonly #kv: KV | undefined;
   readonly #metrics: Pick<ProtocolMetrics, 'snapshots'>;
   #writing: Promise<void> = Promise.resolve();
 
-  private constructor(context: EngineContext, kv: KV, metrics: Pick<ProtocolMetrics, 'snapshots'>) {
+  private constructor(
+    context: EngineContext,
+    kv: KV | undefined,
+    metrics: Pick<ProtocolMetrics, 'snapshots'>,
+  ) {
     this.#context = context;
     this.#kv = kv;
     this.#metrics = metrics;
   }
 
-  /** Create (or bind to) the bucket. */
+  /**
+   * Create (or bind to) the bucket. A failure (a NATS server configuration generated before the bucket existed
+   * refuses it to the coordinator's credentials) is logged and counted (`unavailable`): the engine runs without
+   * snapshots, as it did before them.
+   */
   static async open(
     context: EngineContext,
     metrics: Pick<ProtocolMetrics, 'snapshots'>,
   ): Promise<DemandSnapshots> {
     const { nc, names, config } = context;
     const replicas = config.replicas ?? 1;
-    const kv = await new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs })).create(names.demand, {
-      ...DEMAND_BUCKET_OPTIONS,
-      replicas,
-    });
-    await ensureReplicas(
-      await jetstreamManager(nc, { timeout: config.natsTimeoutMs }),
-      `KV_${names.demand}`,
-      replicas,
-    );
-    return new DemandSnapshots(context, kv, metrics);
+    try {
+      const kv = await new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs })).create(names.demand, {
+        ...DEMAND_BUCKET_OPTIONS,
+        replicas,
+      });
+      const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
+      await ensureReplicas(jsm, `KV_${names.demand}`, replicas);
+      return new DemandSnapshots(context, kv, metrics);
+    } catch (error) {
+      metrics.snapshots.inc({ outcome: 'unavailable' });
+      context.log.warn(
+        { err: error, bucket: names.demand },
+        'protocol: the demand snapshot bucket cannot be opened; running without demand snapshots',
+      );
+      return new DemandSnapshots(context, undefined, metrics);
+    }
   }
 
   /**
@@ -68,11 +83,13 @@ export class DemandSnapshots {
   async load(): Promise<DemandSnapshot[]> {
     const out: DemandSnapshot[] = [];
     const own = this.#context.leader?.epoch;
+    const kv = this.#kv;
+    if (kv === undefined) return out;
     try {
       const keys: string[] = [];
-      for await (const key of await this.#kv.keys()) keys.push(key);
+      for await (const key of await kv.keys()) keys.push(key);
       for (const key of keys) {
-        const entry = await this.#kv.get(key);
+        const entry = await kv.get(key);
         if (entry === null || entry.operation !== 'PUT') continue;
         const snapshot = parseSnapshot(entry.string());
         if (snapshot === undefined || policyNameFromKey(key) !== snapshot.policy) {
@@ -105,17 +122,18 @@ export class DemandSnapshots {
    * counted and simply replaced by the next due). A coordinator that does not lead writes none.
    */
   write(writes: readonly SnapshotWrite[]): void {
-    if (writes.length === 0) return;
+    const kv = this.#kv;
+    if (writes.length === 0 || kv === undefined) return;
     const leader = this.#context.leader;
     this.#writing = this.#writing.then(async () => {
       if (leader !== undefined && !leader.isLeader()) return;
       for (const { policy, snapshot } of writes) {
         const key = policyKey(policy);
         try {
-          if (snapshot === null) await this.#kv.delete(key);
+          if (snapshot === null) await kv.delete(key);
           else {
             const stamped = leader === undefined ? snapshot : { ...snapshot, leaderEpoch: leader.epoch };
-            await this.#kv.put(key, JSON.stringify(stamped));
+            await kv.put(key, JSON.stringify(stamped));
             this.#metrics.snapshots.inc({ outcome: 'written' });
           }
         } catch (error) {

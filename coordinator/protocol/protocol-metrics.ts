@@ -99,7 +99,7 @@ function newProtocolMetrics(registry: Registry): ProtocolMetrics {
     }),
     snapshots: new Counter({
       name: 'quotaplane_demand_snapshots_total',
-      help: 'Demand snapshots by outcome: written, write_failed; read at start: restored, stale, future, unknown_policy, no_regions, newer_epoch, invalid.',
+      help: 'Demand snapshots by outcome: written, write_failed, unavailable (no bucket); read at start: restored, stale, future, unknown_policy, no_regions, newer_epoch, invalid.',
       labelNames: ['outcome'],
       registers,
     }),
