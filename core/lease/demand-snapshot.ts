@@ -1,12 +1,13 @@
 /**
  * What a coordinator that takes over needs to carry on rebalancing a policy where the one before left off, as one
  * small record per policy (JetStream KV `<ns>-demand`, written by the leader at a bounded rate): the smoothed
- * demand and unmet demand per region, and the rebalancer's memory of the default vector — since when its target
- * has been beyond the hysteresis band (the confirmation under way), and whether a move is under way and where it was
+ * demand and unmet demand per region, and the rebalancer's memory of the default vector: for how long its target
+ * has been beyond the hysteresis band (the confirmation under way), whether a move is under way and where it was
  * heading. Times are ages relative to `takenAt`, so a reader's own clock places them. The regrowth cool-down is
  * not carried: a successor restores the budget around lapsed agents with shrinks the cool-down never saw anyway,
  * and holding a region with demand in cool-down then hands the budget left over to regions without it (with
- * borrowing off, coordinator-crash fell from 0.57 to 0.43 when it was carried). Pure: the shell reads and writes the KV, this module builds and applies them.
+ * borrowing off, coordinator-crash fell from 0.57 to 0.43 when it was carried). Pure: the shell reads and writes
+ * the KV, this module builds and applies them.
  */
 import { z } from 'zod';
 import { ownRecord, ownValue, setOwn } from '../own-keys.js';
@@ -18,7 +19,7 @@ import type { PolicyState } from './allocation-state.js';
 export const DEMAND_SNAPSHOT_MAX_AGE_MS = 60_000;
 /** The leader writes a policy's snapshot at most this often. */
 export const DEMAND_SNAPSHOT_INTERVAL_MS = 5_000;
-/** Largest stored snapshot the coordinator reads (a JSON value of a few regions is about 400 bytes). */
+/** Largest stored snapshot the coordinator reads (three regions take under 400 bytes). */
 export const MAX_DEMAND_SNAPSHOT_BYTES = 4096;
 /** Most regions one snapshot may name. */
 export const MAX_SNAPSHOT_REGIONS = 32;
