@@ -29,6 +29,7 @@ import {
   openAllocationBuckets,
   type AllocationBuckets,
 } from './allocation-persistence.js';
+import { DemandSnapshots } from './demand-persistence.js';
 import { protocolMetrics, type ProtocolMetrics } from './protocol-metrics.js';
 
 export { AGENT_BUCKET_OPTIONS, ALLOCATION_BUCKET_OPTIONS } from './allocation-persistence.js';
@@ -40,6 +41,8 @@ export interface ProtocolOptions {
   safeShares?: Readonly<Record<string, number>> | undefined;
   /** Most KV writes in flight at once. Default DEFAULT_WRITE_CONCURRENCY (64). */
   writeConcurrency?: number;
+  /** Write a policy's demand snapshot at most this often, ms (core/lease/demand-snapshot.ts; default 5000). */
+  snapshotIntervalMs?: number;
 }
 
 type MessageKind = 'heartbeat' | 'usage' | 'ack' | 'bye';
@@ -56,6 +59,7 @@ class ProtocolEngine implements ProtocolService {
   readonly #subscriptions: Subscription[] = [];
   readonly #insight: AllocationInsight;
   readonly #writer: AllocationWriter;
+  readonly #snapshots: DemandSnapshots;
   #timer: NodeJS.Timeout | undefined;
   #unsubscribePolicies: (() => void) | undefined;
   #stopped = false;
@@ -64,11 +68,13 @@ class ProtocolEngine implements ProtocolService {
     context: EngineContext,
     engine: LeaseCoordinator,
     buckets: AllocationBuckets,
+    snapshots: DemandSnapshots,
     metrics: ProtocolMetrics,
     options: ProtocolOptions,
   ) {
     this.#context = context;
     this.#engine = engine;
+    this.#snapshots = snapshots;
     this.#metrics = metrics;
     this.#insight = new AllocationInsight(context.config.regions, engine.settings.demandHalfLifeMs);
     this.#writer = new AllocationWriter({
@@ -85,6 +91,10 @@ class ProtocolEngine implements ProtocolService {
     const { nc, config, clock, log } = context;
     const buckets = await openAllocationBuckets(context);
     const { records, registrations } = buckets;
+    const metrics = protocolMetrics(context.registry);
+    // What the leader before knew of demand, so rebalancing carries on from there (core/lease/demand-snapshot.ts).
+    const snapshots = await DemandSnapshots.open(context, metrics);
+    const demandSnapshots = await snapshots.load();
     const engine = new LeaseCoordinator({
       coordinatorId: `coordinator-${process.pid}-${clock.now().toString(36)}`,
       regions: config.regions,
@@ -96,13 +106,16 @@ class ProtocolEngine implements ProtocolService {
       safeShares: options.safeShares,
       records: records.map(({ value, revision }) => ({ record: value, revision })),
       agents: registrations.map(({ value }) => value),
+      demandSnapshots,
+      snapshotIntervalMs: options.snapshotIntervalMs,
     });
+    snapshots.counted(engine.snapshotOutcomes);
     // Policies win over what was persisted: deleted ones lose their allocation, new ones get one.
     const policies = await context.policies.list();
     const known = new Set(policies.map((p) => p.policy.name));
     for (const name of engine.policyNames()) if (!known.has(name)) engine.removePolicy(name);
     for (const { policy } of policies) engine.upsertPolicy(policy);
-    const self = new ProtocolEngine(context, engine, buckets, protocolMetrics(context.registry), options);
+    const self = new ProtocolEngine(context, engine, buckets, snapshots, metrics, options);
     for (const { value } of records) self.#insight.restored(value.policy, value.default.shares);
     for (const { key, raw, revision } of records) {
       self.#writer.guard.seed(key, raw, revision);
@@ -129,6 +142,7 @@ class ProtocolEngine implements ProtocolService {
         policies: engine.policyCount,
         agents: registrations.length,
         learning: engine.learning(),
+        demandSnapshots: Object.fromEntries(engine.snapshotOutcomes),
       },
       'protocol engine started',
     );
@@ -179,6 +193,7 @@ class ProtocolEngine implements ProtocolService {
     this.#unsubscribePolicies?.();
     for (const sub of this.#subscriptions) sub.unsubscribe();
     await this.#writer.close();
+    await this.#snapshots.close();
   }
 
   /** The guard of the allocations bucket, for tests and diagnostics. */
@@ -273,6 +288,7 @@ class ProtocolEngine implements ProtocolService {
       this.#metrics.agents.set({ region: r.region, state: 'lapsed' }, lapsed);
     }
     this.#writer.schedule();
+    this.#snapshots.write(this.#engine.takeDemandSnapshots());
   }
 }
 

@@ -14,6 +14,7 @@ export interface ProtocolMetrics {
   reportLag: Gauge<'region'>;
   agents: Gauge<'region' | 'state'>;
   moveAuditFailures: Counter;
+  snapshots: Counter<'outcome'>;
 }
 
 /** The metrics of the KV writes (allocation records and share moves), a part of ProtocolMetrics. */
@@ -94,6 +95,12 @@ function newProtocolMetrics(registry: Registry): ProtocolMetrics {
     moveAuditFailures: new Counter({
       name: 'quotaplane_move_audit_failures_total',
       help: 'Share moves that could not be appended to the audit trail (logged at warn level).',
+      registers,
+    }),
+    snapshots: new Counter({
+      name: 'quotaplane_demand_snapshots_total',
+      help: 'Demand snapshots by outcome: written, write_failed, unavailable (no bucket); read at start: restored, stale, future, unknown_policy, no_regions, newer_epoch, invalid.',
+      labelNames: ['outcome'],
       registers,
     }),
     engine: new Gauge({

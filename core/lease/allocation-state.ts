@@ -44,6 +44,8 @@ export interface Unit {
   moving: boolean;
   /** The target of the last round, to tell whether it is still moving. */
   lastIdeal?: number[] | undefined;
+  /** Since when the target has been beyond the hysteresis band with room needed, at rest (the rebalancer's). */
+  beyondSince?: number | undefined;
   /** Why its shares last moved; undefined before the first move (or when restored). */
   cause?: MoveCause | undefined;
   epoch: number;
@@ -89,6 +91,9 @@ export interface PolicyState {
   /** When each watched subject joined the list: it needs a full report round before it can get an override. */
   watchedSince: Map<string, number>;
   updatedAt: number;
+  /** When its demand snapshot was last taken (demand-snapshot.ts), and whether it held nothing. */
+  snapshotAt?: number | undefined;
+  snapshotEmpty?: boolean | undefined;
 }
 
 /** The state of a policy new to the coordinator (or restored), its default vector at `base`. */

@@ -64,6 +64,17 @@ import {
 } from './allocation-state.js';
 import { allocationView, regionView, type AllocationView, type RegionView } from './allocation-views.js';
 import { ConservationSteps } from './conservation-steps.js';
+import {
+  DEMAND_SNAPSHOT_INTERVAL_MS,
+  DEMAND_SNAPSHOT_MAX_AGE_MS,
+  dropSeed,
+  emptySnapshot,
+  restoreDemandSnapshot,
+  seedKey,
+  takeDemandSnapshot,
+  type DemandSnapshot,
+  type SnapshotOutcome,
+} from './demand-snapshot.js';
 import { zeroCounters, type EngineCounters } from './engine-counters.js';
 import { ackTimeoutMs, defaultLeaseSettings, LeaseSettings, type LeaseSettingsInput } from './settings.js';
 import { SubjectOverrides } from './subject-overrides.js';
@@ -81,6 +92,21 @@ export interface LeaseCoordinatorOptions {
   records?: ReadonlyArray<{ record: AllocationRecord; revision: number }>;
   /** Agents an earlier incarnation registered. */
   agents?: readonly AgentRegistration[];
+  /**
+   * Demand snapshots the leader before wrote (demand-snapshot.ts): a policy restored from its record starts from
+   * its predecessor's demand and move state instead of from nothing.
+   */
+  demandSnapshots?: readonly DemandSnapshot[];
+  /** Ignore a snapshot older than this, ms. Default DEMAND_SNAPSHOT_MAX_AGE_MS. */
+  snapshotMaxAgeMs?: number | undefined;
+  /** Write a policy's snapshot at most this often, ms. Default DEMAND_SNAPSHOT_INTERVAL_MS. */
+  snapshotIntervalMs?: number | undefined;
+}
+
+/** A demand snapshot the shell must persist (or delete, when `snapshot` is null). */
+export interface SnapshotWrite {
+  policy: string;
+  snapshot: DemandSnapshot | null;
 }
 
 /** A record the shell must persist (or delete, when `record` is null). */
@@ -98,6 +124,8 @@ export class LeaseCoordinator {
   readonly lease: LeaseSettings;
   readonly safe: readonly number[];
   readonly counters: EngineCounters = zeroCounters();
+  /** What became of each demand snapshot given at construction, by outcome. */
+  readonly snapshotOutcomes = new Map<SnapshotOutcome, number>();
 
   readonly #clock: Clock;
   readonly #regionIndex: Map<string, number>;
@@ -107,6 +135,8 @@ export class LeaseCoordinator {
   readonly #steps: ConservationSteps;
   readonly #dirty = new Set<string>();
   readonly #deleted = new Set<string>();
+  readonly #snapshotsDeleted = new Set<string>();
+  readonly #snapshotIntervalMs: number;
   readonly #lastReportAt: (number | undefined)[];
   /** When each region's last usage report arrived: a region silent for long has unknown demand, not zero. */
   readonly #lastUsageAt: (number | undefined)[];
@@ -156,6 +186,17 @@ export class LeaseCoordinator {
       if (region !== undefined) this.#roster.restore(reg, region, now);
     }
     for (const { record, revision } of options.records ?? []) this.#restore(record, revision);
+    // Before the budget is restored: a snapshot's move state applies to the shares its record left.
+    this.#snapshotIntervalMs = options.snapshotIntervalMs ?? DEMAND_SNAPSHOT_INTERVAL_MS;
+    const maxAgeMs = options.snapshotMaxAgeMs ?? DEMAND_SNAPSHOT_MAX_AGE_MS;
+    for (const snapshot of options.demandSnapshots ?? []) {
+      const state = this.#policies.get(snapshot.policy);
+      const outcome =
+        state === undefined
+          ? 'unknown_policy'
+          : restoreDemandSnapshot(this.regions, state, snapshot, now, maxAgeMs, this.lease.skewMs);
+      this.snapshotOutcomes.set(outcome, (this.snapshotOutcomes.get(outcome) ?? 0) + 1);
+    }
     // Agents of the earlier incarnation may be holding their safe shares: make the claims fit before anyone is
     // renewed (the shell persists these writes before it answers heartbeats).
     const lapsed = this.#lapsedByRegion(now);
@@ -198,6 +239,7 @@ export class LeaseCoordinator {
     this.#policies.delete(name);
     this.#dirty.delete(name);
     this.#deleted.add(name);
+    this.#snapshotsDeleted.add(name);
   }
 
   // ---- messages -------------------------------------------------------------------------------------------
@@ -297,6 +339,8 @@ export class LeaseCoordinator {
     for (const u of message.policies) {
       const state = this.#policies.get(u.policy);
       if (state === undefined) continue;
+      // The region's own reports replace what a predecessor's snapshot seeded.
+      if (state.demand.lastSeen(seedKey(region)) !== undefined) dropSeed(state, region);
       const demand = u.demand ?? u.requested;
       state.demand.observe(key, demand, message.intervalMs, now, region);
       state.slowDemand.observe(key, demand, message.intervalMs, now, region);
@@ -353,6 +397,27 @@ export class LeaseCoordinator {
   writeFailed(policy: string): void {
     if (this.#policies.has(policy)) this.#dirty.add(policy);
     else this.#deleted.add(policy);
+  }
+
+  /**
+   * Demand snapshots due: each regional policy's at most once per snapshot interval (none while it has nothing a
+   * successor could use and had nothing at the last), and a deletion for each removed policy.
+   */
+  takeDemandSnapshots(): SnapshotWrite[] {
+    const now = this.#clock.now();
+    const out: SnapshotWrite[] = [];
+    for (const name of this.#snapshotsDeleted) out.push({ policy: name, snapshot: null });
+    this.#snapshotsDeleted.clear();
+    for (const state of this.#policies.values()) {
+      if (state.snapshotAt !== undefined && now - state.snapshotAt < this.#snapshotIntervalMs) continue;
+      const snapshot = takeDemandSnapshot(this.regions, state, now);
+      const empty = emptySnapshot(snapshot);
+      if (empty && state.snapshotEmpty === true) continue;
+      state.snapshotAt = now;
+      state.snapshotEmpty = empty;
+      out.push({ policy: state.policy.name, snapshot });
+    }
+    return out;
   }
 
   /** Agent registry changes to persist since the last call. */

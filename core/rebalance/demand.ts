@@ -28,6 +28,15 @@ export class DemandTracker<K> {
     entry.at = Math.max(entry.at, now);
   }
 
+  /**
+   * Set `key` to a known smoothed `rate` as of `at` (a successor's start from its predecessor's estimate); it
+   * decays from `at` like any key not heard from since.
+   */
+  seed(key: K, rate: number, at: number, tag = 0): void {
+    if (!(rate >= 0) || !Number.isFinite(rate)) return;
+    this.#rates.set(key, { rate, at, tag });
+  }
+
   /** Smoothed rate of `key` at `now` (cost per second); a key not heard from decays toward 0. */
   rate(key: K, now: number): number {
     const entry = this.#rates.get(key);

@@ -27,6 +27,8 @@ export interface KvNames {
   readonly allocations: string;
   /** KV bucket of the agents the coordinator knows (AgentRegistration), so a restart remembers who may hold a lease. */
   readonly agents: string;
+  /** KV bucket of the leader's demand snapshots (core/lease/demand-snapshot.ts): key = `policyKey(name)`. */
+  readonly demand: string;
   /** KV bucket of the coordinators' leader lease (coordinator/leadership): one key, the holder and its epoch. */
   readonly leader: string;
   /** Stream of audit records, one subject per policy. */
@@ -42,6 +44,7 @@ export function kvNames(namespace: string = DEFAULT_KV_NAMESPACE): KvNames {
     policies: `${ns}-policies`,
     allocations: `${ns}-allocations`,
     agents: `${ns}-agents`,
+    demand: `${ns}-demand`,
     leader: `${ns}-leader`,
     auditStream: `${ns}-audit`,
     auditSubjectPrefix: `${ns}.audit`,

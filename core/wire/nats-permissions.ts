@@ -57,6 +57,7 @@ export const STREAMS: readonly StreamRule[] = [
   { name: 'policies', ...bucket((ns) => kvNames(ns).policies), agentsRead: true },
   { name: 'allocations', ...bucket((ns) => kvNames(ns).allocations), agentsRead: true },
   { name: 'agents', ...bucket((ns) => kvNames(ns).agents), agentsRead: false },
+  { name: 'demand', ...bucket((ns) => kvNames(ns).demand), agentsRead: false },
   { name: 'leader', ...bucket((ns) => kvNames(ns).leader), agentsRead: false },
   {
     name: 'audit',

@@ -18,6 +18,7 @@
  * first lease, as after any start. A crash drops the engine (its memory); the restart builds a new one from the
  * KV's records and agent registry, in learning mode.
  */
+import type { DemandSnapshot } from '../../core/lease/demand-snapshot.js';
 import { zeroCounters, type EngineCounters } from '../../core/lease/engine-counters.js';
 import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettings } from '../../core/lease/settings.js';
@@ -52,11 +53,14 @@ export interface ControlPlaneOptions {
 /** A message of the protocol, as the simulator sees it in flight (for tests that check the wire). */
 export type ProtocolMessage =
   | { kind: 'heartbeat' | 'usage' | 'ack' | 'renewal'; body: unknown }
-  | { kind: 'record'; body: AllocationRecord | null };
+  | { kind: 'record'; body: AllocationRecord | null }
+  | { kind: 'snapshot'; body: DemandSnapshot | null };
 
 export class DynamicControlPlane {
   readonly records = new SimKv<AllocationRecord>();
   readonly registry = new SimKv<AgentRegistration>();
+  /** The leader's demand snapshots (`<ns>-demand`), which a coordinator that takes over starts from. */
+  readonly demand = new SimKv<DemandSnapshot>();
   readonly agents: SimAgent[] = [];
   readonly #ctx: StrategyContext;
   readonly #options: ControlPlaneOptions;
@@ -207,15 +211,31 @@ export class DynamicControlPlane {
       lease: this.#options.lease,
       records: this.records.live().map(({ value, revision }) => ({ record: value, revision })),
       agents: this.registry.live().map(({ value }) => value),
+      demandSnapshots: this.demand.live().map(({ value }) => value),
     });
+    for (const [outcome, n] of this.#engine.snapshotOutcomes)
+      this.#ctx.count(`demandSnapshots:${outcome}`, n);
     this.#engine.upsertPolicy(this.#policy);
     const round = () => {
       if (this.#incarnation !== incarnation || this.#ctx.now() >= this.#endUs) return;
       this.#engine!.tick();
       this.#flush(false);
+      this.#snapshots();
       this.#ctx.at(this.#ctx.now() + this.#options.rebalance.roundMs * 1000, round);
     };
     this.#ctx.at(this.#ctx.now() + this.#options.rebalance.roundMs * 1000, round);
+  }
+
+  /** The leader's demand snapshots due this round, each a put over its local link to NATS, like a record. */
+  #snapshots(): void {
+    const engine = this.#engine;
+    if (engine === undefined) return;
+    for (const write of engine.takeDemandSnapshots()) {
+      this.onMessage?.({ kind: 'snapshot', body: write.snapshot });
+      this.#ctx.network.send(this.#ctx.coordinator, this.#kvNode, 'control', () =>
+        this.demand.put(write.policy, write.snapshot),
+      );
+    }
   }
 
   #crash(): void {

@@ -178,6 +178,8 @@ export interface StackOptions {
   agentsPerRegion?: number;
   lease?: LeaseSettingsInput;
   rebalance?: RebalanceSettingsInput;
+  /** How often the coordinator writes a policy's demand snapshot, ms (default: the engine's). */
+  snapshotIntervalMs?: number;
 }
 
 export class ProtocolStack implements AsyncDisposable {
@@ -222,6 +224,9 @@ export class ProtocolStack implements AsyncDisposable {
       engine: protocolEngine({
         lease: this.#options.lease ?? FAST_LEASE,
         rebalance: this.#options.rebalance ?? FAST_REBALANCE,
+        ...(this.#options.snapshotIntervalMs === undefined
+          ? {}
+          : { snapshotIntervalMs: this.#options.snapshotIntervalMs }),
       }),
     });
   }

@@ -14,6 +14,7 @@ describe('KV names and keys', () => {
       policies: 'qp-policies',
       allocations: 'qp-allocations',
       agents: 'qp-agents',
+      demand: 'qp-demand',
       leader: 'qp-leader',
       auditStream: 'qp-audit',
       auditSubjectPrefix: 'qp.audit',

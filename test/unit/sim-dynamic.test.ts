@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { AllocationRecord, Ack, Heartbeat, RenewalReply, Usage } from '../../core/wire/protocol.js';
+import { DemandSnapshot } from '../../core/lease/demand-snapshot.js';
 import { parseCli } from '../../simulations/cli-args.js';
 import type { ProtocolMessage } from '../../simulations/dynamic/control-plane.js';
 import { runSimulation, type RunOutput } from '../../simulations/engine/run.js';
@@ -187,11 +188,12 @@ describe('the protocol on the wire', () => {
         ack: Ack,
         renewal: RenewalReply,
         record: AllocationRecord.nullable(),
+        snapshot: DemandSnapshot.nullable(),
       }[m.kind];
       schema.parse(m.body);
     };
     run('follow-the-sun', watched(check), { ...MOVING, durationS: 60, agentsPerRegion: 2 });
-    for (const kind of ['heartbeat', 'usage', 'ack', 'renewal', 'record'])
+    for (const kind of ['heartbeat', 'usage', 'ack', 'renewal', 'record', 'snapshot'])
       expect(counts.get(kind), kind).toBeGreaterThan(0);
   });
 
@@ -199,9 +201,10 @@ describe('the protocol on the wire', () => {
     // One region: nothing to rebalance, so no record is written after the start.
     const r = result('uniform', 'dynamic', { durationS: 30, agentsPerRegion: 2 }, 1);
     expect(r.counters['recordWrites']).toBe(1);
-    // Per agent: 30 intervals of usage + heartbeat + renewal, and a watch heartbeat every 5 s.
-    expect(r.network.control).toBe(2 * (30 * 3 + 30 / 5));
-    expect(r.controlMessagesPerSecond).toBeCloseTo((2 * 96) / 30, 6);
+    // Per agent: 30 intervals of usage + heartbeat + renewal, and a watch heartbeat every 5 s; and the
+    // coordinator's demand snapshot, one put every 5 s from its first round.
+    expect(r.network.control).toBe(2 * (30 * 3 + 30 / 5) + 30 / 5);
+    expect(r.controlMessagesPerSecond).toBeCloseTo((2 * 96 + 6) / 30, 6);
   });
 
   it('counts record writes, deliveries and acknowledgements too', () => {
@@ -219,8 +222,10 @@ describe('the protocol on the wire', () => {
     const perAgent = 30 * 3 + 30 / 5;
     // And loans: a request and its reply each.
     const loans = r.counters['loanMessages'] ?? 0;
+    // And the demand snapshots: one put each (every 5 s).
+    expect(kinds.get('snapshot')).toBe(30 / 5);
     expect(r.network.control).toBe(
-      2 * perAgent + 2 * writes + kinds.get('record')! + kinds.get('ack')! + loans,
+      2 * perAgent + 2 * writes + kinds.get('record')! + kinds.get('ack')! + loans + kinds.get('snapshot')!,
     );
   });
 });

@@ -216,7 +216,9 @@ describe('sliding-log-shift (C = 60 per rolling 300 s, demand moves at 400 s; se
     expect(dynamic.worstSubject!.admittedFraction).toBeGreaterThanOrEqual(0.55);
     expect(fixed.utilisation).toBe(0.416667);
     expect(fixed.overAdmission).toBe(0.666667); // floor(60 / 3) = 20 per region, two regions in one window
-    expect(dynamic.controlMessagesPerSecond).toBeLessThan(10);
+    // About 9.95 a second of agents' and records' traffic, and 0.2 for the coordinator's demand snapshot (a put
+    // every 5 s).
+    expect(dynamic.controlMessagesPerSecond).toBeLessThan(10.2);
   });
 
   it('sized by the current share alone, the same shares (sum ≤ 1 throughout) admit 77 in one window of 60', () => {

@@ -1,0 +1,164 @@
+/**
+ * The leader's demand snapshots in JetStream KV (`<ns>-demand`, one key per regional policy; what they hold:
+ * core/lease/demand-snapshot.ts): read once when an engine starts, so a coordinator that takes over continues
+ * from its predecessor's demand and move state, and written after each round for the policies whose snapshot is
+ * due (at most one per policy per snapshot interval). A snapshot that does not parse, is larger than
+ * MAX_DEMAND_SNAPSHOT_BYTES or carries a newer leader epoch is ignored and counted; none of it ever stops the
+ * engine (a coordinator without snapshots starts as one always did).
+ */
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import {
+  DemandSnapshot,
+  DEMAND_SNAPSHOT_MAX_AGE_MS,
+  MAX_DEMAND_SNAPSHOT_BYTES,
+} from '../../core/lease/demand-snapshot.js';
+import type { SnapshotWrite } from '../../core/lease/lease-coordinator.js';
+import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
+import { ensureReplicas } from '../nats/replicas.js';
+import type { EngineContext } from '../ports.js';
+import type { ProtocolMetrics } from './protocol-metrics.js';
+
+/** Settings of the demand bucket: one value per policy, no history, values bounded. */
+export const DEMAND_BUCKET_OPTIONS = {
+  history: 1,
+  maxValueSize: MAX_DEMAND_SNAPSHOT_BYTES,
+  description: 'quotaplane demand snapshots of the leading coordinator (key: policy name with . as =)',
+} as const;
+
+/** How old a snapshot the engine still uses, ms (docs/protocol.md "Taking over"). */
+export { DEMAND_SNAPSHOT_MAX_AGE_MS };
+
+export class DemandSnapshots {
+  readonly #context: EngineContext;
+  /** Undefined when the bucket could not be opened (e.g. a server configuration from before it): none is kept. */
+  readonly #kv: KV | undefined;
+  readonly #metrics: Pick<ProtocolMetrics, 'snapshots'>;
+  #writing: Promise<void> = Promise.resolve();
+
+  private constructor(
+    context: EngineContext,
+    kv: KV | undefined,
+    metrics: Pick<ProtocolMetrics, 'snapshots'>,
+  ) {
+    this.#context = context;
+    this.#kv = kv;
+    this.#metrics = metrics;
+  }
+
+  /**
+   * Create (or bind to) the bucket. A failure (a NATS server configuration generated before the bucket existed
+   * refuses it to the coordinator's credentials) is logged and counted (`unavailable`): the engine runs without
+   * snapshots, as it did before them.
+   */
+  static async open(
+    context: EngineContext,
+    metrics: Pick<ProtocolMetrics, 'snapshots'>,
+  ): Promise<DemandSnapshots> {
+    const { nc, names, config } = context;
+    const replicas = config.replicas ?? 1;
+    try {
+      const kv = await new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs })).create(names.demand, {
+        ...DEMAND_BUCKET_OPTIONS,
+        replicas,
+      });
+      const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
+      await ensureReplicas(jsm, `KV_${names.demand}`, replicas);
+      return new DemandSnapshots(context, kv, metrics);
+    } catch (error) {
+      metrics.snapshots.inc({ outcome: 'unavailable' });
+      context.log.warn(
+        { err: error, bucket: names.demand },
+        'protocol: the demand snapshot bucket cannot be opened; running without demand snapshots',
+      );
+      return new DemandSnapshots(context, undefined, metrics);
+    }
+  }
+
+  /**
+   * Every stored snapshot a successor may use. Unreadable, oversized or foreign-keyed ones and those of a newer
+   * leader epoch than this coordinator's are counted (`invalid`, `newer_epoch`) and left out; a failure to list
+   * the bucket leaves them all out (logged), never the start.
+   */
+  async load(): Promise<DemandSnapshot[]> {
+    const out: DemandSnapshot[] = [];
+    const own = this.#context.leader?.epoch;
+    const kv = this.#kv;
+    if (kv === undefined) return out;
+    try {
+      const keys: string[] = [];
+      for await (const key of await kv.keys()) keys.push(key);
+      for (const key of keys) {
+        const entry = await kv.get(key);
+        if (entry === null || entry.operation !== 'PUT') continue;
+        const snapshot = parseSnapshot(entry.string());
+        if (snapshot === undefined || policyNameFromKey(key) !== snapshot.policy) {
+          this.#metrics.snapshots.inc({ outcome: 'invalid' });
+          this.#context.log.warn({ key }, 'protocol: ignored an invalid demand snapshot');
+          continue;
+        }
+        if (own !== undefined && (snapshot.leaderEpoch ?? 0) > own) {
+          this.#metrics.snapshots.inc({ outcome: 'newer_epoch' });
+          continue;
+        }
+        out.push(snapshot);
+      }
+    } catch (error) {
+      this.#context.log.warn(
+        { err: error },
+        'protocol: demand snapshots could not be read; starting without',
+      );
+    }
+    return out;
+  }
+
+  /** What the engine made of the snapshots it was given (restored, stale, …), counted. */
+  counted(outcomes: ReadonlyMap<string, number>): void {
+    for (const [outcome, n] of outcomes) this.#metrics.snapshots.inc({ outcome }, n);
+  }
+
+  /**
+   * Write the snapshots due, stamped with this leader's epoch (one chain of writes at a time; a failed one is
+   * counted and simply replaced by the next due). A coordinator that does not lead writes none.
+   */
+  write(writes: readonly SnapshotWrite[]): void {
+    const kv = this.#kv;
+    if (writes.length === 0 || kv === undefined) return;
+    const leader = this.#context.leader;
+    this.#writing = this.#writing.then(async () => {
+      if (leader !== undefined && !leader.isLeader()) return;
+      for (const { policy, snapshot } of writes) {
+        const key = policyKey(policy);
+        try {
+          if (snapshot === null) await kv.delete(key);
+          else {
+            const stamped = leader === undefined ? snapshot : { ...snapshot, leaderEpoch: leader.epoch };
+            await kv.put(key, JSON.stringify(stamped));
+            this.#metrics.snapshots.inc({ outcome: 'written' });
+          }
+        } catch (error) {
+          this.#metrics.snapshots.inc({ outcome: 'write_failed' });
+          this.#context.log.warn({ err: error, policy }, 'protocol: demand snapshot write failed');
+        }
+      }
+    });
+  }
+
+  /** Wait for the writes under way. */
+  async close(): Promise<void> {
+    await this.#writing;
+  }
+}
+
+/** A stored snapshot, or undefined when it is too large, not JSON or not a snapshot. */
+export function parseSnapshot(raw: string): DemandSnapshot | undefined {
+  if (raw.length > MAX_DEMAND_SNAPSHOT_BYTES) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+  const parsed = DemandSnapshot.safeParse(value);
+  return parsed.success ? parsed.data : undefined;
+}
