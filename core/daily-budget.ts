@@ -81,15 +81,20 @@ function nextDayStart(zone: string, from: number, date: number): number {
   return hi;
 }
 
-const cache = new Map<string, { from: number; to: number; bounds: [number, number, number, number] }>();
+type DayBounds = { from: number; to: number; bounds: [number, number, number, number] };
+/** Days found per zone, the latest first: a clock that moves between a few days finds each again. */
+const cache = new Map<string, DayBounds[]>();
+/** Days kept per zone (each search costs some two hundred local-date conversions). */
+const CACHED_DAYS = 4;
 
 /**
  * Starts of yesterday, today, tomorrow and the day after in `zone`, in ms, for the day holding `nowMs`. Cached per
- * zone until the day ends.
+ * zone, the last few days found.
  */
 export function dayBoundariesMs(zone: string, nowMs: number): [number, number, number, number] {
-  const hit = cache.get(zone);
-  if (hit !== undefined && nowMs >= hit.from && nowMs < hit.to) return hit.bounds;
+  const days = cache.get(zone) ?? [];
+  const hit = days.find((d) => nowMs >= d.from && nowMs < d.to);
+  if (hit !== undefined) return hit.bounds;
   const today = localDate(zone, nowMs);
   // Today began within the last 27 h (the longest day is 25 h); search forward from 50 h ago for each start.
   const yesterdayStart = nextDayStart(
@@ -107,7 +112,7 @@ export function dayBoundariesMs(zone: string, nowMs: number): [number, number, n
   starts = starts.slice(Math.max(0, i - 1), Math.max(0, i - 1) + 4);
   if (localDate(zone, starts[1]!) !== today) throw new RangeError(`no day boundary found for ${zone}`);
   const bounds = starts as [number, number, number, number];
-  cache.set(zone, { from: bounds[1], to: bounds[2], bounds });
+  cache.set(zone, [{ from: bounds[1], to: bounds[2], bounds }, ...days.slice(0, CACHED_DAYS - 1)]);
   return bounds;
 }
 

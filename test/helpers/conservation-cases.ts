@@ -118,8 +118,19 @@ export function policyBody(s: PolicySpec): Record<string, unknown> {
   return body;
 }
 
+const parsedPolicies = new WeakMap<PolicySpec, Policy>();
+
+/**
+ * The policy a spec stands for, parsed once per spec object: the runs and the checker ask for it per case, per
+ * answer and per window, and the schema's parse took a twentieth of the property suite's time.
+ */
 export function policyOf(s: PolicySpec): Policy {
-  return parsePolicy({ name: s.name, ...policyBody(s) });
+  let policy = parsedPolicies.get(s);
+  if (policy === undefined) {
+    policy = parsePolicy({ name: s.name, ...policyBody(s) });
+    parsedPolicies.set(s, policy);
+  }
+  return policy;
 }
 
 const region = fc.constantFrom(...REGIONS);
@@ -386,14 +397,14 @@ export function recordAnswer(
   const countKey = (i: number): string => {
     const spec = policies.get(call.checks[i]!.policy)!;
     const where = spec.mode === 'strict' ? spec.homeRegion : region;
-    return `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
+    return `${call.idempotencyKey}\u0000${bodyText(call)}\u0000${where}\u0000${i}`;
   };
   if (answer.replayed === true) {
     // A replay repeats an admission of this very request: one never admitted was admitted without a charge.
     if (call.idempotencyKey !== undefined)
       record.replays.push({
         keys: call.checks.map((_, i) => countKey(i)),
-        body: JSON.stringify(callBody(call)),
+        body: bodyText(call),
       });
     return;
   }
@@ -517,6 +528,18 @@ export function callBody(call: Call): Record<string, unknown> {
   });
   if (call.checks.length === 1) return { ...check(call.checks[0]!), ...extra };
   return { checks: call.checks.map(check), ...extra };
+}
+
+const bodyTexts = new WeakMap<Call, string>();
+
+/** `callBody(call)` as JSON, made once per call: every answer of a keyed call names its body. */
+function bodyText(call: Call): string {
+  let text = bodyTexts.get(call);
+  if (text === undefined) {
+    text = JSON.stringify(callBody(call));
+    bodyTexts.set(call, text);
+  }
+  return text;
 }
 
 /** A small seeded generator of [0, 1) draws (mulberry32). */
