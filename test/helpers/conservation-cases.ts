@@ -349,17 +349,38 @@ export interface RunRecord {
    * the run (a replay repeats an admission of this very request; calls of one step may be answered in any order).
    */
   replays: { keys: string[]; body: string }[];
+  /**
+   * The `counted` keys of keyed calls whose answer was lost (see `lost` on `recordAnswer`'s answer): the store may
+   * have admitted and recorded them all the same, so a replay of one is no admission without a charge.
+   */
+  lost: Set<string>;
 }
 
 export function newRecord(): RunRecord {
-  return { charges: [], problems: [], counted: new Map(), replays: [] };
+  return { charges: [], problems: [], counted: new Map(), replays: [], lost: new Set() };
 }
 
-/** Replays of a request never admitted (see `RunRecord.replays`): each an admission without a charge. */
+/**
+ * Replays of a request never admitted (see `RunRecord.replays`): each an admission without a charge. A request is
+ * admitted when an answer said so, or possibly when its answer was lost; a refusal, a conflict or a bad request
+ * admitted nothing.
+ */
 export function unadmittedReplays(record: RunRecord): string[] {
   return record.replays
-    .filter((r) => !r.keys.some((k) => record.counted.has(k)))
+    .filter((r) => !r.keys.some((k) => record.counted.has(k) || record.lost.has(k)))
     .map((r) => `a replay of a request never admitted: ${r.body}`);
+}
+
+/** Degraded causes under which the store or the home region may have decided (and recorded) after all. */
+const LOST_CAUSES = new Set(['store_unavailable', 'home_unreachable']);
+
+/**
+ * Whether an HTTP answer of `POST /v1/decisions` may hide the store's own answer: a 5xx (the agent or its store
+ * gave up; a script that was sent may still have run, as a frozen Redis runs what it holds once thawed), or a
+ * check decided by its failure mode because its store or home region did not answer in time.
+ */
+export function answerLost(status: number, body: { results?: { cause?: string }[] }): boolean {
+  return status >= 500 || (body.results ?? []).some((r) => r.cause !== undefined && LOST_CAUSES.has(r.cause));
 }
 
 const FAILURE_REASONS = new Set(['fail_open', 'emergency_bucket']);
@@ -374,8 +395,14 @@ export function recordAnswer(
   policies: ReadonlyMap<string, PolicySpec>,
   call: Call,
   answer:
-    | { allowed: boolean; replayed?: boolean; results: Pick<CheckResult, 'reason' | 'allowed'>[] }
-    | { error: string },
+    | {
+        allowed: boolean;
+        replayed?: boolean | undefined;
+        results: Pick<CheckResult, 'reason' | 'allowed'>[];
+        /** The store's or home region's own answer may be lost (`answerLost`). */
+        lost?: boolean;
+      }
+    | { error: string; lost?: boolean },
   at: number,
   failing: boolean,
   region: Region,
@@ -385,20 +412,24 @@ export function recordAnswer(
   const noGold = call.checks.find(
     (c) => c.class === 'gold' && policies.get(c.policy)?.goldFactor === undefined,
   );
-  if ('error' in answer) return;
-  if (hostile !== undefined || noGold !== undefined) {
-    record.problems.push(
-      `a check of class ${(hostile ?? noGold)!.class} was answered, not refused: ${JSON.stringify(answer)}`,
-    );
-    return;
-  }
-  if (!answer.allowed || call.dryRun) return;
   // Where a keyed call's check i is counted: once per record (key, call body and the region holding the record).
   const countKey = (i: number): string => {
     const spec = policies.get(call.checks[i]!.policy)!;
     const where = spec.mode === 'strict' ? spec.homeRegion : region;
     return `${call.idempotencyKey}\u0000${bodyText(call)}\u0000${where}\u0000${i}`;
   };
+  // A keyed call whose answer was lost may have been admitted and recorded where its checks are kept.
+  const refused = hostile !== undefined || noGold !== undefined;
+  if (answer.lost === true && call.idempotencyKey !== undefined && !call.dryRun && !refused)
+    call.checks.forEach((_, i) => record.lost.add(countKey(i)));
+  if ('error' in answer) return;
+  if (refused) {
+    record.problems.push(
+      `a check of class ${(hostile ?? noGold)!.class} was answered, not refused: ${JSON.stringify(answer)}`,
+    );
+    return;
+  }
+  if (!answer.allowed || call.dryRun) return;
   if (answer.replayed === true) {
     // A replay repeats an admission of this very request: one never admitted was admitted without a charge.
     if (call.idempotencyKey !== undefined)

@@ -13,11 +13,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  answerLost,
   arbitraryCase,
   type Case,
   type Charge,
   conservationViolations,
+  newRecord,
   policyOf,
+  recordAnswer,
+  type Region,
   REGIONS,
   seeded,
   unadmittedReplays,
@@ -343,6 +347,104 @@ const NAMED: Record<string, Case> = {
     ],
   },
 };
+
+// The replay check (`unadmittedReplays`) on recorded answers: a replay must repeat an admission of the same call
+// where its checks are kept, or follow an answer that was lost (the real stack's timeouts and frozen Redis).
+describe('the replay check', () => {
+  const spec = {
+    ...base,
+    name: 'p0',
+    kind: 'token_bucket' as const,
+    capacity: 2,
+    refillPerSecond: 0.1,
+    mode: 'regional' as const,
+    onStoreFailure: 'closed' as const,
+  };
+  const specs = new Map([['p0', spec]]);
+  const call = {
+    regions: ['us' as const],
+    checks: [one('p0')],
+    idempotencyKey: 'k',
+    dryRun: false,
+    repeat: 1,
+  };
+  const admitted = { allowed: true, results: [{ allowed: true }] };
+  const replayed = { ...admitted, replayed: true };
+  const flagged = [
+    `a replay of a request never admitted: {"policy":"p0","subject":"a","cost":1,"idempotencyKey":"k"}`,
+  ];
+
+  function check(answers: [Parameters<typeof recordAnswer>[3], Region][]): string[] {
+    const record = newRecord();
+    answers.forEach(([answer, region], at) => recordAnswer(record, specs, call, answer, at, false, region));
+    return unadmittedReplays(record);
+  }
+
+  it('flags a forged replay: a replay of a call never admitted anywhere', () => {
+    expect(check([[replayed, 'us']])).toEqual(flagged);
+  });
+
+  it('passes a replay of an admitted call in the region that admitted it', () => {
+    expect(
+      check([
+        [admitted, 'us'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual([]);
+  });
+
+  it('passes a replay after a lost answer (a timeout: the store may have admitted it)', () => {
+    expect(
+      check([
+        [{ error: '503', lost: true }, 'us'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual([]);
+    const timedOut = { allowed: false, results: [{ allowed: false }], lost: true };
+    expect(
+      check([
+        [timedOut, 'us'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual([]);
+  });
+
+  it('still flags a replay after a definite refusal, or after a lost answer in another region', () => {
+    expect(
+      check([
+        [{ error: 'AGT_ERR_IDEMPOTENCY_CONFLICT' }, 'us'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual(flagged);
+    expect(
+      check([
+        [{ allowed: false, results: [{ allowed: false }] }, 'us'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual(flagged);
+    expect(
+      check([
+        [{ error: '503', lost: true }, 'eu'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual(flagged);
+    expect(
+      check([
+        [admitted, 'eu'],
+        [replayed, 'us'],
+      ]),
+    ).toEqual(flagged);
+  });
+
+  it('reads a lost answer from the HTTP status and the degraded causes', () => {
+    expect(answerLost(503, {})).toBe(true);
+    expect(answerLost(429, {})).toBe(false);
+    expect(answerLost(409, {})).toBe(false);
+    expect(answerLost(200, { results: [{}, { cause: 'store_unavailable' }] })).toBe(true);
+    expect(answerLost(200, { results: [{ cause: 'home_unreachable' }] })).toBe(true);
+    expect(answerLost(200, { results: [{ cause: 'no_lease' }] })).toBe(false);
+  });
+});
 
 describe('conservation over generated policies and traffic (models)', () => {
   for (const [name, c] of Object.entries(NAMED)) {
