@@ -10,7 +10,7 @@
  */
 import { z } from 'zod';
 import { ExpiringMap } from './expiring-map.js';
-import { IdempotencyRecords } from './idempotency-records.js';
+import { IdempotencyRecords, type RecordClaim } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { MAX_CAPACITY } from './policy.js';
 import {
@@ -34,9 +34,12 @@ export function dailyKey(version: number, subject: string, policy: string): stri
   return `rl:day:v${version}:{${subject}}:${policy}`;
 }
 
+/** What tells a daily call's record key from the token-bucket record's of the same subject and key. */
+export const DAY_RECORD_SUFFIX = ':day';
+
 /** Key of a daily call's idempotency record, in the subject's slot. */
 export function dayRecordKey(subject: string, idempotencyKey: string): string {
-  return `${idempotencyRecordKey(subject, idempotencyKey)}:day`;
+  return `${idempotencyRecordKey(subject, idempotencyKey)}${DAY_RECORD_SUFFIX}`;
 }
 
 const formatters = new Map<string, Intl.DateTimeFormat>();
@@ -272,6 +275,11 @@ interface StoredCounter {
 export class DailyBudgetModel {
   readonly #counters = new ExpiringMap<StoredCounter>();
   readonly #records = new IdempotencyRecords<DayReply>();
+
+  /** A claim of the record key `key` at `now` (µs), as Redis answers it (`IdempotencyRecords.claim`). */
+  claimRecord(key: string, value: string, ttlMs: number, now: number, peekOnly: boolean): RecordClaim {
+    return this.#records.claim(key, value, ttlMs, now, peekOnly);
+  }
 
   /** Decide one call at `now` (µs), step for step as `lua/daily_budget.lua`. */
   evaluate(request: DayRequest, now: number): DayReply {
