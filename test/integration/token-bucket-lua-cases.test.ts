@@ -9,9 +9,11 @@ import {
 } from '../../core/bucket-wire.js';
 import { DeadlinePassedError } from '../../core/script-wire.js';
 import { idempotencyRecordKey } from '../../core/keys.js';
-import { BucketModel } from '../../core/token-bucket.js';
+import { BucketModel, type EncodedRequest } from '../../core/token-bucket.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { tokenBucketCases } from '../cases/token-bucket-cases.js';
 import { CASE_EPOCH_MICROS, checkExpectations, prepareCase } from '../helpers/case-runner.js';
+import { markThenRequest, requestThenMark } from '../helpers/claim-agreement.js';
 import { tokenBucketWithClockArg } from '../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
 
@@ -156,5 +158,50 @@ describe('the call deadline (Redis time)', () => {
       'QP_BADARG deadline must be >= 0',
     );
     expect(() => scriptCall([request], 1.5)).toThrow(RangeError);
+  });
+});
+
+// A several-group request's claim marks the plain record key a one-group request of its slot would use
+// (regional-agent/decisions/idempotency-claim.ts): the script and the model must both read the mark as another
+// request's record (a conflict, nothing charged), and the claim must find a record there and be a conflict.
+describe('a several-group claim on a record key: the script and the model agree', () => {
+  const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+  function subject() {
+    const prefix = uniquePrefix('claim');
+    const { request, nowMicros } = prepareCase(prefix, {
+      name: 'one check',
+      steps: [{ at: 0, checks: [{ bucket: 'a', capacity: 10, refillPerSecond: 1 }], idempotencyKey: 'k' }],
+    })[0]!;
+    return {
+      prefix,
+      request,
+      key: request.idempotency!.key,
+      nowMicros,
+      model: new BucketModel(),
+      claims,
+      script: async (r: EncodedRequest, now: number) => {
+        const { keys, argv } = scriptArguments(r);
+        return parseReply(await run(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+      },
+    };
+  }
+
+  it('a one-group request finds the mark: a conflict, charging nothing, in both', async () => {
+    const s = subject();
+    const { claimed, decided, again } = await markThenRequest(s);
+    expect(claimed).toEqual(['new', 'new']);
+    expect(decided[0]).toEqual(decided[1]);
+    expect(decided[0]).toMatchObject({ allowed: false, replayed: false, conflict: true });
+    expect(await redis.exists(`rl:v1:{${s.prefix}}:a`)).toBe(0);
+    expect(again).toEqual(['same', 'same']);
+  });
+
+  it('the claim finds a one-group request’s record: a conflict in both, the record kept', async () => {
+    const { decided, claimed, retried } = await requestThenMark(subject());
+    expect(decided[0]).toEqual(decided[1]);
+    expect(decided[0]).toMatchObject({ allowed: true, replayed: false });
+    expect(claimed).toEqual(['conflict', 'conflict', 'conflict', 'conflict']);
+    expect(retried[0]).toEqual(retried[1]);
+    expect(retried[0]).toMatchObject({ allowed: true, replayed: true });
   });
 });
