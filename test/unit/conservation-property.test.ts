@@ -538,6 +538,45 @@ describe('conservation over generated policies and traffic (models)', () => {
     expect(await problems(c, 0)).toEqual([]);
   });
 
+  // Named case (mixed-key 409): a one-group and a several-group request with one idempotency key. Records bound to
+  // the whole request made them two requests, each decided; the several-group request's claim now marks the
+  // one-group request's record key, so whichever comes second, or loses the race, is a 409 and charges nothing.
+  it('one key on a one-group and a several-group request: a 409 in either order and in a race', async () => {
+    const policies = [
+      { ...base, name: 'p0', kind: 'token_bucket' as const, capacity: 10, refillPerSecond: 0.1 },
+      { ...base, name: 'p1', kind: 'daily' as const, capacity: 10 },
+    ].map((p) => ({ ...p, mode: 'regional' as const, onStoreFailure: 'closed' as const }));
+    const world = new ModelWorld({ policies: policies.map(policyOf), borrowing: false, random: seeded(1) });
+    const single = (key: string, subject: string) => ({ ...one('p0', subject), idempotencyKey: key });
+    const layered = (key: string, subject: string) => ({
+      checks: [one('p0', subject), one('p1', subject)],
+      idempotencyKey: key,
+    });
+    const outcome = (a: Awaited<ReturnType<ModelWorld['decide']>>) => ('error' in a ? a.error : a.allowed);
+    const conflict = 'AGT_ERR_IDEMPOTENCY_CONFLICT';
+    try {
+      expect(outcome(await world.decide('us', single('k1', 'a')))).toBe(true);
+      expect(outcome(await world.decide('us', layered('k1', 'a')))).toBe(conflict);
+      expect(outcome(await world.decide('us', layered('k2', 'b')))).toBe(true);
+      expect(outcome(await world.decide('us', single('k2', 'b')))).toBe(conflict);
+      for (const [n, subject] of ['c', 'd', 'e', 'f'].entries()) {
+        const calls = [layered(`r${n}`, subject), single(`r${n}`, subject)];
+        if (n % 2 === 1) calls.reverse();
+        const answers = await Promise.all(calls.map((body) => world.decide('us', body)));
+        expect(answers.map(outcome).sort()).toEqual([conflict, true].sort());
+      }
+      // One charge of p0 per subject (a, b, each raced pair's winner), none twice: a look at cost 1 leaves the
+      // region's share less 2.
+      for (const subject of ['a', 'b', 'c', 'd', 'e', 'f']) {
+        const look = await world.decide('us', { ...one('p0', subject), dryRun: true });
+        if ('error' in look) throw new Error(look.error);
+        expect(look.results[0]!.limit - look.results[0]!.remaining, subject).toBeCloseTo(2, 5);
+      }
+    } finally {
+      world.close();
+    }
+  });
+
   it(`holds the bound of every kind for every subject, class, window and day (${RUNS} cases)`, async () => {
     await fc.assert(
       fc.asyncProperty(arbitraryCase(), fc.integer(), async (c, seed) => {
