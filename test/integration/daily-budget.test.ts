@@ -27,7 +27,7 @@ import {
   prepareDayCase,
 } from '../cases/daily-budget-cases.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
-import { markThenRequest, requestThenMark } from '../helpers/claim-agreement.js';
+import { describeClaimAgreement } from '../helpers/claim-agreement.js';
 import { withClockArg } from '../helpers/lua-test-build.js';
 
 const redis = sharedRedis();
@@ -179,46 +179,24 @@ describe('daily budgets through the agent', () => {
   });
 });
 
-// A several-group request's claim of a daily call's record key (regional-agent/decisions/idempotency-claim.ts):
-// the script and the model both read it as another request's record, and the claim finds a record there.
-describe('a several-group claim on a daily record key: the script and the model agree', () => {
-  const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
-  function subject() {
-    const prefix = uniquePrefix('claim');
-    const { request, nowMicros } = prepareDayCase(prefix, {
-      name: 'one check',
-      steps: [{ at: 0, checks: [{ counter: 'a', limit: 10_000_000, cost: 1_000_000 }], idempotencyKey: 'k' }],
-    })[0]!;
-    return {
-      prefix,
-      request,
-      key: request.idempotency!.key,
-      nowMicros,
-      model: new DailyBudgetModel(),
-      claims,
-      script: async (r: DayRequest, now: number) => {
-        const { keys, argv } = dayArguments(r);
-        return parseDayReply(await at(keys.length, ...keys, ...argv, String(now)), r.checks.length);
-      },
-    };
-  }
-
-  it('a one-group daily request finds the mark: a conflict, charging nothing, in both', async () => {
-    const s = subject();
-    const { claimed, decided, again } = await markThenRequest(s);
-    expect(claimed).toEqual(['new', 'new']);
-    expect(decided[0]).toEqual(decided[1]);
-    expect(decided[0]).toMatchObject({ allowed: false, conflict: true });
-    expect(await redis.exists(dayCaseKey(s.prefix, 'a'))).toBe(0);
-    expect(again).toEqual(['same', 'same']);
-  });
-
-  it('the claim finds a one-group daily request’s record: a conflict in both, the record kept', async () => {
-    const { decided, claimed, retried } = await requestThenMark(subject());
-    expect(decided[0]).toEqual(decided[1]);
-    expect(decided[0]).toMatchObject({ allowed: true });
-    expect(claimed).toEqual(['conflict', 'conflict', 'conflict', 'conflict']);
-    expect(retried[0]).toEqual(retried[1]);
-    expect(retried[0]).toMatchObject({ allowed: true, replayed: true });
-  });
+// A several-group request's claim of a daily call's record key (regional-agent/decisions/idempotency-claim.ts).
+const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+describeClaimAgreement('daily', () => {
+  const prefix = uniquePrefix('claim');
+  const { request, nowMicros } = prepareDayCase(prefix, {
+    name: 'one check',
+    steps: [{ at: 0, checks: [{ counter: 'a', limit: 10_000_000, cost: 1_000_000 }], idempotencyKey: 'k' }],
+  })[0]!;
+  return {
+    request,
+    key: request.idempotency!.key,
+    nowMicros,
+    model: new DailyBudgetModel(),
+    claims,
+    script: async (r: DayRequest, now: number) => {
+      const { keys, argv } = dayArguments(r);
+      return parseDayReply(await at(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+    },
+    untouched: async () => (await redis.exists(dayCaseKey(prefix, 'a'))) === 0,
+  };
 });

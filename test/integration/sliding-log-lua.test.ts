@@ -10,7 +10,7 @@ import {
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { RedisSlidingLogStore } from '../../regional-agent/redis/sliding-log-store.js';
 import { checkLogExpectations, logKey, prepareLogCase, slidingLogCases } from '../cases/sliding-log-cases.js';
-import { markThenRequest, requestThenMark } from '../helpers/claim-agreement.js';
+import { describeClaimAgreement } from '../helpers/claim-agreement.js';
 import { withClockArg } from '../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
 
@@ -165,46 +165,24 @@ describe('sliding logs on Redis time', () => {
   });
 });
 
-// A several-group request's claim of a log call's record key (regional-agent/decisions/idempotency-claim.ts): the
-// script and the model both read it as another request's record, and the claim finds a record there.
-describe('a several-group claim on a log record key: the script and the model agree', () => {
-  const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
-  function subject() {
-    const prefix = uniquePrefix('claim');
-    const { request, nowMicros } = prepareLogCase(prefix, {
-      name: 'one check',
-      steps: [{ at: 0, checks: [{ log: 'a', limit: 5, windowMs: 10_000 }], idempotencyKey: 'k' }],
-    })[0]!;
-    return {
-      prefix,
-      request,
-      key: request.idempotency!.key,
-      nowMicros,
-      model: new SlidingLogModel(),
-      claims,
-      script: async (r: LogRequest, now: number) => {
-        const { keys, argv } = logArguments(r);
-        return parseLogReply(await at(keys.length, ...keys, ...argv, String(now)), r.checks.length);
-      },
-    };
-  }
-
-  it('a one-group log request finds the mark: a conflict, charging nothing, in both', async () => {
-    const s = subject();
-    const { claimed, decided, again } = await markThenRequest(s);
-    expect(claimed).toEqual(['new', 'new']);
-    expect(decided[0]).toEqual(decided[1]);
-    expect(decided[0]).toMatchObject({ allowed: false, conflict: true });
-    expect(await scores(logKey(s.prefix, 'a'))).toEqual([]);
-    expect(again).toEqual(['same', 'same']);
-  });
-
-  it('the claim finds a one-group log request’s record: a conflict in both, the record kept', async () => {
-    const { decided, claimed, retried } = await requestThenMark(subject());
-    expect(decided[0]).toEqual(decided[1]);
-    expect(decided[0]).toMatchObject({ allowed: true });
-    expect(claimed).toEqual(['conflict', 'conflict', 'conflict', 'conflict']);
-    expect(retried[0]).toEqual(retried[1]);
-    expect(retried[0]).toMatchObject({ allowed: true, replayed: true });
-  });
+// A several-group request's claim of a log call's record key (regional-agent/decisions/idempotency-claim.ts).
+const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+describeClaimAgreement('sliding-log', () => {
+  const prefix = uniquePrefix('claim');
+  const { request, nowMicros } = prepareLogCase(prefix, {
+    name: 'one check',
+    steps: [{ at: 0, checks: [{ log: 'a', limit: 5, windowMs: 10_000 }], idempotencyKey: 'k' }],
+  })[0]!;
+  return {
+    request,
+    key: request.idempotency!.key,
+    nowMicros,
+    model: new SlidingLogModel(),
+    claims,
+    script: async (r: LogRequest, now: number) => {
+      const { keys, argv } = logArguments(r);
+      return parseLogReply(await at(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+    },
+    untouched: async () => (await scores(logKey(prefix, 'a'))).length === 0,
+  };
 });

@@ -13,7 +13,7 @@ import { BucketModel, type EncodedRequest } from '../../core/token-bucket.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { tokenBucketCases } from '../cases/token-bucket-cases.js';
 import { CASE_EPOCH_MICROS, checkExpectations, prepareCase } from '../helpers/case-runner.js';
-import { markThenRequest, requestThenMark } from '../helpers/claim-agreement.js';
+import { describeClaimAgreement } from '../helpers/claim-agreement.js';
 import { tokenBucketWithClockArg } from '../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
 
@@ -163,45 +163,24 @@ describe('the call deadline (Redis time)', () => {
 
 // A several-group request's claim marks the plain record key a one-group request of its slot would use
 // (regional-agent/decisions/idempotency-claim.ts): the script and the model must both read the mark as another
-// request's record (a conflict, nothing charged), and the claim must find a record there and be a conflict.
-describe('a several-group claim on a record key: the script and the model agree', () => {
-  const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
-  function subject() {
-    const prefix = uniquePrefix('claim');
-    const { request, nowMicros } = prepareCase(prefix, {
-      name: 'one check',
-      steps: [{ at: 0, checks: [{ bucket: 'a', capacity: 10, refillPerSecond: 1 }], idempotencyKey: 'k' }],
-    })[0]!;
-    return {
-      prefix,
-      request,
-      key: request.idempotency!.key,
-      nowMicros,
-      model: new BucketModel(),
-      claims,
-      script: async (r: EncodedRequest, now: number) => {
-        const { keys, argv } = scriptArguments(r);
-        return parseReply(await run(keys.length, ...keys, ...argv, String(now)), r.checks.length);
-      },
-    };
-  }
-
-  it('a one-group request finds the mark: a conflict, charging nothing, in both', async () => {
-    const s = subject();
-    const { claimed, decided, again } = await markThenRequest(s);
-    expect(claimed).toEqual(['new', 'new']);
-    expect(decided[0]).toEqual(decided[1]);
-    expect(decided[0]).toMatchObject({ allowed: false, replayed: false, conflict: true });
-    expect(await redis.exists(`rl:v1:{${s.prefix}}:a`)).toBe(0);
-    expect(again).toEqual(['same', 'same']);
-  });
-
-  it('the claim finds a one-group request’s record: a conflict in both, the record kept', async () => {
-    const { decided, claimed, retried } = await requestThenMark(subject());
-    expect(decided[0]).toEqual(decided[1]);
-    expect(decided[0]).toMatchObject({ allowed: true, replayed: false });
-    expect(claimed).toEqual(['conflict', 'conflict', 'conflict', 'conflict']);
-    expect(retried[0]).toEqual(retried[1]);
-    expect(retried[0]).toMatchObject({ allowed: true, replayed: true });
-  });
+// request's record, and the claim must find a record there.
+const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+describeClaimAgreement('token-bucket', () => {
+  const prefix = uniquePrefix('claim');
+  const { request, nowMicros } = prepareCase(prefix, {
+    name: 'one check',
+    steps: [{ at: 0, checks: [{ bucket: 'a', capacity: 10, refillPerSecond: 1 }], idempotencyKey: 'k' }],
+  })[0]!;
+  return {
+    request,
+    key: request.idempotency!.key,
+    nowMicros,
+    model: new BucketModel(),
+    claims,
+    script: async (r: EncodedRequest, now: number) => {
+      const { keys, argv } = scriptArguments(r);
+      return parseReply(await run(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+    },
+    untouched: async () => (await redis.exists(`rl:v1:{${prefix}}:a`)) === 0,
+  };
 });
