@@ -5,8 +5,9 @@
  * (test/helpers/model-world.ts). The global checker asserts that for every policy, subject and class, admissions
  * stay within the kind's bound over every window and day (test/helpers/conservation-cases.ts).
  *
- * `QP_PROPERTY_RUNS` sets the number of generated cases (default 2,000: 9 s on this project's two-core machine at
- * a load average of 6; 300 cases took 11 s at a load of 19); `QP_PROPERTY_SEED` picks the run (default a fixed
+ * `QP_PROPERTY_RUNS` sets the number of generated cases (default 2,000: about 6 s of test time on this project's
+ * two-core machine at a load average of 7, 8 s before policies were parsed once per case and refusals lost their
+ * stack traces; 300 cases took 11 s at a load of 19); `QP_PROPERTY_SEED` picks the run (default a fixed
  * seed). The cases that found real bugs are kept below as named cases, as literal inputs (a seed only replays with
  * the generator that drew it).
  */
