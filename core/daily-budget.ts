@@ -10,7 +10,7 @@
  */
 import { z } from 'zod';
 import { ExpiringMap } from './expiring-map.js';
-import { IdempotencyRecords } from './idempotency-records.js';
+import { IdempotencyRecords, type RecordClaim } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { MAX_CAPACITY } from './policy.js';
 import {
@@ -34,9 +34,12 @@ export function dailyKey(version: number, subject: string, policy: string): stri
   return `rl:day:v${version}:{${subject}}:${policy}`;
 }
 
+/** What tells a daily call's record key from the token-bucket record's of the same subject and key. */
+export const DAY_RECORD_SUFFIX = ':day';
+
 /** Key of a daily call's idempotency record, in the subject's slot. */
 export function dayRecordKey(subject: string, idempotencyKey: string): string {
-  return `${idempotencyRecordKey(subject, idempotencyKey)}:day`;
+  return `${idempotencyRecordKey(subject, idempotencyKey)}${DAY_RECORD_SUFFIX}`;
 }
 
 const formatters = new Map<string, Intl.DateTimeFormat>();
@@ -81,15 +84,20 @@ function nextDayStart(zone: string, from: number, date: number): number {
   return hi;
 }
 
-const cache = new Map<string, { from: number; to: number; bounds: [number, number, number, number] }>();
+type DayBounds = { from: number; to: number; bounds: [number, number, number, number] };
+/** Days found per zone, the latest first: a clock that moves between a few days finds each again. */
+const cache = new Map<string, DayBounds[]>();
+/** Days kept per zone (each search costs some two hundred local-date conversions). */
+const CACHED_DAYS = 4;
 
 /**
  * Starts of yesterday, today, tomorrow and the day after in `zone`, in ms, for the day holding `nowMs`. Cached per
- * zone until the day ends.
+ * zone, the last few days found.
  */
 export function dayBoundariesMs(zone: string, nowMs: number): [number, number, number, number] {
-  const hit = cache.get(zone);
-  if (hit !== undefined && nowMs >= hit.from && nowMs < hit.to) return hit.bounds;
+  const days = cache.get(zone) ?? [];
+  const hit = days.find((d) => nowMs >= d.from && nowMs < d.to);
+  if (hit !== undefined) return hit.bounds;
   const today = localDate(zone, nowMs);
   // Today began within the last 27 h (the longest day is 25 h); search forward from 50 h ago for each start.
   const yesterdayStart = nextDayStart(
@@ -107,7 +115,7 @@ export function dayBoundariesMs(zone: string, nowMs: number): [number, number, n
   starts = starts.slice(Math.max(0, i - 1), Math.max(0, i - 1) + 4);
   if (localDate(zone, starts[1]!) !== today) throw new RangeError(`no day boundary found for ${zone}`);
   const bounds = starts as [number, number, number, number];
-  cache.set(zone, { from: bounds[1], to: bounds[2], bounds });
+  cache.set(zone, [{ from: bounds[1], to: bounds[2], bounds }, ...days.slice(0, CACHED_DAYS - 1)]);
   return bounds;
 }
 
@@ -267,6 +275,11 @@ interface StoredCounter {
 export class DailyBudgetModel {
   readonly #counters = new ExpiringMap<StoredCounter>();
   readonly #records = new IdempotencyRecords<DayReply>();
+
+  /** A claim of the record key `key` at `now` (µs), as Redis answers it (`IdempotencyRecords.claim`). */
+  claimRecord(key: string, value: string, ttlMs: number, now: number, peekOnly: boolean): RecordClaim {
+    return this.#records.claim(key, value, ttlMs, now, peekOnly);
+  }
 
   /** Decide one call at `now` (µs), step for step as `lua/daily_budget.lua`. */
   evaluate(request: DayRequest, now: number): DayReply {

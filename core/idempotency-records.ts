@@ -14,8 +14,12 @@ export interface RecordSpec {
 /** What a live record says to a request. */
 export type Recall<R> = { replay: R } | 'conflict' | undefined;
 
+/** How a claim of a record key went (`claim`). */
+export type RecordClaim = 'new' | 'same' | 'conflict';
+
 export class IdempotencyRecords<R extends { allowed: boolean }> {
-  readonly #records = new ExpiringMap<{ fingerprint: string; reply: R; expiresAt: number }>();
+  /** `reply` undefined: the key is held by a claim (`claim`), whose value answers no request. */
+  readonly #records = new ExpiringMap<{ fingerprint: string; reply: R | undefined; expiresAt: number }>();
 
   /**
    * What the record under `key` says at `now` (µs) to a request with `fingerprint`: its answer to replay (the same
@@ -24,7 +28,24 @@ export class IdempotencyRecords<R extends { allowed: boolean }> {
   recall(key: string, fingerprint: string, now: number): Recall<R> {
     const record = this.#records.live(key, now);
     if (record === undefined) return undefined;
-    return record.fingerprint === fingerprint ? { replay: record.reply } : 'conflict';
+    return record.fingerprint === fingerprint && record.reply !== undefined
+      ? { replay: record.reply }
+      : 'conflict';
+  }
+
+  /**
+   * A several-group request's claim of `key` (regional-agent/decisions/idempotency-claim.ts), as Redis does
+   * `SET key value PX ttlMs NX GET` at `now` (µs), or `GET` when `peekOnly`: `new` when the key was free (now
+   * held by `value`, which the scripts read as another request's record: a conflict), `same` when `value` holds
+   * it, `conflict` when a record or another claim does.
+   */
+  claim(key: string, value: string, ttlMs: number, now: number, peekOnly: boolean): RecordClaim {
+    const held = this.#records.live(key, now);
+    if (held !== undefined)
+      return held.reply === undefined && held.fingerprint === value ? 'same' : 'conflict';
+    if (!peekOnly)
+      this.#records.set(key, { fingerprint: value, reply: undefined, expiresAt: now + ttlMs * 1000 });
+    return 'new';
   }
 
   /**

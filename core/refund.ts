@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { encodeRequest, MAX_CHECKS_PER_CALL, validStoreRequest } from './bucket-wire.js';
 import { MAX_CAPACITY } from './policy.js';
 import { integerReply } from './script-wire.js';
-import { IdempotencyRecords } from './idempotency-records.js';
+import { IdempotencyRecords, type RecordClaim } from './idempotency-records.js';
 import {
   BucketModel,
   conflictReply,
@@ -125,6 +125,11 @@ export function refundBucket(
 export class RefundableBucketModel {
   readonly buckets = new BucketModel();
   readonly #records = new IdempotencyRecords<EncodedReply>();
+
+  /** A claim of the record key `key` at `now` (µs), as Redis answers it (`IdempotencyRecords.claim`). */
+  claimRecord(key: string, value: string, ttlMs: number, now: number, peekOnly: boolean): RecordClaim {
+    return this.#records.claim(key, value, ttlMs, now, peekOnly);
+  }
 
   /** Decide one call at `now` (µs), exactly as `lua/token_bucket.lua` would. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {

@@ -9,7 +9,7 @@
 import { z } from 'zod';
 import { validStoreRequest } from './bucket-wire.js';
 import { ExpiringMap } from './expiring-map.js';
-import { IdempotencyRecords } from './idempotency-records.js';
+import { IdempotencyRecords, type RecordClaim } from './idempotency-records.js';
 import { idempotencyRecordKey } from './keys.js';
 import { logWindowSeconds, MAX_LOG_LIMIT, MAX_WINDOW_SECONDS, type Policy } from './policy.js';
 import {
@@ -35,9 +35,12 @@ export function slidingLogKey(version: number, subject: string, policy: string):
   return `rl:log:v${version}:{${subject}}:${policy}`;
 }
 
+/** What tells a log call's record key from the token-bucket record's of the same subject and key. */
+export const LOG_RECORD_SUFFIX = ':log';
+
 /** Key of a log call's idempotency record: the subject's slot, apart from the token-bucket record. */
 export function logRecordKey(subject: string, idempotencyKey: string): string {
-  return `${idempotencyRecordKey(subject, idempotencyKey)}:log`;
+  return `${idempotencyRecordKey(subject, idempotencyKey)}${LOG_RECORD_SUFFIX}`;
 }
 
 /** One log to check. */
@@ -207,6 +210,11 @@ const msUp = (us: number): number => Math.ceil(us / 1000);
 export class SlidingLogModel {
   readonly #logs = new ExpiringMap<StoredLog>();
   readonly #records = new IdempotencyRecords<LogReply>();
+
+  /** A claim of the record key `key` at `now` (µs), as Redis answers it (`IdempotencyRecords.claim`). */
+  claimRecord(key: string, value: string, ttlMs: number, now: number, peekOnly: boolean): RecordClaim {
+    return this.#records.claim(key, value, ttlMs, now, peekOnly);
+  }
 
   /** Decide one call at `now` (µs), step for step as `lua/sliding_log.lua`. */
   evaluate(request: LogRequest, now: number): LogReply {

@@ -1,5 +1,5 @@
 import { ExpiringMap } from './expiring-map.js';
-import { IdempotencyRecords } from './idempotency-records.js';
+import { IdempotencyRecords, type RecordClaim } from './idempotency-records.js';
 import { keyCostFingerprint } from './script-wire.js';
 import { DEFAULT_IDEMPOTENCY_RECORDS_PER_SUBJECT, idempotencyIndexKey } from './keys.js';
 
@@ -249,6 +249,11 @@ export class BucketModel {
   readonly #records = new IdempotencyRecords<EncodedReply>();
   /** Per subject index key: record key → expiry (ms), as the script's sorted set. */
   readonly #indexes = new ExpiringMap<Entry<Map<string, number>>>();
+
+  /** A claim of the record key `key` at `now` (µs), as Redis answers it (`IdempotencyRecords.claim`). */
+  claimRecord(key: string, value: string, ttlMs: number, now: number, peekOnly: boolean): RecordClaim {
+    return this.#records.claim(key, value, ttlMs, now, peekOnly);
+  }
 
   /** Evaluate one call at `now` (µs). Mirrors the script step for step. */
   evaluate(request: EncodedRequest, now: number): EncodedReply {

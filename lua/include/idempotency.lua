@@ -9,7 +9,9 @@ local function idem_fingerprint(parts)
 end
 
 -- What `record` (nil when there is none) says for the request fingerprinted `fingerprint`: nil, no record (decide);
--- the first decision's fields with replayed (field 2) set to 1, a retry; false, it answers another request.
+-- the first decision's fields with replayed (field 2) set to 1, a retry; false, it answers another request. A value
+-- with no bar is a several-group request's claim of the key ("claim:<its fingerprint>", written by the agent with
+-- SET NX GET: regional-agent/decisions/idempotency-claim.ts), another request too.
 local function idem_replay(record, fingerprint)
   if not record then return nil end
   local bar = string.find(record, '|', 1, true)

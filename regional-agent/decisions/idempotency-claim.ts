@@ -1,7 +1,10 @@
 import { createHash } from 'node:crypto';
+import { dayRecordKey } from '../../core/daily-budget.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
+import { logRecordKey } from '../../core/sliding-log.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
+import type { CheckGroup } from './check-groups.js';
 import type { DecisionStore } from './decision-store.js';
 import type { PreparedRequest } from './prepared.js';
 
@@ -33,31 +36,64 @@ export function boundKey(request: PreparedRequest, idempotencyKey: string): stri
     .digest('hex')}`;
 }
 
+/** What tells a whole-request claim's key from the records of the same subject and idempotency key. */
+export const REQUEST_CLAIM_SUFFIX = ':req';
+
+/**
+ * What a several-group request writes on the record key of each of its groups' kinds and slots under the caller's
+ * key: never a record (a record is "<fingerprint>|<fields>", lua/include/idempotency.lua), so a one-group request
+ * that finds it there is a conflict, and this request's claim that finds a one-group request's record is one too.
+ */
+export function claimMark(fingerprint: string): string {
+  return `claim:${fingerprint}`;
+}
+
+/**
+ * The record keys a one-group request of the same kind and slot subject would use under the caller's key: where a
+ * several-group request marks its claim. Forwarded checks have none here (their records are at their home).
+ */
+export function plainRecordKeys(groups: readonly CheckGroup[], idempotencyKey: string): string[] {
+  const keys = new Set<string>();
+  for (const g of groups) {
+    if (g.kind === 'store') keys.add(idempotencyRecordKey(g.slotSubject, idempotencyKey));
+    else if (g.kind === 'log') keys.add(logRecordKey(g.slotSubject, idempotencyKey));
+    else if (g.kind === 'day') keys.add(dayRecordKey(g.slotSubject, idempotencyKey));
+  }
+  return [...keys];
+}
+
 /**
  * A request spanning several store groups claims its idempotency key once for the whole request, so the same
- * key on a different request is refused before anything is charged. One group needs no claim: the script's
+ * key on a different request is refused before anything is charged. Its groups keep their records under the key
+ * bound to the whole request (`boundKey`), so the claim also marks the plain record key of each group
+ * (`plainRecordKeys`, `claimMark`): a one-group request with the key finds the mark and is a conflict, and this
+ * claim finds a one-group request's record and is one. Each mark is one `SET NX GET`, atomic against the script
+ * that reads or writes the same key: whichever comes second is the conflict, so no interleaving decides both.
+ * The marks go out with the whole-request claim, in the same round trip. One group needs no claim: the script's
  * own record catches the conflict. `none`: the claim could not be made (the store did not answer).
  */
 export async function claimIdempotencyKey(
   deps: ClaimDeps,
   request: PreparedRequest,
   idempotencyKey: string,
+  groups: readonly CheckGroup[],
 ): Promise<'new' | 'same' | 'conflict' | 'none'> {
   const [first] = request.checks;
   if (first === undefined) return 'none';
-  const key = `${idempotencyRecordKey(first.subject, idempotencyKey)}:req`;
+  const key = `${idempotencyRecordKey(first.subject, idempotencyKey)}${REQUEST_CLAIM_SUFFIX}`;
   const fingerprint = requestFingerprint(request);
+  // As long as the longest record of any group may live: a claim that is new proves that no group's record is
+  // this request's (layered-runner.ts).
+  const ttlMs = idempotencyTtlMs(deps.idempotencyTtlMs, []);
+  const claim = (k: string, value: string) =>
+    deps.guard.run('claim', () => deps.store.claim(k, value, ttlMs, request.dryRun));
   try {
-    const outcome = await deps.guard.run('claim', () =>
-      deps.store.claim(
-        key,
-        fingerprint,
-        // As long as the longest record of any group may live: a claim that is new proves that no group's
-        // record is this request's (layered-runner.ts).
-        idempotencyTtlMs(deps.idempotencyTtlMs, []),
-        request.dryRun,
-      ),
-    );
+    const mark = claimMark(fingerprint);
+    const [whole, ...marks] = await Promise.all([
+      claim(key, fingerprint),
+      ...plainRecordKeys(groups, idempotencyKey).map((k) => claim(k, mark)),
+    ]);
+    const outcome = whole === 'conflict' || marks.includes('conflict') ? 'conflict' : whole;
     if (outcome === 'conflict') deps.metrics.idempotency.labels('conflict').inc();
     return outcome;
   } catch {

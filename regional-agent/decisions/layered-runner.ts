@@ -63,12 +63,14 @@ export class LayeredRunner {
     // (fingerprinted before any reroute to shared buckets changes the checks, so a retry finds the same records).
     // A group's record fingerprints only that group's checks, so under the caller's plain key a one-group request
     // of the same checks would share it: each would replay the other's record without a charge (seed 31).
-    // One-group requests (most) keep the caller's key and pay no hash.
+    // One-group requests (most) keep the caller's key and pay no hash. The claim marks the plain key of each group
+    // (idempotency-claim.ts), so a one-group and a several-group request with one key are a conflict, not two
+    // requests.
     const groupKey =
       idempotencyKey !== undefined && groups.length > 1 ? boundKey(request, idempotencyKey) : idempotencyKey;
     let claim: Awaited<ReturnType<typeof claimIdempotencyKey>> | undefined;
     if (idempotencyKey !== undefined && groups.length > 1) {
-      claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey);
+      claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey, groups);
       if (claim === 'conflict') throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
     }
 

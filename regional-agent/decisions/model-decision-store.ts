@@ -1,6 +1,7 @@
 import type { Clock } from '../../core/clock.js';
 import { decodeReply, encodeRequest, type DecideRequest, type Decision } from '../../core/bucket-wire.js';
 import {
+  DAY_RECORD_SUFFIX,
   DailyBudgetModel,
   parseDayRequest,
   type DayRefund,
@@ -9,6 +10,7 @@ import {
 } from '../../core/daily-budget.js';
 import { RefundableBucketModel, encodeRefund, type RefundRequest } from '../../core/refund.js';
 import {
+  LOG_RECORD_SUFFIX,
   parseLogRequest,
   SlidingLogModel,
   type LogRefund,
@@ -25,6 +27,7 @@ import { MICRO } from '../../core/token-bucket.js';
 import { ModelGrantStore } from '../grants/grant-store.js';
 import { ModelReservationStore } from '../reservations/reservation-store.js';
 import type { ClaimOutcome, DecisionStore, RefundOutcome, StoreCompanions } from './decision-store.js';
+import { REQUEST_CLAIM_SUFFIX } from './idempotency-claim.js';
 
 /**
  * The decision store over the reference models and an injected clock: unit tests, and anything that wants the
@@ -94,6 +97,13 @@ export class ModelDecisionStore implements DecisionStore {
   }
 
   claim(key: string, fingerprint: string, ttlMs: number, peekOnly: boolean): Promise<ClaimOutcome> {
+    // A claim of a group's record key lives beside that kind's records, as in Redis, where the scripts read it.
+    if (key.endsWith(LOG_RECORD_SUFFIX))
+      return Promise.resolve(this.logs.claimRecord(key, fingerprint, ttlMs, this.#micros(), peekOnly));
+    if (key.endsWith(DAY_RECORD_SUFFIX))
+      return Promise.resolve(this.days.claimRecord(key, fingerprint, ttlMs, this.#micros(), peekOnly));
+    if (!key.endsWith(REQUEST_CLAIM_SUFFIX))
+      return Promise.resolve(this.model.claimRecord(key, fingerprint, ttlMs, this.#micros(), peekOnly));
     const now = this.#clock.now();
     const held = this.#claims.get(key);
     if (held !== undefined && held.expiresAt > now) {

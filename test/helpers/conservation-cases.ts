@@ -118,8 +118,19 @@ export function policyBody(s: PolicySpec): Record<string, unknown> {
   return body;
 }
 
+const parsedPolicies = new WeakMap<PolicySpec, Policy>();
+
+/**
+ * The policy a spec stands for, parsed once per spec object: the runs and the checker ask for it per case, per
+ * answer and per window, and the schema's parse took a twentieth of the property suite's time.
+ */
 export function policyOf(s: PolicySpec): Policy {
-  return parsePolicy({ name: s.name, ...policyBody(s) });
+  let policy = parsedPolicies.get(s);
+  if (policy === undefined) {
+    policy = parsePolicy({ name: s.name, ...policyBody(s) });
+    parsedPolicies.set(s, policy);
+  }
+  return policy;
 }
 
 const region = fc.constantFrom(...REGIONS);
@@ -338,17 +349,38 @@ export interface RunRecord {
    * the run (a replay repeats an admission of this very request; calls of one step may be answered in any order).
    */
   replays: { keys: string[]; body: string }[];
+  /**
+   * The `counted` keys of keyed calls whose answer was lost (see `lost` on `recordAnswer`'s answer): the store may
+   * have admitted and recorded them all the same, so a replay of one is no admission without a charge.
+   */
+  lost: Set<string>;
 }
 
 export function newRecord(): RunRecord {
-  return { charges: [], problems: [], counted: new Map(), replays: [] };
+  return { charges: [], problems: [], counted: new Map(), replays: [], lost: new Set() };
 }
 
-/** Replays of a request never admitted (see `RunRecord.replays`): each an admission without a charge. */
+/**
+ * Replays of a request never admitted (see `RunRecord.replays`): each an admission without a charge. A request is
+ * admitted when an answer said so, or possibly when its answer was lost; a refusal, a conflict or a bad request
+ * admitted nothing.
+ */
 export function unadmittedReplays(record: RunRecord): string[] {
   return record.replays
-    .filter((r) => !r.keys.some((k) => record.counted.has(k)))
+    .filter((r) => !r.keys.some((k) => record.counted.has(k) || record.lost.has(k)))
     .map((r) => `a replay of a request never admitted: ${r.body}`);
+}
+
+/** Degraded causes under which the store or the home region may have decided (and recorded) after all. */
+const LOST_CAUSES = new Set(['store_unavailable', 'home_unreachable']);
+
+/**
+ * Whether an HTTP answer of `POST /v1/decisions` may hide the store's own answer: a 5xx (the agent or its store
+ * gave up; a script that was sent may still have run, as a frozen Redis runs what it holds once thawed), or a
+ * check decided by its failure mode because its store or home region did not answer in time.
+ */
+export function answerLost(status: number, body: { results?: { cause?: string }[] }): boolean {
+  return status >= 500 || (body.results ?? []).some((r) => r.cause !== undefined && LOST_CAUSES.has(r.cause));
 }
 
 const FAILURE_REASONS = new Set(['fail_open', 'emergency_bucket']);
@@ -363,8 +395,14 @@ export function recordAnswer(
   policies: ReadonlyMap<string, PolicySpec>,
   call: Call,
   answer:
-    | { allowed: boolean; replayed?: boolean; results: Pick<CheckResult, 'reason' | 'allowed'>[] }
-    | { error: string },
+    | {
+        allowed: boolean;
+        replayed?: boolean | undefined;
+        results: Pick<CheckResult, 'reason' | 'allowed'>[];
+        /** The store's or home region's own answer may be lost (`answerLost`). */
+        lost?: boolean;
+      }
+    | { error: string; lost?: boolean },
   at: number,
   failing: boolean,
   region: Region,
@@ -374,26 +412,30 @@ export function recordAnswer(
   const noGold = call.checks.find(
     (c) => c.class === 'gold' && policies.get(c.policy)?.goldFactor === undefined,
   );
+  // Where a keyed call's check i is counted: once per record (key, call body and the region holding the record).
+  const countKey = (i: number): string => {
+    const spec = policies.get(call.checks[i]!.policy)!;
+    const where = spec.mode === 'strict' ? spec.homeRegion : region;
+    return `${call.idempotencyKey}\u0000${bodyText(call)}\u0000${where}\u0000${i}`;
+  };
+  // A keyed call whose answer was lost may have been admitted and recorded where its checks are kept.
+  const refused = hostile !== undefined || noGold !== undefined;
+  if (answer.lost === true && call.idempotencyKey !== undefined && !call.dryRun && !refused)
+    call.checks.forEach((_, i) => record.lost.add(countKey(i)));
   if ('error' in answer) return;
-  if (hostile !== undefined || noGold !== undefined) {
+  if (refused) {
     record.problems.push(
       `a check of class ${(hostile ?? noGold)!.class} was answered, not refused: ${JSON.stringify(answer)}`,
     );
     return;
   }
   if (!answer.allowed || call.dryRun) return;
-  // Where a keyed call's check i is counted: once per record (key, call body and the region holding the record).
-  const countKey = (i: number): string => {
-    const spec = policies.get(call.checks[i]!.policy)!;
-    const where = spec.mode === 'strict' ? spec.homeRegion : region;
-    return `${call.idempotencyKey}\u0000${JSON.stringify(callBody(call))}\u0000${where}\u0000${i}`;
-  };
   if (answer.replayed === true) {
     // A replay repeats an admission of this very request: one never admitted was admitted without a charge.
     if (call.idempotencyKey !== undefined)
       record.replays.push({
         keys: call.checks.map((_, i) => countKey(i)),
-        body: JSON.stringify(callBody(call)),
+        body: bodyText(call),
       });
     return;
   }
@@ -517,6 +559,18 @@ export function callBody(call: Call): Record<string, unknown> {
   });
   if (call.checks.length === 1) return { ...check(call.checks[0]!), ...extra };
   return { checks: call.checks.map(check), ...extra };
+}
+
+const bodyTexts = new WeakMap<Call, string>();
+
+/** `callBody(call)` as JSON, made once per call: every answer of a keyed call names its body. */
+function bodyText(call: Call): string {
+  let text = bodyTexts.get(call);
+  if (text === undefined) {
+    text = JSON.stringify(callBody(call));
+    bodyTexts.set(call, text);
+  }
+  return text;
 }
 
 /** A small seeded generator of [0, 1) draws (mulberry32). */

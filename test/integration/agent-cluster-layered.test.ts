@@ -169,6 +169,66 @@ describe('layered checks across cluster slots (real 3-master cluster)', () => {
     expect(await tokens(ceiling, 'ceiling')).toBeCloseTo(4, 3);
   });
 
+  it('one key on a one-group and a several-group request is a 409 in either order, charging nothing', async () => {
+    // The one-group request first: its record is on the plain key the several-group request's claim marks.
+    const first = apart();
+    const single = { policy: 'account', subject: first.account, cost: 2, idempotencyKey: 'mix-1' };
+    const layered = {
+      checks: [
+        { policy: 'account', subject: first.account, cost: 2 },
+        { policy: 'ceiling', subject: first.ceiling },
+      ],
+      idempotencyKey: 'mix-1',
+    };
+    expect(DecisionResponse.parse((await decide(single)).json()).allowed).toBe(true);
+    const late = await decide(layered);
+    expect(late.statusCode).toBe(409);
+    expect(late.json()).toMatchObject({ code: 'AGT_ERR_IDEMPOTENCY_CONFLICT' });
+    expect(await tokens(first.account, 'account')).toBeCloseTo(8, 3);
+    expect(await tokens(first.ceiling, 'ceiling')).toBeNull();
+
+    // The several-group request first: a one-group request of either of its groups' subjects finds its mark.
+    const second = apart();
+    const body = {
+      checks: [
+        { policy: 'account', subject: second.account, cost: 2 },
+        { policy: 'ceiling', subject: second.ceiling },
+      ],
+      idempotencyKey: 'mix-2',
+    };
+    expect(DecisionResponse.parse((await decide(body)).json()).allowed).toBe(true);
+    for (const check of body.checks) {
+      const other = await decide({ ...check, idempotencyKey: 'mix-2' });
+      expect(other.statusCode).toBe(409);
+      expect(other.json()).toMatchObject({ code: 'AGT_ERR_IDEMPOTENCY_CONFLICT' });
+    }
+    const retry = DecisionResponse.parse((await decide(body)).json());
+    expect(retry.replayed).toBe(true);
+    expect(await tokens(second.account, 'account')).toBeCloseTo(8, 3);
+    expect(await tokens(second.ceiling, 'ceiling')).toBeCloseTo(4, 3);
+  });
+
+  it('racing a one-group and a several-group request of one key: one is decided, the other is a 409', async () => {
+    for (let round = 0; round < 6; round++) {
+      const { account, ceiling } = apart();
+      const key = `race-${round}`;
+      const layered = {
+        checks: [
+          { policy: 'account', subject: account, cost: 2 },
+          { policy: 'ceiling', subject: ceiling },
+        ],
+        idempotencyKey: key,
+      };
+      const single = { policy: 'account', subject: account, cost: 2, idempotencyKey: key };
+      // Either may reach Redis first; alternate which is sent first.
+      const sent = round % 2 === 0 ? [decide(layered), decide(single)] : [decide(single), decide(layered)];
+      const statuses = (await Promise.all(sent)).map((r) => r.statusCode).sort();
+      expect(statuses).toEqual([200, 409]);
+      // Whichever was decided charged its 2 tokens once; the other charged nothing.
+      expect(await tokens(account, 'account')).toBeCloseTo(8, 3);
+    }
+  });
+
   it('a retried denial stays denied and leaves no grant behind', async () => {
     const { account, ceiling } = apart();
     await decide({ checks: [{ policy: 'ceiling', subject: ceiling, cost: 5 }] });

@@ -8,7 +8,9 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DecisionResponse } from '../../core/agent-wire.js';
 import {
+  answerLost,
   arbitraryCase,
   callBody,
   type Case,
@@ -18,6 +20,7 @@ import {
   type PolicySpec,
   recordAnswer,
   REGIONS,
+  unadmittedReplays,
 } from '../helpers/conservation-cases.js';
 import { MultiRegion } from '../helpers/multi-region.js';
 
@@ -106,9 +109,14 @@ describe('conservation on the real stack (sampled cases)', () => {
                       headers: { 'content-type': 'application/json' },
                       body: JSON.stringify(callBody(call)),
                     });
-                    const body = (await res.json()) as { code?: string };
+                    const body = (await res.json()) as { code?: string; results?: { cause?: string }[] };
+                    // A timed-out store call or forward may have been decided all the same: a retry of the
+                    // same call may then replay it (the replay check counts it as possibly admitted).
+                    const lost = answerLost(res.status, body);
                     const answer =
-                      res.status === 200 ? (body as never) : { error: body.code ?? String(res.status) };
+                      res.status === 200
+                        ? { ...(body as object as DecisionResponse), lost }
+                        : { error: body.code ?? String(res.status), lost };
                     if (res.status >= 500 && res.status !== 503)
                       record.problems.push(`${res.status} ${JSON.stringify(body)}`);
                     recordAnswer(record, specs, call, answer, Date.now(), failing, region, sentAt);
@@ -140,7 +148,11 @@ describe('conservation on the real stack (sampled cases)', () => {
     } finally {
       for (const r of frozen) await stack.redis.get(r)!.resume();
     }
-    return [...record.problems, ...conservationViolations(c.policies, record.charges)];
+    return [
+      ...record.problems,
+      ...unadmittedReplays(record),
+      ...conservationViolations(c.policies, record.charges),
+    ];
   }
 
   it(`holds every kind's bound on ${SAMPLE} sampled cases (seed ${SEED})`, async () => {

@@ -11,11 +11,13 @@ import {
   DayWindowError,
   parseDayRefundReply,
   parseDayReply,
+  type DayRequest,
 } from '../../core/daily-budget.js';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
 import type { AgentApp } from '../../regional-agent/app.js';
 import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { luaSource } from '../../regional-agent/redis/scripts.js';
 import {
   checkDayExpectations,
@@ -25,6 +27,7 @@ import {
   prepareDayCase,
 } from '../cases/daily-budget-cases.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
+import { describeClaimAgreement } from '../helpers/claim-agreement.js';
 import { withClockArg } from '../helpers/lua-test-build.js';
 
 const redis = sharedRedis();
@@ -174,4 +177,26 @@ describe('daily budgets through the agent', () => {
       cluster.disconnect();
     }
   });
+});
+
+// A several-group request's claim of a daily call's record key (regional-agent/decisions/idempotency-claim.ts).
+const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+describeClaimAgreement('daily', () => {
+  const prefix = uniquePrefix('claim');
+  const { request, nowMicros } = prepareDayCase(prefix, {
+    name: 'one check',
+    steps: [{ at: 0, checks: [{ counter: 'a', limit: 10_000_000, cost: 1_000_000 }], idempotencyKey: 'k' }],
+  })[0]!;
+  return {
+    request,
+    key: request.idempotency!.key,
+    nowMicros,
+    model: new DailyBudgetModel(),
+    claims,
+    script: async (r: DayRequest, now: number) => {
+      const { keys, argv } = dayArguments(r);
+      return parseDayReply(await at(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+    },
+    untouched: async () => (await redis.exists(dayCaseKey(prefix, 'a'))) === 0,
+  };
 });

@@ -7,8 +7,10 @@ import {
   SlidingLogModel,
   type LogRequest,
 } from '../../core/sliding-log.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { RedisSlidingLogStore } from '../../regional-agent/redis/sliding-log-store.js';
 import { checkLogExpectations, logKey, prepareLogCase, slidingLogCases } from '../cases/sliding-log-cases.js';
+import { describeClaimAgreement } from '../helpers/claim-agreement.js';
 import { withClockArg } from '../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
 
@@ -161,4 +163,26 @@ describe('sliding logs on Redis time', () => {
     expect(large.perEntry).toBeGreaterThan(40);
     expect(large.perEntry).toBeLessThan(160);
   });
+});
+
+// A several-group request's claim of a log call's record key (regional-agent/decisions/idempotency-claim.ts).
+const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+describeClaimAgreement('sliding-log', () => {
+  const prefix = uniquePrefix('claim');
+  const { request, nowMicros } = prepareLogCase(prefix, {
+    name: 'one check',
+    steps: [{ at: 0, checks: [{ log: 'a', limit: 5, windowMs: 10_000 }], idempotencyKey: 'k' }],
+  })[0]!;
+  return {
+    request,
+    key: request.idempotency!.key,
+    nowMicros,
+    model: new SlidingLogModel(),
+    claims,
+    script: async (r: LogRequest, now: number) => {
+      const { keys, argv } = logArguments(r);
+      return parseLogReply(await at(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+    },
+    untouched: async () => (await scores(logKey(prefix, 'a'))).length === 0,
+  };
 });

@@ -9,9 +9,11 @@ import {
 } from '../../core/bucket-wire.js';
 import { DeadlinePassedError } from '../../core/script-wire.js';
 import { idempotencyRecordKey } from '../../core/keys.js';
-import { BucketModel } from '../../core/token-bucket.js';
+import { BucketModel, type EncodedRequest } from '../../core/token-bucket.js';
+import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { tokenBucketCases } from '../cases/token-bucket-cases.js';
 import { CASE_EPOCH_MICROS, checkExpectations, prepareCase } from '../helpers/case-runner.js';
+import { describeClaimAgreement } from '../helpers/claim-agreement.js';
 import { tokenBucketWithClockArg } from '../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../harness/fixtures.js';
 
@@ -157,4 +159,28 @@ describe('the call deadline (Redis time)', () => {
     );
     expect(() => scriptCall([request], 1.5)).toThrow(RangeError);
   });
+});
+
+// A several-group request's claim marks the plain record key a one-group request of its slot would use
+// (regional-agent/decisions/idempotency-claim.ts): the script and the model must both read the mark as another
+// request's record, and the claim must find a record there.
+const claims = new RedisDecisionStore(redis, { timeoutMs: 5000 });
+describeClaimAgreement('token-bucket', () => {
+  const prefix = uniquePrefix('claim');
+  const { request, nowMicros } = prepareCase(prefix, {
+    name: 'one check',
+    steps: [{ at: 0, checks: [{ bucket: 'a', capacity: 10, refillPerSecond: 1 }], idempotencyKey: 'k' }],
+  })[0]!;
+  return {
+    request,
+    key: request.idempotency!.key,
+    nowMicros,
+    model: new BucketModel(),
+    claims,
+    script: async (r: EncodedRequest, now: number) => {
+      const { keys, argv } = scriptArguments(r);
+      return parseReply(await run(keys.length, ...keys, ...argv, String(now)), r.checks.length);
+    },
+    untouched: async () => (await redis.exists(`rl:v1:{${prefix}}:a`)) === 0,
+  };
 });
