@@ -119,7 +119,7 @@ describe('GrantPool', () => {
     expect(pool.stats()).toMatchObject({ local: 6, held: 0, tokensReturned: 14, tokensLost: 0 });
   });
 
-  it('layered checks, dry runs and idempotent requests are never decided on a grant', async () => {
+  it('layered checks, dry runs, idempotent requests and checks naming a class are never decided on a grant', async () => {
     const a = agent(100);
     const pool = new GrantPool(a.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
     run(pool, 3);
@@ -128,6 +128,8 @@ describe('GrantPool', () => {
     expect(pool.trySpend({ policy: 'p', subject: 's', dryRun: true })).toBeUndefined();
     expect(pool.trySpend({ policy: 'p', subject: 's', idempotencyKey: 'k' })).toBeUndefined();
     expect(pool.trySpend({ checks: [{ policy: 'p', subject: 's' }] })).toBeUndefined();
+    // A grant is taken at the class the policy gives the subject: a check naming one is asked at the agent.
+    expect(pool.trySpend({ policy: 'p', subject: 's', class: 'free' })).toBeUndefined();
     await pool.close();
   });
 
@@ -185,6 +187,12 @@ describe('GrantPool', () => {
     const d3 = pool.trySpend({ ...body, cost: 3 });
     expect(d3?.results[0]?.remaining).toBe(2);
     expect(d3?.headers['RateLimit']).toBe('"p";r=2;t=5');
+    // A denial of a check naming a class is that class's bucket: never repeated for the subject's own.
+    const other = { policy: 'p', subject: 'c' };
+    expect(pool.trySpend(other)).toBeUndefined();
+    pool.observe({ ...other, class: 'free' }, denied());
+    expect(pool.trySpend(other)).toBeUndefined();
+    expect(pool.trySpend({ ...other, class: 'free' })).toBeUndefined();
   });
 
   it('repeats denials of cold subjects too, and never those of a policy without grants', async () => {

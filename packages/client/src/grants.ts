@@ -26,7 +26,7 @@
  * any moment; Retry-After is only the oldest lease's expiry), nor strict ones (decided at the home region),
  * nor denials of a shared bucket, a share or a failure (their Retry-After is not the subject's refill).
  */
-import type { DecisionRequest } from '../../../core/agent-wire.js';
+import type { DecisionRequest, SingleDecisionRequest } from '../../../core/agent-wire.js';
 import { GrantResponse } from '../../../core/grant-wire.js';
 import type { ClientCheckResult, Decision } from './agent-client.js';
 
@@ -166,8 +166,7 @@ export class GrantPool {
    * way; synchronous.
    */
   trySpend(body: DecisionRequest): GrantDecision | undefined {
-    if (this.#closed || 'checks' in body || body.dryRun === true || body.idempotencyKey !== undefined)
-      return undefined;
+    if (this.#closed || !grantable(body)) return undefined;
     if (this.#noGrants.has(body.policy)) return undefined;
     const entry = this.#entry(body.policy, body.subject, this.#now());
     const cost = body.cost ?? 1;
@@ -188,7 +187,9 @@ export class GrantPool {
 
   /** Told of every decision the agent made: a hot subject it admitted gets a grant for its next checks. */
   observe(body: DecisionRequest, decision: Decision): void {
-    if (this.#closed || 'checks' in body || decision.degraded !== undefined) return;
+    // A check naming a class is neither granted nor remembered as a denial: the pool keeps one entry per
+    // subject, at the class the policy gives it, and another class's bucket has other limits.
+    if (this.#closed || !grantable(body) || decision.degraded !== undefined) return;
     const result = decision.results[0];
     const header = decision.headers['RateLimit-Policy'];
     if (header !== undefined && !this.#policyHeaders.has(body.policy))
@@ -436,6 +437,20 @@ export class GrantPool {
 function retryHeaders(policy: string, retryAfterMs: number, remaining: number): Record<string, string> {
   const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
   return { RateLimit: `"${policy}";r=${remaining};t=${seconds}`, 'Retry-After': String(seconds) };
+}
+
+/**
+ * Whether `body` may be decided on a grant or teach the pool about its subject: a single check, not a dry run,
+ * without an idempotency key, and without a `class` (a grant is taken at the class the policy gives the subject;
+ * a check naming another would spend, or be refused on, a bucket with other limits).
+ */
+function grantable(body: DecisionRequest): body is SingleDecisionRequest {
+  return (
+    !('checks' in body) &&
+    body.dryRun !== true &&
+    body.idempotencyKey === undefined &&
+    body.class === undefined
+  );
 }
 
 function keyOf(policy: string, subject: string): string {
