@@ -5,6 +5,7 @@
  */
 import { ManualClock } from '../../core/clock.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
+import type { DemandSnapshot } from '../../core/lease/demand-snapshot.js';
 import { LeaseCoordinator, type LeaseCoordinatorOptions } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
 import type { Policy } from '../../core/policy.js';
@@ -62,6 +63,8 @@ export class ProtocolLoop {
   engine: LeaseCoordinator | undefined;
   readonly kv = new Map<string, { record: AllocationRecord; revision: number }>();
   readonly registry = new Map<string, AgentRegistration>();
+  /** The demand snapshots the coordinator persisted, by policy (its KV bucket `<ns>-demand`). */
+  readonly demandSnapshots = new Map<string, DemandSnapshot>();
   revision = 0;
   messages = 0;
   readonly #queue: Event[] = [];
@@ -136,6 +139,8 @@ export class ProtocolLoop {
       lease: { maxOverridesPerPolicy: 16, ...this.#options.lease },
       records: [...this.kv.values()],
       agents: [...this.registry.values()],
+      // A successor seeds demand and move state from what its predecessor persisted, as the real one does.
+      demandSnapshots: [...this.demandSnapshots.values()],
       ...extra,
     });
     for (const p of this.#policies.values()) this.engine.upsertPolicy(p);
@@ -177,6 +182,10 @@ export class ProtocolLoop {
     for (const change of engine.takeRegistryWrites()) {
       if ('put' in change) this.registry.set(change.put.agentId, change.put);
       else this.registry.delete(change.delete);
+    }
+    for (const write of engine.takeDemandSnapshots()) {
+      if (write.snapshot === null) this.demandSnapshots.delete(write.policy);
+      else this.demandSnapshots.set(write.policy, write.snapshot);
     }
   }
 

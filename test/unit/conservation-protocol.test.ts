@@ -256,10 +256,30 @@ describe('conservation under failures', () => {
     for (const a of loop.agents) expect(a.lease.mode()).toBe('settled');
     loop.checker.assertHeld();
     loop.startCoordinator();
+    // The successor seeded its demand from the snapshot its predecessor persisted (us-heavy, 20 s old).
+    expect(loop.engine!.snapshotOutcomes.get('restored')).toBe(1);
     loop.advance(5000);
     expect(loop.engine!.learning()).toBe(true);
     loop.advance(40_000);
     expect(loop.engine!.learning()).toBe(false);
+    expect(loop.shares('writes')['eu']).toBeGreaterThan(0.6);
+    loop.checker.assertHeld();
+  });
+
+  it('holds through a coordinator crash in the middle of a confirmation, its successor carrying on from the snapshot', () => {
+    const loop = settled({ us: 80, eu: 10, ap: 10 });
+    loop.setDemand('us', 'writes', 10);
+    loop.setDemand('eu', 'writes', 80);
+    // Past the band for longer than a round, short of the 2 s confirmation: the move is under way, not made.
+    loop.advance(1500);
+    const before = { ...loop.shares('writes') };
+    loop.advance(5000); // the snapshot of the move under way is written (at most every 5 s)
+    loop.killCoordinator();
+    loop.advance(3000);
+    loop.startCoordinator();
+    expect(loop.engine!.snapshotOutcomes.get('restored')).toBe(1);
+    loop.advance(60_000);
+    expect(before['eu']).toBeLessThan(0.2);
     expect(loop.shares('writes')['eu']).toBeGreaterThan(0.6);
     loop.checker.assertHeld();
   });
