@@ -56,7 +56,7 @@ export interface AgentFixtureOptions {
   readonly deps?: Partial<Omit<AgentDeps, 'store' | 'policies' | 'shares'>>;
   /** Listen on a free loopback port (`url`); otherwise tests use `app.inject`. */
   readonly listen?: boolean;
-  /** Serve Envoy's rate-limit service over gRPC on a free loopback port too (`rls`). */
+  /** Serve Envoy's rate-limit service over gRPC on a free loopback port too (`rlsListener`). */
   readonly rls?: boolean;
 }
 
@@ -67,8 +67,8 @@ export interface AgentFixture extends AsyncDisposable {
   readonly config: AgentConfig;
   /** The agent's HTTP address; throws unless it was asked to listen. */
   readonly url: string;
-  /** The gRPC rate-limit listener; throws unless it was asked for. */
-  readonly rls: RlsListener;
+  /** The gRPC rate-limit listener (`agent.rls` is the service behind it); throws unless it was asked for. */
+  readonly rlsListener: RlsListener;
   readonly redis: Redis | Cluster;
   /** The Redis server, when the fixture started it or was given it. */
   readonly server: RedisServer | undefined;
@@ -165,7 +165,7 @@ export async function agentFixture(options: AgentFixtureOptions): Promise<AgentF
         if (url === undefined) throw new Error('the agent was not asked to listen');
         return url;
       },
-      get rls(): RlsListener {
+      get rlsListener(): RlsListener {
         if (rls === undefined) throw new Error('the agent was not asked to serve the rate-limit service');
         return rls;
       },
