@@ -119,7 +119,10 @@ export async function agentFixture(options: AgentFixtureOptions): Promise<AgentF
     }
     const config = AgentConfig.parse({
       region: 'us',
-      ...(target ?? { redisUrl: 'redis://unused' }),
+      // Where Redis is, unless the test says (one of the three, as the schema requires).
+      ...(['redisUrl', 'redisClusterNodes', 'redisSentinels'].some((k) => options.config?.[k] !== undefined)
+        ? {}
+        : (target ?? { redisUrl: 'redis://unused' })),
       policiesFile: 'unused',
       decisionDeadlineMs: 2000,
       storeTimeoutMs: 2000,
