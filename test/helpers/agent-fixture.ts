@@ -92,6 +92,46 @@ function where(choice: AgentRedis, own: RedisServer | undefined): RedisTarget | 
   return undefined;
 }
 
+/**
+ * The agent on a client the caller connected and closes (not ready yet: await `agent.ready`), for helpers that
+ * build agents synchronously; `agentFixture` is the same agent with its Redis and teardown.
+ */
+export function agentOn(
+  redis: Redis | Cluster,
+  options: Omit<AgentFixtureOptions, 'redis' | 'clock' | 'listen' | 'rls'>,
+  target?: RedisTarget,
+  clock?: RedisClock,
+): { agent: AgentApp; config: AgentConfig; store: RedisDecisionStore } {
+  const config = AgentConfig.parse({
+    region: 'us',
+    // Where Redis is, unless the test says (one of the three, as the schema requires).
+    ...(['redisUrl', 'redisClusterNodes', 'redisSentinels'].some((k) => options.config?.[k] !== undefined)
+      ? {}
+      : (target ?? { redisUrl: 'redis://unused' })),
+    policiesFile: 'unused',
+    decisionDeadlineMs: 2000,
+    storeTimeoutMs: 2000,
+    ...options.config,
+  });
+  const store = new RedisDecisionStore(redis, {
+    timeoutMs: config.storeTimeoutMs,
+    ...(clock === undefined ? {} : { clock }),
+  });
+  const policies = options.policies;
+  const shares = options.shares ?? new StaticShareView();
+  const agent = buildApp(
+    {
+      log: pino({ level: 'silent' }),
+      ...options.deps,
+      store: options.store === undefined ? store : options.store(store),
+      policies: 'length' in policies ? new StaticPolicySource([...policies]) : policies,
+      shares: isShareView(shares) ? shares : new StaticShareView({ ...shares }),
+    },
+    config,
+  );
+  return { agent, config, store };
+}
+
 /** Build the agent, wait until it is ready; on a failure, undo what was started and rethrow. */
 export async function agentFixture(options: AgentFixtureOptions): Promise<AgentFixture> {
   const choice = options.redis ?? 'shared';
@@ -117,17 +157,6 @@ export async function agentFixture(options: AgentFixtureOptions): Promise<AgentF
         throw new Error(`Redis not ready within 10 s: ${JSON.stringify(target)}`);
       redis = client;
     }
-    const config = AgentConfig.parse({
-      region: 'us',
-      // Where Redis is, unless the test says (one of the three, as the schema requires).
-      ...(['redisUrl', 'redisClusterNodes', 'redisSentinels'].some((k) => options.config?.[k] !== undefined)
-        ? {}
-        : (target ?? { redisUrl: 'redis://unused' })),
-      policiesFile: 'unused',
-      decisionDeadlineMs: 2000,
-      storeTimeoutMs: 2000,
-      ...options.config,
-    });
     let clock: RedisClock | undefined;
     if (options.clock !== undefined) {
       const started = new RedisClock(redis, { sampleEveryMs: options.clock.sampleEveryMs });
@@ -135,22 +164,7 @@ export async function agentFixture(options: AgentFixtureOptions): Promise<AgentF
       await started.sample();
       clock = started;
     }
-    const store = new RedisDecisionStore(redis, {
-      timeoutMs: config.storeTimeoutMs,
-      ...(clock === undefined ? {} : { clock }),
-    });
-    const policies = options.policies;
-    const shares = options.shares ?? new StaticShareView();
-    const agent = buildApp(
-      {
-        log: pino({ level: 'silent' }),
-        ...options.deps,
-        store: options.store === undefined ? store : options.store(store),
-        policies: 'length' in policies ? new StaticPolicySource([...policies]) : policies,
-        shares: isShareView(shares) ? shares : new StaticShareView({ ...shares }),
-      },
-      config,
-    );
+    const { agent, config, store } = agentOn(redis, options, target, clock);
     undo.push(() => agent.close());
     await agent.ready;
     const url = options.listen === true ? await agent.app.listen({ host: '127.0.0.1', port: 0 }) : undefined;
