@@ -103,11 +103,7 @@ async function timed(
   return { ms, result: body.results[0]!, allowed: body.allowed };
 }
 
-async function metric(pattern: RegExp): Promise<number> {
-  const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
-  const match = pattern.exec(text);
-  return match === null ? 0 : Number(match[1]);
-}
+const metric = (pattern: RegExp) => fixture.metric(pattern);
 
 /** Poll until a `closed` decision is an ordinary one again; returns how long it took. */
 function recovered(withinMs: number): Promise<number> {

@@ -46,12 +46,6 @@ async function startAgent(
 const decide = (agent: AgentApp, payload: object) =>
   agent.app.inject({ method: 'POST', url: '/v1/decisions', payload });
 
-async function metric(agent: AgentApp, pattern: RegExp): Promise<number> {
-  const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
-  const match = pattern.exec(text);
-  return match === null ? 0 : Number(match[1]);
-}
-
 let server: RedisServer;
 beforeAll(async () => {
   server = await backend().startRedis();
@@ -110,10 +104,7 @@ describe('only Redis failures open the breaker', () => {
     expect(answers.filter((d) => d.allowed)).toHaveLength(200);
     expect(a.agent.guard.status).toMatchObject({ state: 'closed', cause: null });
     expect(
-      await metric(
-        a.agent,
-        /quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/,
-      ),
+      await a.metric(/quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/),
     ).toBe(0);
   });
 
@@ -212,14 +203,12 @@ describe('admission control', () => {
     expect(decided.map((d) => d.allowed)).toEqual([true, true, true, true]);
     expect(decided.map((d) => d.results[0]!.remaining).sort()).toEqual([1, 2, 3, 4]);
     expect(
-      await metric(
-        a.agent,
+      await a.metric(
         /quotaplane_shed_decisions_total\{region="us",route="http",reason="overloaded",cause="in_flight"\} (\d+)/,
       ),
     ).toBe(3);
     expect(
-      await metric(
-        a.agent,
+      await a.metric(
         /quotaplane_shed_decisions_total\{region="us",route="forward_auth",reason="overloaded",cause="in_flight"\} (\d+)/,
       ),
     ).toBe(1);
@@ -303,8 +292,7 @@ describe('admission control covers every route that reaches the store', () => {
       ['grpc', 1],
     ] as const) {
       expect(
-        await metric(
-          a.agent,
+        await a.metric(
           new RegExp(
             `quotaplane_shed_decisions_total\\{region="us",route="${route}",reason="overloaded",cause="in_flight"\\} (\\d+)`,
           ),
