@@ -72,6 +72,7 @@ export interface AgentFixture extends AsyncDisposable {
   readonly redis: Redis | Cluster;
   /** The Redis server, when the fixture started it or was given it. */
   readonly server: RedisServer | undefined;
+  /** The Redis store (inside the `store` option's wrapper, when one was given). */
   readonly store: RedisDecisionStore;
   readonly clock: RedisClock | undefined;
   /** The first number of `/metrics` matching `pattern`'s group, 0 when absent. */
