@@ -1,11 +1,8 @@
 import type { Cluster, Redis } from 'ioredis';
-import { pino } from 'pino';
 import type { Policy } from '../../core/policy.js';
-import { StaticShareView, type ShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { ShareView } from '../../core/shares.js';
+import type { AgentApp } from '../../regional-agent/app.js';
+import { agentOn } from './agent-fixture.js';
 
 /**
  * An agent on a real Redis (or cluster) with static policies and shares, generous timeouts (these tests count
@@ -16,21 +13,10 @@ export function agentOnRedis(
   policies: readonly Policy[],
   options: { shares?: ShareView; region?: string; sweepMs?: number; random?: () => number } = {},
 ): AgentApp {
-  return buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 2000 }),
-      policies: new StaticPolicySource([...policies]),
-      shares: options.shares ?? new StaticShareView(),
-      log: pino({ level: 'silent' }),
-      ...(options.random === undefined ? {} : { random: options.random }),
-    },
-    AgentConfig.parse({
-      region: options.region ?? 'us',
-      redisUrl: 'redis://unused',
-      policiesFile: 'unused',
-      decisionDeadlineMs: 2000,
-      storeTimeoutMs: 2000,
-      reservationSweepMs: options.sweepMs ?? 0,
-    }),
-  );
+  return agentOn(redis, {
+    policies,
+    ...(options.shares === undefined ? {} : { shares: options.shares }),
+    ...(options.random === undefined ? {} : { deps: { random: options.random } }),
+    config: { region: options.region ?? 'us', reservationSweepMs: options.sweepMs ?? 0 },
+  }).agent;
 }

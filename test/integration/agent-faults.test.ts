@@ -1,18 +1,15 @@
 import type { Cluster, Redis } from 'ioredis';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, type CheckResult } from '../../core/agent-wire.js';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import type { RedisServer } from '../harness/backend.js';
 import { backend, uniquePrefix } from '../harness/fixtures.js';
 import { eventually } from '../helpers/wait.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 // The decision deadline and the store timeout. 50 ms (the production store timeout) was missed by a healthy
 // Redis Cluster's first decisions on a loaded CI machine (load average above 20 on two cores): its processes
@@ -91,6 +88,7 @@ async function startTarget(kind: 'redis' | 'cluster'): Promise<Target> {
 }
 
 let target: Target;
+let fixture: AgentFixture;
 let agent: AgentApp;
 
 async function timed(
@@ -105,11 +103,7 @@ async function timed(
   return { ms, result: body.results[0]!, allowed: body.allowed };
 }
 
-async function metric(pattern: RegExp): Promise<number> {
-  const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
-  const match = pattern.exec(text);
-  return match === null ? 0 : Number(match[1]);
-}
+const metric = (pattern: RegExp) => fixture.metric(pattern);
 
 /** Poll until a `closed` decision is an ordinary one again; returns how long it took. */
 function recovered(withinMs: number): Promise<number> {
@@ -130,27 +124,22 @@ describe.each(['redis', 'cluster'] as const)(
   (kind) => {
     beforeAll(async () => {
       target = await startTarget(kind);
-      agent = buildApp(
-        {
-          store: new RedisDecisionStore(target.redis, { timeoutMs: DEADLINE_MS }),
-          policies: new StaticPolicySource(policies),
-          shares: new StaticShareView(),
-          log: pino({ level: 'silent' }),
-        },
-        AgentConfig.parse({
-          region: 'us',
+      fixture = await agentFixture({
+        policies,
+        redis: { client: target.redis },
+        config: {
           ...target.config,
-          policiesFile: 'unused',
           decisionDeadlineMs: DEADLINE_MS,
+          storeTimeoutMs: DEADLINE_MS,
           breakerResetMs: 300,
           breakerVolumeThreshold: 5,
           emergencyFraction: 0.1,
-        }),
-      );
-      await agent.ready;
+        },
+      });
+      ({ agent } = fixture);
     });
     afterAll(async () => {
-      await agent.close();
+      await fixture[Symbol.asyncDispose]();
       await target.dispose();
     });
 

@@ -1,17 +1,11 @@
 import type { Cluster, Redis } from 'ioredis';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, Problem } from '../../core/agent-wire.js';
 import { bucketKey, idempotencyRecordKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import { uniquePrefix } from '../harness/fixtures.js';
-import { inject } from 'vitest';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const policies = [
   parsePolicy({ name: 'writes', capacity: 3, refillPerSecond: 0.001, idleTtlSeconds: 3600 }),
@@ -20,20 +14,10 @@ const policies = [
   parsePolicy({ name: 'shared', capacity: 288, refillPerSecond: 0.001, maxCost: 2, idleTtlSeconds: 300_000 }),
 ];
 
-const config = (over: Record<string, unknown> = {}) =>
-  AgentConfig.parse({ region: 'us', redisUrl: 'redis://127.0.0.1:1', policiesFile: 'unused', ...over });
-
 let redis: Redis | Cluster;
 let agent: AgentApp;
 let legacy: AgentApp;
-
-/** Connect to the suite's single Redis, or to its 3-master Redis Cluster, the way the agent does. */
-function connect(backend: 'redis' | 'cluster'): Redis | Cluster {
-  if (backend === 'cluster')
-    return connectRedis({ redisClusterNodes: inject('redisCluster').map((n) => `${n.host}:${n.port}`) });
-  const { host, port } = inject('redis');
-  return connectRedis({ redisUrl: `redis://${host}:${port}` });
-}
+let fixtures: AgentFixture[] = [];
 
 async function decide(body: unknown, app = agent) {
   const res = await app.app.inject({ method: 'POST', url: '/v1/decisions', payload: body as object });
@@ -48,23 +32,24 @@ function problemOf(res: { statusCode: number; headers: Record<string, unknown>; 
 // Every test runs on one Redis and again on a Redis Cluster (issue 7: any region may use a cluster).
 describe.each(['redis', 'cluster'] as const)('agent HTTP API on %s', (backend) => {
   beforeAll(async () => {
-    redis = connect(backend);
-    redis.on('error', () => undefined);
-    await whenReady(redis, 10_000);
-    const deps = () => ({
-      store: new RedisDecisionStore(redis, { timeoutMs: 500 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView({ halved: 0.5, shared: 0.6 }),
-      log: pino({ level: 'silent' }),
+    const options = {
+      policies,
+      shares: { halved: 0.5, shared: 0.6 },
+      redis: backend === 'cluster' ? ('cluster' as const) : ('shared' as const),
+    };
+    const config = { decisionDeadlineMs: 500, storeTimeoutMs: 500 };
+    const first = await agentFixture({ ...options, config: { ...config, trustedProxies: ['127.0.0.1'] } });
+    const second = await agentFixture({
+      ...options,
+      redis: { client: first.redis },
+      config: { ...config, legacyHeaders: true },
     });
-    agent = buildApp(deps(), config({ trustedProxies: ['127.0.0.1'], decisionDeadlineMs: 500 }));
-    legacy = buildApp(deps(), config({ legacyHeaders: true, decisionDeadlineMs: 500 }));
-    await Promise.all([agent.ready, legacy.ready]);
+    fixtures = [second, first];
+    ({ agent, redis } = first);
+    legacy = second.agent;
   });
   afterAll(async () => {
-    await agent.app.close();
-    await legacy.app.close();
-    redis.disconnect();
+    for (const f of fixtures) await f[Symbol.asyncDispose]();
   });
 
   describe('POST /v1/decisions', () => {

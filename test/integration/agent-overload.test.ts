@@ -5,80 +5,46 @@
  */
 import type { InjectOptions } from 'fastify';
 import type { Redis } from 'ioredis';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, Problem } from '../../core/agent-wire.js';
 import { bucketKey, idempotencyRecordKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
-import { RedisClock } from '../../regional-agent/redis/redis-clock.js';
+import type { AgentApp } from '../../regional-agent/app.js';
+import { DEFAULT_DECISION_DEADLINE_MS } from '../../regional-agent/config.js';
 import type { RedisServer } from '../harness/backend.js';
 import { backend, uniquePrefix } from '../harness/fixtures.js';
 import { eventually } from '../helpers/wait.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const policies = [
   parsePolicy({ name: 'closed', capacity: 100, refillPerSecond: 1 }),
   parsePolicy({ name: 'small', capacity: 5, refillPerSecond: 1, maxCost: 5 }),
 ];
 
-interface Agent extends AsyncDisposable {
-  agent: AgentApp;
-  redis: Redis;
-  clock: RedisClock;
-}
-
-async function startAgent(server: RedisServer, over: Record<string, unknown>): Promise<Agent> {
-  const redis = connectRedis({ redisUrl: server.url }) as Redis;
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
-  const clock = new RedisClock(redis, { sampleEveryMs: 200 });
-  await clock.sample();
-  const config = AgentConfig.parse({
-    region: 'us',
-    redisUrl: server.url,
-    policiesFile: 'unused',
-    breakerVolumeThreshold: 5,
-    breakerResetMs: 300,
-    trustedProxies: ['127.0.0.1'],
-    // Tests that are not about the store timeout wait for slow replies on a busy machine.
-    storeTimeoutMs: 2000,
-    ...over,
+/** An agent on `server`, its store's deadlines carried into the scripts by a Redis clock. */
+async function startAgent(
+  server: RedisServer,
+  over: Record<string, unknown>,
+): Promise<AgentFixture & { redis: Redis }> {
+  const fixture = await agentFixture({
+    policies,
+    redis: { server },
+    clock: { sampleEveryMs: 200 },
+    config: {
+      decisionDeadlineMs: DEFAULT_DECISION_DEADLINE_MS,
+      breakerVolumeThreshold: 5,
+      breakerResetMs: 300,
+      trustedProxies: ['127.0.0.1'],
+      // Tests that are not about the store timeout wait for slow replies on a busy machine.
+      storeTimeoutMs: 2000,
+      ...over,
+    },
   });
-  const agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: config.storeTimeoutMs, clock }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    config,
-  );
-  await agent.ready;
-  return {
-    agent,
-    redis,
-    clock,
-    async [Symbol.asyncDispose]() {
-      await agent.close();
-      clock.close();
-      redis.disconnect();
-    },
-  };
+  return fixture as AgentFixture & { redis: Redis };
 }
 
 const decide = (agent: AgentApp, payload: object) =>
   agent.app.inject({ method: 'POST', url: '/v1/decisions', payload });
-
-async function metric(agent: AgentApp, pattern: RegExp): Promise<number> {
-  const text = (await agent.app.inject({ method: 'GET', url: '/metrics' })).body;
-  const match = pattern.exec(text);
-  return match === null ? 0 : Number(match[1]);
-}
 
 let server: RedisServer;
 beforeAll(async () => {
@@ -138,10 +104,7 @@ describe('only Redis failures open the breaker', () => {
     expect(answers.filter((d) => d.allowed)).toHaveLength(200);
     expect(a.agent.guard.status).toMatchObject({ state: 'closed', cause: null });
     expect(
-      await metric(
-        a.agent,
-        /quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/,
-      ),
+      await a.metric(/quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)/),
     ).toBe(0);
   });
 
@@ -240,14 +203,12 @@ describe('admission control', () => {
     expect(decided.map((d) => d.allowed)).toEqual([true, true, true, true]);
     expect(decided.map((d) => d.results[0]!.remaining).sort()).toEqual([1, 2, 3, 4]);
     expect(
-      await metric(
-        a.agent,
+      await a.metric(
         /quotaplane_shed_decisions_total\{region="us",route="http",reason="overloaded",cause="in_flight"\} (\d+)/,
       ),
     ).toBe(3);
     expect(
-      await metric(
-        a.agent,
+      await a.metric(
         /quotaplane_shed_decisions_total\{region="us",route="forward_auth",reason="overloaded",cause="in_flight"\} (\d+)/,
       ),
     ).toBe(1);
@@ -331,8 +292,7 @@ describe('admission control covers every route that reaches the store', () => {
       ['grpc', 1],
     ] as const) {
       expect(
-        await metric(
-          a.agent,
+        await a.metric(
           new RegExp(
             `quotaplane_shed_decisions_total\\{region="us",route="${route}",reason="overloaded",cause="in_flight"\\} (\\d+)`,
           ),

@@ -2,62 +2,37 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
 import { parsePoliciesFile } from '../../regional-agent/policies/file-policy-source.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { AgentClient, AgentRequestError } from '@quotaplane/client';
 import { quotaplane } from '@quotaplane/client/fastify';
 import { buildReportsApp } from '../../examples/reports-service/app.js';
 import { uniquePrefix } from '../harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const policiesPath = new URL('../../examples/reports-service/policies.json', import.meta.url);
 const policies = parsePoliciesFile('policies.json', readFileSync(policiesPath, 'utf8'));
 
-let redis: Redis;
-let agent: AgentApp;
-let agentUrl: string;
+let agent: AgentFixture;
 let connections = 0;
 let client: AgentClient;
 let service: FastifyInstance;
 
 beforeAll(async () => {
-  const { host, port } = inject('redis');
-  redis = new Redis({ host, port, ...decisionRedisOptions });
-  redis.on('error', () => undefined);
-  await whenReady(redis, 5000);
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 500 }),
-      policies: new StaticPolicySource([...policies.values()]),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: 'redis://127.0.0.1:1',
-      policiesFile: 'unused',
-      decisionDeadlineMs: 500,
-      storeTimeoutMs: 500,
-    }),
-  );
-  await agent.ready;
-  agentUrl = await agent.app.listen({ host: '127.0.0.1', port: 0 });
+  agent = await agentFixture({
+    policies: [...policies.values()],
+    config: { decisionDeadlineMs: 500, storeTimeoutMs: 500 },
+    listen: true,
+  });
   agent.app.server.on('connection', () => connections++);
-  client = new AgentClient({ baseUrl: agentUrl, timeoutMs: 1000 });
+  client = new AgentClient({ baseUrl: agent.url, timeoutMs: 1000 });
   service = await buildReportsApp({ client });
 });
 afterAll(async () => {
   await service.close();
   client.close();
-  await agent.app.close();
-  redis.disconnect();
+  await agent[Symbol.asyncDispose]();
 });
 
 const exportReport = (tenant: string, pages = 1) =>
@@ -209,7 +184,7 @@ describe('the plugin never shows the agent internals to end users', () => {
 
   it('an unknown policy is a loud log, a count, a callback and a 500 naming it, whatever the failure mode', async () => {
     const own = new AgentClient({
-      baseUrl: agentUrl,
+      baseUrl: agent.url,
       timeoutMs: 2000,
       fallback: { capacity: 2, refillPerSecond: 0.001 },
     });

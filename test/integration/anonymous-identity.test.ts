@@ -6,18 +6,13 @@
  * docs/anonymous-identity.md admits exactly what each layer allows.
  */
 import type { Redis } from 'ioredis';
-import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse, Problem } from '../../core/agent-wire.js';
 import { bucketKey, shardKey } from '../../core/keys.js';
 import { parsePolicy, type Policy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
 import { creationKey } from '../../core/subject-creation.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { AgentApp } from '../../regional-agent/app.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 import { docBlock } from '../helpers/doc-blocks.js';
 import { uniquePrefix } from '../harness/fixtures.js';
 
@@ -61,29 +56,19 @@ const ACCOUNT = `${u}-login-account`;
 const PREFIX = `${u}-login-prefix`;
 const CEILING = `${u}-login-ceiling`;
 
+let fixture: AgentFixture;
 let redis: Redis;
 let agent: AgentApp;
 let draws = 0;
 
 beforeAll(async () => {
-  const { host, port } = inject('redis');
-  redis = connectRedis({ redisUrl: `redis://${host}:${port}` }) as Redis;
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
   const policies = [capped, net, ...login.values()];
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 5000 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(Object.fromEntries(policies.map((p) => [p.name, 1]))),
-      log: pino({ level: 'silent' }),
-      // A decision draws twice: its shard (a sharded check), then whether to log it. Shards go round in turn.
-      random: () => (Math.floor(draws++ / 2) % 8) / 8 + 0.01,
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: `redis://${host}:${port}`,
-      policiesFile: 'unused',
+  fixture = await agentFixture({
+    policies,
+    shares: Object.fromEntries(policies.map((p) => [p.name, 1])),
+    // A decision draws twice: its shard (a sharded check), then whether to log it. Shards go round in turn.
+    deps: { random: () => (Math.floor(draws++ / 2) % 8) / 8 + 0.01 },
+    config: {
       decisionDeadlineMs: 5000,
       storeTimeoutMs: 5000,
       reservationSweepMs: 0,
@@ -91,13 +76,13 @@ beforeAll(async () => {
       rlsRules: {
         rules: [{ entries: [{ key: 'remote_address' }], policy: NET, subject: '{remote_address:ip}' }],
       },
-    }),
-  );
-  await agent.ready;
+    },
+  });
+  ({ agent } = fixture);
+  redis = fixture.redis as Redis;
 });
 afterAll(async () => {
-  await agent.app.close();
-  redis.disconnect();
+  await fixture[Symbol.asyncDispose]();
 });
 
 async function post(body: object) {

@@ -5,68 +5,47 @@
  * layered checks of one element all-or-nothing, a batch above the bound refused whole with nothing charged, and
  * admission control counting every element.
  */
-import { Redis } from 'ioredis';
-import { pino } from 'pino';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Problem } from '../../core/agent-wire.js';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { BatchResponse, MAX_DECISIONS_PER_BATCH } from '../../core/batch-wire.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
-import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import type { AgentApp } from '../../regional-agent/app.js';
+import { uniquePrefix } from '../harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const policies = [
   parsePolicy({ name: 'hundred', capacity: 100, refillPerSecond: 0.001 }),
   parsePolicy({ name: 'wide', capacity: 1000, refillPerSecond: 0.001, maxCost: 5 }),
 ];
 
-let server: RedisServer;
+let fixture: AgentFixture;
+let tightFixture: AgentFixture;
 let redis: Redis;
 let agent: AgentApp;
 let tight: AgentApp;
 
-function agentWith(maxInFlight: number): AgentApp {
-  return buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 2000 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: 'redis://unused',
-      policiesFile: 'unused',
-      decisionDeadlineMs: 2000,
-      storeTimeoutMs: 2000,
-      reservationSweepMs: 0,
-      maxInFlight,
-    }),
-  );
-}
-
 beforeAll(async () => {
-  server = await backend().startRedis();
-  redis = new Redis(server.url, decisionRedisOptions);
-  redis.on('error', () => undefined);
-  await whenReady(redis, 5000);
-  agent = agentWith(1024);
-  tight = agentWith(4);
-  await agent.ready;
-  await tight.ready;
+  // A Redis of its own, so its command counts are the batch's alone; both agents share one client of it.
+  fixture = await agentFixture({
+    policies,
+    redis: 'own',
+    config: { reservationSweepMs: 0, maxInFlight: 1024 },
+  });
+  redis = fixture.redis as Redis;
+  tightFixture = await agentFixture({
+    policies,
+    redis: { client: redis },
+    config: { reservationSweepMs: 0, maxInFlight: 4 },
+  });
+  ({ agent } = fixture);
+  ({ agent: tight } = tightFixture);
 }, 30_000);
 
 afterAll(async () => {
-  await agent?.app.close();
-  await tight?.app.close();
-  redis?.disconnect();
-  await server?.[Symbol.asyncDispose]();
+  await tightFixture?.[Symbol.asyncDispose]();
+  await fixture?.[Symbol.asyncDispose]();
 });
 
 async function batch(on: AgentApp, decisions: unknown[]) {

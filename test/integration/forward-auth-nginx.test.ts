@@ -6,21 +6,16 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { pino } from 'pino';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { uniquePrefix } from '../harness/fixtures.js';
 import { startNginx, type NginxServer } from '../harness/nginx.js';
 import { docBlock, substitute } from '../helpers/doc-blocks.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const documented = docBlock('proxies.md', 'forward-auth-nginx');
 const SECRET = /X-Quota-Secret\s+"([^"]+)"/.exec(documented)![1]!;
@@ -37,6 +32,7 @@ const policies = [
   }),
 ];
 
+let fixture: AgentFixture;
 let redisServer: RedisServer;
 let redis: Redis;
 let agent: AgentApp;
@@ -49,29 +45,21 @@ const USERS = ['alice', 'bob', 'carol', 'dave', 'erin'].map(user);
 const BAD_USER = `bad*${run}`;
 
 beforeAll(async () => {
-  redisServer = await backend().startRedis();
-  redis = new Redis({ host: redisServer.host, port: redisServer.port, ...decisionRedisOptions });
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 100 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: redisServer.url,
-      policiesFile: 'unused',
+  fixture = await agentFixture({
+    policies,
+    redis: 'own',
+    listen: true,
+    config: {
       decisionDeadlineMs: 100,
+      storeTimeoutMs: 100,
       breakerResetMs: 1000,
       trustedProxies: ['127.0.0.1'],
       forwardAuthSecret: SECRET,
-    }),
-  );
-  await agent.ready;
-  const agentAddress = await agent.app.listen({ host: '127.0.0.1', port: 0 });
+    },
+  });
+  ({ agent, redis } = fixture as AgentFixture & { redis: Redis });
+  redisServer = fixture.server!;
+  const agentAddress = fixture.url;
 
   // The protected service: says which path it served and what it was told.
   service = createServer((req, res) => {
@@ -96,9 +84,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await nginx?.[Symbol.asyncDispose]();
   await new Promise((resolve) => service?.close(resolve));
-  await agent?.close();
-  redis?.disconnect();
-  await redisServer?.[Symbol.asyncDispose]();
+  await fixture?.[Symbol.asyncDispose]();
 });
 
 async function get(path: string, name: string, headers: Record<string, string> = {}) {

@@ -5,25 +5,20 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Redis } from 'ioredis';
-import { pino } from 'pino';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { uniquePrefix } from '../harness/fixtures.js';
 import { docBlock, substitute } from '../helpers/doc-blocks.js';
 import { startEnvoyModel } from '../helpers/proxy-models/envoy-model.js';
 import type { ModelServer } from '../helpers/proxy-models/model-server.js';
 import { startTraefikModel } from '../helpers/proxy-models/traefik-forward-auth.js';
 import { within } from '../helpers/within.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const traefikBlock = docBlock('proxies.md', 'forward-auth-traefik');
 const envoyBlock = docBlock('proxies.md', 'forward-auth-envoy');
@@ -41,6 +36,7 @@ const policies = [
   }),
 ];
 
+let fixture: AgentFixture;
 let redisServer: RedisServer;
 let redis: Redis;
 let agent: AgentApp;
@@ -58,29 +54,21 @@ const users: Record<string, string> = Object.fromEntries(
 beforeAll(async () => {
   expect(traefikBlock).toContain(SECRET);
   expect(envoyBlock).toContain(SECRET);
-  redisServer = await backend().startRedis();
-  redis = new Redis({ host: redisServer.host, port: redisServer.port, ...decisionRedisOptions });
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 100 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: redisServer.url,
-      policiesFile: 'unused',
+  fixture = await agentFixture({
+    policies,
+    redis: 'own',
+    listen: true,
+    config: {
       decisionDeadlineMs: 100,
+      storeTimeoutMs: 100,
       breakerResetMs: 1000,
       trustedProxies: ['127.0.0.1'],
       forwardAuthSecret: SECRET,
-    }),
-  );
-  await agent.ready;
-  const agentPort = new URL(await agent.app.listen({ host: '127.0.0.1', port: 0 })).port;
+    },
+  });
+  ({ agent, redis } = fixture as AgentFixture & { redis: Redis });
+  redisServer = fixture.server!;
+  const agentPort = new URL(fixture.url).port;
   service = createServer((req, res) => {
     seen.set(req.url ?? '', req.headers);
     res.setHeader('content-type', 'application/json');
@@ -112,9 +100,7 @@ afterAll(async () => {
   await traefik?.[Symbol.asyncDispose]();
   await envoy?.[Symbol.asyncDispose]();
   await new Promise((resolve) => service?.close(resolve));
-  await agent?.close();
-  redis?.disconnect();
-  await redisServer?.[Symbol.asyncDispose]();
+  await fixture?.[Symbol.asyncDispose]();
 });
 
 /** A JWT as Envoy's jwt_authn would have verified it (the model does not check signatures). */

@@ -1,17 +1,12 @@
 import type { InjectOptions } from 'fastify';
 import type { Redis } from 'ioredis';
-import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Problem } from '../../core/agent-wire.js';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import { uniqueIpv6Group, uniquePrefix } from '../harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const SECRET = 'forward-auth-secret-of-this-test';
 const policies = [
@@ -22,26 +17,17 @@ const policies = [
 ];
 
 let redis: Redis;
-const apps: AgentApp[] = [];
+const fixtures: AgentFixture[] = [];
 
-function agent(over: Record<string, unknown>): AgentApp {
-  const app = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 500 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: 'redis://127.0.0.1:1',
-      policiesFile: 'unused',
-      decisionDeadlineMs: 500,
-      ...over,
-    }),
-  );
-  apps.push(app);
-  return app;
+/** An agent on the suite's Redis (the first one's client serves all three). */
+async function agent(over: Record<string, unknown>): Promise<AgentApp> {
+  const fixture = await agentFixture({
+    policies,
+    ...(fixtures[0] === undefined ? {} : { redis: { client: fixtures[0].redis } }),
+    config: { decisionDeadlineMs: 500, storeTimeoutMs: 500, ...over },
+  });
+  fixtures.push(fixture);
+  return fixture.agent;
 }
 
 let open: AgentApp;
@@ -49,18 +35,13 @@ let secured: AgentApp;
 let nobody: AgentApp;
 
 beforeAll(async () => {
-  const { host, port } = inject('redis');
-  redis = connectRedis({ redisUrl: `redis://${host}:${port}` }) as Redis;
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
-  open = agent({ trustedProxies: ['127.0.0.1', '10.9.0.0/16'] });
-  secured = agent({ trustedProxies: ['127.0.0.1'], forwardAuthSecret: SECRET });
-  nobody = agent({});
-  await Promise.all(apps.map((a) => a.ready));
+  open = await agent({ trustedProxies: ['127.0.0.1', '10.9.0.0/16'] });
+  redis = fixtures[0]!.redis as Redis;
+  secured = await agent({ trustedProxies: ['127.0.0.1'], forwardAuthSecret: SECRET });
+  nobody = await agent({});
 });
 afterAll(async () => {
-  await Promise.all(apps.map((a) => a.app.close()));
-  redis.disconnect();
+  for (const f of fixtures.reverse()) await f[Symbol.asyncDispose]();
 });
 
 const ask = (app: AgentApp, options: InjectOptions) => app.app.inject({ method: 'GET', ...options });

@@ -9,18 +9,11 @@
  */
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import { RlsError } from '../../regional-agent/grpc/rls-service.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
-import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { uniquePrefix } from '../harness/fixtures.js';
 import { redisSnapshot } from '../helpers/redis-snapshot.js';
 import {
   admin,
@@ -28,6 +21,7 @@ import {
   reader,
   type CoordinatorFixture,
 } from '../helpers/coordinator-fixture.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const RUNS = 120;
 const policies = [
@@ -41,7 +35,7 @@ const policies = [
   }),
 ];
 
-let server: RedisServer;
+let fixture: AgentFixture;
 let redis: Redis;
 let agent: AgentApp;
 const run = uniquePrefix('fz');
@@ -98,32 +92,16 @@ const body = fc.oneof(
 
 describe('fuzzing the agent on a real Redis', () => {
   beforeAll(async () => {
-    server = await backend().startRedis();
-    redis = connectRedis({ redisUrl: server.url }) as Redis;
-    await whenReady(redis, 10_000);
-    agent = buildApp(
-      {
-        store: new RedisDecisionStore(redis, { timeoutMs: 2000 }),
-        policies: new StaticPolicySource(policies),
-        shares: new StaticShareView({}),
-        log: pino({ level: 'silent' }),
-      },
-      AgentConfig.parse({
-        region: 'us',
-        redisUrl: 'redis://127.0.0.1:1',
-        policiesFile: 'unused',
-        trustedProxies: ['127.0.0.1'],
-        decisionDeadlineMs: 2000,
-        storeTimeoutMs: 2000,
-        breakerVolumeThreshold: 1,
-      }),
-    );
-    await agent.ready;
+    fixture = await agentFixture({
+      policies,
+      redis: 'own',
+      config: { trustedProxies: ['127.0.0.1'], breakerVolumeThreshold: 1 },
+    });
+    ({ agent } = fixture);
+    redis = fixture.redis as Redis;
   });
   afterAll(async () => {
-    await agent?.app.close();
-    redis?.disconnect();
-    await server?.[Symbol.asyncDispose]();
+    await fixture?.[Symbol.asyncDispose]();
   });
 
   it('POST /v1/decisions: a decision or a 4xx, and a 4xx changes no bucket, no breaker, no other decision', async () => {

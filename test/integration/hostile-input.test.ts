@@ -17,20 +17,15 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { InjectOptions } from 'fastify';
 import type { Redis } from 'ioredis';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import { RlsError } from '../../regional-agent/grpc/rls-service.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { uniquePrefix } from '../harness/fixtures.js';
 import { redisSnapshot } from '../helpers/redis-snapshot.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 /** Longest a Redis command may run in this file, µs (SLOWLOG threshold): "a few milliseconds". */
 const SLOW_MICROS = 20_000;
@@ -88,6 +83,7 @@ const HOSTILE_NUMBERS = [
 /** Hostile numbers a JSON parser turns into a value (the rest are malformed JSON). */
 const PARSED_NUMBERS = HOSTILE_NUMBERS.filter((t) => !/^-?(NaN|Infinity)$/.test(t));
 
+let fixture: AgentFixture;
 let server: RedisServer;
 let redis: Redis;
 let agent: AgentApp;
@@ -159,38 +155,25 @@ const decisions = (payload: string): InjectOptions => ({
 });
 
 beforeAll(async () => {
-  server = await backend().startRedis();
-  redis = connectRedis({ redisUrl: server.url }) as Redis;
-  await whenReady(redis, 10_000);
-  await redis.config('SET', 'slowlog-log-slower-than', String(SLOW_MICROS));
-  await redis.slowlog('RESET');
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 2000 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView({}),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: 'redis://127.0.0.1:1',
-      policiesFile: 'unused',
+  fixture = await agentFixture({
+    policies,
+    redis: 'own',
+    config: {
       trustedProxies: ['127.0.0.1'],
-      decisionDeadlineMs: 2000,
-      storeTimeoutMs: 2000,
       breakerVolumeThreshold: 1,
       leaseTokenSecret: 'the lease key of region us, 32ch',
-    }),
-  );
-  await agent.ready;
+    },
+  });
+  ({ agent, server } = fixture as AgentFixture & { server: RedisServer });
+  redis = fixture.redis as Redis;
+  await redis.config('SET', 'slowlog-log-slower-than', String(SLOW_MICROS));
+  await redis.slowlog('RESET');
   loop.enable();
 });
 
 afterAll(async () => {
   loop.disable();
-  await agent?.app.close();
-  redis?.disconnect();
-  await server?.[Symbol.asyncDispose]();
+  await fixture?.[Symbol.asyncDispose]();
 });
 
 describe('hostile input at every agent entry point: a 4xx with a stable code, and nothing changes', () => {

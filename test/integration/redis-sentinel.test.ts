@@ -7,20 +7,15 @@
 import { createHash } from 'node:crypto';
 import calculateSlot from 'cluster-key-slot';
 import { Redis } from 'ioredis';
-import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady, type RedisTarget } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { connectRedis, RedisTarget } from '../../regional-agent/redis/connect.js';
 import { ackReplicas, luaSource, type ReplicaAck } from '../../regional-agent/redis/scripts.js';
 import { startReplicatedCluster, startSentinelGroup, type SentinelGroup } from '../helpers/redis-sentinel.js';
 import { eventually } from '../helpers/wait.js';
+import { agentFixture } from '../helpers/agent-fixture.js';
 
 const CAPACITY = 300;
 const WORKERS = 8;
@@ -72,36 +67,13 @@ async function agentOn(
   subject: string,
   options: { ack?: ReplicaAck; config?: Record<string, unknown> } = {},
 ): Promise<Agent> {
-  const redis = connectRedis(target);
-  redis.on('error', () => undefined);
+  const fixture = await agentFixture({
+    policies: [policy],
+    redis: { target },
+    config: { decisionDeadlineMs: 400, storeTimeoutMs: 300, ...options.config },
+  });
+  const { agent, redis } = fixture;
   if (options.ack !== undefined) ackReplicas(redis, options.ack);
-  expect(await whenReady(redis, 10_000)).toBe(true);
-  const agent = buildApp(
-    {
-      store: new RedisDecisionStore(redis, { timeoutMs: 300 }),
-      policies: new StaticPolicySource([policy]),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      ...target,
-      policiesFile: 'unused',
-      decisionDeadlineMs: 400,
-      storeTimeoutMs: 300,
-      ...options.config,
-    }),
-  );
-  const close = async () => {
-    await agent.close();
-    redis.disconnect();
-  };
-  try {
-    await agent.ready;
-  } catch (error) {
-    await close();
-    throw error;
-  }
   return {
     redis,
     async decide() {
@@ -114,7 +86,7 @@ async function agentOn(
       const body = DecisionResponse.parse(res.json());
       return { at: performance.now(), allowed: body.allowed, reason: body.results[0]!.reason };
     },
-    [Symbol.asyncDispose]: close,
+    [Symbol.asyncDispose]: () => fixture[Symbol.asyncDispose](),
   };
 }
 

@@ -5,24 +5,19 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Redis } from 'ioredis';
-import { pino } from 'pino';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { listenRls } from '../../regional-agent/grpc/rls-server.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { decisionRedisOptions, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
+import { uniquePrefix } from '../harness/fixtures.js';
 import { docBlock, substitute } from '../helpers/doc-blocks.js';
 import { startEnvoyModel } from '../helpers/proxy-models/envoy-model.js';
 import type { ModelServer } from '../helpers/proxy-models/model-server.js';
+import { eventually } from '../helpers/wait.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const block = docBlock('proxies.md', 'rls-envoy');
 const policies = [
@@ -36,6 +31,7 @@ const policies = [
   }),
 ];
 
+let fixture: AgentFixture;
 let redisServer: RedisServer;
 let redis: Redis;
 let agent: AgentApp;
@@ -43,31 +39,22 @@ let service: Server;
 let envoy: ModelServer;
 
 beforeAll(async () => {
-  redisServer = await backend().startRedis();
-  redis = new Redis({ host: redisServer.host, port: redisServer.port, ...decisionRedisOptions });
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
-  agent = buildApp(
-    {
+  fixture = await agentFixture({
+    policies,
+    redis: 'own',
+    rls: true,
+    config: {
+      decisionDeadlineMs: 100,
       // 250 ms (the default decision deadline), not the production 50: on a loaded CI machine a healthy Redis
       // answered later than 50 ms, and refusals the first test counts came back as store_unavailable
       // (Retry-After 1). A frozen Redis is still answered for, well within Envoy's timeout (below).
-      store: new RedisDecisionStore(redis, { timeoutMs: 250 }),
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisUrl: redisServer.url,
-      policiesFile: 'unused',
-      decisionDeadlineMs: 100,
+      storeTimeoutMs: 250,
       breakerResetMs: 1000,
-    }),
-  );
-  await agent.ready;
-  const rls = await listenRls(agent.rls, '127.0.0.1', 0);
-  agent.attach(rls);
+    },
+  });
+  ({ agent, redis } = fixture as AgentFixture & { redis: Redis });
+  redisServer = fixture.server!;
+  const rls = fixture.rlsListener;
   service = createServer((req, res) => {
     res.setHeader('content-type', 'application/json');
     res.end(JSON.stringify({ path: req.url, subject: req.headers['x-quota-subject'] ?? null }));
@@ -88,18 +75,18 @@ beforeAll(async () => {
   );
   // Serving is a condition: the first request through a fresh agent may miss Envoy's 300 ms on a busy machine.
   const warm = `user:${uniquePrefix('warm')}`;
-  const deadline = Date.now() + 15_000;
-  while ((await get('/api/search?warm', warm)).status !== 200) {
-    if (Date.now() > deadline) throw new Error('the proxy never let a first request through');
-  }
+  await eventually(
+    async () => (await get('/api/search?warm', warm)).status === 200,
+    15_000,
+    'the proxy lets a first request through',
+    0,
+  );
 });
 
 afterAll(async () => {
   await envoy?.[Symbol.asyncDispose]();
   await new Promise((resolve) => service?.close(resolve));
-  await agent?.close();
-  redis?.disconnect();
-  await redisServer?.[Symbol.asyncDispose]();
+  await fixture?.[Symbol.asyncDispose]();
 });
 
 const jwt = (sub: string) =>

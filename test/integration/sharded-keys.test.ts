@@ -1,53 +1,29 @@
 import calculateSlot from 'cluster-key-slot';
-import type { Cluster } from 'ioredis';
-import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { shardKey } from '../../core/keys.js';
 import { parsePolicy, PolicySpec } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { uniquePrefix } from '../harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const version = Number(uniquePrefix('').replace(/\D/g, '').slice(0, 5)) + 2;
 const ceiling = parsePolicy({ name: 'ceiling', capacity: 100, refillPerSecond: 1e-4, shards: 4, version });
 
-let cluster: Cluster;
-let agent: AgentApp;
+let agent: AgentFixture;
 let draws = 0;
 
 beforeAll(async () => {
-  const nodes = inject('redisCluster').map((n) => `${n.host}:${n.port}`);
-  cluster = connectRedis({ redisClusterNodes: nodes }) as Cluster;
-  cluster.on('error', () => undefined);
-  await whenReady(cluster, 10_000);
-  agent = buildApp(
-    {
-      store: new RedisDecisionStore(cluster, { timeoutMs: 2000 }),
-      policies: new StaticPolicySource([ceiling]),
-      shares: new StaticShareView({ ceiling: 0.5 }),
-      log: pino({ level: 'silent' }),
-      // Round-robin over the shards, so the test knows where every check lands.
-      random: () => (draws++ % 4) / 4 + 0.01,
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisClusterNodes: nodes,
-      policiesFile: 'unused',
-      decisionDeadlineMs: 2000,
-      storeTimeoutMs: 2000,
-      reservationSweepMs: 0,
-    }),
-  );
-  await agent.ready;
+  agent = await agentFixture({
+    policies: [ceiling],
+    shares: { ceiling: 0.5 },
+    redis: 'cluster',
+    // Round-robin over the shards, so the test knows where every check lands.
+    deps: { random: () => (draws++ % 4) / 4 + 0.01 },
+    config: { reservationSweepMs: 0 },
+  });
 });
 afterAll(async () => {
-  await agent.app.close();
-  cluster.disconnect();
+  await agent[Symbol.asyncDispose]();
 });
 
 describe('sharded hot keys on a real 3-master Redis Cluster', () => {

@@ -1,53 +1,26 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster } from 'ioredis';
-import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { parsePolicy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
 import { slidingLogKey } from '../../core/sliding-log.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
-import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
-import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { uniquePrefix } from '../harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const policies = [
   parsePolicy({ name: 'guesses', kind: 'sliding_log', capacity: 5, windowSeconds: 600, maxCost: 5 }),
   parsePolicy({ name: 'ip-guesses', kind: 'sliding_log', capacity: 3, windowSeconds: 600, maxCost: 3 }),
 ];
 
+let agent: AgentFixture;
 let cluster: Cluster;
-let agent: AgentApp;
-let store: RedisDecisionStore;
 
 beforeAll(async () => {
-  const nodes = inject('redisCluster').map((n) => `${n.host}:${n.port}`);
-  cluster = connectRedis({ redisClusterNodes: nodes }) as Cluster;
-  cluster.on('error', () => undefined);
-  await whenReady(cluster, 10_000);
-  store = new RedisDecisionStore(cluster, { timeoutMs: 2000 });
-  agent = buildApp(
-    {
-      store,
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(),
-      log: pino({ level: 'silent' }),
-    },
-    AgentConfig.parse({
-      region: 'us',
-      redisClusterNodes: nodes,
-      policiesFile: 'unused',
-      decisionDeadlineMs: 2000,
-      storeTimeoutMs: 2000,
-    }),
-  );
-  await agent.ready;
+  agent = await agentFixture({ policies, redis: 'cluster' });
+  cluster = agent.redis as Cluster;
 });
 afterAll(async () => {
-  await agent.app.close();
-  cluster.disconnect();
+  await agent[Symbol.asyncDispose]();
 });
 
 async function decide(body: object) {

@@ -7,12 +7,10 @@
  */
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DecisionResponse } from '../../core/agent-wire.js';
 import { bucketKey } from '../../core/keys.js';
 import { parsePolicy, type Policy } from '../../core/policy.js';
-import { StaticShareView } from '../../core/shares.js';
 import {
   CreationLogModel,
   creationArguments,
@@ -21,10 +19,8 @@ import {
   parseCreationReply,
   sharedBucketKey,
 } from '../../core/subject-creation.js';
-import { buildApp, type AgentApp } from '../../regional-agent/app.js';
-import { AgentConfig } from '../../regional-agent/config.js';
+import type { AgentApp } from '../../regional-agent/app.js';
 import type { DecisionStore } from '../../regional-agent/decisions/decision-store.js';
-import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { connectRedis, whenReady } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { luaSource } from '../../regional-agent/redis/scripts.js';
@@ -36,6 +32,7 @@ import {
   subjectCreationCases,
 } from '../cases/subject-creation-cases.js';
 import { withClockArg } from '../helpers/lua-test-build.js';
+import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
 
 const unique = uniquePrefix('cap').toLowerCase();
 const version = 7;
@@ -62,40 +59,22 @@ function counting(inner: RedisDecisionStore): { store: DecisionStore; counts: Co
   return { store, counts };
 }
 
-interface Stack {
-  redis: Redis | Cluster;
-  agent: AgentApp;
-  counts: Counts;
-}
+type Stack = AgentFixture & { counts: Counts };
 
 async function stack(backend: 'redis' | 'cluster', policies: Policy[]): Promise<Stack> {
-  const nodes = inject('redisCluster').map((n) => `${n.host}:${n.port}`);
-  const { host, port } = inject('redis');
-  const redis =
-    backend === 'cluster'
-      ? connectRedis({ redisClusterNodes: nodes })
-      : connectRedis({ redisUrl: `redis://${host}:${port}` });
-  redis.on('error', () => undefined);
-  await whenReady(redis, 10_000);
-  const { store, counts } = counting(new RedisDecisionStore(redis, { timeoutMs: 5000 }));
-  const agent = buildApp(
-    {
-      store,
-      policies: new StaticPolicySource(policies),
-      shares: new StaticShareView(Object.fromEntries(policies.map((p) => [p.name, 1]))),
-      log: pino({ level: 'silent' }),
+  let counts: Counts | undefined;
+  const fixture = await agentFixture({
+    policies,
+    shares: Object.fromEntries(policies.map((p) => [p.name, 1])),
+    redis: backend === 'cluster' ? 'cluster' : 'shared',
+    store: (inner) => {
+      const counted = counting(inner);
+      counts = counted.counts;
+      return counted.store;
     },
-    AgentConfig.parse({
-      region: 'us',
-      ...(backend === 'cluster' ? { redisClusterNodes: nodes } : { redisUrl: `redis://${host}:${port}` }),
-      policiesFile: 'unused',
-      decisionDeadlineMs: 5000,
-      storeTimeoutMs: 5000,
-      reservationSweepMs: 0,
-    }),
-  );
-  await agent.ready;
-  return { redis, agent, counts };
+    config: { decisionDeadlineMs: 5000, storeTimeoutMs: 5000, reservationSweepMs: 0 },
+  });
+  return Object.assign(fixture, { counts: counts! });
 }
 
 async function decide(agent: AgentApp, body: object): Promise<DecisionResponse> {
@@ -145,8 +124,7 @@ describe('subject-creation cap on a real Redis: deny', () => {
     s = await stack('redis', [policy]);
   });
   afterAll(async () => {
-    await s.agent.app.close();
-    s.redis.disconnect();
+    await s[Symbol.asyncDispose]();
   });
 
   it('20,000 one-shot identities create exactly 100 buckets; the known tenant keeps its full quota', async () => {
@@ -214,8 +192,7 @@ describe('subject-creation cap on a real Redis: racing first decisions of one ne
   });
   afterAll(async () => {
     for (const s of [a, b]) {
-      await s.agent.app.close();
-      s.redis.disconnect();
+      await s[Symbol.asyncDispose]();
     }
   });
 
@@ -267,8 +244,7 @@ describe('subject-creation cap on a real Redis: racing first decisions of one ne
       expect((await created(x.agent, name2)) + (await created(y.agent, name2))).toBe(10);
     } finally {
       for (const s of [x, y]) {
-        await s.agent.app.close();
-        s.redis.disconnect();
+        await s[Symbol.asyncDispose]();
       }
     }
   });
@@ -371,8 +347,7 @@ describe('subject-creation cap on a real Redis: shared', () => {
     s = await stack('redis', [policy]);
   });
   afterAll(async () => {
-    await s.agent.app.close();
-    s.redis.disconnect();
+    await s[Symbol.asyncDispose]();
   });
 
   it('2,000 one-shot identities: 50 buckets and one shared bucket, which admits exactly its capacity', async () => {
@@ -404,8 +379,7 @@ describe('subject-creation cap on the 3-master Redis Cluster (creation log, subj
     s = await stack('cluster', [policy, other]);
   });
   afterAll(async () => {
-    await s.agent.app.close();
-    s.redis.disconnect();
+    await s[Symbol.asyncDispose]();
   });
 
   it('1,000 one-shot identities create exactly 20 buckets (+ the shared one) across the masters', async () => {
