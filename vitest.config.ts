@@ -25,7 +25,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'unit',
-          include: ['test/unit/**/*.test.ts'],
+          include: ['test/unit/**/*.test.ts', 'packages/client/test/unit/**/*.test.ts'],
           sequence: { groupOrder: 0 },
           // Pure tests share each worker's module cache: importing core/, the agent and the simulator once per
           // worker rather than once per file took 24 of the tier's 42 s on two cores (15 s without; the files
@@ -37,7 +37,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'integration',
-          include: ['test/integration/**/*.test.ts'],
+          include: ['test/integration/**/*.test.ts', 'packages/client/test/integration/**/*.test.ts'],
           exclude: WALL_CLOCK,
           globalSetup: ['test/harness/global-setup.ts'],
           sequence: { groupOrder: 0 },

@@ -20,11 +20,11 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { startAgentProcess, type AgentProcess } from '../helpers/agent-process.js';
-import { uniquePrefix } from '../harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { uniquePrefix } from '../../../../test/harness/fixtures.js';
 
 const run = promisify(execFile);
-const repo = resolve(import.meta.dirname, '../..');
+const repo = resolve(import.meta.dirname, '../../../..');
 const versionOf = (name: string): string =>
   (JSON.parse(readFileSync(join(repo, 'node_modules', name, 'package.json'), 'utf8')) as { version: string })
     .version;

@@ -4,14 +4,14 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { parsePoliciesFile } from '../../regional-agent/policies/file-policy-source.js';
+import { parsePoliciesFile } from '../../../../regional-agent/policies/file-policy-source.js';
 import { AgentClient, AgentRequestError } from '@quotaplane/client';
 import { quotaplane } from '@quotaplane/client/fastify';
-import { buildReportsApp } from '../../examples/reports-service/app.js';
-import { uniquePrefix } from '../harness/fixtures.js';
-import { agentFixture, type AgentFixture } from '../helpers/agent-fixture.js';
+import { buildReportsApp } from '../../../../examples/reports-service/app.js';
+import { uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../../../../test/helpers/agent-fixture.js';
 
-const policiesPath = new URL('../../examples/reports-service/policies.json', import.meta.url);
+const policiesPath = new URL('../../../../examples/reports-service/policies.json', import.meta.url);
 const policies = parsePoliciesFile('policies.json', readFileSync(policiesPath, 'utf8'));
 
 let agent: AgentFixture;

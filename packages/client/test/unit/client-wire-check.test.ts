@@ -3,8 +3,8 @@
  * DecisionResponse accepts: every mutation of a valid answer it accepts, zod accepts too.
  */
 import { describe, expect, it } from 'vitest';
-import { DecisionResponse } from '../../core/agent-wire.js';
-import { fastDecision } from '../../packages/client/src/wire-check.js';
+import { DecisionResponse } from '../../../../core/agent-wire.js';
+import { fastDecision } from '../../src/wire-check.js';
 
 const valid = () => ({
   allowed: false,

@@ -7,10 +7,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient, type BreakerState, type Decision } from '@quotaplane/client';
-import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../helpers/agent-process.js';
-import { eventually } from '../helpers/wait.js';
+import type { RedisServer } from '../../../../test/harness/backend.js';
+import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { eventually } from '../../../../test/helpers/wait.js';
 
 const TIMEOUT_MS = 400;
 const RESET_MS = 1500;

@@ -7,10 +7,10 @@
  * forged grant id credits nothing, a second return of one grant credits nothing, an honest rest is credited.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentClient } from '../../packages/client/src/index.js';
-import type { RedisServer } from '../harness/backend.js';
-import { backend } from '../harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../helpers/agent-process.js';
+import { AgentClient } from '../../src/index.js';
+import type { RedisServer } from '../../../../test/harness/backend.js';
+import { backend } from '../../../../test/harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
 
 const CLIENTS = 4;
 const CALLERS = 8;

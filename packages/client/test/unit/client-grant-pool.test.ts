@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Decision } from '../../packages/client/src/agent-client.js';
-import { GrantPool, type GrantTransport } from '../../packages/client/src/grants.js';
+import type { Decision } from '../../src/agent-client.js';
+import { GrantPool, type GrantTransport } from '../../src/grants.js';
 
 const allowed: Decision = {
   allowed: true,

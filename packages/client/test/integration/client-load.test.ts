@@ -11,10 +11,10 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient, AgentRequestError, type Decision } from '@quotaplane/client';
 import { quotaplane } from '@quotaplane/client/fastify';
-import type { RedisServer } from '../harness/backend.js';
-import { backend, uniquePrefix } from '../harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../helpers/agent-process.js';
-import { tcpProxy } from '../helpers/tcp-proxy.js';
+import type { RedisServer } from '../../../../test/harness/backend.js';
+import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { tcpProxy } from '../../../../test/helpers/tcp-proxy.js';
 
 const BURST = 2000;
 
