@@ -7,6 +7,7 @@
  */
 import type { Policy } from './policy.js';
 import { ipPrefixesOf } from './ip-subject.js';
+import { kindOf } from './kinds/index.js';
 
 /** The largest version a policy may carry (the schema's bound). */
 export const MAX_POLICY_VERSION = 1_000_000;
@@ -43,7 +44,7 @@ function unitsOf(p: UnitsOf): Record<UnitField, string | number | undefined> {
     kind: p.kind,
     windowSeconds: p.windowSeconds,
     leaseSeconds: p.leaseSeconds,
-    timeZone: p.kind === 'daily' ? (p.timeZone ?? 'UTC') : undefined,
+    timeZone: kindOf(p.kind).rate === 'day' ? (p.timeZone ?? kindOf(p.kind).defaults.timeZone) : undefined,
     shards: p.shards ?? 1,
     subjectKind: p.subjectKind,
     ipv4Prefix: prefixes?.ipv4Prefix,

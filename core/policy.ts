@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import { roundDerivedRate } from './admin-numbers.js';
 import { IPV4_PREFIX_BOUNDS, IPV6_PREFIX_BOUNDS, ipPrefixesOf, ipSubject } from './ip-subject.js';
+import { KIND_NAMES, kindOf, kindsWith } from './kinds/index.js';
+import { LONGEST_DAY_SECONDS } from './kinds/daily.js';
 import { hasOwnKey, ownRecord, ownValue, setOwn } from './own-keys.js';
 
 /** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
@@ -59,7 +61,7 @@ export type FailureMode = z.infer<typeof FailureMode>;
  *   entry per admitted unit of cost, so a subject's memory is bounded by `capacity` entries). Its long-run rate,
  *   `capacity / windowSeconds`, is what shares and demand are computed on; `refillPerSecond` is derived from it.
  */
-export const PolicyKind = z.enum(['token_bucket', 'sliding_log', 'concurrency', 'daily']);
+export const PolicyKind = z.enum(KIND_NAMES);
 export type PolicyKind = z.infer<typeof PolicyKind>;
 
 /**
@@ -68,18 +70,13 @@ export type PolicyKind = z.infer<typeof PolicyKind>;
  * removed by `lua/sliding_log_refund.lua`) or its lease runs out, so a crashed holder's slot comes back.
  */
 export function isLogKind(kind: PolicyKind): boolean {
-  return kind === 'sliding_log' || kind === 'concurrency';
+  return kindOf(kind).decidedBy === 'log';
 }
 
 /** Seconds of a (nominal) day: a daily budget's rate is capacity / this. */
 export const SECONDS_PER_DAY = 86_400;
-/**
- * The longest calendar day, seconds: 25 hours, the day a zone falls back from summer time. A daily budget's idle
- * TTL, which is also how far back a region's lowest share is looked up, covers it: with 24 hours, a region that
- * counted under a large share just after midnight of such a day no longer saw that share near its end, and two
- * regions could count 1.8× the budget in one day while their shares summed to 1 throughout.
- */
-export const LONGEST_DAY_SECONDS = 90_000;
+/** The longest calendar day, seconds (core/kinds/daily.ts): a daily budget's shortest idle TTL. */
+export { LONGEST_DAY_SECONDS };
 
 /** True when `zone` is an IANA time zone this runtime knows (Intl; no table of our own). */
 export function isTimeZone(zone: string): boolean {
@@ -222,7 +219,7 @@ type PolicyFieldsOut = z.output<typeof PolicyFields>;
 
 /** The window of a log kind: a sliding log's `windowSeconds`, a concurrency policy's `leaseSeconds`. */
 export function logWindowSeconds(p: Pick<PolicyFieldsOut, 'kind' | 'windowSeconds' | 'leaseSeconds'>) {
-  return p.kind === 'concurrency' ? p.leaseSeconds : p.windowSeconds;
+  return kindOf(p.kind).window === 'leaseSeconds' ? p.leaseSeconds : p.windowSeconds;
 }
 
 /**
@@ -230,12 +227,22 @@ export function logWindowSeconds(p: Pick<PolicyFieldsOut, 'kind' | 'windowSecond
  * lease for a concurrency policy (the most slots per second it can hand out if every holder keeps its lease).
  */
 function refillOf(p: PolicyFieldsOut): number | undefined {
-  if (isLogKind(p.kind)) {
-    const window = logWindowSeconds(p);
-    return window === undefined ? undefined : p.capacity / window;
-  }
-  if (p.kind === 'daily') return p.capacity / SECONDS_PER_DAY;
-  return p.refillPerSecond;
+  return derivedRate(p, p.capacity) ?? (kindOf(p.kind).rate === 'declared' ? p.refillPerSecond : undefined);
+}
+
+/**
+ * The rate a kind derives from `capacity` (capacity / its window, or / one day); undefined for a kind whose rate
+ * is declared, or a log kind without its window.
+ */
+function derivedRate(
+  p: Pick<PolicyFieldsOut, 'kind' | 'windowSeconds' | 'leaseSeconds'>,
+  capacity: number,
+): number | undefined {
+  const { rate } = kindOf(p.kind);
+  if (rate === 'day') return capacity / SECONDS_PER_DAY;
+  if (rate === 'declared') return undefined;
+  const window = logWindowSeconds(p);
+  return window === undefined ? undefined : capacity / window;
 }
 
 /** Rules of `shards`: token buckets only, and every sub-bucket (of the policy and of each class) fits maxCost. */
@@ -244,7 +251,7 @@ function checkShards(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   if (k === undefined) return;
   const issue = (path: (string | number)[], message: string) =>
     ctx.addIssue({ code: 'custom', path, message });
-  if (p.kind !== 'token_bucket') issue(['shards'], 'shards are for token buckets only');
+  if (!kindOf(p.kind).shards) issue(['shards'], 'shards are for token buckets only');
   const maxCost = p.maxCost ?? Math.min(1, p.capacity);
   if (p.capacity / k < maxCost) {
     issue(
@@ -273,7 +280,7 @@ function checkShards(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
 function checkNewSubjects(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   if (p.newSubjects === undefined) return;
   const issue = (message: string) => ctx.addIssue({ code: 'custom', path: ['newSubjects'], message });
-  if (p.kind !== 'token_bucket') issue('newSubjects is for token buckets only');
+  if (!kindOf(p.kind).newSubjects) issue('newSubjects is for token buckets only');
   if (p.shards !== undefined) {
     issue('newSubjects and shards do not mix: a sharded policy guards a few hot keys, not many subjects');
   }
@@ -304,8 +311,9 @@ function checkSubjectKind(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
 /** Rules of the daily kind. */
 function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
-  if (p.kind !== 'daily') {
-    if (p.timeZone !== undefined) issue('timeZone', 'timeZone is only for kind daily');
+  if (kindOf(p.kind).rate !== 'day') {
+    if (p.timeZone !== undefined)
+      issue('timeZone', `timeZone is only for kind ${kindsWith((k) => k.rate === 'day').join(', ')}`);
     return;
   }
   if (p.timeZone !== undefined && !isTimeZone(p.timeZone)) {
@@ -315,8 +323,8 @@ function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   if (p.refillPerSecond !== undefined && Math.abs(p.refillPerSecond - derived) > derived * 1e-9) {
     issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${derived}; omit refillPerSecond`);
   }
-  if (p.onStoreFailure === 'local') {
-    issue('onStoreFailure', 'an emergency token bucket is not a calendar-day budget: use closed or open');
+  if (p.onStoreFailure === 'local' && !kindOf(p.kind).emergencyBucket) {
+    issue('onStoreFailure', `an emergency token bucket is not ${kindOf(p.kind).noun}: use closed or open`);
   }
   if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < LONGEST_DAY_SECONDS) {
     issue(
@@ -329,19 +337,19 @@ function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
 /** Rules of the log kinds (sliding_log, concurrency); false when the policy cannot be checked further. */
 function checkSlidingLog(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
   const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
-  if (p.kind !== 'sliding_log' && p.windowSeconds !== undefined) {
-    issue('windowSeconds', 'windowSeconds is only for kind sliding_log');
+  const traits = kindOf(p.kind);
+  for (const field of ['windowSeconds', 'leaseSeconds'] as const) {
+    if (traits.window !== field && p[field] !== undefined) {
+      issue(field, `${field} is only for kind ${kindsWith((k) => k.window === field).join(', ')}`);
+    }
   }
-  if (p.kind !== 'concurrency' && p.leaseSeconds !== undefined) {
-    issue('leaseSeconds', 'leaseSeconds is only for kind concurrency');
-  }
-  if (p.kind === 'daily') return true;
-  if (!isLogKind(p.kind)) {
+  if (traits.rate === 'day') return true;
+  if (traits.rate === 'declared') {
     if (p.refillPerSecond === undefined)
       issue('refillPerSecond', 'token-bucket policies need refillPerSecond');
     return p.refillPerSecond !== undefined;
   }
-  const field = p.kind === 'concurrency' ? 'leaseSeconds' : 'windowSeconds';
+  const field = traits.window ?? 'windowSeconds';
   const window = logWindowSeconds(p);
   if (window === undefined) {
     issue(field, `${p.kind} policies need ${field}`);
@@ -370,13 +378,10 @@ function checkSlidingLog(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
       `a ${p.kind} policy's rate is capacity / ${field} = ${shown}; omit refillPerSecond`,
     );
   }
-  if (p.onStoreFailure === 'local') {
-    issue(
-      'onStoreFailure',
-      `an emergency token bucket is not ${p.kind === 'concurrency' ? 'a slot count' : 'an exact rolling window'}: use closed or open`,
-    );
+  if (p.onStoreFailure === 'local' && !traits.emergencyBucket) {
+    issue('onStoreFailure', `an emergency token bucket is not ${traits.noun}: use closed or open`);
   }
-  if (p.kind === 'concurrency' && p.mode === 'strict') {
+  if (!traits.strictMode && p.mode === 'strict') {
     // A lease is released where it was acquired; a forwarded acquire would leave its release nowhere to go.
     issue(
       'mode',
@@ -392,17 +397,10 @@ function classLimitsOf(
   p: PolicyFieldsOut,
   limits: z.output<typeof ClassLimits>,
 ): { capacity: number; refillPerSecond: number | undefined; maxCost: number } {
-  const window = logWindowSeconds(p);
   return {
     capacity: limits.capacity,
     refillPerSecond:
-      p.kind === 'daily'
-        ? limits.capacity / SECONDS_PER_DAY
-        : isLogKind(p.kind)
-          ? window === undefined
-            ? undefined
-            : limits.capacity / window
-          : limits.refillPerSecond,
+      kindOf(p.kind).rate === 'declared' ? limits.refillPerSecond : derivedRate(p, limits.capacity),
     maxCost: limits.maxCost ?? Math.min(1, limits.capacity),
   };
 }
@@ -414,14 +412,15 @@ function checkClasses(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   for (const [name, raw] of Object.entries(p.classes ?? {})) {
     const at = (field: string) => ['classes', name, field];
     const c = classLimitsOf(p, raw);
-    if ((isLogKind(p.kind) || p.kind === 'daily') && raw.refillPerSecond !== undefined) {
+    const { rate, wholeUnits } = kindOf(p.kind);
+    if (rate !== 'declared' && raw.refillPerSecond !== undefined) {
       issue(at('refillPerSecond'), `a ${p.kind} class's rate is derived: omit it`);
     }
-    if (isLogKind(p.kind)) {
+    if (wholeUnits) {
       if (!Number.isInteger(c.capacity) || c.capacity > MAX_LOG_LIMIT)
         issue(at('capacity'), `capacity must be an integer ≤ ${MAX_LOG_LIMIT} for ${p.kind}`);
       if (!Number.isInteger(c.maxCost)) issue(at('maxCost'), `maxCost must be an integer for ${p.kind}`);
-    } else if (c.refillPerSecond === undefined && p.kind !== 'daily') {
+    } else if (c.refillPerSecond === undefined && rate === 'declared') {
       issue(at('refillPerSecond'), 'token-bucket classes need refillPerSecond');
     }
     if (c.maxCost > c.capacity) issue(at('maxCost'), 'maxCost must be ≤ capacity');
@@ -513,7 +512,8 @@ function fillDefaults<T extends PolicyFieldsOut>(
   // checkPolicy ran first: a token bucket has its refill and a sliding log its window; so does every class.
   const refillPerSecond = refillOf(p) ?? 0;
   let idleTtlSeconds = p.idleTtlSeconds ?? defaultIdleTtl(p.capacity, refillPerSecond);
-  if (p.kind === 'daily') idleTtlSeconds = Math.max(idleTtlSeconds, LONGEST_DAY_SECONDS);
+  const { minIdleTtlSeconds } = kindOf(p.kind).defaults;
+  if (minIdleTtlSeconds !== undefined) idleTtlSeconds = Math.max(idleTtlSeconds, minIdleTtlSeconds);
   let classes: Record<string, ClassLimits> | undefined;
   if (p.classes !== undefined) {
     classes = {};

@@ -8,6 +8,7 @@ import { FailureMode, MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../core/policy
 import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
 import { DEFAULT_BORROW_PLANNER, MAX_LENDERS_LIMIT } from '../core/borrowing/planner.js';
 import { defaultLeaseSettings } from '../core/lease/settings.js';
+import { kindOf } from '../core/kinds/index.js';
 import { defaultRebalanceSettings } from '../core/rebalance/settings.js';
 import { DEFAULT_DECISION_DEADLINE_MS, DEFAULT_STORE_TIMEOUT_MS } from '../regional-agent/config.js';
 
@@ -155,7 +156,7 @@ export const Settings = SettingsObject.superRefine((s, ctx) => {
       path: ['onStoreFailure'],
       message: 'the simulated policy guards strict decisions, which may not fail open: use closed or local',
     });
-  if (s.kind !== undefined && s.kind !== 'token_bucket' && logWindowOf(s) === undefined)
+  if (s.kind !== undefined && kindOf(s.kind).window !== undefined && logWindowOf(s) === undefined)
     ctx.addIssue({
       code: 'custom',
       path: ['refillPerSecond'],
@@ -173,7 +174,7 @@ export const Settings = SettingsObject.superRefine((s, ctx) => {
       path: ['enterpriseSubjects'],
       message: 'subject classes are simulated for token buckets: run it with kind token_bucket',
     });
-  if (s.kind === 'concurrency' && s.holdS === undefined)
+  if (s.kind !== undefined && kindOf(s.kind).leases && s.holdS === undefined)
     ctx.addIssue({
       code: 'custom',
       path: ['holdS'],
@@ -188,7 +189,7 @@ export type Settings = z.output<typeof Settings>;
  * when C / R is not a whole number of seconds (refused by `Settings`).
  */
 export function logWindowOf(s: Pick<Settings, 'kind' | 'capacity' | 'refillPerSecond'>): number | undefined {
-  if (s.kind === undefined || s.kind === 'token_bucket') return undefined;
+  if (s.kind === undefined || kindOf(s.kind).window === undefined) return undefined;
   const exact = s.capacity / s.refillPerSecond;
   const window = Math.round(exact);
   return window >= 1 && Math.abs(exact - window) <= 1e-9 * window ? window : undefined;

@@ -6,7 +6,8 @@
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { PolicyList, PolicyView } from '../../core/admin-wire.js';
-import { defaultIdleTtl, isLogKind } from '../../core/policy.js';
+import { kindOf } from '../../core/kinds/index.js';
+import { defaultIdleTtl } from '../../core/policy.js';
 import { ownValue, setOwn } from '../../core/own-keys.js';
 import { AdminApiError } from '../admin-client.js';
 import { UsageError, type Context } from '../context.js';
@@ -293,14 +294,14 @@ export function storedSpec(p: PolicyView): Spec {
   const { name: _name, ...spec } = p;
   const out: Spec = { ...spec };
   // A log kind's rate follows its capacity and window (or lease): sending it back would pin a stale one.
-  if (isLogKind(p.kind) || p.kind === 'daily') delete out['refillPerSecond'];
+  if (kindOf(p.kind).rate !== 'declared') delete out['refillPerSecond'];
   if (p.maxCost === Math.min(1, p.capacity)) delete out['maxCost'];
   if (p.classes !== undefined) {
     // Derived class fields are left out as the policy's own are, so a PUT of the spec is accepted as it was.
     const classes: Record<string, Record<string, number>> = {};
     for (const [name, c] of Object.entries(p.classes)) {
       const spec: Record<string, number> = { ...c };
-      if (isLogKind(p.kind) || p.kind === 'daily') delete spec['refillPerSecond'];
+      if (kindOf(p.kind).rate !== 'declared') delete spec['refillPerSecond'];
       if (c.maxCost === Math.min(1, c.capacity)) delete spec['maxCost'];
       setOwn(classes, name, spec);
     }

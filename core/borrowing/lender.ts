@@ -3,6 +3,7 @@
  * tokens, and what its reply teaches the borrower. The agent (over NATS and Redis) and the simulator (over its
  * network and in-memory buckets) call these, so a loan means the same thing in both.
  */
+import { kindOf } from '../kinds/index.js';
 import { hasOwnKey } from '../own-keys.js';
 import { withClass, type Policy } from '../policy.js';
 import { sizedBucket } from '../share-sizing.js';
@@ -44,6 +45,13 @@ export function acceptLoan(
   if (policy === undefined) return { error: 'unknown_policy', message: `unknown policy ${request.policy}` };
   if (policy.mode !== 'regional')
     return { error: 'not_regional', message: `${policy.name} is not a regional policy` };
+  // A kind that does not borrow (a counter: core/kinds/) has no token bucket a lend could take from: its subject's
+  // bucket key is one no decision uses, which reads as full, so lending from it would mint tokens.
+  if (!kindOf(policy.kind).borrows)
+    return {
+      error: 'not_regional',
+      message: `${policy.name} is a ${policy.kind} policy: it neither lends nor borrows`,
+    };
   // A sharded policy's buckets are sub-buckets of C/K; the subject's whole bucket, which a lend would take from,
   // is a key no decision uses (and so reads as full): nothing there is the subject's to give.
   if (policy.shards !== undefined)

@@ -3,7 +3,8 @@ import { dailyKey, sizedDay } from '../../core/daily-budget.js';
 import { ipPrefixesOf, ipSubject } from '../../core/ip-subject.js';
 import { bucketKey, shardKey } from '../../core/keys.js';
 import { hasOwnKey, ownValue } from '../../core/own-keys.js';
-import { isLogKind, withClass, type Policy } from '../../core/policy.js';
+import { kindOf } from '../../core/kinds/index.js';
+import { withClass, type Policy } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import { sizedBucket } from '../../core/share-sizing.js';
 import { sizedLog, slidingLogKey } from '../../core/sliding-log.js';
@@ -65,7 +66,7 @@ export class CheckRouter {
       const cost = c.cost ?? 1;
       if (policy === undefined) (unknown ??= []).push(c.policy);
       else if (cost > policy.maxCost) (tooCostly ??= []).push({ cost, policy });
-      else if (isLogKind(policy.kind) && !Number.isInteger(cost)) {
+      else if (kindOf(policy.kind).wholeUnits && !Number.isInteger(cost)) {
         throw new AgentErrors.AGT_ERR_INVALID_COST(
           `${policy.name} is a ${policy.kind.replace('_', ' ')} policy, which counts whole units: cost ${cost} is not an integer`,
         );
@@ -134,7 +135,8 @@ export class CheckRouter {
         cause: 'no_lease',
       };
     }
-    if (policy.kind === 'daily') {
+    const { decidedBy } = kindOf(policy.kind);
+    if (decidedBy === 'day') {
       const day = sizedDay(
         policy,
         dailyKey(policy.version, subject, policy.name),
@@ -153,7 +155,7 @@ export class CheckRouter {
         cause: undefined,
       };
     }
-    if (isLogKind(policy.kind)) {
+    if (decidedBy === 'log') {
       const log = sizedLog(policy, slidingLogKey(policy.version, subject, policy.name), cost, share);
       return {
         policy,

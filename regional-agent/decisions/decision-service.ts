@@ -13,7 +13,8 @@ import type { DecisionRequest } from '../../core/agent-wire.js';
 import type { LeaseKey } from '../../core/concurrency.js';
 import type { Clock } from '../../core/clock.js';
 import { hasOwnKey } from '../../core/own-keys.js';
-import { isLogKind, withClass } from '../../core/policy.js';
+import { kindOf } from '../../core/kinds/index.js';
+import { withClass } from '../../core/policy.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import type { ShareView } from '../../core/shares.js';
 import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
@@ -181,7 +182,7 @@ export class DecisionService {
           message: `cost ${c.cost} is above maxCost ${policy.maxCost} of ${policy.name}`,
         };
       }
-      if (isLogKind(policy.kind) && !Number.isInteger(c.cost)) {
+      if (kindOf(policy.kind).wholeUnits && !Number.isInteger(c.cost)) {
         return {
           error: 'invalid_request',
           message: `cost ${c.cost} of ${policy.kind} policy ${policy.name} is not whole`,

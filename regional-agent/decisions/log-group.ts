@@ -1,5 +1,6 @@
 import type { CheckResult } from '../../core/agent-wire.js';
 import { leaseToken, type LeaseKey } from '../../core/concurrency.js';
+import { kindOf } from '../../core/kinds/index.js';
 import { logRecordKey } from '../../core/sliding-log.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
@@ -73,7 +74,7 @@ export async function runLogGroup(
     else if (!reply.allowed && r.retryAfterMs > 0)
       result.reason = ownBudgetReason(p.policy, p.log.limit, p.policy.capacity);
     // An acquired concurrency slot: the token that releases exactly the entries this call wrote.
-    if (p.policy.kind === 'concurrency' && reply.allowed && r.stamp > 0) {
+    if (kindOf(p.policy.kind).leases && reply.allowed && r.stamp > 0) {
       result.lease = leaseToken(
         {
           region: deps.region,

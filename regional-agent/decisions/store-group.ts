@@ -2,6 +2,7 @@ import type { CheckResult, DecisionReason } from '../../core/agent-wire.js';
 import type { BucketCheck, Decision } from '../../core/bucket-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
+import { kindOf } from '../../core/kinds/index.js';
 import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
@@ -342,7 +343,9 @@ function topUp(
  * instead (docs/sharded-keys.md), and lenders refuse sharded loans (core/borrowing/lender.ts acceptLoan).
  */
 function borrows(check: StoreCheck): boolean {
-  return check.policy.mode === 'regional' && check.policy.shards === undefined;
+  return (
+    kindOf(check.policy.kind).borrows && check.policy.mode === 'regional' && check.policy.shards === undefined
+  );
 }
 
 /** The borrowing checks of a denied group that lacked tokens now but could take their cost after a refill. */

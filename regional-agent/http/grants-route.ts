@@ -23,6 +23,7 @@ import {
 } from '../../core/grant-wire.js';
 import { GRANT_TTL_MS, grantCeiling } from '../../core/grants.js';
 import { grantRecordKey } from '../../core/keys.js';
+import { kindOf } from '../../core/kinds/index.js';
 import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { DecisionService } from '../decisions/decision-service.js';
@@ -74,7 +75,7 @@ function parse<T>(
 export function grantRefusal(check: PreparedCheck): string | undefined {
   const { policy } = check;
   if (policy.mode === 'strict') return 'a strict policy is decided by its home region, request by request';
-  if (policy.kind !== 'token_bucket')
+  if (!kindOf(policy.kind).grants)
     return `a ${policy.kind.replace('_', ' ')} policy counts every request at the store`;
   if (policy.shards !== undefined) return 'a sharded policy decides on a random sub-bucket per request';
   if (check.route === 'store' && check.bucket.mustExist === true)

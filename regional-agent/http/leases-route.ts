@@ -6,6 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import { LeaseParams, LeaseReleaseResponse } from '../../core/agent-wire.js';
 import { leaseRelease, parseLeaseToken, type LeaseKey } from '../../core/concurrency.js';
+import { kindOf } from '../../core/kinds/index.js';
 import type { PolicySource } from '../../core/policy-source.js';
 import type { DecisionStore } from '../decisions/decision-store.js';
 import { AgentErrors } from '../errors.js';
@@ -63,7 +64,7 @@ export function leasesRoute(app: FastifyInstance, options: LeasesRouteOptions): 
       if (lease.region !== region) throw new AgentErrors.AGT_ERR_WRONG_REGION('lease', lease.region);
       const policy = policies.current().get(lease.policy);
       if (policy === undefined) throw new AgentErrors.AGT_ERR_UNKNOWN_POLICY(lease.policy);
-      if (policy.kind !== 'concurrency') {
+      if (!kindOf(policy.kind).leases) {
         throw new AgentErrors.AGT_ERR_INVALID_LEASE(`${lease.policy} is not a concurrency policy`);
       }
       let removed: number;

@@ -22,6 +22,7 @@ import {
   type SettleAction,
   type SettlementResponse,
 } from '../../core/reservations.js';
+import { kindOf } from '../../core/kinds/index.js';
 import type { DecisionService, DecisionOutcome } from '../decisions/decision-service.js';
 import type { DecisionStore } from '../decisions/decision-store.js';
 import { AgentErrors, withProblems } from '../errors.js';
@@ -71,9 +72,12 @@ export class ReservationService {
     const { service, metrics } = this.#deps;
     const prepared = service.prepare({ checks: checks.map((c) => ({ ...c, cost: r.amount })) });
     for (const p of prepared.checks) {
-      if (p.policy.kind === 'concurrency') {
+      const traits = kindOf(p.policy.kind);
+      if (!traits.reservations) {
         throw new AgentErrors.AGT_ERR_INVALID_RESERVATION(
-          `${p.policy.name} is a concurrency policy: hold its slots with a lease, not a reservation`,
+          traits.leases
+            ? `${p.policy.name} is a ${p.policy.kind} policy: hold its slots with a lease, not a reservation`
+            : `${p.policy.name} is a ${p.policy.kind} policy, which takes no reservations`,
         );
       }
       if (p.route === 'forward') {

@@ -4,6 +4,7 @@
  * agent's check router applies), decided by core's `SlidingLogModel` inside the store. Every strategy decides a
  * log this way; only the share differs.
  */
+import { kindOf } from '../../core/kinds/index.js';
 import type { Policy } from '../../core/policy.js';
 import type { RegionalShare } from '../../core/shares.js';
 import { sizedLog } from '../../core/sliding-log.js';
@@ -30,7 +31,7 @@ export function decideLog(
   const check = sizedLog(policy, simLogKey(subject), cost, share);
   const result = store.decideLog(subject, check, now);
   const outcome: Outcome = { allowed: result.allowed, retryAfterMs: result.retryAfterMs, decidedAt: now };
-  if (result.allowed && policy.kind === 'concurrency')
+  if (result.allowed && kindOf(policy.kind).leases)
     outcome.slot = { store, stamp: result.stamp, seq: result.seq };
   return { outcome, remaining: result.remaining, limit: check.limit };
 }

@@ -2,6 +2,7 @@
  * One run: a scenario's arrivals, offered to one strategy and, in the same instant, to the ideal oracle, under a
  * virtual clock, with the scenario's faults injected; returns the metrics and the series for the charts.
  */
+import { kindOf } from '../../core/kinds/index.js';
 import { isLogKind, parsePolicy, type Policy } from '../../core/policy.js';
 import { SimConfigError } from '../errors.js';
 import { logWindowOf, REGION_NAMES, type Settings } from '../settings.js';
@@ -32,15 +33,14 @@ export function simPolicy(
       `homeRegion ${homeRegion} is not one of this run's regions (${regions.join(', ')})`,
     );
   const window = logWindowOf(settings);
+  const windowField = settings.kind === undefined ? undefined : kindOf(settings.kind).window;
   const parsed = parsePolicySafely({
     name: 'sim',
     capacity: settings.capacity,
     // A log kind keeps C over a window of C / R seconds; its rate is derived from them (core/policy.ts).
-    ...(settings.kind === 'sliding_log'
-      ? { kind: 'sliding_log', windowSeconds: window }
-      : settings.kind === 'concurrency'
-        ? { kind: 'concurrency', leaseSeconds: window }
-        : { refillPerSecond: settings.refillPerSecond }),
+    ...(settings.kind !== undefined && windowField !== undefined
+      ? { kind: settings.kind, [windowField]: window }
+      : { refillPerSecond: settings.refillPerSecond }),
     maxCost: settings.maxCost,
     mode: strategy.mode,
     homeRegion,

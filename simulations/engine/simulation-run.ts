@@ -4,6 +4,7 @@
  * that measures it all.
  */
 import { isLogKind, type Policy } from '../../core/policy.js';
+import { kindOf } from '../../core/kinds/index.js';
 import { SimConfigError } from '../errors.js';
 import { convergenceSeconds } from '../metrics/convergence.js';
 import { Recorder, roundMetric, sortedRecord, type RunSeries } from '../metrics/recorder.js';
@@ -184,7 +185,8 @@ export class SimulationRun {
     this.#sources.forEach((source, index) => {
       const random = root.fork(`source/${index}`);
       // Hold times come from a stream of their own: the arrivals stay those of the token-bucket runs.
-      const holds = settings.kind === 'concurrency' ? root.fork(`hold/${index}`) : undefined;
+      const holds =
+        settings.kind !== undefined && kindOf(settings.kind).leases ? root.fork(`hold/${index}`) : undefined;
       const holdS = settings.holdS ?? 0;
       const first = source.nextArrival(0, random);
       if (!(first < endUs)) return;

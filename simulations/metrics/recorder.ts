@@ -3,6 +3,7 @@
  * the series the charts draw.
  */
 import { exceedsBudget, shareSum, sumExceedsBudget } from '../../core/lease/shares-in-force.js';
+import { kindOf, type KindName } from '../../core/kinds/index.js';
 import type { Outcome, SimRequest } from '../strategy.js';
 import { HeldSlots, slidingLogOverAdmission } from './kind-over-admission.js';
 import { AdmissionLog, overAdmission, type SubjectLimits } from './over-admission.js';
@@ -237,8 +238,8 @@ export class Recorder {
    * (sliding_log) or the most slots held at once (concurrency), over the capacity; `overAdmissionByWindow` names
    * the one measure (`600s`, or `inFlight`) and `worstWindow` where it was (`windowS` 0 for an instant).
    */
-  kindOverAdmission(kind: string, capacity: number, windowUs: number) {
-    const concurrency = kind === 'concurrency';
+  kindOverAdmission(kind: KindName, capacity: number, windowUs: number) {
+    const concurrency = kindOf(kind).leases;
     const o = concurrency
       ? this.held.overAdmission(capacity)
       : slidingLogOverAdmission(this.log, capacity, windowUs);

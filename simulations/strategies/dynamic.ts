@@ -1,4 +1,4 @@
-import { isLogKind } from '../../core/policy.js';
+import { kindOf } from '../../core/kinds/index.js';
 import { DynamicControlPlane } from '../dynamic/control-plane.js';
 import {
   borrowingSettings,
@@ -35,8 +35,9 @@ export class DynamicStrategy implements Strategy {
       rebalance: rebalanceSettings(s),
       agentsPerRegion: s.agentsPerRegion,
       standbyAfterMs: s.standbyAfterS * 1000,
-      // The agent borrows token buckets only: a log's entries are not tokens another region can lend.
-      borrowing: isLogKind(ctx.policy.kind) ? undefined : borrowingSettings(s),
+      // The agent borrows for the kinds that say so (token buckets): a log's entries are not tokens another
+      // region can lend.
+      borrowing: kindOf(ctx.policy.kind).borrows ? borrowingSettings(s) : undefined,
     });
     this.#plane.start();
   }

@@ -1,4 +1,5 @@
 import { isLogKind } from '../../core/policy.js';
+import { kindOf } from '../../core/kinds/index.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';
 import { RegionStore } from '../engine/region-store.js';
@@ -128,7 +129,7 @@ export const strict: StrategyDefinition = {
   mode: 'strict',
   uses: ['forwardTimeoutMs', 'onStoreFailure', 'emergencyShare', 'homeRegion'],
   cannotEnforce: (s) =>
-    s.kind === 'concurrency'
+    s.kind !== undefined && !kindOf(s.kind).strictMode
       ? 'a concurrency policy is regional or local (a lease is released in the region that took it)'
       : undefined,
   create: () => new StrictStrategy(),

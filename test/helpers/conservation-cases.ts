@@ -9,6 +9,7 @@
  */
 import fc from 'fast-check';
 import type { CheckResult } from '../../core/agent-wire.js';
+import { kindOf, type KindName } from '../../core/kinds/index.js';
 import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
 import { parsePolicy, SECONDS_PER_DAY, withClass, type Policy } from '../../core/policy.js';
 
@@ -18,7 +19,7 @@ export type Region = (typeof REGIONS)[number];
 /** One policy of a case, as generated; `policyOf` makes the stored policy (`PUT /v1/policies/{name}` body). */
 export interface PolicySpec {
   name: string;
-  kind: 'token_bucket' | 'sliding_log' | 'concurrency' | 'daily';
+  kind: KindName;
   capacity: number;
   /** Token buckets: refill per second. */
   refillPerSecond?: number | undefined;
@@ -103,15 +104,15 @@ export function policyBody(s: PolicySpec): Record<string, unknown> {
     onStoreFailure: s.onStoreFailure,
     maxCost: s.maxCost,
   };
-  if (s.kind === 'token_bucket') body['refillPerSecond'] = s.refillPerSecond;
-  if (s.kind === 'sliding_log') body['windowSeconds'] = s.windowSeconds;
-  if (s.kind === 'concurrency') body['leaseSeconds'] = s.windowSeconds;
+  const { rate, window } = kindOf(s.kind);
+  if (rate === 'declared') body['refillPerSecond'] = s.refillPerSecond;
+  if (window !== undefined) body[window] = s.windowSeconds;
   if (s.shards !== undefined) body['shards'] = s.shards;
   if (s.mode === 'strict') body['homeRegion'] = s.homeRegion;
   if (s.newSubjects !== undefined) body['newSubjects'] = s.newSubjects;
   if (s.goldFactor !== undefined) {
     const gold: Record<string, number> = { capacity: s.capacity * s.goldFactor, maxCost: s.maxCost };
-    if (s.kind === 'token_bucket') gold['refillPerSecond'] = s.refillPerSecond! * s.goldFactor;
+    if (rate === 'declared') gold['refillPerSecond'] = s.refillPerSecond! * s.goldFactor;
     body['classes'] = { gold };
     body['subjects'] = { 'named-gold': 'gold' };
   }
@@ -159,28 +160,29 @@ const policySpec = (name: string): fc.Arbitrary<PolicySpec> =>
       maxCost: fc.constantFrom(1, 1, 2),
     })
     .map((r): PolicySpec => {
-      const tb = r.kind === 'token_bucket';
+      const k = kindOf(r.kind);
       const shards =
-        tb && r.newSubjects === undefined && r.shards !== undefined && r.capacity >= r.shards
+        k.shards && r.newSubjects === undefined && r.shards !== undefined && r.capacity >= r.shards
           ? r.shards
           : undefined;
-      // The policy rules: only token buckets fail `local`, strict never fails open, concurrency is never strict.
-      const mode = r.kind === 'concurrency' && r.mode === 'strict' ? 'regional' : r.mode;
+      // The policy rules (core/kinds/): only token buckets fail `local`, strict never fails open, concurrency is
+      // never strict.
+      const mode = !k.strictMode && r.mode === 'strict' ? 'regional' : r.mode;
       let onStoreFailure = r.onStoreFailure;
-      if (onStoreFailure === 'local' && !tb) onStoreFailure = 'closed';
+      if (onStoreFailure === 'local' && !k.emergencyBucket) onStoreFailure = 'closed';
       if (onStoreFailure === 'open' && mode === 'strict') onStoreFailure = 'closed';
       return {
         name,
         kind: r.kind,
         capacity: r.capacity,
-        refillPerSecond: tb ? r.refillPerSecond : undefined,
-        windowSeconds: r.kind === 'sliding_log' || r.kind === 'concurrency' ? r.windowSeconds : undefined,
+        refillPerSecond: k.rate === 'declared' ? r.refillPerSecond : undefined,
+        windowSeconds: k.window !== undefined ? r.windowSeconds : undefined,
         shards,
         goldFactor: r.goldFactor,
         mode,
         homeRegion: mode === 'strict' ? r.homeRegion : undefined,
         onStoreFailure,
-        newSubjects: tb && shards === undefined ? r.newSubjects : undefined,
+        newSubjects: k.newSubjects && shards === undefined ? r.newSubjects : undefined,
         // Every sub-bucket must hold maxCost.
         maxCost: r.maxCost <= r.capacity / (shards ?? 1) ? r.maxCost : 1,
       };
@@ -504,7 +506,8 @@ export function conservationViolations(
     const C = policy.capacity;
     list.sort((a, b) => a.at - b.at);
     const what = key.replace(/\u0000/g, '/');
-    if (spec.kind === 'token_bucket') {
+    const { rate } = kindOf(spec.kind);
+    if (rate === 'declared') {
       const R = policy.refillPerSecond;
       for (let i = 0; i < list.length; i++) {
         let sum = 0;
@@ -520,7 +523,7 @@ export function conservationViolations(
           }
         }
       }
-    } else if (spec.kind === 'daily') {
+    } else if (rate === 'day') {
       const days = new Map<number, number>();
       for (const c of list) {
         const day = Math.floor(c.at / (SECONDS_PER_DAY * 1000));

@@ -1,0 +1,27 @@
+import type { KindTraits } from './kind.js';
+
+/** `sliding_log`: at most `capacity` events in any rolling `windowSeconds` (one entry per admitted unit). */
+export const slidingLogKind = {
+  kind: 'sliding_log',
+  decidedBy: 'log',
+  rate: 'window',
+  window: 'windowSeconds',
+  wholeUnits: true,
+  borrows: false,
+  shards: false,
+  newSubjects: false,
+  classes: true,
+  grants: false,
+  reservations: true,
+  leases: false,
+  dryRun: true,
+  idempotency: true,
+  strictMode: true,
+  emergencyBucket: false,
+  noun: 'an exact rolling window',
+  scripts: ['sliding_log', 'sliding_log_refund'],
+  model: 'SlidingLogModel',
+  sizing: 'sizedLog',
+  refusalReasons: [],
+  defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },
+} as const satisfies KindTraits<'sliding_log'>;

@@ -1,0 +1,27 @@
+import type { KindTraits } from './kind.js';
+
+/** `token_bucket` (the default): a burst of `capacity` tokens refilled at `refillPerSecond`. */
+export const tokenBucketKind = {
+  kind: 'token_bucket',
+  decidedBy: 'store',
+  rate: 'declared',
+  window: undefined,
+  wholeUnits: false,
+  borrows: true,
+  shards: true,
+  newSubjects: true,
+  classes: true,
+  grants: true,
+  reservations: true,
+  leases: false,
+  dryRun: true,
+  idempotency: true,
+  strictMode: true,
+  emergencyBucket: true,
+  noun: 'a token bucket',
+  scripts: ['token_bucket', 'refund', 'lend', 'credit', 'grant', 'subject_creation'],
+  model: 'BucketModel',
+  sizing: 'sizedBucket',
+  refusalReasons: ['shard_exhausted', 'subject_flood', 'shared_bucket', 'emergency_bucket'],
+  defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },
+} as const satisfies KindTraits<'token_bucket'>;
