@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { replyRecord } from './own-keys.js';
 import { roundDerivedRate } from './admin-numbers.js';
+import { kindOf } from './kinds/index.js';
 import {
   FailureMode,
   MAX_CAPACITY,
@@ -96,11 +97,12 @@ export const PolicyView = z
 export type PolicyView = z.infer<typeof PolicyView>;
 
 /**
- * A stored policy as admin answers show it: as stored, but a sliding log's derived `refillPerSecond` rounded
- * (roundDerivedRate); a policy body may send that rounded value back.
+ * A stored policy as admin answers show it: as stored, but a derived `refillPerSecond` (a sliding log's, a
+ * concurrency policy's, a daily budget's: capacity over their window) rounded (roundDerivedRate); a policy body
+ * may send that rounded value back.
  */
 export function policyView(policy: Policy): PolicyView {
-  if (policy.kind !== 'sliding_log') return policy;
+  if (kindOf(policy.kind).rate === 'declared') return policy;
   return { ...policy, refillPerSecond: roundDerivedRate(policy.refillPerSecond) };
 }
 

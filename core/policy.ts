@@ -320,8 +320,14 @@ function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
     issue('timeZone', `${p.timeZone} is not an IANA time zone (e.g. Europe/Paris, America/New_York, UTC)`);
   }
   const derived = p.capacity / SECONDS_PER_DAY;
-  if (p.refillPerSecond !== undefined && Math.abs(p.refillPerSecond - derived) > derived * 1e-9) {
-    issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${derived}; omit refillPerSecond`);
+  // The exact rate, or the rate as admin answers show it (what a client read back may send again).
+  const shown = roundDerivedRate(derived);
+  if (
+    p.refillPerSecond !== undefined &&
+    Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
+    p.refillPerSecond !== shown
+  ) {
+    issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${shown}; omit refillPerSecond`);
   }
   if (p.onStoreFailure === 'local' && !kindOf(p.kind).emergencyBucket) {
     issue('onStoreFailure', `an emergency token bucket is not ${kindOf(p.kind).noun}: use closed or open`);

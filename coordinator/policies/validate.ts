@@ -4,6 +4,7 @@
  */
 import type { z } from 'zod';
 import { PolicyBody, type FieldProblem } from '../../core/admin-wire.js';
+import { kindOf, type KindName } from '../../core/kinds/index.js';
 import { MIN_WRITTEN_CAPACITY, MIN_WRITTEN_REFILL_PER_SECOND } from '../../core/policy.js';
 import type { StoredSpec } from './policy-store.js';
 
@@ -105,7 +106,9 @@ export function canonicalSpec(name: string, body: PolicyBody): StoredSpec {
   const out: Record<string, unknown> = { name };
   for (const k of ORDER) if (body[k] !== undefined) out[k] = body[k];
   if (out['kind'] === 'token_bucket') delete out['kind'];
-  // A sliding log's rate is derived from capacity and window: kept out, so a later budget change re-derives it.
-  if (out['kind'] === 'sliding_log') delete out['refillPerSecond'];
+  // A derived rate (a sliding log's, a concurrency policy's, a daily budget's) is kept out, so a later budget
+  // change re-derives it from the new capacity.
+  if (kindOf((out['kind'] as KindName | undefined) ?? 'token_bucket').rate !== 'declared')
+    delete out['refillPerSecond'];
   return out as StoredSpec;
 }

@@ -19,6 +19,7 @@ import type {
   ShareMove,
 } from '../../core/admin-wire.js';
 import type { AllocationView, RegionView } from '../../core/lease/allocation-views.js';
+import { kindOf } from '../../core/kinds/index.js';
 import { ownValue, setOwn } from '../../core/own-keys.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import { shareOfBudget } from '../../core/share-sizing.js';
@@ -219,9 +220,9 @@ export class AllocationInsight {
       budget: {
         capacity: view.budget.capacity,
         refillPerSecond:
-          view.kind === 'sliding_log'
-            ? roundDerivedRate(view.budget.refillPerSecond)
-            : view.budget.refillPerSecond,
+          kindOf(view.kind).rate === 'declared'
+            ? view.budget.refillPerSecond
+            : roundDerivedRate(view.budget.refillPerSecond),
       },
       regions: perRegion,
       moves: [...(p?.moves ?? [])],

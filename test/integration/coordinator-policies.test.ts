@@ -112,6 +112,25 @@ describe('coordinator policies API', () => {
     expect(await state(f)).toEqual(before);
   });
 
+  it('a concurrency or daily policy: its derived rate shown clean, re-derived by a budget change, sent back as shown', async () => {
+    await using f = await coordinatorFixture();
+    for (const [name, body, shownRate, afterRate] of [
+      ['uploads-running', { kind: 'concurrency', capacity: 10, leaseSeconds: 30 }, 0.333, 0.667],
+      ['daily-exports', { kind: 'daily', capacity: 1000 }, 0.0116, 0.0231],
+    ] as const) {
+      const created = await put(f, name, body);
+      expect(created.statusCode, created.body).toBe(201);
+      expect(created.json<{ refillPerSecond: number }>().refillPerSecond).toBe(shownRate);
+      // What the API shows can be sent back, and a budget change afterwards re-derives the rate from capacity.
+      const { name: _name, ...shown } = created.json<Record<string, unknown>>();
+      const back = await put(f, name, shown);
+      expect(back.statusCode, back.body).toBe(200);
+      const budget = await patch(f, name, { capacity: 2 * body.capacity });
+      expect(budget.statusCode, budget.body).toBe(200);
+      expect(budget.json()).toMatchObject({ capacity: 2 * body.capacity, refillPerSecond: afterRate });
+    }
+  });
+
   it('creates a concurrency policy with its lease; a strict one, or a lease on another kind, is refused', async () => {
     await using f = await coordinatorFixture();
     const created = await put(f, 'exports-running', { kind: 'concurrency', capacity: 30, leaseSeconds: 300 });
