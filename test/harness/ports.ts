@@ -1,7 +1,38 @@
 import { createServer, connect } from 'node:net';
 
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
-export function freePort(): Promise<number> {
+/**
+ * Where `freePort` draws from: below Linux's ephemeral range (32768-60999 by default). A port the kernel hands
+ * out for `listen(0)` or an outgoing connection can be handed again to another process (a proxy binding its
+ * links, a client connecting) between the moment a test reads it and the moment its server binds it: a geo
+ * topology's NATS monitor port was lost that way once. Ports drawn here are never handed out by the kernel.
+ */
+const DRAW_FROM = 20_000;
+const DRAW_TO = 32_767;
+
+/** Whether 127.0.0.1:`port` can be listened on now. */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A TCP port on 127.0.0.1 that was free a moment ago, drawn at random below the ephemeral range (DRAW_FROM); the
+ * kernel's choice only if no drawn port is free.
+ */
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = DRAW_FROM + Math.floor(Math.random() * (DRAW_TO - DRAW_FROM + 1));
+    if (await canListen(port)) return port;
+  }
+  return anyPort();
+}
+
+/** A port the kernel picks for `listen(0)`. */
+function anyPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();
@@ -39,17 +70,10 @@ export const MAX_CLUSTER_PORT = 65_535 - 10_000;
 
 /**
  * A free port for a Redis Cluster node: at most MAX_CLUSTER_PORT, with its bus port (+10000) free too, and none
- * of `avoid` (ports, and so bus ports, of the other nodes). The OS's ephemeral range here reaches 60999, so a
- * plain free port would be too high about one time in five.
+ * of `avoid` (ports, and so bus ports, of the other nodes).
  */
 export async function freeClusterPort(avoid: readonly number[] = []): Promise<number> {
-  const busFree = (port: number) =>
-    new Promise<boolean>((resolve) => {
-      const server = createServer();
-      server.unref();
-      server.once('error', () => resolve(false));
-      server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-    });
+  const busFree = canListen;
   for (let attempt = 0; attempt < 1000; attempt++) {
     const port = await freePort();
     if (port > MAX_CLUSTER_PORT || avoid.includes(port) || avoid.includes(port + 10_000)) continue;
