@@ -29,10 +29,34 @@ export const DEMAND_BUCKET_OPTIONS = {
 /** How old a snapshot the engine still uses, ms (docs/protocol.md "Taking over"). */
 export { DEMAND_SNAPSHOT_MAX_AGE_MS };
 
+/**
+ * Longest a coordinator's start waits for the snapshot bucket, ms, to open it and then to read it. A successor
+ * takes over while JetStream may still be electing the leaders of streams whose leader was in the lost region;
+ * the snapshots are a head start, never a reason to serve later. A bucket that opens after this is used for the
+ * writes from then on; snapshots not read in time are done without.
+ */
+export const SNAPSHOT_START_MS = 2000;
+
+/** `promise`'s value, or `undefined` once `ms` passed first (the promise goes on). */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export class DemandSnapshots {
   readonly #context: EngineContext;
-  /** Undefined when the bucket could not be opened (e.g. a server configuration from before it): none is kept. */
-  readonly #kv: KV | undefined;
+  /**
+   * Undefined until the bucket is open, and for good when it cannot be (e.g. a server configuration from before
+   * it): none is kept then.
+   */
+  #kv: KV | undefined;
   readonly #metrics: Pick<ProtocolMetrics, 'snapshots'>;
   #writing: Promise<void> = Promise.resolve();
 
@@ -57,22 +81,31 @@ export class DemandSnapshots {
   ): Promise<DemandSnapshots> {
     const { nc, names, config } = context;
     const replicas = config.replicas ?? 1;
-    try {
+    const self = new DemandSnapshots(context, undefined, metrics);
+    const opening = (async () => {
       const kv = await new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs })).create(names.demand, {
         ...DEMAND_BUCKET_OPTIONS,
         replicas,
       });
       const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
       await ensureReplicas(jsm, `KV_${names.demand}`, replicas);
-      return new DemandSnapshots(context, kv, metrics);
-    } catch (error) {
+      self.#kv = kv;
+      return true;
+    })().catch((error: unknown) => {
       metrics.snapshots.inc({ outcome: 'unavailable' });
       context.log.warn(
         { err: error, bucket: names.demand },
         'protocol: the demand snapshot bucket cannot be opened; running without demand snapshots',
       );
-      return new DemandSnapshots(context, undefined, metrics);
+      return false;
+    });
+    if ((await within(opening, SNAPSHOT_START_MS)) === undefined) {
+      context.log.warn(
+        { bucket: names.demand, waitedMs: SNAPSHOT_START_MS },
+        'protocol: the demand snapshot bucket is not open yet; starting without snapshots, writing them once it is',
+      );
     }
+    return self;
   }
 
   /**
@@ -81,6 +114,17 @@ export class DemandSnapshots {
    * the bucket leaves them all out (logged), never the start.
    */
   async load(): Promise<DemandSnapshot[]> {
+    const read = await within(this.#read(), SNAPSHOT_START_MS);
+    if (read === undefined) {
+      this.#context.log.warn(
+        { waitedMs: SNAPSHOT_START_MS },
+        'protocol: demand snapshots not read in time; starting without',
+      );
+    }
+    return read ?? [];
+  }
+
+  async #read(): Promise<DemandSnapshot[]> {
     const out: DemandSnapshot[] = [];
     const own = this.#context.leader?.epoch;
     const kv = this.#kv;
