@@ -40,9 +40,10 @@ const TAKEOVER_MS = Math.max(LEADER_LEASE_MS, JETSTREAM_ELECTION_MS) + 1000 + 30
  * Then opening the state and starting the engine on a JetStream that has just elected again, its calls retried:
  * not a stated figure. It is mostly JetStream's re-election of each stream whose leader was in the lost region.
  * Measured after the takeover on an idle two-core machine (2026-12-05): 4.6 and 10.8 s at 76c7b17, 21 s at
- * bd8fde7 (only the configuration loader of the coordinator changed between them), 23 and 39 s on main with the demand snapshot bucket (its open
- * and read bounded at 2 s each), and once over 30 s beside other tests: a spread, not yet a cause. Worth a closer
- * look; docs/coordinator.md, "High availability", states the takeover, not this.
+ * bd8fde7 (only the coordinator's configuration loader changed between them), 23 and 39 s on main with the
+ * demand snapshot bucket (its open and read bounded at 2 s each), and once over 30 s beside other tests: a
+ * spread, not yet a cause. Worth a closer look; docs/coordinator.md, "High availability", states the takeover,
+ * not this.
  */
 const SERVING_MS = 60_000;
 /** Agents' lease settings that fit round trips of 220 ms (heartbeat replies must come back within an interval). */
