@@ -96,14 +96,17 @@ export async function natsClusterFormed(monitors: readonly string[]): Promise<bo
         ['routez', 'jsz', 'varz'].map((p) => monitorJson(`${base}/${p}`)),
       );
       const routes = (routez?.['routes'] ?? []) as { remote_id?: string }[];
-      const peers = new Set(routes.map((r) => r.remote_id));
+      const perPeer = new Map<string | undefined, number>();
+      for (const r of routes) perPeer.set(r.remote_id, (perPeer.get(r.remote_id) ?? 0) + 1);
+      const peers = new Set(perPeer.keys());
       const meta = jsz?.['meta_cluster'] as
         { leader?: string; replicas?: { current?: boolean }[] } | undefined;
       const leader = meta?.leader ?? '';
       return {
-        // One route per peer: two servers that dialled each other at once hold both routes until one drops
-        // its duplicate, and a cluster is not settled before then.
-        routed: peers.size === monitors.length - 1 && routes.length === peers.size,
+        // As many routes to each peer: two servers that dialled each other at once hold both routes until one
+        // drops its duplicate, and a cluster is not settled before then. Equal, not one: nats-server 2.10 keeps
+        // a pool of routes per peer (3 by default).
+        routed: peers.size === monitors.length - 1 && new Set(perPeer.values()).size <= 1,
         // Only the leader lists the other peers.
         current:
           leader !== '' && leader === varz?.['server_name']
