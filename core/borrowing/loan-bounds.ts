@@ -6,8 +6,12 @@
  * - `GrantCheck` (borrower): a lender region can have given, for one subject, at most its share of the burst plus
  *   its share of the refill since (it cannot hold more), and never more than asked. The borrower keeps, per
  *   (lender, policy, subject), a shadow of the most the lender's bucket could hold (full at first sight, refilled
- *   at the lender's share of the rate, debited by every grant believed) and believes a grant up to it. A grant
- *   above what was asked, or a spend that is not the cost, is not a lender's answer at all: nothing is believed.
+ *   at the lender's share of the rate, debited by every grant believed) and believes a grant up to it. The lender
+ *   debited the grant at some instant between the request's send and the answer's arrival and refilled from then
+ *   on, so the shadow caps its level at the send and adds the exchange's refill uncapped: a shadow capped at the
+ *   arrival would believe a full lender, drained by every loan, a little less than it gave each time (a round
+ *   trip's refill), and the difference would be lost. A grant above what was asked, or a spend that is
+ *   not the cost, is not a lender's answer at all: nothing is believed.
  * - `LendBudget` (lender): per (requesting region, policy), a token bucket of `subjects` bursts and `subjects`
  *   refill rates of the policy, from which every lend is reserved before it runs; a flood of lend requests takes
  *   at most that from this region's buckets, whatever subjects it names.
@@ -61,7 +65,8 @@ export class GrantCheck {
 
   /**
    * Check `granted` micro-tokens of lender `lender` for `subject` of `policy`, asked `asked` in `mode`, against
-   * `bound`, at `now` (ms); debits what is believed.
+   * `bound`, arrived at `now` (ms) for a request sent at `sentAt` (ms, ≤ now; `now` when unknown); debits what
+   * is believed.
    */
   check(
     lender: string,
@@ -70,17 +75,26 @@ export class GrantCheck {
     ask: { mode: LendMode; asked: number; granted: number },
     bound: LenderBound,
     now: number,
+    sentAt: number = now,
   ): GrantVerdict {
     const { mode, asked, granted } = ask;
     if (granted <= 0) return { believed: 0 };
     if (granted > asked || (mode === 'spend' && granted !== asked))
       return { believed: 0, problem: 'over_asked' };
     const key = `${lender}\u0000${policy}\u0000${subject}`;
-    const level = levelAt(this.#shadows.get(key), bound.capacityMicros, bound.microsPerMs, now);
+    // The most it could hold when it debited, at any instant from the send to now: capped as a bucket is up to
+    // the send, then refilled through the exchange (the cap never bit on what it refilled after its debit). From
+    // the last grant's arrival at the earliest, so no stretch of time is counted twice.
+    const previous = this.#shadows.get(key);
+    const from = Math.max(Math.min(sentAt, now), previous?.at ?? -Infinity);
+    const uncapped =
+      levelAt(previous, bound.capacityMicros, bound.microsPerMs, from) + (now - from) * bound.microsPerMs;
+    const level = Math.min(bound.capacityMicros, uncapped);
     // A spend is the cost or nothing: the lender cannot have charged part of it.
     const believed =
       mode === 'spend' ? (granted <= level ? granted : 0) : Math.min(granted, Math.floor(level));
-    this.#shadows.set(key, { micros: level - believed, at: now });
+    // What it may hold now: whatever instant it debited at, the refill it had after the debit is the exchange's.
+    this.#shadows.set(key, { micros: Math.min(bound.capacityMicros, uncapped - believed), at: now });
     return believed < granted ? { believed, problem: 'over_bound' } : { believed };
   }
 

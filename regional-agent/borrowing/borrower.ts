@@ -241,8 +241,9 @@ export class Borrower implements ShortfallHandler {
     const answerMs = oneWayAllowanceMs(this.#o.roundTripMs?.(ask.lender) ?? 0);
     const request = loanRequest(need, ask, version, until, this.#o.clock.now(), answerMs);
     if (request === undefined) return { kind: 'late' };
+    const sentAt = this.#monotonic();
     const answer = await this.#o.ask(ask.lender, request, until);
-    return answer.kind === 'grant' ? this.#believe(ask, need, answer) : answer;
+    return answer.kind === 'grant' ? this.#believe(ask, need, answer, sentAt) : answer;
   }
 
   /**
@@ -250,7 +251,12 @@ export class Borrower implements ShortfallHandler {
    * subject could have held since (core/borrowing/loan-bounds.ts). A grant above what was asked is no lender's
    * answer: the region is treated as unreachable (backed off).
    */
-  #believe(ask: LoanAsk, need: BorrowNeed, answer: Extract<LoanAnswer, { kind: 'grant' }>): LoanAnswer {
+  #believe(
+    ask: LoanAsk,
+    need: BorrowNeed,
+    answer: Extract<LoanAnswer, { kind: 'grant' }>,
+    sentAt: number,
+  ): LoanAnswer {
     const ceilings = this.#o.shares.regionCeilings?.(need.policy, need.subject);
     const share = ceilings === undefined ? 0 : (ownValue(ceilings, ask.lender) ?? 0);
     const verdict = this.#grants.check(
@@ -260,6 +266,7 @@ export class Borrower implements ShortfallHandler {
       { mode: ask.mode, asked: ask.amountMicros, granted: answer.grant.grantedMicros },
       lenderBound(need.capacity, need.refillPerSecond, share),
       this.#monotonic(),
+      sentAt,
     );
     if (verdict.problem === undefined) return answer;
     this.#o.metrics?.distrustedGrants?.inc({ lender: ask.lender, problem: verdict.problem });

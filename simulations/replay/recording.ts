@@ -30,6 +30,19 @@ export interface ShareSample {
 }
 
 /** Control messages during the replay, from the coordinator's /metrics (differences over the replay). */
+/**
+ * The agents' counters over a replay, summed over regions: where a real row's delivery went when it falls short of
+ * the prediction (a loan late or lost on a link, a grant the borrower could not believe, Redis too slow).
+ */
+export interface AgentCounts {
+  /** Loan requests by how the lender answered (`quotaplane_loan_requests_total{answer}`). */
+  loanAnswers: Record<string, number>;
+  /** Grants believed less than given (`quotaplane_loan_grants_distrusted_total`): tokens left the lender's bucket and reached none. */
+  grantsDistrusted: number;
+  /** Redis calls that missed the store timeout (`quotaplane_store_latency_seconds_count{outcome="timeout"}`). */
+  storeTimeouts: number;
+}
+
 export interface ControlCounts {
   /** `quotaplane_protocol_messages_total` by kind: messages the coordinator received. */
   heartbeat: number;
@@ -67,6 +80,8 @@ export interface Recording {
   /** Most keys each region's Redis held at any sample (DBSIZE), by region name. */
   peakKeys: Record<string, number>;
   control: ControlCounts | undefined;
+  /** What the agents' own counters say of loans and of their Redis over the replay (undefined if the stack died). */
+  agents: AgentCounts | undefined;
   /** Strict decisions the agents forwarded to the home region (`quotaplane_forwarded_decisions_total`). */
   forwarded: number;
   /** Wall seconds from the start to the last answer. */

@@ -36,7 +36,14 @@ export function replayTable(rows: readonly ReplayRow[]): string {
           : '') +
         (control === null
           ? ''
-          : `; control messages ${control.total} (heartbeats ${control.heartbeat}, usage ${control.usage}, acks ${control.ack}, record writes ${control.recordWrites}, loans ${control.loans})`),
+          : `; control messages ${control.total} (heartbeats ${control.heartbeat}, usage ${control.usage}, acks ${control.ack}, record writes ${control.recordWrites}, loans ${control.loans})`) +
+        (d.agents === undefined
+          ? ''
+          : `; loan answers ${
+              Object.entries(d.agents.loanAnswers)
+                .map(([k, v]) => `${k} ${v}`)
+                .join(', ') || 'none'
+            }, grants believed less than given ${d.agents.grantsDistrusted}, Redis timeouts ${d.agents.storeTimeouts}`),
     );
   }
   lines.push(

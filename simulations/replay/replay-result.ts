@@ -48,6 +48,14 @@ export const ReplayDetails = z.strictObject({
       windowSeconds: z.number(),
     })
     .nullable(),
+  /** The agents' loan answers, grants believed less than given and Redis timeouts (recording.ts AgentCounts). */
+  agents: z
+    .strictObject({
+      loanAnswers: ownRecord(z.string(), z.number().int().min(0)),
+      grantsDistrusted: z.number().int().min(0),
+      storeTimeouts: z.number().int().min(0),
+    })
+    .optional(),
   /** Samples of the issued shares (GET /v1/allocations) behind `maxShareSum` and the shares chart. */
   shareSamples: z.number().int().min(0),
   /** Protocol timers the stack ran with, wall ms. */
@@ -168,6 +176,7 @@ export function realRow(context: RealRowContext, recording: Recording): ReplayRo
       noDecision,
       shed,
       controlMessages: control === undefined ? null : { ...control },
+      ...(recording.agents === undefined ? {} : { agents: { ...recording.agents } }),
       shareSamples: recording.shares.length,
       wallTiming: context.wallTiming,
       ...(context.roundTrips === undefined ? {} : { roundTrips: context.roundTrips }),

@@ -15,7 +15,7 @@ import type { Arrival } from './arrivals.js';
 import type { DecisionClient } from './decision-client.js';
 import { KeyCounter } from './key-counter.js';
 import { sumOf } from './prometheus-text.js';
-import type { ControlCounts, RealAnswer, Recording, ShareSample } from './recording.js';
+import type { AgentCounts, ControlCounts, RealAnswer, Recording, ShareSample } from './recording.js';
 import { RedisFailover, type KeySnapshot } from './redis-failover.js';
 import { ReplayError, ReplayInterrupted } from './replay-errors.js';
 import type { StackClient } from './stack-client.js';
@@ -101,6 +101,31 @@ export function controlCounts(
     loans,
     total: heartbeat + usage + ack + bye + heartbeat + 2 * recordWrites + recordDeliveries + loans,
     windowSeconds: (after.at - before.at) / 1000,
+  };
+}
+
+/** The loan answers the agents count (core/borrowing/planner.ts LoanAnswer). */
+const LOAN_ANSWERS = ['grant', 'refused', 'unreachable', 'timeout', 'late'] as const;
+
+/** The agents' loan and Redis counters between two snapshots (recording.ts AgentCounts). */
+export function agentCounts(
+  before: Pick<ControlSnapshot, 'agents'>,
+  after: Pick<ControlSnapshot, 'agents'>,
+): AgentCounts {
+  const delta = (name: string, where: Record<string, string> = {}) =>
+    after.agents.reduce(
+      (n, samples, r) => n + sumOf(samples, name, where) - sumOf(before.agents[r] ?? [], name, where),
+      0,
+    );
+  const loanAnswers: Record<string, number> = {};
+  for (const answer of LOAN_ANSWERS) {
+    const n = delta('quotaplane_loan_requests_total', { answer });
+    if (n > 0) loanAnswers[answer] = n;
+  }
+  return {
+    loanAnswers,
+    grantsDistrusted: delta('quotaplane_loan_grants_distrusted_total'),
+    storeTimeouts: delta('quotaplane_store_latency_seconds_count', { outcome: 'timeout' }),
   };
 }
 
@@ -289,6 +314,7 @@ export async function replayArrivals(run: ReplayRun, io: ReplayIo): Promise<Reco
     shares,
     peakKeys: Object.fromEntries(run.regions.map((r, i) => [r, peakKeys[i]!])),
     control: after === undefined ? undefined : controlCounts(before, after, run.regions.length),
+    agents: after === undefined ? undefined : agentCounts(before, after),
     forwarded: after === undefined ? 0 : forwardedBetween(before, after),
     wallSeconds,
     sendLagMs: lag.sort(),

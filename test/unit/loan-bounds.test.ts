@@ -24,6 +24,36 @@ describe('GrantCheck: a borrower believes a grant up to what the lender could ha
     });
   });
 
+  it('gives the shadow back the refill of the exchange: a full lender drained by every loan is believed whole', () => {
+    // The lender is full (20) and gives all it holds on every ask; each answer takes 300 ms, and the lender
+    // debits somewhere in between. Asked every 2 s, it holds 20 then 2 + what it refilled since its last debit.
+    const check = new GrantCheck(100);
+    const ask = (granted: number, sentAt: number, now: number) =>
+      check.check('eu', 'p', 's', { mode: 'fill', asked: 50 * M, granted }, bound, now, sentAt);
+    expect(ask(20 * M, 0, 300)).toEqual({ believed: 20 * M });
+    // Debited at 0 at the earliest, it may hold 0.3 at 300; asked again at 2000 and debited at once: 2 tokens.
+    expect(ask(2 * M, 2000, 2300)).toEqual({ believed: 2 * M });
+    // Debited at 2000, then at 4250 (late in its exchange): 2.25 tokens, believed whole.
+    expect(ask(2.25 * M, 4000, 4300)).toEqual({ believed: 2.25 * M });
+    // Never more than it could have had: at most 0.05 left at 4300, then 2 tokens to 6300 (sent at 6000).
+    expect(ask(3 * M, 6000, 6300)).toEqual({ believed: 2_050_000, problem: 'over_bound' });
+    // Asks that overlap count no stretch of time twice: sent at 6100, before the last arrival (6300), answered
+    // at 6400: the last grant took all it could hold, so 0.1 token, the refill since 6300.
+    expect(ask(M, 6100, 6400)).toEqual({ believed: 100_000, problem: 'over_bound' });
+    // Without the send time (the arrival taken for it), the exchange is not given back.
+    const bare = new GrantCheck(100);
+    bare.check('eu', 'p', 's', { mode: 'fill', asked: 50 * M, granted: 20 * M }, bound, 300);
+    expect(bare.check('eu', 'p', 's', { mode: 'fill', asked: 50 * M, granted: 2 * M }, bound, 2300)).toEqual({
+      believed: 2 * M,
+    });
+    expect(
+      bare.check('eu', 'p', 's', { mode: 'fill', asked: 50 * M, granted: 2.25 * M }, bound, 4300),
+    ).toEqual({
+      believed: 2 * M,
+      problem: 'over_bound',
+    });
+  });
+
   it('believes nothing of a grant above what was asked, or of a spend that is not the cost', () => {
     const check = new GrantCheck(100);
     expect(check.check('eu', 'p', 's', { mode: 'fill', asked: 3 * M, granted: 4 * M }, bound, 0)).toEqual({

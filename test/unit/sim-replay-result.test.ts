@@ -24,7 +24,7 @@ import {
   ReplayResult,
   type ReplayRow,
 } from '../../simulations/replay/replay-result.js';
-import { controlCounts } from '../../simulations/replay/replayer.js';
+import { agentCounts, controlCounts } from '../../simulations/replay/replayer.js';
 import { conflictingEnv } from '../../simulations/replay/stack-session.js';
 
 const K = 10;
@@ -75,6 +75,7 @@ function recording(
     shares: [],
     peakKeys: { us: 1, eu: 1, ap: 1 },
     control: undefined,
+    agents: undefined,
     forwarded: 0,
     wallSeconds: 6,
     sendLagMs: new Float64Array(arrivals.length),
@@ -412,6 +413,30 @@ describe('the Prometheus text the replay reads', () => {
   });
 });
 
+describe('agentCounts: where a real row’s delivery went', () => {
+  it('sums loan answers, grants believed less than given and Redis timeouts over the agents, as differences', () => {
+    const agent = (grant: number, late: number, clipped: number, timeouts: number) =>
+      parsePrometheusText(
+        [
+          `quotaplane_loan_requests_total{lender="eu",answer="grant"} ${grant}`,
+          `quotaplane_loan_requests_total{lender="ap",answer="late"} ${late}`,
+          `quotaplane_loan_requests_total{lender="ap",answer="timeout"} 2`,
+          `quotaplane_loan_grants_distrusted_total{lender="ap",problem="over_bound"} ${clipped}`,
+          `quotaplane_store_latency_seconds_count{operation="decide",outcome="ok"} 900`,
+          `quotaplane_store_latency_seconds_count{operation="decide",outcome="timeout"} ${timeouts}`,
+        ].join('\n'),
+      );
+    const before = { agents: [agent(10, 1, 0, 3), agent(0, 0, 0, 0), parsePrometheusText('')] };
+    const after = { agents: [agent(40, 5, 2, 10), agent(6, 0, 1, 0), parsePrometheusText('')] };
+    // 30 + 6 grants, 4 late; the timeouts did not move (2 before and after), so they are not listed.
+    expect(agentCounts(before, after)).toEqual({
+      loanAnswers: { grant: 36, late: 4 },
+      grantsDistrusted: 3,
+      storeTimeouts: 7,
+    });
+  });
+});
+
 describe('the replay table and its labels', () => {
   it('labels rows by source', () => {
     const r = predictedRow(dynamicSpec).result;
@@ -440,6 +465,7 @@ describe('the replay table and its labels', () => {
             total: 607,
             windowSeconds: 6.2,
           },
+          agents: { loanAnswers: { grant: 3, timeout: 1 }, grantsDistrusted: 1, storeTimeouts: 2 },
         },
       ),
     );
@@ -451,7 +477,8 @@ describe('the replay table and its labels', () => {
     expect(table.filter((l) => l.startsWith('| strict (real stack) '))).toHaveLength(1);
     expect(table).toContain(
       'strict (real stack): 450 requests in 6.0 s of wall time at 10× (75/s), sent late by p50 0.5 / p99 3.0 ms, ' +
-        '1 without a decision, 0 shed, degraded: no_decision:ECONNRESET 1; control messages 607 (heartbeats 180, usage 180, acks 7, record writes 12, loans 0)',
+        '1 without a decision, 0 shed, degraded: no_decision:ECONNRESET 1; control messages 607 (heartbeats 180, usage 180, acks 7, record writes 12, loans 0); ' +
+        'loan answers grant 3, timeout 1, grants believed less than given 1, Redis timeouts 2',
     );
   });
 });
