@@ -68,9 +68,8 @@ export class DecisionRecorder {
     if (memory === undefined || outcome.allowed || outcome.replayed) return;
     if (request.dryRun || request.forwarded === true) return;
     const at = new Date(this.#deps.clock.now()).toISOString();
-    request.checks.forEach((p, i) => {
-      const r = outcome.results[i];
-      if (r === undefined || outcome.violated[i] !== true) return;
+    for (const { prepared: p, result: r, fits } of outcome.checks) {
+      if (r === undefined || fits) continue;
       memory.note(p.policy.name, p.subject, {
         at,
         reason: r.reason ?? null,
@@ -79,15 +78,15 @@ export class DecisionRecorder {
         remaining: Math.floor(r.remaining),
         retryAfterMs: r.retryAfterMs,
       });
-    });
+    }
   }
 
   record(request: PreparedRequest, outcome: DecisionOutcome, requestId: string, started: number): void {
     const { metrics, log, usage } = this.#deps;
     const region = this.#region;
-    request.checks.forEach((p, i) => {
-      const r = outcome.results[i];
-      if (r === undefined) return;
+    // Each check as it was decided: a check moved to its policy's shared bucket counts as that bucket's.
+    for (const { prepared: p, result: r, fits } of outcome.checks) {
+      if (r === undefined) continue;
       if (!request.dryRun) {
         metrics.countDecision(p.policy.name, outcome.allowed, p.policy.mode);
         metrics.countDecisionByKind(p.policy.kind, outcome.allowed);
@@ -99,26 +98,27 @@ export class DecisionRecorder {
         p.policy.mode === 'regional' &&
         (p.route === 'store' || p.route === 'log' || p.route === 'day')
       ) {
-        const left = outcome.violated[i] === true || r.limit <= 0 ? 0 : r.remaining / r.limit;
+        const left = !fits || r.limit <= 0 ? 0 : r.remaining / r.limit;
         // p.policy is the policy as the subject's class sees it: its refill is the subject's own rate.
         usage.record(p.policy.name, p.subject, p.cost, outcome.allowed, left, p.policy.refillPerSecond);
       }
       // `subject_exhausted` and `share_exhausted` say why a bucket was empty: an ordinary refusal, not degraded.
       if (r.reason !== undefined && !QUOTA_REASONS.has(r.reason))
         metrics.degraded.labels(p.policy.name, region, r.reason, r.cause ?? '').inc();
-    });
+    }
     this.#noteRefusals(request, outcome);
     if (!outcome.allowed && outcome.retryAfterMs !== null && !request.dryRun) {
-      const first = Math.max(0, outcome.violated.indexOf(true));
-      const policy = request.checks[first]?.policy.name ?? '';
+      // Labelled with the first check that did not fit (the first check when none is marked).
+      const first = outcome.checks.find((c) => !c.fits) ?? outcome.checks[0];
+      const policy = first?.prepared.policy.name ?? '';
       metrics.retryAfter.labels(policy, region).observe(outcome.retryAfterMs / 1000);
     }
     if (this.#deps.random() < this.#logSampleRate) {
       log.info(
         {
           reqId: requestId,
-          policies: request.checks.map((p) => p.policy.name),
-          subjects: request.checks.map((p) => subjectFingerprint(p.subject, this.#fingerprintKey)),
+          policies: outcome.checks.map((c) => c.prepared.policy.name),
+          subjects: outcome.checks.map((c) => subjectFingerprint(c.prepared.subject, this.#fingerprintKey)),
           allowed: outcome.allowed,
           reasons: outcome.results.map((r) => r.reason ?? null),
           replayed: outcome.replayed,

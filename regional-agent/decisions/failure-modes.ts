@@ -2,7 +2,8 @@ import { DAY_MICRO } from '../../core/daily-budget.js';
 import type { CheckResult, DecisionReason, DegradedCause } from '../../core/agent-wire.js';
 import type { BucketCheck } from '../../core/bucket-wire.js';
 import type { EmergencyBuckets } from './emergency-buckets.js';
-import type { DecisionSheet, PreparedCheck } from './prepared.js';
+import type { Check } from './check.js';
+import type { PreparedCheck } from './prepared.js';
 
 /** Reasons of a fail-closed denial: the decision could not be made, it was not refused for quota. */
 export const CLOSED_REASONS: ReadonlySet<string> = new Set([
@@ -27,82 +28,78 @@ export class FailureModes {
   }
 
   /**
-   * A group of checks got no answer for `cause`: each gets its policy's failure mode, written into `sheet`.
-   * The `local` checks of one group share one emergency decision, all-or-nothing as the store would have.
-   * Returns false when some check does not fit.
+   * A group of checks got no answer for `cause`: each is answered by its policy's failure mode. The `local`
+   * checks of one group share one emergency decision, all-or-nothing as the store would have. Returns false when
+   * some check does not fit.
    */
-  failAll(
-    checks: readonly PreparedCheck[],
-    indexes: readonly number[],
-    cause: DegradedCause,
-    dryRun: boolean,
-    sheet: DecisionSheet,
-  ): boolean {
+  failAll(checks: readonly Check[], cause: DegradedCause, dryRun: boolean): boolean {
     let allowed = true;
-    const local: { at: number; check: PreparedCheck; bucket: BucketCheck }[] = [];
-    checks.forEach((p, j) => {
-      const at = indexes[j] ?? j;
+    const local: { check: Check; bucket: BucketCheck }[] = [];
+    for (const c of checks) {
+      const p = c.prepared;
       if (p.policy.onStoreFailure === 'local' && p.bucket !== undefined) {
-        local.push({ at, check: p, bucket: p.bucket });
-        return;
+        local.push({ check: c, bucket: p.bucket });
+        continue;
       }
-      const r = this.fail(p, cause, dryRun);
-      sheet.results[at] = r.result;
-      sheet.fits[at] = r.fits;
-      if (!r.fits) allowed = false;
-    });
+      if (!this.fail(c, cause, dryRun)) allowed = false;
+    }
     if (local.length > 0) {
-      const sized = local.map((l) => this.#emergency.size(l.check.policy, l.bucket));
+      const sized = local.map((l) => this.#emergency.size(l.check.prepared.policy, l.bucket));
       const decision = this.#emergency.decide(sized, dryRun);
       local.forEach((l, j) => {
+        const c = l.check;
         const b = decision?.results[j];
         const capacity = sized[j]?.capacity ?? 0;
         if (decision === undefined || b === undefined) {
-          sheet.results[l.at] = this.closed(l.check, 'emergency_full');
-          sheet.fits[l.at] = false;
+          c.result = this.closed(c.prepared, 'emergency_full');
+          c.fits = false;
           allowed = false;
           return;
         }
-        sheet.results[l.at] = emergencyResult(l.check, decision.allowed, b, capacity, cause);
-        sheet.fits[l.at] = b.retryAfterMs === 0;
+        c.result = emergencyResult(c.prepared, decision.allowed, b, capacity, cause);
+        c.fits = b.retryAfterMs === 0;
         if (!decision.allowed) allowed = false;
       });
     }
     return allowed;
   }
 
-  /** The failure-mode result of one check that nothing could decide. */
-  fail(p: PreparedCheck, cause: DegradedCause, dryRun: boolean): { result: CheckResult; fits: boolean } {
+  /** Answer one check that nothing could decide by its policy's failure mode. Returns whether its cost fit. */
+  fail(c: Check, cause: DegradedCause, dryRun: boolean): boolean {
+    const p = c.prepared;
     const mode = p.policy.onStoreFailure;
     if (mode === 'open') {
-      return {
-        fits: true,
-        result: {
-          policy: p.policy.name,
-          allowed: true,
-          remaining: 0,
-          limit: limitOf(p),
-          resetMs: null,
-          retryAfterMs: 0,
-          mode: p.policy.mode,
-          reason: 'fail_open',
-          cause,
-        },
+      c.result = {
+        policy: p.policy.name,
+        allowed: true,
+        remaining: 0,
+        limit: limitOf(p),
+        resetMs: null,
+        retryAfterMs: 0,
+        mode: p.policy.mode,
+        reason: 'fail_open',
+        cause,
       };
+      c.fits = true;
+      return true;
     }
     // Without a share (no lease) or a home region there is nothing to size an emergency bucket from.
     if (mode === 'local' && p.bucket !== undefined) {
       const sized = this.#emergency.size(p.policy, p.bucket);
       const decision = this.#emergency.decide([sized], dryRun);
       const b = decision?.results[0];
-      if (decision === undefined || b === undefined)
-        return { fits: false, result: this.closed(p, 'emergency_full') };
-      return {
-        fits: b.retryAfterMs === 0,
-        result: emergencyResult(p, decision.allowed, b, sized.capacity, cause),
-      };
+      if (decision === undefined || b === undefined) {
+        c.result = this.closed(p, 'emergency_full');
+        c.fits = false;
+        return false;
+      }
+      c.result = emergencyResult(p, decision.allowed, b, sized.capacity, cause);
+      c.fits = b.retryAfterMs === 0;
+      return c.fits;
     }
-    return { fits: false, result: this.closed(p, cause) };
+    c.result = this.closed(p, cause);
+    c.fits = false;
+    return false;
   }
 
   /** A fail-closed denial for `cause`. */

@@ -1,3 +1,4 @@
+/** The forwarded group: a request's strict checks homed in another region, decided there. */
 import type { Clock } from '../../core/clock.js';
 import { AgentErrors } from '../errors.js';
 import type { ForwardGroup } from './check-groups.js';
@@ -5,7 +6,6 @@ import type { FailureModes } from './failure-modes.js';
 import { HomeOverloadedError, type Forwarder } from './forwarder.js';
 import { onTheWire } from '../resilience/wire-timeout.js';
 import { newRun, type GroupRun } from './group-run.js';
-import type { DecisionSheet } from './prepared.js';
 
 export interface ForwardGroupDeps {
   forwarder?: Forwarder | undefined;
@@ -15,13 +15,12 @@ export interface ForwardGroupDeps {
 
 /**
  * Decide a request's strict checks at their home region, within what is left of the deadline, and write the
- * home's results into the sheet. No answer in time: the policies' failure modes decide (`home_unreachable`).
+ * home's result into each check. No answer in time: the policies' failure modes decide (`home_unreachable`).
  * An idempotency conflict at the home is the caller's error and is thrown.
  */
 export async function runForwardGroup(
   deps: ForwardGroupDeps,
   call: { group: ForwardGroup; idempotencyKey: string | undefined; dryRun: boolean; deadlineAt: number },
-  sheet: DecisionSheet,
 ): Promise<GroupRun> {
   const { group, dryRun } = call;
   const run = newRun(group);
@@ -43,7 +42,7 @@ export async function runForwardGroup(
       deps.forwarder.decide(
         group.homeRegion,
         {
-          checks: group.checks.map((p) =>
+          checks: group.checks.map(({ prepared: p }) =>
             p.subjectClass === undefined
               ? { policy: p.policy.name, subject: p.subject, cost: p.cost }
               : { policy: p.policy.name, subject: p.subject, cost: p.cost, class: p.subjectClass },
@@ -56,11 +55,11 @@ export async function runForwardGroup(
       budgetMs,
     );
     run.replayed = remote.replayed === true;
-    group.indexes.forEach((at, j) => {
+    group.checks.forEach((c, j) => {
       const r = remote.results[j];
       if (r === undefined) throw new Error(`home region answered no result for check ${j}`);
-      sheet.results[at] = r;
-      sheet.fits[at] = r.retryAfterMs === 0;
+      c.result = r;
+      c.fits = r.retryAfterMs === 0;
       if (!r.allowed) run.allowed = false;
     });
     return run;
@@ -70,7 +69,7 @@ export async function runForwardGroup(
     // A home that sheds says why (busy, or the request reached it too late): the whole request is shed, as the
     // agent's own admission control would, and the reason is the home's own words.
     if (error instanceof HomeOverloadedError) throw new AgentErrors.AGT_ERR_OVERLOADED(error.message);
-    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'home_unreachable', dryRun, sheet);
+    run.allowed = deps.failures.failAll(group.checks, 'home_unreachable', dryRun);
     return run;
   }
 }

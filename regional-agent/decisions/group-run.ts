@@ -1,10 +1,15 @@
+/**
+ * What the store groups share: how one group's call went (GroupRun), how a store's answer settles it, one slot
+ * group's guarded script call, and why a check with no room is refused.
+ */
 import type { DecisionReason } from '../../core/agent-wire.js';
 import type { Policy } from '../../core/policy.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { CheckGroup, DayGroup, LogGroup } from './check-groups.js';
 import type { FailureModes } from './failure-modes.js';
-import type { DecisionSheet } from './prepared.js';
+import type { Check } from './check.js';
+import type { StoreCheck } from './prepared.js';
 
 /**
  * Why a check with no room now is refused, from what its own bucket or counter holds (nothing was borrowed: a
@@ -30,15 +35,11 @@ export interface GroupRun {
   conflict: boolean;
   /** The group's idempotency record, deleted by a refund so a retry is decided afresh. */
   recordKey: string | undefined;
-  /** Per check of a log group: the entries its call wrote (stamp, first seq), what a refund takes back. */
-  written?: { stamp: number; seq: number }[] | undefined;
   /**
-   * Request positions of checks whose new subject found its policy's creation cap used up and whose flood answer
-   * is `shared`: nothing was decided; the runner decides them again on their policies' shared buckets.
+   * Checks whose new subject found its policy's creation cap used up and whose flood answer is `shared`: nothing
+   * was decided; the runner decides them again on their policies' shared buckets.
    */
-  reroute?: number[] | undefined;
-  /** Per check of a day group: the µs start of the day its call charged (0: nothing), what a refund names. */
-  dayStarts?: number[] | undefined;
+  reroute?: Check<StoreCheck>[] | undefined;
 }
 
 /** A run that has decided nothing yet. */
@@ -99,7 +100,6 @@ export async function decideSlotGroup<R extends SettledAnswer>(
   },
   recordKeyOf: (slotSubject: string, idempotencyKey: string) => string,
   decide: (dryRun: boolean, idempotency: { key: string; ttlMs: number } | undefined) => Promise<R>,
-  sheet: DecisionSheet,
 ): Promise<{ run: GroupRun; reply: R | undefined }> {
   const { group, lookOnly } = call;
   const dryRun = call.dryRun || lookOnly;
@@ -112,7 +112,7 @@ export async function decideSlotGroup<R extends SettledAnswer>(
       decide(dryRun, recordKey === undefined ? undefined : { key: recordKey, ttlMs: deps.idempotencyTtlMs }),
     );
   } catch {
-    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
+    run.allowed = deps.failures.failAll(group.checks, 'store_unavailable', dryRun);
     return { run, reply: undefined };
   }
   if (!settleRun(run, reply, { dryRun, lookOnly, recordKey }, deps.metrics)) return { run, reply: undefined };

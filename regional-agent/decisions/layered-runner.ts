@@ -1,5 +1,9 @@
+/**
+ * The decision of one prepared request, all-or-nothing over its checks: failure modes first, then one call per
+ * group (store slots, then the home region), refunds after a denial, the idempotency claim across groups.
+ */
 import { AgentErrors } from '../errors.js';
-import { chargesOf } from './charges.js';
+import { newCheck, type Check } from './check.js';
 import { groupChecks, type CheckGroup } from './check-groups.js';
 import type { FailureModes } from './failure-modes.js';
 import { runForwardGroup, type ForwardGroupDeps } from './forward-group.js';
@@ -8,13 +12,7 @@ import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
 import { boundKey, claimIdempotencyKey, type ClaimDeps } from './idempotency-claim.js';
 import { summarize } from './outcome.js';
-import {
-  newSheet,
-  type DecisionOutcome,
-  type DecisionSheet,
-  type PreparedCheck,
-  type PreparedRequest,
-} from './prepared.js';
+import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
 import { refundRuns, type RefundDeps } from './refunds.js';
 import { runStoreGroup, type StoreGroupDeps } from './store-group.js';
 
@@ -47,16 +45,16 @@ export class LayeredRunner {
   /** Throws AGT_ERR_IDEMPOTENCY_CONFLICT, or AGT_ERR_OVERLOADED when the home region shed the request. */
   /** `chargeBy`: epoch ms after which nothing may be charged (a forwarded request's caller stops waiting). */
   async run(request: PreparedRequest, deadlineAt: number, chargeBy?: number): Promise<DecisionOutcome> {
-    const { checks, dryRun, idempotencyKey } = request;
-    const sheet = newSheet(checks.length);
+    const { dryRun, idempotencyKey } = request;
+    // One object per check travels the steps below, from its routed form to its answer.
+    const checks: Check[] = [];
     let denied = false;
-    checks.forEach((p, i) => {
-      if (p.route !== 'fail') return;
-      const r = this.#deps.failures.fail(p, p.cause, dryRun);
-      sheet.results[i] = r.result;
-      sheet.fits[i] = r.fits;
-      if (!r.fits) denied = true;
-    });
+    for (let at = 0; at < request.checks.length; at++) {
+      const c = newCheck(request.checks[at]!, at);
+      checks.push(c);
+      const p = c.prepared;
+      if (p.route === 'fail' && !this.#deps.failures.fail(c, p.cause, dryRun)) denied = true;
+    }
 
     const groups = groupChecks(checks, (key) => this.#deps.store.slotOf(key));
     // Every group of a several-group request keeps its record under the caller's key bound to the whole request
@@ -81,7 +79,7 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, groupKey, false, deadlineAt, sheet, chargeBy);
+        run = await this.#runGroup(request, group, groupKey, false, deadlineAt, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
         // yet a local group replayed: the record cannot be this request's. Bound keys make this unreachable; kept
@@ -92,13 +90,9 @@ export class LayeredRunner {
           // New subjects past their policies' creation caps: nothing was decided; the group's checks are
           // grouped again with those moved to the shared buckets (on a cluster, maybe other slots), and the
           // loop goes on from there. A shared check is never missing, so this happens at most once per check.
-          denied = this.#reroute(checks, run.reroute, dryRun, sheet) || denied;
-          const pending = new Set(groups.slice(next).flatMap((g) => g.indexes));
-          const regrouped = groupChecks(
-            checks,
-            (key) => this.#deps.store.slotOf(key),
-            (i) => pending.has(i),
-          );
+          denied = this.#reroute(run.reroute, dryRun) || denied;
+          const pending = new Set<Check>(groups.slice(next).flatMap((g): Check[] => g.checks));
+          const regrouped = groupChecks(checks, (key) => this.#deps.store.slotOf(key), pending);
           groups.splice(next, groups.length - next, ...regrouped);
           next--;
           continue;
@@ -108,7 +102,6 @@ export class LayeredRunner {
         await refundRuns(
           this.#deps,
           runs.filter((r) => r.charged && r.fresh),
-          sheet,
         );
         throw error;
       }
@@ -118,7 +111,7 @@ export class LayeredRunner {
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
       await Promise.all(
-        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, true, deadlineAt, sheet)),
+        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, true, deadlineAt)),
       );
     }
     // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
@@ -128,33 +121,21 @@ export class LayeredRunner {
       await refundRuns(
         this.#deps,
         runs.filter((r) => r.charged && !r.replayed),
-        sheet,
       );
     const replayed = runs.length > 0 && runs.length === groups.length && runs.every((r) => r.replayed);
-    const outcome = summarize(checks, sheet, !denied, replayed, this.#deps.shortfall);
-    if (!denied && !dryRun) outcome.charges = chargesOf(runs, checks.length);
-    return outcome;
+    return summarize(checks, !denied, replayed, this.#deps.shortfall);
   }
 
   /**
-   * Move the checks at `indexes` to their policies' shared buckets; one that lands on a failure mode (no share
-   * of it here) is answered now. True when such an answer denies.
+   * Move checks to their policies' shared buckets; one that lands on a failure mode (no share of it here) is
+   * answered now. True when such an answer denies.
    */
-  #reroute(
-    checks: PreparedCheck[],
-    indexes: readonly number[],
-    dryRun: boolean,
-    sheet: DecisionSheet,
-  ): boolean {
+  #reroute(moved: readonly Check[], dryRun: boolean): boolean {
     let denied = false;
-    for (const i of indexes) {
-      const shared = this.#deps.sharedCheck(checks[i]!);
-      checks[i] = shared;
-      if (shared.route !== 'fail') continue;
-      const r = this.#deps.failures.fail(shared, shared.cause, dryRun);
-      sheet.results[i] = r.result;
-      sheet.fits[i] = r.fits;
-      if (!r.fits) denied = true;
+    for (const c of moved) {
+      const shared = this.#deps.sharedCheck(c.prepared);
+      c.prepared = shared;
+      if (shared.route === 'fail' && !this.#deps.failures.fail(c, shared.cause, dryRun)) denied = true;
     }
     return denied;
   }
@@ -166,23 +147,25 @@ export class LayeredRunner {
     idempotencyKey: string | undefined,
     lookOnly: boolean,
     deadlineAt: number,
-    sheet: DecisionSheet,
     chargeBy?: number,
   ): Promise<GroupRun> {
     const dryRun = request.dryRun || lookOnly;
     if (group.kind === 'forward') {
-      return runForwardGroup(this.#deps, { group, idempotencyKey, dryRun, deadlineAt }, sheet);
+      return runForwardGroup(this.#deps, { group, idempotencyKey, dryRun, deadlineAt });
     }
     if (group.kind === 'day') {
-      return runDayGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly }, sheet);
+      return runDayGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly });
     }
     if (group.kind === 'log') {
-      return runLogGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly }, sheet);
+      return runLogGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly });
     }
-    return runStoreGroup(
-      this.#deps,
-      { group, idempotencyKey, dryRun: request.dryRun, lookOnly, deadlineAt, chargeBy },
-      sheet,
-    );
+    return runStoreGroup(this.#deps, {
+      group,
+      idempotencyKey,
+      dryRun: request.dryRun,
+      lookOnly,
+      deadlineAt,
+      chargeBy,
+    });
   }
 }

@@ -1,3 +1,4 @@
+/** The sliding-log store group: one slot's sliding-log and concurrency checks decided in one `lua/sliding_log.lua` call. */
 import type { CheckResult } from '../../core/agent-wire.js';
 import { leaseToken, type LeaseKey } from '../../core/concurrency.js';
 import { kindOf } from '../../core/kinds/index.js';
@@ -8,7 +9,6 @@ import type { LogGroup } from './check-groups.js';
 import type { DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
 import { ownBudgetReason, decideSlotGroup, type GroupRun } from './group-run.js';
-import type { DecisionSheet } from './prepared.js';
 
 export interface LogGroupDeps {
   store: DecisionStore;
@@ -32,32 +32,22 @@ export interface LogGroupCall {
 }
 
 /**
- * Decide one slot's sliding logs in one script call, all-or-nothing, and write each check's result into the
- * sheet. No answer from the store: the policies' failure modes decide (closed or open; sliding logs have no
- * emergency bucket).
+ * Decide one slot's sliding logs in one script call, all-or-nothing, and write each check's result, whether it
+ * fit and what it charged. No answer from the store: the policies' failure modes decide (closed or open; sliding
+ * logs have no emergency bucket).
  */
-export async function runLogGroup(
-  deps: LogGroupDeps,
-  call: LogGroupCall,
-  sheet: DecisionSheet,
-): Promise<GroupRun> {
+export async function runLogGroup(deps: LogGroupDeps, call: LogGroupCall): Promise<GroupRun> {
   const { group, lookOnly } = call;
-  const { run, reply } = await decideSlotGroup(
-    deps,
-    call,
-    logRecordKey,
-    (dryRun, idempotency) =>
-      deps.store.decideLog({
-        checks: group.checks.map((p) => p.log),
-        dryRun,
-        ...(idempotency === undefined ? {} : { idempotency }),
-      }),
-    sheet,
+  const { run, reply } = await decideSlotGroup(deps, call, logRecordKey, (dryRun, idempotency) =>
+    deps.store.decideLog({
+      checks: group.checks.map((c) => c.prepared.log),
+      dryRun,
+      ...(idempotency === undefined ? {} : { idempotency }),
+    }),
   );
   if (reply === undefined) return run;
-  run.written = reply.results.map((r) => ({ stamp: r.stamp, seq: r.seq }));
-  group.checks.forEach((p, j) => {
-    const at = group.indexes[j] ?? j;
+  group.checks.forEach((c, j) => {
+    const p = c.prepared;
     const r = reply.results[j];
     if (r === undefined) throw new TypeError(`the store answered no result for log check ${j}`);
     const remaining = lookOnly && reply.allowed ? Math.min(r.remaining + p.cost, p.log.limit) : r.remaining;
@@ -88,8 +78,19 @@ export async function runLogGroup(
         deps.leaseKey,
       );
     }
-    sheet.results[at] = result;
-    sheet.fits[at] = r.retryAfterMs === 0;
+    c.result = result;
+    c.fits = r.retryAfterMs === 0;
+    // The entries its call wrote (stamp 0: none), what a refund or a reservation takes back.
+    if (run.charged && r.stamp > 0) {
+      c.charge = {
+        kind: 'log',
+        policy: p.policy.name,
+        key: p.log.key,
+        stamp: r.stamp,
+        seq: r.seq,
+        cost: p.cost,
+      };
+    }
   });
   return run;
 }

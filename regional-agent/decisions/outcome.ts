@@ -1,53 +1,48 @@
 import type { CheckResult } from '../../core/agent-wire.js';
 import { CLOSED_REASONS } from './failure-modes.js';
-import type { DecisionOutcome, DecisionSheet, GlobalBudget, PreparedCheck } from './prepared.js';
+import type { Check } from './check.js';
+import type { DecisionOutcome, GlobalBudget, PreparedCheck } from './prepared.js';
 import type { ShortfallHandler } from './store-group.js';
 
 /**
  * The request's outcome from every check's result: allowed only when nothing denied; when denied, every result
  * says so, the retry hint is the longest wait of the checks that did not fit (null when one never can), and
- * `unavailable` is true when only failures (store, home region, lease), not quota, denied it. With a shortfall
- * handler (borrowing), each borrowing check's global budget is noted for its headers.
+ * `unavailable` is true when only failures (store, home region, lease), not quota, denied it. Each check is given
+ * its window; with a shortfall handler (borrowing), each borrowing check its global budget, for its headers.
  */
 export function summarize(
-  checks: readonly PreparedCheck[],
-  sheet: DecisionSheet,
+  checks: Check[],
   allowed: boolean,
   replayed: boolean,
   borrowing?: ShortfallHandler,
 ): DecisionOutcome {
-  const n = checks.length;
-  const { results, fits } = sheet;
   let retryAfterMs: number | null = 0;
   let quota = false;
   let unavailable = false;
-  const violated = new Array<boolean>(n);
-  const windows = new Array<number>(n);
-  const budgets: (GlobalBudget | undefined)[] | undefined = borrowing === undefined ? undefined : [];
-  checks.forEach((p, i) => {
-    const r = results[i];
-    const fit = fits[i] === true;
-    windows[i] = Math.ceil(p.policy.capacity / p.policy.refillPerSecond);
-    violated[i] = !fit;
-    if (budgets !== undefined && r !== undefined) budgets[i] = globalBudget(p, r, fit, borrowing);
-    if (allowed || r === undefined) return;
+  const results = new Array<CheckResult>(checks.length);
+  for (const c of checks) {
+    const p = c.prepared;
+    const r = c.result;
+    c.window = Math.ceil(p.policy.capacity / p.policy.refillPerSecond);
+    if (r === undefined) continue;
+    results[c.at] = r;
+    if (borrowing !== undefined) c.budget = globalBudget(p, r, c.fits, borrowing);
+    if (allowed) continue;
     r.allowed = false;
-    if (fit) return;
+    if (c.fits) continue;
     // A sharded check that found its sub-bucket empty says so: the others may still hold tokens.
     if (r.reason === undefined && p.policy.shards !== undefined) r.reason = 'shard_exhausted';
     if (r.reason !== undefined && CLOSED_REASONS.has(r.reason)) unavailable = true;
     else quota = true;
     if (retryAfterMs !== null)
       retryAfterMs = r.retryAfterMs === null ? null : Math.max(retryAfterMs, r.retryAfterMs);
-  });
+  }
   return {
     allowed,
     retryAfterMs: allowed ? 0 : retryAfterMs,
+    checks,
     results,
     replayed,
-    violated,
-    windows,
-    ...(budgets === undefined ? {} : { budgets }),
     unavailable: unavailable && !quota,
   };
 }

@@ -1,13 +1,14 @@
 /**
  * The shapes the decision path passes between its steps: a check once it is validated and routed, a request
- * made of such checks, and the outcome before it is put on the wire.
+ * made of such checks, and the outcome before it is put on the wire (each check's own way through the steps is
+ * check.ts).
  */
 import type { CheckResult, DegradedCause } from '../../core/agent-wire.js';
 import type { BucketCheck } from '../../core/bucket-wire.js';
 import type { Policy } from '../../core/policy.js';
 import type { DayCheck } from '../../core/daily-budget.js';
-import type { Charge } from '../../core/reservations.js';
 import type { LogCheck } from '../../core/sliding-log.js';
+import type { Check } from './check.js';
 
 interface CheckBase {
   /** The policy as this subject sees it: its class's capacity, refill and maxCost when it has one. */
@@ -94,33 +95,14 @@ export interface GlobalBudget {
 export interface DecisionOutcome {
   allowed: boolean;
   retryAfterMs: number | null;
+  /**
+   * Every check of the request, in its order, as routed and as decided: its result, whether it fit (a check that
+   * did not is why the request was denied), its window, its global budget when it borrows, and what it charged.
+   */
+  checks: Check[];
+  /** Every check's result, in the request's order (`checks[i].result`): the list the answer puts on the wire. */
   results: CheckResult[];
   replayed: boolean;
-  /** Per result: true when that check did not fit (it is why the request was denied). */
-  violated: boolean[];
-  /** Per result: the policy's window (seconds to refill from empty), for RateLimit-Policy. */
-  windows: number[];
-  /**
-   * Per result: the subject's global budget when the check borrows (a regional token bucket with borrowing on),
-   * which its rate-limit headers describe instead of this region's part; undefined otherwise.
-   */
-  budgets?: (GlobalBudget | undefined)[] | undefined;
   /** True when the denial comes only from fail-closed failures (store, home region, lease), not from quota. */
   unavailable: boolean;
-  /** Admitted (not a dry run): what each check charged in this region's store, for reservations to refund. */
-  charges?: (Charge | undefined)[] | undefined;
-}
-
-/**
- * What the steps of one decision write into: per check, its result and whether its cost fit. Filled in by
- * whichever step decides each check (failure mode, store group, forwarded group).
- */
-export interface DecisionSheet {
-  readonly results: CheckResult[];
-  readonly fits: boolean[];
-}
-
-/** A sheet for `n` checks: no results yet, every check fitting until a step says otherwise. */
-export function newSheet(n: number): DecisionSheet {
-  return { results: new Array<CheckResult>(n), fits: new Array<boolean>(n).fill(true) };
 }

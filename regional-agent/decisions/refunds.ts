@@ -1,10 +1,11 @@
+/** Refunds after a later denial: what earlier store groups of a request charged is given back. */
 import type { Logger } from 'pino';
 import { DAY_MICRO } from '../../core/daily-budget.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';
 import type { GroupRun } from './group-run.js';
-import type { DecisionSheet } from './prepared.js';
+import type { Check } from './check.js';
 
 export interface RefundDeps {
   store: DecisionStore;
@@ -14,25 +15,21 @@ export interface RefundDeps {
 }
 
 /**
- * Give back what earlier store groups were charged, so no grant survives a later denial; each check's
- * `remaining` in the sheet becomes what its bucket holds after the refund. A refund that fails is counted and
- * logged: that grant stands.
+ * Give back what earlier store groups were charged, so no grant survives a later denial; each check's result's
+ * `remaining` becomes what its bucket holds after the refund. A refund that fails is counted and logged: that
+ * grant stands.
  */
-export async function refundRuns(
-  deps: RefundDeps,
-  runs: readonly GroupRun[],
-  sheet: DecisionSheet,
-): Promise<void> {
+export async function refundRuns(deps: RefundDeps, runs: readonly GroupRun[]): Promise<void> {
   await Promise.all(
     runs.map(async (run) => {
       const { group } = run;
-      if (group.kind === 'log') return refundLogRun(deps, run, sheet);
-      if (group.kind === 'day') return refundDayRun(deps, run, sheet);
+      if (group.kind === 'log') return refundLogRun(deps, run);
+      if (group.kind === 'day') return refundDayRun(deps, run);
       if (group.kind !== 'store') return;
       try {
         const outcome = await deps.guard.run('refund', () =>
           deps.store.refund({
-            checks: group.checks.map((p) => ({
+            checks: group.checks.map(({ prepared: p }) => ({
               key: p.bucket.key,
               cost: p.cost,
               capacity: p.bucket.capacity,
@@ -40,9 +37,9 @@ export async function refundRuns(
             idempotencyRecordKey: run.recordKey,
           }),
         );
-        group.indexes.forEach((at, j) => {
+        group.checks.forEach((c, j) => {
           const tokens = outcome.results[j]?.tokens ?? null;
-          const result = sheet.results[at];
+          const result = c.result;
           if (tokens !== null && result !== undefined) result.remaining = tokens;
         });
         deps.metrics.refunds.labels('ok').inc();
@@ -53,14 +50,10 @@ export async function refundRuns(
   );
 }
 
-function refundFailed(
-  deps: RefundDeps,
-  checks: readonly { policy: { name: string } }[],
-  error: unknown,
-): void {
+function refundFailed(deps: RefundDeps, checks: readonly Check[], error: unknown): void {
   deps.metrics.refunds.labels('failed').inc();
   deps.log.warn(
-    { err: error, policies: checks.map((p) => p.policy.name) },
+    { err: error, policies: checks.map((c) => c.prepared.policy.name) },
     'refund failed: an earlier grant stands',
   );
 }
@@ -69,23 +62,24 @@ function refundFailed(
  * Take back the entries a charged log group wrote (a later group denied), deleting its idempotency record; each
  * check's `remaining` grows by what came back. A refund that fails is counted and logged: that grant stands.
  */
-async function refundLogRun(deps: RefundDeps, run: GroupRun, sheet: DecisionSheet): Promise<void> {
-  const { group, written } = run;
-  if (group.kind !== 'log' || written === undefined) return;
+async function refundLogRun(deps: RefundDeps, run: GroupRun): Promise<void> {
+  const { group } = run;
+  if (group.kind !== 'log') return;
   try {
     const outcome = await deps.guard.run('refund', () =>
       deps.store.refundLog({
-        keys: group.checks.map((p) => p.log.key),
-        entries: group.checks.map((p, j) => ({
-          stamp: written[j]?.stamp ?? 0,
-          seq: written[j]?.seq ?? 0,
-          cost: p.cost,
-        })),
+        keys: group.checks.map((c) => c.prepared.log.key),
+        // A check whose call wrote no entry has no charge: stamp 0 names none.
+        entries: group.checks.map(({ charge, prepared: p }) =>
+          charge?.kind === 'log'
+            ? { stamp: charge.stamp, seq: charge.seq, cost: p.cost }
+            : { stamp: 0, seq: 0, cost: p.cost },
+        ),
         recordKey: run.recordKey,
       }),
     );
-    group.indexes.forEach((at, j) => {
-      const result = sheet.results[at];
+    group.checks.forEach((c, j) => {
+      const result = c.result;
       const back = outcome.removed[j] ?? 0;
       if (result === undefined) return;
       result.remaining = Math.min(result.remaining + back, result.limit);
@@ -102,19 +96,23 @@ async function refundLogRun(deps: RefundDeps, run: GroupRun, sheet: DecisionShee
  * Give back what a charged day group took (a later group denied), deleting its idempotency record; each check's
  * `remaining` grows by what came back. A refund that fails is counted and logged: that grant stands.
  */
-async function refundDayRun(deps: RefundDeps, run: GroupRun, sheet: DecisionSheet): Promise<void> {
-  const { group, dayStarts } = run;
-  if (group.kind !== 'day' || dayStarts === undefined) return;
+async function refundDayRun(deps: RefundDeps, run: GroupRun): Promise<void> {
+  const { group } = run;
+  if (group.kind !== 'day') return;
   try {
     const outcome = await deps.guard.run('refund', () =>
       deps.store.refundDay({
-        keys: group.checks.map((p) => p.day.key),
-        entries: group.checks.map((p, j) => ({ start: dayStarts[j] ?? 0, cost: p.day.cost })),
+        keys: group.checks.map((c) => c.prepared.day.key),
+        // A check whose call charged no day has no charge: start 0 names none.
+        entries: group.checks.map(({ charge, prepared: p }) => ({
+          start: charge?.kind === 'day' ? charge.start : 0,
+          cost: p.day.cost,
+        })),
         recordKey: run.recordKey,
       }),
     );
-    group.indexes.forEach((at, j) => {
-      const result = sheet.results[at];
+    group.checks.forEach((c, j) => {
+      const result = c.result;
       const back = (outcome.refunded[j] ?? 0) / DAY_MICRO;
       if (result !== undefined) result.remaining = Math.min(result.remaining + back, result.limit);
     });

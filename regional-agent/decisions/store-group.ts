@@ -11,7 +11,8 @@ import { AgentErrors } from '../errors.js';
 import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
 import { newRun, ownBudgetReason, settleRun, type GroupRun } from './group-run.js';
-import type { DecisionSheet, StoreCheck } from './prepared.js';
+import type { Check } from './check.js';
+import type { StoreCheck } from './prepared.js';
 import { floodResult, takeCreations, type CreationFlights, type Flooded } from './subject-gate.js';
 
 export interface StoreGroupDeps {
@@ -102,15 +103,11 @@ export interface StoreGroupCall {
 }
 
 /**
- * Decide one slot's checks in one script call, all-or-nothing, and write each check's result into the sheet.
- * No answer from the store: the policies' failure modes decide. A denial is written as the store gave it:
- * `retryAfterMs > 0` on a check means this region's bucket lacks tokens for it now.
+ * Decide one slot's checks in one script call, all-or-nothing, and write each check's result, whether it fit and
+ * what it charged. No answer from the store: the policies' failure modes decide. A denial is written as the store
+ * gave it: `retryAfterMs > 0` on a check means this region's bucket lacks tokens for it now.
  */
-export async function runStoreGroup(
-  deps: StoreGroupDeps,
-  call: StoreGroupCall,
-  sheet: DecisionSheet,
-): Promise<GroupRun> {
+export async function runStoreGroup(deps: StoreGroupDeps, call: StoreGroupCall): Promise<GroupRun> {
   const { group, lookOnly } = call;
   const dryRun = call.dryRun || lookOnly;
   const run = newRun(group);
@@ -122,7 +119,7 @@ export async function runStoreGroup(
   const chargeBy = dryRun ? undefined : call.chargeBy;
   // A subject-creation cap: the first call decides only buckets that exist (a look only reads, creating nothing).
   const state: GroupCallState = {
-    guarded: !lookOnly && group.checks.some((p) => p.bucket.mustExist === true),
+    guarded: !lookOnly && group.checks.some((c) => c.prepared.bucket.mustExist === true),
     dryRun,
     recordKey,
     chargeBy,
@@ -140,14 +137,14 @@ export async function runStoreGroup(
       state.guarded = false;
       if (none.length > 0 && none.every((f) => f.answer === 'shared')) {
         // Nothing was decided: the layered runner moves these checks to their policies' shared buckets.
-        run.reroute = none.map((f) => group.indexes[f.index] ?? f.index);
+        run.reroute = none.map((f) => group.checks[f.index]!);
         return run;
       }
       if (none.length > 0) {
         // The request is refused; the group's other checks are only looked at, for their numbers.
         const look = await decideGroup(deps, group, state, true);
         const denied = none.filter((f) => f.answer === 'deny');
-        return floodGroup(run, group, look, denied, sheet);
+        return floodGroup(run, group, look, denied);
       }
       decision = await decideNoting(deps, group, state);
     }
@@ -170,14 +167,14 @@ export async function runStoreGroup(
     if (error instanceof CallerDeadlineError) {
       throw new AgentErrors.AGT_ERR_OVERLOADED("the caller's deadline passed before the store could decide");
     }
-    run.allowed = deps.failures.failAll(group.checks, group.indexes, 'store_unavailable', dryRun, sheet);
+    run.allowed = deps.failures.failAll(group.checks, 'store_unavailable', dryRun);
     return run;
   }
   if (!settleRun(run, decision, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
   if (!dryRun && decision.allowed && !decision.replayed)
     topUp(deps.shortfall, group, decision, state.generations);
-  group.checks.forEach((p, j) => {
-    const at = group.indexes[j] ?? j;
+  group.checks.forEach((c, j) => {
+    const p = c.prepared;
     const b = decision.results[j];
     if (b === undefined) throw new TypeError(`the store answered no result for check ${j}`);
     // A group only looked at (an earlier one denied) reports what it holds, not what it would after paying.
@@ -200,8 +197,17 @@ export async function runStoreGroup(
       const reason = reasons?.get(j) ?? unborrowedReason(p, deps.shortfall);
       if (reason !== undefined) result.reason = reason;
     }
-    sheet.results[at] = result;
-    sheet.fits[at] = b.retryAfterMs === 0;
+    c.result = result;
+    c.fits = b.retryAfterMs === 0;
+    if (run.charged) {
+      c.charge = {
+        kind: 'bucket',
+        policy: p.policy.name,
+        key: p.bucket.key,
+        capacity: p.bucket.capacity,
+        cost: p.cost,
+      };
+    }
   });
   return run;
 }
@@ -231,7 +237,7 @@ function decideGroup(
   return deps.guard.run('decide', () =>
     deps.store.decide(
       {
-        checks: guarded ? group.checks.map((p) => p.bucket) : group.checks.map(withoutGuard),
+        checks: guarded ? group.checks.map((c) => c.prepared.bucket) : group.checks.map(withoutGuard),
         dryRun: state.dryRun || look,
         idempotency:
           recordKey === undefined
@@ -240,7 +246,7 @@ function decideGroup(
                 key: recordKey,
                 ttlMs: idempotencyTtlMs(
                   deps.idempotencyTtlMs,
-                  group.checks.map((p) => p.policy.idleTtlSeconds),
+                  group.checks.map((c) => c.prepared.policy.idleTtlSeconds),
                 ),
               },
       },
@@ -252,7 +258,7 @@ function decideGroup(
 /** A charging (or dry-run) call that first notes the handler's credit generations of the group's checks. */
 function decideNoting(deps: StoreGroupDeps, group: StoreGroup, state: GroupCallState): Promise<Decision> {
   const h = state.dryRun ? undefined : deps.shortfall;
-  state.generations = group.checks.map((c) => h?.generation?.(c.policy.name, c.subject));
+  state.generations = group.checks.map((c) => h?.generation?.(c.prepared.policy.name, c.prepared.subject));
   return decideGroup(deps, group, state);
 }
 
@@ -276,35 +282,30 @@ export function unborrowedReason(
 }
 
 /** A check's bucket without the subject-creation guard: a missing bucket is created (full) as usual. */
-function withoutGuard(check: StoreCheck): BucketCheck {
-  if (check.bucket.mustExist !== true) return check.bucket;
-  const { mustExist: _, ...bucket } = check.bucket;
-  return bucket;
+function withoutGuard(check: Check<StoreCheck>): BucketCheck {
+  const { bucket } = check.prepared;
+  if (bucket.mustExist !== true) return bucket;
+  const { mustExist: _, ...unguarded } = bucket;
+  return unguarded;
 }
 
 /**
  * A group refused by a flood answer `deny`: the flooded checks say `subject_flood`; the others report what their
  * buckets hold (a look: nothing was charged anywhere).
  */
-function floodGroup(
-  run: GroupRun,
-  group: StoreGroup,
-  look: Decision,
-  flooded: readonly Flooded[],
-  sheet: DecisionSheet,
-): GroupRun {
+function floodGroup(run: GroupRun, group: StoreGroup, look: Decision, flooded: readonly Flooded[]): GroupRun {
   run.allowed = false;
-  group.checks.forEach((p, j) => {
-    const at = group.indexes[j] ?? j;
+  group.checks.forEach((c, j) => {
+    const p = c.prepared;
     const f = flooded.find((x) => x.index === j);
     const b = look.results[j];
     if (f !== undefined || b === undefined) {
-      sheet.results[at] = floodResult(p, f ?? { index: j, retryAfterMs: 0, answer: 'deny' });
-      sheet.fits[at] = false;
+      c.result = floodResult(p, f ?? { index: j, retryAfterMs: 0, answer: 'deny' });
+      c.fits = false;
       return;
     }
     const remaining = look.allowed ? Math.min(b.remaining + p.cost, p.bucket.capacity) : b.remaining;
-    sheet.results[at] = {
+    c.result = {
       policy: p.policy.name,
       allowed: false,
       remaining: remaining > 0 ? remaining : 0,
@@ -313,7 +314,7 @@ function floodGroup(
       retryAfterMs: b.retryAfterMs,
       mode: p.policy.mode,
     };
-    sheet.fits[at] = b.retryAfterMs === 0;
+    c.fits = b.retryAfterMs === 0;
   });
   return run;
 }
@@ -327,7 +328,7 @@ function topUp(
 ): void {
   if (handler?.admitted === undefined) return;
   const left: ShortCheck[] = [];
-  group.checks.forEach((check, j) => {
+  group.checks.forEach(({ prepared: check }, j) => {
     const b = decision.results[j];
     if (borrows(check) && b !== undefined)
       left.push({ check, remaining: b.remaining, generation: generations[j] });
@@ -356,7 +357,7 @@ function shortOfTokens(
 ): (ShortCheck & { index: number })[] {
   if (decision.allowed || decision.conflict || decision.replayed) return [];
   const out: (ShortCheck & { index: number })[] = [];
-  group.checks.forEach((check, index) => {
+  group.checks.forEach(({ prepared: check }, index) => {
     const b = decision.results[index];
     const wait = b?.retryAfterMs;
     if (borrows(check) && b !== undefined && wait !== undefined && wait !== null && wait > 0)

@@ -7,6 +7,7 @@ import { creationRequest, type CreationReply } from '../../core/subject-creation
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';
+import type { Check } from './check.js';
 import type { StoreCheck } from './prepared.js';
 
 /** A check whose policy's cap is used up: when a creation frees (ms), and what the policy answers. */
@@ -48,13 +49,13 @@ export class CreationFlights {
  */
 export async function takeCreations(
   deps: { store: DecisionStore; guard: StoreGuard; metrics: AgentMetrics; creations: CreationFlights },
-  checks: readonly StoreCheck[],
+  checks: readonly Check<StoreCheck>[],
   missing: readonly number[],
   dryRun: boolean,
 ): Promise<Flooded[]> {
   const flooded: Flooded[] = [];
   for (const index of missing) {
-    const { policy, bucket } = checks[index]!;
+    const { policy, bucket } = checks[index]!.prepared;
     const cap = policy.newSubjects;
     if (cap === undefined) throw new TypeError(`check ${index} of ${policy.name} is missing but has no cap`);
     const take = () =>

@@ -74,7 +74,7 @@ export function rlsResponse(
   const statuses = toCheck.map((c): RlsDescriptorStatus => {
     if (c === undefined || outcome === undefined) return { code: 'OK', limit_remaining: 0 };
     const result = outcome.results[c]!;
-    return status(result, policies.get(result.policy), outcome.allowed, outcome.violated[c]!);
+    return status(result, policies.get(result.policy), outcome.allowed, !outcome.checks[c]!.fits);
   });
   if (outcome === undefined) return { overall_code: 'OK', statuses, response_headers_to_add: [] };
   const headers = Object.entries(decisionHeaders(outcome, legacyHeaders, draft)).map(([key, value]) => ({

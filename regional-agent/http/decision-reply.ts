@@ -24,12 +24,10 @@ export function decisionHeaders(
   legacyHeaders: boolean,
   draft: RateLimitDraft = DEFAULT_RATE_LIMIT_DRAFT,
 ): Record<string, string> {
-  const inputs = outcome.results.map((result, i) => ({
-    result,
-    windowSeconds: outcome.windows[i]!,
-    violated: outcome.violated[i]!,
-    budget: outcome.budgets?.[i],
-  }));
+  const inputs = outcome.results.map((result, i) => {
+    const check = outcome.checks[i]!;
+    return { result, windowSeconds: check.window, violated: !check.fits, budget: check.budget };
+  });
   return rateLimitHeaders(outcome.allowed, inputs, legacyHeaders, draft);
 }
 
@@ -37,7 +35,7 @@ export function decisionHeaders(
 export function violatedPolicies(outcome: DecisionOutcome): string[] {
   const names = new Set<string>();
   outcome.results.forEach((r, i) => {
-    if (outcome.violated[i]) names.add(r.policy);
+    if (outcome.checks[i]?.fits === false) names.add(r.policy);
   });
   return [...names];
 }

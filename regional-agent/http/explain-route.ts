@@ -53,7 +53,8 @@ export function explainRoute(
     const prepared = service.prepare(service.parse({ policy, subject, cost, dryRun: true }));
     const outcome = await service.decide(prepared, request.id);
     const result = outcome.results[0]!;
-    const check = prepared.checks[0]!;
+    // As decided: a new subject past its policy's creation cap may have been moved to the shared bucket.
+    const check = outcome.checks[0]!.prepared;
     // The subject as the router sized its bucket: a subject's own share is keyed by its normalized (or hashed) form.
     const share = result.mode === 'regional' ? shares.shareFor(policy, check.subject) : undefined;
     return {

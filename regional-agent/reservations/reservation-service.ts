@@ -91,7 +91,8 @@ export class ReservationService {
       metrics.reservations.labels('denied').inc();
       return { outcome };
     }
-    const charges = (outcome.charges ?? []).filter((c): c is Charge => c !== undefined);
+    // What each check charged in this region's store (forwarded checks and failure modes charged nothing here).
+    const charges = outcome.checks.flatMap((c): Charge[] => (c.charge === undefined ? [] : [c.charge]));
     const reservationBody = ReservationBody.parse({ region: this.#deps.region, charges });
     const id = `${this.#deps.region}.${randomBytes(16).toString('base64url')}`;
     const ttlMs = (r.ttlSeconds ?? DEFAULT_RESERVATION_SECONDS) * 1000;

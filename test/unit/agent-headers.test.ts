@@ -11,6 +11,7 @@ import {
   rateLimitHeaders,
   type HeaderInput,
 } from '../../regional-agent/http/rate-limit-headers.js';
+import { newCheck, type Check } from '../../regional-agent/decisions/check.js';
 import { summarize } from '../../regional-agent/decisions/outcome.js';
 import type { PreparedCheck } from '../../regional-agent/decisions/prepared.js';
 import type { ShortfallHandler } from '../../regional-agent/decisions/store-group.js';
@@ -283,12 +284,17 @@ describe('truthful numbers for a check that borrows', () => {
 
 describe('which checks describe the global budget (summarize)', () => {
   const reports = parsePolicy({ name: 'reports', capacity: 5, refillPerSecond: 0.1 });
-  const check = (policy: Policy, route = 'store'): PreparedCheck =>
-    ({ route, policy, subject: 'tenant-1', cost: 1, bucket: {} }) as unknown as PreparedCheck;
-  const sheet = (over: Partial<CheckResult> = {}) => ({
-    results: [result({ policy: 'reports', limit: 5 / 3, remaining: 0.67, ...over })],
-    fits: [true],
-  });
+  /** A check of `policy` on `route`, decided with a result that fit. */
+  const decided = (policy: Policy, route = 'store', over: Partial<CheckResult> = {}): Check => {
+    const c = newCheck(
+      { route, policy, subject: 'tenant-1', cost: 1, bucket: {} } as unknown as PreparedCheck,
+      0,
+    );
+    c.result = result({ policy: 'reports', limit: 5 / 3, remaining: 0.67, ...over });
+    return c;
+  };
+  const budgets = (checks: Check[], handler?: ShortfallHandler) =>
+    summarize(checks, true, false, handler).checks.map((c) => c.budget);
   let asked = 0;
   const handler = (lends: boolean): ShortfallHandler => ({
     cover: () => Promise.resolve({ covered: false, reasons: [] }),
@@ -297,23 +303,21 @@ describe('which checks describe the global budget (summarize)', () => {
 
   it('a regional token bucket with borrowing on: q and refill of the policy, borrowable as the borrower says', () => {
     asked = 0;
-    expect(summarize([check(reports)], sheet(), true, false, handler(true)).budgets).toEqual([
+    expect(budgets([decided(reports)], handler(true))).toEqual([
       { capacity: 5, refillPerSecond: 0.1, borrowable: true },
     ]);
-    expect(summarize([check(reports)], sheet(), true, false, handler(false)).budgets).toEqual([
+    expect(budgets([decided(reports)], handler(false))).toEqual([
       { capacity: 5, refillPerSecond: 0.1, borrowable: false },
     ]);
     // A bucket holding a whole token is not asked about borrowing (the hot path stays as it was).
-    summarize([check(reports)], sheet({ remaining: 1.2 }), true, false, handler(true));
+    budgets([decided(reports, 'store', { remaining: 1.2 })], handler(true));
     expect(asked).toBe(2);
   });
 
   it("the region's own numbers elsewhere: no borrowing, a failure mode, the shared bucket, a sharded or strict policy", () => {
-    expect(summarize([check(reports)], sheet(), true, false).budgets).toBeUndefined();
+    expect(budgets([decided(reports)])).toEqual([undefined]);
     for (const reason of ['emergency_bucket', 'fail_open', 'shared_bucket'] as const)
-      expect(summarize([check(reports)], sheet({ reason }), true, false, handler(true)).budgets).toEqual([
-        undefined,
-      ]);
+      expect(budgets([decided(reports, 'store', { reason })], handler(true))).toEqual([undefined]);
     const sharded = parsePolicy({ name: 'reports', capacity: 40, refillPerSecond: 1, shards: 4 });
     const strict = parsePolicy({
       name: 'reports',
@@ -322,8 +326,12 @@ describe('which checks describe the global budget (summarize)', () => {
       mode: 'strict',
       homeRegion: 'eu',
     });
-    for (const p of [check(sharded), check(strict), check(reports, 'forward')])
-      expect(summarize([p], sheet(), true, false, handler(true)).budgets).toEqual([undefined]);
+    for (const c of [decided(sharded), decided(strict), decided(reports, 'forward')])
+      expect(budgets([c], handler(true))).toEqual([undefined]);
+  });
+
+  it('each check is given its window: seconds to refill its policy from empty', () => {
+    expect(summarize([decided(reports)], true, false).checks.map((c) => c.window)).toEqual([50]);
   });
 });
 
