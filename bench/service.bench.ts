@@ -324,6 +324,8 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     const maxBatch = Number(process.env['QP_BENCH_MAX_BATCH'] ?? '') || undefined;
     // QP_BENCH_SLOW_MS: when a further exchange may start beside one in flight (0: at once).
     const slow = process.env['QP_BENCH_SLOW_MS'];
+    // QP_BENCH_HOT_PER_SECOND: the grant pool's hotPerSecond (a look at grants for hot subjects only).
+    const hot = Number(process.env['QP_BENCH_HOT_PER_SECOND'] ?? '') || undefined;
     const coalesce = {
       ...(maxBatch === undefined ? {} : { maxBatch }),
       ...(slow === undefined || slow === '' ? {} : { slowMs: Number(slow) }),
@@ -333,7 +335,11 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
       ...(timeout === undefined ? {} : { timeoutMs: timeout }),
       ...(exchanges === undefined ? {} : { maxExchanges: exchanges }),
       ...(Object.keys(coalesce).length === 0 ? {} : { coalesce }),
-      ...(kind === 'quotaplane' ? {} : { grants: false }),
+      ...(kind === 'quotaplane'
+        ? hot === undefined
+          ? {}
+          : { grants: { hotPerSecond: hot } }
+        : { grants: false }),
     });
     closers.push(() => client.close());
     await app.register(quotaplane, { client, subject: tenant });
