@@ -322,12 +322,24 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     // QP_BENCH_MAX_EXCHANGES, QP_BENCH_MAX_BATCH: the same look at the coalescing's sizes.
     const exchanges = Number(process.env['QP_BENCH_MAX_EXCHANGES'] ?? '') || undefined;
     const maxBatch = Number(process.env['QP_BENCH_MAX_BATCH'] ?? '') || undefined;
+    // QP_BENCH_SLOW_MS: when a further exchange may start beside one in flight (0: at once).
+    const slow = process.env['QP_BENCH_SLOW_MS'];
+    // QP_BENCH_HOT_PER_SECOND: the grant pool's hotPerSecond (a look at grants for hot subjects only).
+    const hot = Number(process.env['QP_BENCH_HOT_PER_SECOND'] ?? '') || undefined;
+    const coalesce = {
+      ...(maxBatch === undefined ? {} : { maxBatch }),
+      ...(slow === undefined || slow === '' ? {} : { slowMs: Number(slow) }),
+    };
     const client = new AgentClient({
       baseUrl: agentUrl,
       ...(timeout === undefined ? {} : { timeoutMs: timeout }),
       ...(exchanges === undefined ? {} : { maxExchanges: exchanges }),
-      ...(maxBatch === undefined ? {} : { coalesce: { maxBatch } }),
-      ...(kind === 'quotaplane' ? {} : { grants: false }),
+      ...(Object.keys(coalesce).length === 0 ? {} : { coalesce }),
+      ...(kind === 'quotaplane'
+        ? hot === undefined
+          ? {}
+          : { grants: { hotPerSecond: hot } }
+        : { grants: false }),
     });
     closers.push(() => client.close());
     await app.register(quotaplane, { client, subject: tenant });

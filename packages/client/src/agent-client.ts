@@ -124,7 +124,8 @@ export interface AgentClientOptions {
   /**
    * Most exchanges with the agent in flight at once (at most `maxSockets`). While they are out, new decisions
    * gather in the queue and leave together when one returns: the busier the service, the bigger the batches.
-   * Default 4 with coalescing, `maxSockets` without.
+   * With coalescing, a further exchange starts beside those in flight only when they are all slow
+   * (`coalesce.slowMs`) or the queue fills a whole batch. Default 4 with coalescing, `maxSockets` without.
    */
   maxExchanges?: number;
   /**
@@ -152,6 +153,14 @@ export interface CoalesceOptions {
   windowMs?: number;
   /** Most decisions in one batch, 1..128. Default 64 (the agent's store decides up to 64 in one script call). */
   maxBatch?: number;
+  /**
+   * While an exchange is in flight, decisions wait for it to return and then leave together, unless every exchange
+   * in flight has been out longer than this (ms: a slow path at the agent, such as borrowing from another region
+   * or a strict policy's home) or a whole batch is waiting: then another exchange starts, up to `maxExchanges`.
+   * One exchange carrying many decisions costs the service, the agent and the store less than several carrying a
+   * few each. 0: start exchanges as long as fewer than `maxExchanges` are out. Default 20, at most 1000.
+   */
+  slowMs?: number;
 }
 
 /** Per-call options. */
@@ -300,6 +309,11 @@ export class AgentClient {
   readonly #maxInFlight: number;
   readonly #maxQueued: number;
   readonly #windowMs: number;
+  readonly #slowMs: number;
+  /** When each exchange in flight started (performance.now()), oldest first. */
+  readonly #started: number[] = [];
+  /** A pump armed for when the exchanges in flight turn slow. */
+  #slowTimer: NodeJS.Timeout | undefined;
   /** Most decisions per exchange: 1 without coalescing, or when the agent has no batch route. */
   #maxBatch: number;
   #state: BreakerState = 'closed';
@@ -341,6 +355,7 @@ export class AgentClient {
     );
     this.#maxQueued = options.maxQueued ?? 8192;
     this.#windowMs = coalesce?.windowMs ?? 0;
+    this.#slowMs = coalesce === undefined ? 0 : (coalesce.slowMs ?? 20);
     this.#maxBatch = coalesce === undefined ? 1 : (coalesce.maxBatch ?? 64);
     if (!(Number.isInteger(this.#maxInFlight) && this.#maxInFlight >= 1))
       throw new TypeError('AgentClient: maxSockets and maxExchanges must be integers >= 1');
@@ -350,6 +365,8 @@ export class AgentClient {
       throw new TypeError('AgentClient: coalesce.maxBatch must be an integer from 1 to 128');
     if (!(this.#windowMs >= 0 && this.#windowMs <= 1000))
       throw new TypeError('AgentClient: coalesce.windowMs must be from 0 to 1000');
+    if (!(this.#slowMs >= 0 && this.#slowMs <= 1000))
+      throw new TypeError('AgentClient: coalesce.slowMs must be from 0 to 1000');
     // One socket more than exchanges: calls of other routes (leases, reservations) never wait behind decisions.
     this.#agent = new Agent({
       keepAlive: true,
@@ -552,6 +569,8 @@ export class AgentClient {
   close(): void {
     const queued = this.#queue;
     this.#queue = [];
+    clearTimeout(this.#slowTimer);
+    this.#slowTimer = undefined;
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
@@ -585,9 +604,25 @@ export class AgentClient {
     this.#pump();
   };
 
-  /** Start exchanges while decisions wait and fewer than `maxSockets` are in flight. */
+  /**
+   * Start exchanges while decisions wait and fewer than `maxExchanges` are in flight: the first at once, a further
+   * one only when a whole batch waits or every exchange in flight has been out `slowMs` (else a pump is armed for
+   * then, and an exchange that returns first takes the queue with it).
+   */
   #pump(): void {
     while (this.#queue.length > 0 && this.#inFlight < this.#maxInFlight) {
+      const now = performance.now();
+      if (this.#inFlight > 0 && this.#slowMs > 0 && this.#queue.length < this.#maxBatch) {
+        const newest = this.#started[this.#started.length - 1]!;
+        const wait = newest + this.#slowMs - now;
+        if (wait > 0) {
+          if (this.#slowTimer === undefined) {
+            this.#slowTimer = setTimeout(this.#slowPump, Math.ceil(wait));
+            this.#slowTimer.unref();
+          }
+          return;
+        }
+      }
       let bytes = 0;
       let n = 0;
       while (n < this.#queue.length && n < this.#maxBatch) {
@@ -597,12 +632,19 @@ export class AgentClient {
       }
       const batch = this.#queue.splice(0, n);
       this.#inFlight++;
+      this.#started.push(now);
       void this.#dispatch(batch).finally(() => {
         this.#inFlight--;
+        this.#started.splice(this.#started.indexOf(now), 1);
         this.#pump();
       });
     }
   }
+
+  readonly #slowPump = (): void => {
+    this.#slowTimer = undefined;
+    this.#pump();
+  };
 
   /** One exchange (through the breaker): each decision of `batch` is settled with its own outcome. */
   async #dispatch(batch: Pending[]): Promise<void> {

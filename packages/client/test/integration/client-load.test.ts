@@ -15,6 +15,7 @@ import type { RedisServer } from '../../../../test/harness/backend.js';
 import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
 import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
 import { tcpProxy } from '../../../../test/helpers/tcp-proxy.js';
+import { eventually } from '../../../../test/helpers/wait.js';
 
 const BURST = 2000;
 
@@ -177,6 +178,83 @@ describe('time in the queue is not agent time', () => {
     const stats = client.stats();
     expect(Object.values(stats.failures).reduce((a, b) => a + b, 0)).toBe(0);
     expect(stats.exchanges).toBe(40);
+    client.close();
+  });
+});
+
+describe('exchanges in flight', () => {
+  /** Every decision queued so far has left or is waiting: the client's pump ran (it runs on setImmediate). */
+  const turn = () => new Promise((resolve) => setImmediate(resolve));
+
+  it('decisions wait for the exchange in flight and leave together when it returns', async () => {
+    const target = new URL(agent.url);
+    await using proxy = await tcpProxy(
+      { host: target.hostname, port: Number(target.port) },
+      { delayMs: 200 },
+    );
+    const client = new AgentClient({
+      baseUrl: `http://127.0.0.1:${proxy.port}`,
+      timeoutMs: 5000,
+      coalesce: { slowMs: 1000 },
+    });
+    const subject = uniquePrefix('wait');
+    const first = client.check('wide', subject);
+    await turn();
+    const rest = Array.from({ length: 5 }, () => client.check('wide', subject));
+    await turn();
+    expect(client.stats()).toMatchObject({ inFlight: 1, queued: 5 });
+    const decisions = await Promise.all([first, ...rest]);
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(6);
+    expect(client.stats()).toMatchObject({ exchanges: 2, batches: 1, queued: 0, inFlight: 0 });
+    client.close();
+  });
+
+  it('a slow exchange does not hold the others: past slowMs another starts beside it', async () => {
+    const target = new URL(agent.url);
+    // Each exchange takes about 2 s on the wire; another may start 50 ms after the one in flight.
+    await using proxy = await tcpProxy(
+      { host: target.hostname, port: Number(target.port) },
+      { delayMs: 1000 },
+    );
+    const client = new AgentClient({
+      baseUrl: `http://127.0.0.1:${proxy.port}`,
+      timeoutMs: 10_000,
+      coalesce: { slowMs: 50 },
+    });
+    const subject = uniquePrefix('slow');
+    const first = client.check('wide', subject);
+    await turn();
+    const rest = Array.from({ length: 5 }, () => client.check('wide', subject));
+    await eventually(() => client.stats().inFlight === 2, 1500, 'a second exchange beside the slow one');
+    expect(client.stats().queued).toBe(0);
+    const decisions = await Promise.all([first, ...rest]);
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(6);
+    expect(client.stats()).toMatchObject({ exchanges: 2, batches: 1 });
+    client.close();
+  });
+
+  it('a whole batch waiting leaves at once, up to maxExchanges', async () => {
+    const target = new URL(agent.url);
+    await using proxy = await tcpProxy(
+      { host: target.hostname, port: Number(target.port) },
+      { delayMs: 200 },
+    );
+    const client = new AgentClient({
+      baseUrl: `http://127.0.0.1:${proxy.port}`,
+      timeoutMs: 5000,
+      maxExchanges: 3,
+      coalesce: { slowMs: 1000, maxBatch: 4 },
+    });
+    const subject = uniquePrefix('full');
+    const first = client.check('wide', subject);
+    await turn();
+    // 11 more: two whole batches of 4 leave beside the first (3 in flight), 3 wait for one of them.
+    const rest = Array.from({ length: 11 }, () => client.check('wide', subject));
+    await turn();
+    expect(client.stats()).toMatchObject({ inFlight: 3, queued: 3 });
+    const decisions = await Promise.all([first, ...rest]);
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(12);
+    expect(client.stats()).toMatchObject({ exchanges: 4, queued: 0, inFlight: 0 });
     client.close();
   });
 });
