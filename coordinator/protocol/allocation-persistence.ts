@@ -84,6 +84,8 @@ export class AllocationWriter {
   readonly guard: KvGuard;
   /** Revision of each allocation key as this writer last knew it, for compare-and-set writes (with a leader). */
   readonly #revisions = new Map<string, number>();
+  /** Renewals waiting for their agent's registration to be written, by agent id. */
+  readonly #heldRenewals = new Map<string, (() => void)[]>();
   #writing: Promise<void> = Promise.resolve();
   #flushQueued = false;
   #lastWriteError: string | undefined;
@@ -137,6 +139,16 @@ export class AllocationWriter {
     });
   }
 
+  /**
+   * Send a renewal once its agent's registration is written (core/lease: a renewal waits for it, so a successor's
+   * registry names every agent that may hold a lease); dropped if the write fails.
+   */
+  afterRegistration(agentId: string, send: () => void): void {
+    const held = this.#heldRenewals.get(agentId);
+    if (held === undefined) this.#heldRenewals.set(agentId, [send]);
+    else held.push(send);
+  }
+
   /** Stop guarding and wait for the writes under way. */
   async close(): Promise<void> {
     await this.guard.close();
@@ -155,12 +167,23 @@ export class AllocationWriter {
     if (leader !== undefined && !leader.isLeader()) return;
     const registry = this.#engine.takeRegistryWrites();
     for (const change of registry) {
+      const agentId = 'put' in change ? change.put.agentId : undefined;
       try {
         if ('put' in change) await this.#agents.put(change.put.agentId, JSON.stringify(change.put));
         else await this.#agents.delete(change.delete);
       } catch (error) {
         this.#context.log.warn({ err: error }, 'protocol: agent registry write failed');
+        if (agentId === undefined) continue;
+        // Its held renewals are dropped (the agent asks again next interval); the write is retried.
+        this.#heldRenewals.delete(agentId);
+        this.#engine.registrationFailed(agentId);
+        continue;
       }
+      if (agentId === undefined) continue;
+      this.#engine.registered(agentId);
+      const held = this.#heldRenewals.get(agentId) ?? [];
+      this.#heldRenewals.delete(agentId);
+      for (const send of held) send();
     }
     const writes = this.#engine.takeWrites();
     if (writes.length === 0) return;

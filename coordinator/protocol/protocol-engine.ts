@@ -255,7 +255,13 @@ class ProtocolEngine implements ProtocolService {
       const reply = this.#engine.heartbeat(hb, tag, tag === undefined);
       const stamped =
         leader === undefined || 'refused' in reply ? reply : { ...reply, leaderEpoch: leader.epoch };
-      if (msg.reply !== undefined && msg.reply !== '') msg.respond(JSON.stringify(stamped));
+      if (msg.reply === undefined || msg.reply === '') return;
+      const respond = () => msg.respond(JSON.stringify(stamped));
+      // A renewal to an agent not yet in the registry waits for its registration to be written (the flush that
+      // follows this message writes it first).
+      if (!('refused' in reply) && this.#engine.awaitsRegistration(hb.agentId))
+        this.#writer.afterRegistration(hb.agentId, respond);
+      else respond();
     });
     on('usage', subjects.all.usage, Usage, (usage) => {
       this.#engine.usage(usage);

@@ -2,7 +2,8 @@
  * The agents the lease coordinator knows, by region: who registered, which renewal each says it holds, what it
  * has applied and acknowledged, and from that whether it may be deciding at its safe share (lapsed). The lease
  * coordinator asks it; it changes nothing of the allocations. Registrations it adds or forgets are handed to the
- * shell to persist (`takeWrites`).
+ * shell to persist (`takeWrites`); a new agent is `registered` once the shell confirms the write, and no renewal
+ * goes to it before.
  */
 import { agentIdTag, type AgentRegistration } from '../wire/protocol.js';
 import type { LeaseSettings } from './settings.js';
@@ -35,6 +36,11 @@ export interface Agent {
    * schema refuses fields it does not know (the coordinator then writes records without them).
    */
   legacy?: boolean;
+  /**
+   * Its registration is in the registry bucket (restored from it, or written and confirmed): until then no
+   * renewal may be sent to it, so every agent that holds a lease of any incarnation is one a successor reads.
+   */
+  registered: boolean;
 }
 
 /** A change of the agent registry the shell must persist. */
@@ -68,6 +74,7 @@ function newAgent(
   region: number,
   registeredAt: number,
   leaseUntil: number,
+  registered: boolean,
 ): Agent {
   return {
     id,
@@ -81,6 +88,7 @@ function newAgent(
     ackRevision: 0,
     grants: new Map(),
     surelyValidUntil: -Infinity,
+    registered,
   };
 }
 
@@ -88,6 +96,8 @@ export class AgentRoster {
   readonly #lease: LeaseSettings;
   readonly #agents = new Map<string, Agent>();
   #writes: RegistryWrite[] = [];
+  /** Registrations handed to the shell and not yet confirmed written, by agent id. */
+  readonly #unwritten = new Map<string, AgentRegistration>();
   /** Per region: shrinks agents must acknowledge, with the time they became visible. */
   readonly #requiredAcks: { revision: number; since: number }[][];
 
@@ -106,6 +116,7 @@ export class AgentRoster {
         region,
         registration.registeredAt,
         now + this.#lease.leaseMs,
+        true,
       ),
     );
   }
@@ -146,11 +157,16 @@ export class AgentRoster {
         return { refused: `region full: ${inRegion} agents registered (maxAgentsPerRegion)` };
       }
       if (replaces !== undefined) this.forget(replaces.id);
-      agent = newAgent(facts.agentId, facts.instance, facts.region, now, 0);
+      agent = newAgent(facts.agentId, facts.instance, facts.region, now, 0, false);
       this.#agents.set(agent.id, agent);
-      this.#writes.push({
-        put: { agentId: agent.id, instance: agent.instance, region: facts.regionName, registeredAt: now },
-      });
+      const put = {
+        agentId: agent.id,
+        instance: agent.instance,
+        region: facts.regionName,
+        registeredAt: now,
+      };
+      this.#unwritten.set(agent.id, put);
+      this.#writes.push({ put });
     }
     agent.legacy = facts.legacy === true;
     const previous = agent.lastHeartbeatAt;
@@ -177,6 +193,30 @@ export class AgentRoster {
     return agent;
   }
 
+  /** The registration of `agentId` is persisted: renewals may be sent to it. */
+  registrationWritten(agentId: string): void {
+    const agent = this.#agents.get(agentId);
+    if (agent !== undefined) agent.registered = true;
+    this.#unwritten.delete(agentId);
+  }
+
+  /** Writing the registration of `agentId` failed: it is handed to the shell again. */
+  registrationFailed(agentId: string): void {
+    const agent = this.#agents.get(agentId);
+    const put = this.#unwritten.get(agentId);
+    if (agent === undefined || agent.registered || put === undefined) return;
+    this.#writes.push({ put });
+  }
+
+  /**
+   * Every agent this incarnation knows holds a renewal it granted and reported holding it: none may be deciding
+   * with a lease of an earlier incarnation, or at its safe share.
+   */
+  allRenewed(now: number): boolean {
+    for (const a of this.#agents.values()) if (this.possiblyLapsed(a, now)) return false;
+    return true;
+  }
+
   /** A renewal granted now, answering the heartbeat numbered `seq`. */
   grant(agent: Agent, seq: number, now: number): void {
     agent.leaseUntil = now + this.#lease.leaseMs;
@@ -198,6 +238,7 @@ export class AgentRoster {
   }
 
   forget(agentId: string): void {
+    this.#unwritten.delete(agentId);
     if (this.#agents.delete(agentId)) this.#writes.push({ delete: agentId });
   }
 

@@ -10,6 +10,8 @@ export interface EngineCounters {
   messagesDropped: number;
   /** Agents forgotten after `forgetAfterMs` of silence. */
   agentsForgotten: number;
+  /** Learning mode ended before its full lease + skew: every registered agent held a renewal of this incarnation. */
+  learningEndedEarly: number;
 }
 
 /** Every counter at zero. */
@@ -24,5 +26,6 @@ export function zeroCounters(): EngineCounters {
     renewalsRefused: 0,
     messagesDropped: 0,
     agentsForgotten: 0,
+    learningEndedEarly: 0,
   };
 }

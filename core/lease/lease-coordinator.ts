@@ -14,7 +14,10 @@
  * safe share); grows are issued only into the room the claims leave. When an agent lapses, an agent in that
  * region may move to its safe share after the grace period; the coordinator then shrinks live regions until
  * the claims fit again, and stops renewing agents that do not acknowledge in time, so they lapse too before
- * the grace period ends. A restarted coordinator grows nothing for one lease (learning mode).
+ * the grace period ends. A restarted coordinator grows nothing while it learns (learning mode): until every agent
+ * of the registry holds one of its renewals (no renewal is sent before the agent's registration is written, so the
+ * registry names every agent that may hold a lease) and three report intervals after the first heartbeat, at most
+ * one lease.
  */
 import type { Clock } from '../clock.js';
 import { ownValue } from '../own-keys.js';
@@ -79,6 +82,14 @@ import { zeroCounters, type EngineCounters } from './engine-counters.js';
 import { ackTimeoutMs, defaultLeaseSettings, LeaseSettings, type LeaseSettingsInput } from './settings.js';
 import { SubjectOverrides } from './subject-overrides.js';
 
+/**
+ * Learning mode lasts at least this many report intervals after the first heartbeat a coordinator hears (it is
+ * listening by then): an agent sends its next heartbeat at most one interval after the previous one ended, which
+ * waited at most one interval for a reply, and a heartbeat crosses in less than one interval (agents ignore replies
+ * later than that), so every agent that can reach the new coordinator has been heard by then.
+ */
+export const LEARNING_REPORT_INTERVALS = 3;
+
 export interface LeaseCoordinatorOptions {
   coordinatorId: string;
   /** The configured regions, in a fixed order. */
@@ -141,6 +152,8 @@ export class LeaseCoordinator {
   /** When each region's last usage report arrived: a region silent for long has unknown demand, not zero. */
   readonly #lastUsageAt: (number | undefined)[];
   #learningUntil: number;
+  /** When the first heartbeat reached this incarnation: learning lasts LEARNING_REPORT_INTERVALS more at least. */
+  #firstHeardAt: number | undefined;
   /** An agent must acknowledge a shrink within this long, or it is not renewed (and lapses in time). */
   readonly #ackTimeoutMs: number;
 
@@ -179,7 +192,9 @@ export class LeaseCoordinator {
     this.#lastReportAt = this.regions.map(() => undefined);
     this.#lastUsageAt = this.regions.map(() => undefined);
     const now = this.#clock.now();
-    // Learning mode: an earlier incarnation may have renewed leases up to one lease ago.
+    // Learning mode: an earlier incarnation may have renewed leases up to one lease ago. It ends sooner once every
+    // agent of the registry holds a renewal of this incarnation, but not before every agent that can reach this one
+    // has been heard (see `#endLearning`).
     this.#learningUntil = now + this.lease.leaseMs + this.lease.skewMs;
     for (const reg of options.agents ?? []) {
       const region = this.#regionIndex.get(reg.region);
@@ -208,6 +223,23 @@ export class LeaseCoordinator {
   /** True while the coordinator grows nothing after a (re)start. */
   learning(now = this.#clock.now()): boolean {
     return now < this.#learningUntil;
+  }
+
+  /**
+   * End learning mode early once nothing is left to learn: every agent of the registry reported holding a renewal
+   * of this incarnation (so its share is one this incarnation's claims bound, whatever an earlier one granted), and
+   * at least LEARNING_REPORT_INTERVALS report intervals passed since the first heartbeat it heard (every agent that
+   * can reach this coordinator, one the registry does not name included, has been heard by then and is counted,
+   * at its safe share until it holds a renewal of this incarnation). Sound
+   * because no renewal is sent before its agent's registration is persisted (`awaitsRegistration`): an agent that
+   * may hold a lease of an earlier incarnation is in the registry this one read. docs/protocol.md, "Restart".
+   */
+  #endLearning(now: number): void {
+    if (now >= this.#learningUntil || this.#firstHeardAt === undefined) return;
+    if (now < this.#firstHeardAt + LEARNING_REPORT_INTERVALS * this.lease.reportIntervalMs) return;
+    if (!this.#roster.allRenewed(now)) return;
+    this.#learningUntil = now;
+    this.counters.learningEndedEarly++;
   }
 
   // ---- policies -------------------------------------------------------------------------------------------
@@ -256,6 +288,7 @@ export class LeaseCoordinator {
       this.counters.renewalsRefused++;
       return { refused: `unknown region ${hb.region}` };
     }
+    this.#firstHeardAt ??= now;
     const agent = this.#roster.heard(
       {
         agentId: hb.agentId,
@@ -289,6 +322,7 @@ export class LeaseCoordinator {
       };
     }
     this.#roster.grant(agent, hb.seq, now);
+    this.#endLearning(now);
     return {
       coordinatorId: this.coordinatorId,
       leaseMs: this.lease.leaseMs,
@@ -297,6 +331,25 @@ export class LeaseCoordinator {
       learning: this.learning(now),
       reportIntervalMs: this.lease.reportIntervalMs,
     };
+  }
+
+  /**
+   * The renewal just answered to `agentId` must not be sent before its registration is persisted: the shell
+   * writes the registry (`takeRegistryWrites`) first, calls `registered`, then sends it. A successor reads the
+   * registry to know which agents may hold a lease, and ends learning mode early on that (`#endLearning`).
+   */
+  awaitsRegistration(agentId: string): boolean {
+    return this.#roster.get(agentId)?.registered === false;
+  }
+
+  /** The registration of `agentId` is persisted (renewals held for it may be sent). */
+  registered(agentId: string): void {
+    this.#roster.registrationWritten(agentId);
+  }
+
+  /** Writing the registration of `agentId` failed: it comes back in `takeRegistryWrites` (held renewals are dropped). */
+  registrationFailed(agentId: string): void {
+    this.#roster.registrationFailed(agentId);
   }
 
   /** An acknowledgement: the agent applied records up to `ackRevision` and nothing older is in flight. */
@@ -432,6 +485,7 @@ export class LeaseCoordinator {
     const now = this.#clock.now();
     this.counters.rounds++;
     this.counters.agentsForgotten += this.#roster.forgetSilent(now);
+    this.#endLearning(now);
     for (let r = 0; r < this.regions.length; r++) this.#steps.settle(r, now);
     const lapsed = this.#lapsedByRegion(now);
     const unreachable = this.regions.map((_, r) => this.#roster.unreachable(r, now));

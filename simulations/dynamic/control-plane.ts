@@ -6,7 +6,8 @@
  *
  * Messages, as the NATS shells exchange them (core/wire/protocol.ts):
  * - every report interval each agent sends its usage and a heartbeat to the coordinator; the reply (a renewal or
- *   a refusal) comes back over the same link;
+ *   a refusal) comes back over the same link, a renewal to an agent not yet registered only once its registration
+ *   is written to the agents bucket and confirmed (core/lease: `awaitsRegistration`);
  * - the coordinator's record writes go to the KV (a local hop: NATS sits with the coordinator in the home
  *   region), which confirms each with its revision (`written`) and delivers it to every agent's watch;
  * - an agent acknowledges a record carrying a shrink of its region when no decision of an older one is in flight;
@@ -14,9 +15,10 @@
  *   naming a newer revision) asks the KV for what it missed, as an ordered consumer resets.
  *
  * At virtual time 0 the deployment has just become ready: the coordinator wrote the policy's allocation (the
- * safe shares) and every agent read it and holds its first lease. The coordinator is in learning mode for its
- * first lease, as after any start. A crash drops the engine (its memory); the restart builds a new one from the
- * KV's records and agent registry, in learning mode.
+ * safe shares) and every agent read it and holds its first lease. The coordinator is in learning mode, as after
+ * any start (until every agent reports holding its renewal, and three report intervals after the first
+ * heartbeat). A crash drops the engine (its memory); the restart builds a new one from the KV's records and agent
+ * registry, in learning mode.
  */
 import type { DemandSnapshot } from '../../core/lease/demand-snapshot.js';
 import { zeroCounters, type EngineCounters } from '../../core/lease/engine-counters.js';
@@ -74,6 +76,8 @@ export class DynamicControlPlane {
   readonly #borrowing: SimBorrowing | undefined;
   #engine: LeaseCoordinator | undefined;
   #incarnation = 0;
+  /** Renewals waiting for their agent's registration to be written, by agent id (the incarnation's). */
+  readonly #heldRenewals = new Map<string, (() => void)[]>();
   readonly #counters: EngineCounters = zeroCounters();
   /** Sees every protocol message at the instant it is sent (tests). */
   onMessage: ((message: ProtocolMessage) => void) | undefined;
@@ -132,6 +136,7 @@ export class DynamicControlPlane {
         const sentAt = this.#clock.now();
         const first = agent.heartbeat();
         const reply = this.#engine!.heartbeat(first);
+        // Its registration is written (and confirmed) at once, before the renewal is taken.
         this.#flush(true);
         this.#renewal(agent, reply, sentAt, first.seq);
         ctx.at(firstBeat, () => this.#beat(agent));
@@ -241,8 +246,9 @@ export class DynamicControlPlane {
   #crash(): void {
     if (this.#engine !== undefined) this.#addCounters(this.#engine.counters);
     this.#engine = undefined;
-    // Its timers and the replies to its writes belong to the dead incarnation.
+    // Its timers, the replies to its writes and the renewals it held belong to the dead incarnation.
     this.#incarnation++;
+    this.#heldRenewals.clear();
   }
 
   #addCounters(counters: EngineCounters): void {
@@ -278,9 +284,21 @@ export class DynamicControlPlane {
       else net.send(coordinator, this.#kvNode, 'control', put);
     }
     for (const change of engine.takeRegistryWrites()) {
+      // A registration is confirmed back, and only then are the renewals held for its agent sent.
+      const confirm = (agentId: string) => {
+        if (this.#incarnation !== incarnation) return;
+        engine.registered(agentId);
+        const held = this.#heldRenewals.get(agentId) ?? [];
+        this.#heldRenewals.delete(agentId);
+        for (const send of held) send();
+      };
       const apply = () => {
-        if ('put' in change) this.registry.put(change.put.agentId, change.put);
-        else this.registry.put(change.delete, null);
+        if ('put' in change) {
+          const agentId = change.put.agentId;
+          this.registry.put(agentId, change.put);
+          if (now) confirm(agentId);
+          else net.send(this.#kvNode, coordinator, 'control', () => confirm(agentId));
+        } else this.registry.put(change.delete, null);
       };
       if (now) apply();
       else net.send(coordinator, this.#kvNode, 'control', apply);
@@ -305,11 +323,17 @@ export class DynamicControlPlane {
       const engine = this.#engine;
       if (engine === undefined) return;
       const reply = engine.heartbeat(heartbeat);
+      const send = () => {
+        this.onMessage?.({ kind: 'renewal', body: reply });
+        ctx.network.send(ctx.coordinator, agent.region, 'control', () =>
+          this.#renewal(agent, reply, sentAt, heartbeat.seq),
+        );
+      };
+      // A renewal is sent only once its agent's registration is written (core/lease: awaitsRegistration).
+      const held = !('refused' in reply) && engine.awaitsRegistration(agent.id);
+      if (held) this.#heldRenewals.set(agent.id, [...(this.#heldRenewals.get(agent.id) ?? []), send]);
       this.#flush(false);
-      this.onMessage?.({ kind: 'renewal', body: reply });
-      ctx.network.send(ctx.coordinator, agent.region, 'control', () =>
-        this.#renewal(agent, reply, sentAt, heartbeat.seq),
-      );
+      if (!held) send();
     });
     ctx.at(ctx.now() + agent.reportIntervalMs * 1000, () => this.#beat(agent));
   }

@@ -180,8 +180,11 @@ export class ProtocolLoop {
       }
     }
     for (const change of engine.takeRegistryWrites()) {
-      if ('put' in change) this.registry.set(change.put.agentId, change.put);
-      else this.registry.delete(change.delete);
+      // Written at once: the renewal a registration holds back (awaitsRegistration) goes out after this flush.
+      if ('put' in change) {
+        this.registry.set(change.put.agentId, change.put);
+        engine.registered(change.put.agentId);
+      } else this.registry.delete(change.delete);
     }
     for (const write of engine.takeDemandSnapshots()) {
       if (write.snapshot === null) this.demandSnapshots.delete(write.policy);
@@ -383,6 +386,8 @@ export class ProtocolLoop {
       });
       const reply = engine.heartbeat(hb);
       this.#flush();
+      if (!('refused' in reply) && engine.awaitsRegistration(agent.id))
+        throw new Error(`a renewal to ${agent.id} would go out before its registration is written`);
       this.#deliver(agent, () => {
         if ('refused' in reply) agent.lease.refused(reply.refused);
         else agent.lease.renewed(reply, sentAt, hb.seq);

@@ -40,7 +40,8 @@ describe('demand snapshots across a coordinator crash (real NATS and Redis)', ()
   it('a coordinator started after the leader died seeds its demand and its move under way from the snapshot', async () => {
     stack = await new ProtocolStack({
       agentsPerRegion: 1,
-      // Learning lasts a lease (5 s here): the successor's first snapshots are taken before any move of its own.
+      // Learning lasts a lease at most (5 s here; 1.5 s once every agent holds a renewal of the successor) and a move
+      // needs its 600 s confirmation: the successor's first snapshots are taken before any move of its own.
       // Reports every 500 ms: a region stays known (reported within 3 intervals) on a busy machine, so the
       // confirmation is not reset by a late report.
       lease: { ...FAST_LEASE, leaseMs: 5000, graceMs: 12_000, reportIntervalMs: 500 },

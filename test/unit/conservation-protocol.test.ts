@@ -4,6 +4,8 @@
  * demand shifts, agent restarts, partitions, coordinator crashes and slow in-flight decisions.
  */
 import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../core/clock.js';
+import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import { parsePolicy } from '../../core/policy.js';
 import { ProtocolLoop } from '../helpers/protocol-loop.js';
 import { lowestShare } from '../../core/script-wire.js';
@@ -38,10 +40,65 @@ describe('rebalancing', () => {
     const loop = new ProtocolLoop({ regions, agentsPerRegion: 2 });
     loop.upsertPolicy(policy);
     loop.setDemand('us', 'writes', 100);
-    loop.advance(6500);
+    // Every agent holds a renewal of this coordinator after its second heartbeat (1 s), but learning lasts three
+    // report intervals after the first heartbeat at least: an agent the registry does not name is heard by then.
+    loop.advance(2900);
     expect(loop.engine!.learning()).toBe(true);
     for (const r of regions) expect(loop.shares('writes')[r]).toBeCloseTo(1 / 3, 12);
+    loop.advance(600);
+    expect(loop.engine!.learning()).toBe(false);
+    expect(loop.engine!.counters.learningEndedEarly).toBe(1);
     loop.checker.assertHeld();
+  });
+
+  it('learns for a whole lease while a registered agent is unheard, and sends no renewal before registering', () => {
+    const loop = new ProtocolLoop({ regions, agentsPerRegion: 2 });
+    loop.upsertPolicy(policy);
+    loop.advance(3000);
+    // Every renewal went out after its agent's registration was written (the loop throws otherwise).
+    expect(loop.registry.size).toBe(6);
+    const silent = loop.agents.find((a) => a.region === 'eu')!;
+    loop.killCoordinator();
+    loop.stopAgent(silent, false);
+    loop.advance(2000);
+    loop.startCoordinator();
+    // The stopped agent may hold a lease of the earlier coordinator until one lease (6 s) + skew (1 s) after this
+    // start, at a share no heartbeat tells: learning runs its full length.
+    loop.advance(6900);
+    expect(loop.engine!.learning()).toBe(true);
+    loop.advance(200);
+    expect(loop.engine!.learning()).toBe(false);
+    expect(loop.engine!.counters.learningEndedEarly).toBe(0);
+    loop.checker.assertHeld();
+  });
+
+  it('a renewal waits for its registration: a failed write is retried before the agent is renewed', () => {
+    const clock = new ManualClock(1_000_000);
+    const engine = new LeaseCoordinator({ coordinatorId: 'c', regions, clock });
+    const hb = {
+      agentId: 'open_a1',
+      instance: 'a1',
+      region: 'eu',
+      seq: 1,
+      appliedRevision: 0,
+      ackRevision: 0,
+      mode: 'none' as const,
+      renewedSeq: -1,
+    };
+    expect('refused' in engine.heartbeat(hb)).toBe(false);
+    expect(engine.awaitsRegistration('open_a1')).toBe(true);
+    const put = engine.takeRegistryWrites();
+    expect(put).toEqual([
+      { put: { agentId: 'open_a1', instance: 'a1', region: 'eu', registeredAt: 1_000_000 } },
+    ]);
+    engine.registrationFailed('open_a1');
+    expect(engine.takeRegistryWrites()).toEqual(put);
+    expect(engine.awaitsRegistration('open_a1')).toBe(true);
+    engine.registered('open_a1');
+    expect(engine.awaitsRegistration('open_a1')).toBe(false);
+    // Written: a later failure report changes nothing.
+    engine.registrationFailed('open_a1');
+    expect(engine.takeRegistryWrites()).toEqual([]);
   });
 
   // A move steps at most `maxStep` (0.05) a round, so the growing region's borrowing takes over the stock a shrink
@@ -258,10 +315,14 @@ describe('conservation under failures', () => {
     loop.startCoordinator();
     // The successor seeded its demand from the snapshot its predecessor persisted (us-heavy, 20 s old).
     expect(loop.engine!.snapshotOutcomes.get('restored')).toBe(1);
-    loop.advance(5000);
+    loop.advance(2500);
     expect(loop.engine!.learning()).toBe(true);
-    loop.advance(40_000);
+    // Every registered agent is alive: learning ends once each holds a renewal of this coordinator, three report
+    // intervals after the first heartbeat, not a lease + skew after the start.
+    loop.advance(1500);
     expect(loop.engine!.learning()).toBe(false);
+    expect(loop.engine!.counters.learningEndedEarly).toBe(1);
+    loop.advance(40_000);
     expect(loop.shares('writes')['eu']).toBeGreaterThan(0.6);
     loop.checker.assertHeld();
   });

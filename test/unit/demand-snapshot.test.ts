@@ -225,17 +225,18 @@ describe('a successor seeded from the snapshot', () => {
     };
     const seeded = successor([snapshot]);
     expect(seeded.c.snapshotOutcomes.get('restored')).toBe(1);
-    // 24 s confirmed + 3 s of takeover + 7 s of learning (lease + skew) ≥ 30 s: the first round that may move
-    // (7 s after the start) shrinks eu and ap by one step of 0.05 each and grows us by their 0.1, as the old
+    // 24 s confirmed + 3 s of takeover + 4 s of learning ≥ 30 s (learning ends three report intervals after the
+    // first heartbeat, at 1 s, every agent then holding a renewal of the successor's): the first round that may
+    // move (4 s after the start) shrinks eu and ap by one step of 0.05 each and grows us by their 0.1, as the old
     // leader would have 6 s after it died.
-    expect(seeded.at).toBe(7);
+    expect(seeded.at).toBe(4);
     const rounded = (x: Record<string, number> | undefined) =>
       Object.fromEntries(Object.entries(x ?? {}).map(([r, v]) => [r, Math.round(v * 1e9) / 1e9]));
     // (us grows into the room at once: every agent acknowledged the shrink's revision in the same round.)
     expect(rounded(seeded.shares)).toEqual({ us: 0.433333333, eu: 0.283333333, ap: 0.283333333 });
     // Without the snapshot the confirmation starts over after learning: 30 s more.
     const fresh = successor([]);
-    expect(fresh.at).toBe(7 + 30);
+    expect(fresh.at).toBe(4 + 30);
     expect(fresh.shares).toEqual(seeded.shares);
   });
 });

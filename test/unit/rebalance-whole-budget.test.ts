@@ -142,12 +142,14 @@ describe('the coordinator keeps the budget whole', () => {
     loop.startCoordinator();
     for (const r of regions) loop.startAgent(r);
     // A restarted coordinator holds every region at most at its safe share until it knows their agents (us
-    // 0.8333 → 1/3), and grows nothing while learning (a lease and the skew)…
-    loop.advance(6000);
+    // 0.8333 → 1/3), and grows nothing while learning (here three report intervals after the first heartbeat:
+    // every agent holds a renewal of this coordinator by then)…
+    loop.advance(2900);
     expect(loop.engine!.learning()).toBe(true);
     expect(total(loop.shares('demo'))).toBeCloseTo(1 / 3 + 0.04, 9);
     // …then the rest goes out in one grow, in proportion to the shares (no demand to follow).
     loop.advance(5000);
+    expect(loop.engine!.learning()).toBe(false);
     expect(total(loop.shares('demo'))).toBeCloseTo(1, 6);
     expect(total(loop.engine!.claims('demo')!)).toBeCloseTo(1, 6);
     expect(loop.shares('demo')['us']).toBeCloseTo(1 / 3 / (1 / 3 + 0.04), 9);
