@@ -121,6 +121,8 @@ export async function startCoordinator(
             ...(leader !== undefined ? { leader } : {}),
           });
     logger.debug('coordinator engine started');
+    // What the store read when it opened is for the engine's start only: not kept beyond it.
+    stores.policies.takeOpened();
     const readiness: ReadinessProbe = {
       reasons: () => [
         ...stores.readiness.reasons(),
