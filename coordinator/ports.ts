@@ -10,6 +10,7 @@ import type { Clock } from '../core/clock.js';
 import type { KvNames } from '../core/wire/kv.js';
 import type { CoordinatorConfig } from './config.js';
 import type { PolicyStore } from './policies/policy-store.js';
+import type { StartSteps } from './start-steps.js';
 
 /**
  * What the protocol engine (usage reports, rebalancer, leases) shows the admin API. Both methods are called on
@@ -72,6 +73,8 @@ export interface EngineContext {
    * records by compare-and-set so a coordinator with an older epoch cannot overwrite a newer one's.
    */
   readonly leader?: Leadership;
+  /** Times each JetStream call of the engine's start (coordinator/start-steps.ts); none, none timed. */
+  readonly steps?: StartSteps;
 }
 
 /** What the engine and the admin API see of the leader lease. */

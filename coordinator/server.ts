@@ -18,6 +18,7 @@ import type { EngineFactory, Leadership, ProtocolService, ReadinessProbe } from 
 import { LeaderLease, type LostReason } from './leadership/leader-lease.js';
 import { highestRecordEpoch } from './leadership/record-epochs.js';
 import { kvNames } from '../core/wire/kv.js';
+import { StartSteps } from './start-steps.js';
 
 export interface RunningCoordinator {
   readonly app: CoordinatorApp;
@@ -62,6 +63,11 @@ export async function startCoordinator(
   try {
     const metrics = new CoordinatorMetrics({ defaultMetrics: true });
     const clock = options.clock ?? systemClock;
+    const steps = new StartSteps({
+      log: logger,
+      registry: metrics.registry,
+      retry: () => lease?.isLeader() === true,
+    });
     // A standby waits here, touching nothing, until it holds the leader lease.
     if (config.leader !== undefined) {
       const names = kvNames(config.kvNamespace);
@@ -82,6 +88,8 @@ export async function startCoordinator(
       } finally {
         options.signal?.removeEventListener('abort', stopWaiting);
       }
+      // What a takeover costs after the lease: counted from here.
+      steps.begin();
     }
     const leader: Leadership | undefined =
       lease === undefined
@@ -91,32 +99,30 @@ export async function startCoordinator(
             isLeader: () => lease!.isLeader(),
             fenced: () => void lease!.stop(),
           };
-    // A new leader may start while JetStream still elects stream and meta leaders among the regions left (its
-    // calls time out meanwhile): it tries again for as long as it holds the lease.
-    const whileLeading = <T>(what: string, start: () => Promise<T>): Promise<T> =>
-      lease === undefined ? start() : retryWhileLeading(lease, what, start, logger);
-    const stores = await whileLeading('open stores', () =>
-      openStores(nc, config, { clock, metrics, log: logger }),
-    );
+    // A new leader starts while JetStream may still elect the leaders of the lost region's streams (and its meta
+    // leader): each call then fails (a timeout, "no responders") until they have. Each step is tried again on its
+    // own, for as long as this coordinator leads: the start resumes where it failed, never from the beginning.
+    const stores = await openStores(nc, config, { clock, metrics, log: logger, steps });
     logger.debug('coordinator stores open');
     const factory = options.engine;
     const engine: ProtocolService | undefined =
       factory === undefined
         ? undefined
-        : await whileLeading('start the protocol engine', () =>
-            factory({
-              nc,
-              policies: stores.policies,
-              names: stores.names,
-              config,
-              clock,
-              log: logger,
-              registry: metrics.registry,
-              audit: stores.audit,
-              ...(leader !== undefined ? { leader } : {}),
-            }),
-          );
+        : await factory({
+            nc,
+            policies: stores.policies,
+            names: stores.names,
+            config,
+            clock,
+            log: logger,
+            registry: metrics.registry,
+            audit: stores.audit,
+            steps,
+            ...(leader !== undefined ? { leader } : {}),
+          });
     logger.debug('coordinator engine started');
+    // What the store read when it opened is for the engine's start only: not kept beyond it.
+    stores.policies.takeOpened();
     const readiness: ReadinessProbe = {
       reasons: () => [
         ...stores.readiness.reasons(),
@@ -143,11 +149,12 @@ export async function startCoordinator(
       },
       config,
     );
-    const address = await app.listen({ host: config.host, port: config.port });
+    const address = await steps.run('listen', () => app.listen({ host: config.host, port: config.port }));
     const metricsListener =
       config.metricsListener === undefined
         ? undefined
         : await startMetricsListener({ ...config, metricsListener: config.metricsListener }, metrics);
+    steps.done(lease === undefined ? {} : { epoch: lease.epoch });
     let stopping: Promise<void> | undefined;
     const stop = (): Promise<void> =>
       (stopping ??= (async () => {
@@ -176,23 +183,5 @@ export async function startCoordinator(
     await lease?.stop().catch(() => undefined);
     await nc.close();
     throw error;
-  }
-}
-
-/** `start()` again after a failure, every 250 ms, while `lease` is held; rethrows once it is not. */
-async function retryWhileLeading<T>(
-  lease: LeaderLease,
-  what: string,
-  start: () => Promise<T>,
-  log: { warn(obj: object, msg?: string): void },
-): Promise<T> {
-  for (;;) {
-    try {
-      return await start();
-    } catch (error) {
-      if (!lease.isLeader()) throw error;
-      log.warn({ err: error }, `could not ${what}; trying again while this coordinator leads`);
-      await new Promise((r) => setTimeout(r, 250));
-    }
   }
 }

@@ -1,10 +1,13 @@
 /**
  * The highest coordinator epoch the allocation records carry: a new leader's epoch is above it, so agents never
- * refuse the new leader's records even if the leader-lease bucket itself was lost.
+ * refuse the new leader's records even if the leader-lease bucket itself was lost. Read when a standby takes the
+ * lease, so without a consumer (coordinator/nats/kv-read.ts): every request has a deadline, and none goes through
+ * JetStream's meta leader (an ordered consumer's listing has no deadline, and once held a takeover past its bound).
  */
-import { jetstream } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
+import { bucketKeys, latestEntries } from '../nats/kv-read.js';
 
 export async function highestRecordEpoch(
   nc: NatsConnection,
@@ -12,16 +15,16 @@ export async function highestRecordEpoch(
   timeoutMs: number,
 ): Promise<number> {
   let highest = 0;
-  const keys: string[] = [];
+  let keys: string[];
   let kv;
+  const jsm = await jetstreamManager(nc, { timeout: timeoutMs, checkAPI: false });
   try {
-    kv = await new Kvm(jetstream(nc, { timeout: timeoutMs })).open(bucket);
-    for await (const key of await kv.keys()) keys.push(key);
+    kv = await new Kvm(jetstream(nc, { timeout: timeoutMs, checkAPI: false })).open(bucket);
+    keys = await bucketKeys(jsm, bucket);
   } catch {
     return 0; // No bucket yet: no record carries an epoch.
   }
-  for (const key of keys) {
-    const entry = await kv.get(key);
+  for (const entry of await latestEntries(kv, keys)) {
     if (entry === null || entry.operation !== 'PUT') continue;
     try {
       const epoch = entry.json<{ leaderEpoch?: unknown }>().leaderEpoch;

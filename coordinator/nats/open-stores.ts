@@ -14,6 +14,7 @@ import { KvPolicyStore } from '../policies/kv-policy-store.js';
 import { KvGuard } from './kv-guard.js';
 import { ensureReplicas } from './replicas.js';
 import type { Logger, ReadinessProbe } from '../ports.js';
+import { stepper, type StartSteps } from '../start-steps.js';
 
 /** Settings of the policies bucket. Fixed: agents bind to it as it is. */
 export const POLICY_BUCKET_OPTIONS = {
@@ -38,15 +39,27 @@ export async function openStores(
     CoordinatorConfig,
     'kvNamespace' | 'natsTimeoutMs' | 'regions' | 'maxPolicies' | 'audit' | 'replicas'
   >,
-  deps: { clock: Clock; metrics: CoordinatorMetrics; log: Logger },
+  deps: { clock: Clock; metrics: CoordinatorMetrics; log: Logger; steps?: StartSteps | undefined },
 ): Promise<CoordinatorStores> {
+  const step = stepper(deps.steps);
   const names = kvNames(config.kvNamespace);
+  // JetStream is checked once, here (an account info request, which the meta leader answers); the bucket is then
+  // opened without checking again (`checkAPI: false`): a request to the meta leader fewer.
+  const jsm = await step('jetstream', () => jetstreamManager(nc, { timeout: config.natsTimeoutMs }));
   const js = jetstream(nc, { timeout: config.natsTimeoutMs });
-  const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
+  const opener = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs, checkAPI: false }));
   const replicas = config.replicas ?? 1;
-  const kv = await new Kvm(js).create(names.policies, { ...POLICY_BUCKET_OPTIONS, replicas });
-  await ensureReplicas(jsm, `KV_${names.policies}`, replicas);
-  await ensureAuditStream(jsm, names, config.audit, replicas);
+  // The policies bucket and the audit stream are independent: opened side by side.
+  const [kv] = await Promise.all([
+    (async () => {
+      const kv = await step('policies_bucket', () =>
+        opener.create(names.policies, { ...POLICY_BUCKET_OPTIONS, replicas }),
+      );
+      await step('policies_replicas', () => ensureReplicas(jsm, `KV_${names.policies}`, replicas));
+      return kv;
+    })(),
+    step('audit_stream', () => ensureAuditStream(jsm, names, config.audit, replicas)),
+  ]);
   const audit = new JetStreamAuditTrail({ js, jsm, names, metrics: deps.metrics, log: deps.log });
   const guard: KvGuard = new KvGuard({
     nc,
@@ -70,7 +83,7 @@ export async function openStores(
     log: deps.log,
     guard,
   });
-  await policies.init();
+  await step('policies_load', () => policies.init());
   guard.start();
   const readiness = natsReadiness(nc);
   return {

@@ -98,6 +98,8 @@ export class KvPolicyStore implements PolicyStore {
   readonly #listeners = new Set<(change: PolicyChange) => void>();
   readonly #guard: KvGuard | undefined;
   #queue: Promise<unknown> = Promise.resolve();
+  /** What `init` read, for `takeOpened` (once; any write drops it). */
+  #opened: RawEntry[] | undefined;
 
   constructor(options: KvPolicyStoreOptions) {
     this.#kv = options.kv;
@@ -118,6 +120,13 @@ export class KvPolicyStore implements PolicyStore {
     const entries = await this.#kvCall('count', () => this.#scan());
     this.#setCount(entries.filter((e) => e.operation === 'PUT').length);
     for (const e of entries) this.#guard?.seed(e.key, e.operation === 'PUT' ? e.string() : null, e.revision);
+    this.#opened = entries;
+  }
+
+  takeOpened(): StoredPolicy[] | undefined {
+    const entries = this.#opened;
+    this.#opened = undefined;
+    return entries === undefined ? undefined : this.#valid(entries);
   }
 
   /**
@@ -144,7 +153,11 @@ export class KvPolicyStore implements PolicyStore {
   }
 
   async list(): Promise<StoredPolicy[]> {
-    const entries = await this.#kvCall('list', () => this.#scan());
+    return this.#valid(await this.#kvCall('list', () => this.#scan()));
+  }
+
+  /** The entries that hold a valid policy, decoded, sorted by name. */
+  #valid(entries: readonly RawEntry[]): StoredPolicy[] {
     const out: StoredPolicy[] = [];
     for (const e of entries) {
       if (e.operation !== 'PUT') continue;
@@ -453,6 +466,8 @@ export class KvPolicyStore implements PolicyStore {
   }
 
   #exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    // A write makes what the store read when it opened out of date.
+    this.#opened = undefined;
     const run = this.#queue.then(fn, fn);
     this.#queue = run.catch(() => undefined);
     return run;

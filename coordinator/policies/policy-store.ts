@@ -57,6 +57,12 @@ export interface PutResult {
 export interface PolicyStore {
   /** Every valid policy, sorted by name. */
   list(): Promise<StoredPolicy[]>;
+  /**
+   * Every valid policy as the store read them when it opened, sorted by name, once: a start that needs them
+   * right after opening the store uses this instead of reading the bucket again. Undefined once taken and after
+   * any write of this store.
+   */
+  takeOpened?(): StoredPolicy[] | undefined;
   /** One policy, or `undefined`. */
   get(name: string): Promise<StoredPolicy | undefined>;
   /** Create or replace a policy. */

@@ -3,8 +3,8 @@
  * records and agent registrations the lease coordinator asks for written back (a bounded number in flight), the
  * guard that undoes foreign writes to the allocation bucket, and the audit record of every written share move.
  */
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
 import type { z } from 'zod';
 import type { AuditRecord } from '../../core/admin-wire.js';
 import type { AllocationView } from '../../core/lease/allocation-views.js';
@@ -12,8 +12,10 @@ import type { LeaseCoordinator, RecordWrite } from '../../core/lease/lease-coord
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
 import { AgentRegistration, AllocationRecord } from '../../core/wire/protocol.js';
 import { KvGuard } from '../nats/kv-guard.js';
+import { bucketKeys, latestEntries } from '../nats/kv-read.js';
 import { ensureReplicas } from '../nats/replicas.js';
 import type { EngineContext } from '../ports.js';
+import { stepper } from '../start-steps.js';
 import type { AllocationInsight } from './allocation-insight.js';
 import type { WriteMetrics } from './protocol-metrics.js';
 
@@ -46,20 +48,34 @@ export interface AllocationBuckets {
   registrations: Loaded<AgentRegistration>[];
 }
 
-/** Create (or bind to) both buckets and read what they hold. */
+/**
+ * Create (or bind to) both buckets and read what they hold, the two side by side. Each call is a step of the
+ * start (coordinator/start-steps.ts). No call goes through JetStream's meta leader once the buckets exist: they are
+ * opened without an account check, and read without a consumer (coordinator/nats/kv-read.ts).
+ */
 export async function openAllocationBuckets(context: EngineContext): Promise<AllocationBuckets> {
   const { nc, names, config, log } = context;
-  const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs }));
+  const step = stepper(context.steps);
+  const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs, checkAPI: false }));
+  const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs, checkAPI: false });
   const replicas = config.replicas ?? 1;
-  const allocations = await kvm.create(names.allocations, { ...ALLOCATION_BUCKET_OPTIONS, replicas });
-  const agents = await kvm.create(names.agents, { ...AGENT_BUCKET_OPTIONS, replicas });
-  const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
-  await ensureReplicas(jsm, `KV_${names.allocations}`, replicas);
-  await ensureReplicas(jsm, `KV_${names.agents}`, replicas);
-  const loaded = await loadAll(allocations, AllocationRecord, log);
-  const records = loaded.filter(({ key, value }) => policyNameFromKey(key) === value.policy);
-  const registrations = await loadAll(agents, AgentRegistration, log);
-  return { allocations, agents, records, registrations };
+  const open = async <T>(
+    what: string,
+    bucket: string,
+    options: Partial<KvOptions>,
+    schema: z.ZodType<T>,
+  ): Promise<{ kv: KV; loaded: Loaded<T>[] }> => {
+    const kv = await step(`${what}_bucket`, () => kvm.create(bucket, { ...options, replicas }));
+    await step(`${what}_replicas`, () => ensureReplicas(jsm, `KV_${bucket}`, replicas));
+    const loaded = await loadAll({ kv, jsm, bucket, schema, log, step, what });
+    return { kv, loaded };
+  };
+  const [allocations, agents] = await Promise.all([
+    open('allocations', names.allocations, ALLOCATION_BUCKET_OPTIONS, AllocationRecord),
+    open('agents', names.agents, AGENT_BUCKET_OPTIONS, AgentRegistration),
+  ]);
+  const records = allocations.loaded.filter(({ key, value }) => policyNameFromKey(key) === value.policy);
+  return { allocations: allocations.kv, agents: agents.kv, records, registrations: agents.loaded };
 }
 
 export interface AllocationWriterOptions {
@@ -318,15 +334,26 @@ function epochOf(entry: { json<T>(): T } | null): number {
   }
 }
 
-/** Every entry of a bucket that parses, with its revision; bad ones are logged and skipped. */
-async function loadAll<T>(kv: KV, schema: z.ZodType<T>, log: EngineContext['log']): Promise<Loaded<T>[]> {
+/**
+ * Every entry of a bucket that parses, with its revision; bad ones are logged and skipped. Read without a consumer
+ * (coordinator/nats/kv-read.ts): after a region is lost, creating one was the slowest call of a start.
+ */
+async function loadAll<T>(options: {
+  kv: KV;
+  jsm: JetStreamManager;
+  bucket: string;
+  schema: z.ZodType<T>;
+  log: EngineContext['log'];
+  step: ReturnType<typeof stepper>;
+  what: string;
+}): Promise<Loaded<T>[]> {
+  const { kv, jsm, bucket, schema, log, step, what } = options;
+  const keys = await step(`${what}_keys`, () => bucketKeys(jsm, bucket));
+  const entries = await step(`${what}_values`, () => latestEntries(kv, keys));
   const out: Loaded<T>[] = [];
-  const keys = await kv.keys();
-  const all: string[] = [];
-  for await (const key of keys) all.push(key);
-  for (const key of all) {
-    const entry = await kv.get(key);
+  for (const entry of entries) {
     if (entry === null || entry.operation !== 'PUT') continue;
+    const key = entry.key;
     let value: unknown;
     try {
       value = entry.json();

@@ -22,6 +22,7 @@ import {
 } from '../../core/wire/protocol.js';
 import type { KvGuard } from '../nats/kv-guard.js';
 import type { EngineContext, EngineFactory, ProtocolService } from '../ports.js';
+import { stepper } from '../start-steps.js';
 import { AllocationInsight } from './allocation-insight.js';
 import {
   AllocationWriter,
@@ -89,12 +90,21 @@ class ProtocolEngine implements ProtocolService {
 
   static async start(context: EngineContext, options: ProtocolOptions): Promise<ProtocolEngine> {
     const { nc, config, clock, log } = context;
-    const buckets = await openAllocationBuckets(context);
-    const { records, registrations } = buckets;
+    const step = stepper(context.steps);
     const metrics = protocolMetrics(context.registry);
-    // What the leader before knew of demand, so rebalancing carries on from there (core/lease/demand-snapshot.ts).
-    const snapshots = await DemandSnapshots.open(context, metrics);
-    const demandSnapshots = await snapshots.load();
+    // Independent reads, side by side: the allocation and agent buckets, the demand snapshots (what the leader
+    // before knew of demand, so rebalancing carries on from there: core/lease/demand-snapshot.ts; bounded, never
+    // failing), and the policies.
+    const [buckets, [snapshots, demandSnapshots], policies] = await Promise.all([
+      openAllocationBuckets(context),
+      (async () => {
+        const snapshots = await step('demand_bucket', () => DemandSnapshots.open(context, metrics));
+        return [snapshots, await step('demand_load', () => snapshots.load())] as const;
+      })(),
+      // Read when the store opened, just before: not read again (a write since would have dropped it).
+      step('policies_list', async () => context.policies.takeOpened?.() ?? context.policies.list()),
+    ]);
+    const { records, registrations } = buckets;
     const engine = new LeaseCoordinator({
       coordinatorId: `coordinator-${process.pid}-${clock.now().toString(36)}`,
       regions: config.regions,
@@ -111,7 +121,6 @@ class ProtocolEngine implements ProtocolService {
     });
     snapshots.counted(engine.snapshotOutcomes);
     // Policies win over what was persisted: deleted ones lose their allocation, new ones get one.
-    const policies = await context.policies.list();
     const known = new Set(policies.map((p) => p.policy.name));
     for (const name of engine.policyNames()) if (!known.has(name)) engine.removePolicy(name);
     for (const { policy } of policies) engine.upsertPolicy(policy);
@@ -125,7 +134,7 @@ class ProtocolEngine implements ProtocolService {
     // renewals of older epochs, and the compare-and-set of an older coordinator's next write fails.
     if (context.leader !== undefined) for (const name of engine.policyNames()) engine.writeFailed(name);
     // Persist what restoring decided (budget restored after a restart) before answering anyone.
-    await self.#writer.flushNow();
+    await step('epoch_writes', () => self.#writer.flushNow());
     self.#unsubscribePolicies = context.policies.onChange((change) => {
       if (change.after === null) self.#insight.removed(change.name);
       if (change.after === null) engine.removePolicy(change.name);
