@@ -1,7 +1,8 @@
 /**
  * Read every key's latest entry of a JetStream KV bucket without a consumer: the keys from the stream's subject
- * index (one stream info request, which the stream leader answers), then each key's last value by direct get,
- * side by side. Creating a consumer (what `kv.keys()` does) goes through JetStream's meta leader and a proposal of
+ * index (one stream info request, which the stream leader answers), then each key's last value, side by side,
+ * through the KV view given: a bound view (`Kvm.open`) asks the stream leader; one that allows direct gets may be
+ * answered by a replica that lags, so a start reads through a bound view. Creating a consumer (what `kv.keys()` does) goes through JetStream's meta leader and a proposal of
  * its own, several round trips across regions, and an ordered consumer's listing has no deadline of its own; every
  * request here has the client's timeout. For a coordinator's start and takeover, where the lost region's streams
  * may just have elected their leaders.

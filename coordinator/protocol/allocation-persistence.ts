@@ -67,7 +67,11 @@ export async function openAllocationBuckets(context: EngineContext): Promise<All
   ): Promise<{ kv: KV; loaded: Loaded<T>[] }> => {
     const kv = await step(`${what}_bucket`, () => kvm.create(bucket, { ...options, replicas }));
     await step(`${what}_replicas`, () => ensureReplicas(jsm, `KV_${bucket}`, replicas));
-    const loaded = await loadAll({ kv, jsm, bucket, schema, log, step, what });
+    // Read through the stream's leader (a bound view without direct gets; binding sends nothing): a direct get
+    // may be answered by any replica, and one still catching up after the election would hand a new leader
+    // records and registrations older than those the agents hold.
+    const leaderView = await kvm.open(bucket);
+    const loaded = await loadAll({ kv: leaderView, jsm, bucket, schema, log, step, what });
     return { kv, loaded };
   };
   const [allocations, agents] = await Promise.all([
