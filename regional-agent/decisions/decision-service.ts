@@ -33,11 +33,11 @@ import { CreationFlights } from './subject-gate.js';
 import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
 import type { RefusalMemory } from './refusal-memory.js';
 import { parseDecisionRequest } from './request-parser.js';
-import type { ShortfallHandler } from './store-group.js';
+import type { ShortfallHandler } from './borrowing-port.js';
 
 export type { DecisionOutcome, PreparedRequest } from './prepared.js';
 export type { UsageSink } from './decision-recorder.js';
-export type { ShortfallHandler } from './store-group.js';
+export type { ShortfallHandler } from './borrowing-port.js';
 
 export interface DecisionServiceConfig {
   region: string;
@@ -66,7 +66,7 @@ export interface DecisionServiceDeps {
   forwarder?: Forwarder | undefined;
   /** Counts regional decisions for the usage reports the coordinator rebalances on. */
   usage?: UsageSink | undefined;
-  /** Tries to cover a regional check refused for lack of this region's tokens (store-group.ts). */
+  /** Borrowing, through its port: tries to cover a regional check refused for lack of this region's tokens. */
   shortfall?: ShortfallHandler | undefined;
   /** Keeps each (policy, subject)'s last refusal for `GET /v1/explain`. */
   refusals?: RefusalMemory | undefined;
