@@ -1,10 +1,13 @@
 /**
- * The decision path, from a validated request to one decision. Its steps live beside it:
+ * The decision path, from a validated request to one decision. Its steps live beside it, and each check of a
+ * request travels them as one object (check.ts) that holds its routed form and, once decided, its outcome:
  * - request-parser.ts and check-router.ts validate a body and route each check (own store, home region, or
  *   failure mode), sizing every bucket from the ShareView;
  * - layered-runner.ts decides the checks all-or-nothing: check-groups.ts groups them by cluster slot,
- *   store-group.ts and forward-group.ts decide one group, refunds.ts gives back earlier grants after a later
- *   denial, idempotency-claim.ts guards keys across groups, failure-modes.ts answers for what nothing decided;
+ *   store-group.ts, log-group.ts, day-group.ts and forward-group.ts decide one group, refunds.ts gives back
+ *   earlier grants after a later denial, idempotency-claim.ts guards keys across groups, failure-modes.ts
+ *   answers for what nothing decided, and outcome.ts makes the request's answer; a store group short of this
+ *   region's tokens asks borrowing through its port (borrowing-port.ts);
  * - decision-recorder.ts counts, reports usage and logs what was decided.
  */
 import { randomBytes } from 'node:crypto';
