@@ -1,7 +1,8 @@
 /**
- * The borrowing side of an agent: a ShortfallHandler that, for a regional check refused for lack of this
- * region's tokens, borrows the subject's own tokens from other regions (core/borrowing: the planner says whom
- * to ask and how much, runBorrow asks, credits and goes again) and lets the group be decided once more.
+ * The borrowing side of an agent, behind the decision path's borrowing port (ShortfallHandler,
+ * regional-agent/decisions/borrowing-port.ts): for a regional check refused for lack of this region's tokens,
+ * it borrows the subject's own tokens from other regions (core/borrowing: the planner says whom to ask and how
+ * much, runBorrow asks, credits and goes again) and lets the group be decided once more.
  * One borrow per (policy, subject) at a time: concurrent refusals of a subject wait on it together.
  * Every wait ends by the decision's deadline, less the time the credit and the second decision need.
  */
@@ -25,8 +26,12 @@ import { oneWayAllowanceMs } from '../../core/distance.js';
 import type { ShareView } from '../../core/shares.js';
 import { MICRO } from '../../core/token-bucket.js';
 import type { LoanRequest } from '../../core/wire/loan.js';
-import type { StoreCheck } from '../decisions/prepared.js';
-import type { ShortCheck, ShortfallHandler, ShortfallOutcome } from '../decisions/store-group.js';
+import type {
+  BorrowingCheck,
+  ShortCheck,
+  ShortfallHandler,
+  ShortfallOutcome,
+} from '../decisions/borrowing-port.js';
 import type { BorrowMetrics } from './borrow-metrics.js';
 import type { TransferStore } from './transfer-store.js';
 
@@ -102,7 +107,7 @@ export class Borrower implements ShortfallHandler {
    * the next refusal for one token would ask some lender (the planner's own judgement: a region known dry,
    * backed off or holding no share is not asked). Changes nothing but the planner's recency order.
    */
-  mayLend(check: StoreCheck): boolean {
+  mayLend(check: BorrowingCheck): boolean {
     // A borrow of the subject in flight (a top-up the admission just started, say) is bringing tokens.
     if (this.#o.planner.running(check.policy.name, check.subject)) return true;
     const need = shortfallNeed({

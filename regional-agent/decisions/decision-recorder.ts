@@ -1,3 +1,4 @@
+/** What a finished decision leaves behind: counters, usage for the coordinator, remembered refusals, a log line. */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock } from '../../core/clock.js';

@@ -1,10 +1,13 @@
 /**
- * The decision path, from a validated request to one decision. Its steps live beside it:
+ * The decision path, from a validated request to one decision. Its steps live beside it, and each check of a
+ * request travels them as one object (check.ts) that holds its routed form and, once decided, its outcome:
  * - request-parser.ts and check-router.ts validate a body and route each check (own store, home region, or
  *   failure mode), sizing every bucket from the ShareView;
  * - layered-runner.ts decides the checks all-or-nothing: check-groups.ts groups them by cluster slot,
- *   store-group.ts and forward-group.ts decide one group, refunds.ts gives back earlier grants after a later
- *   denial, idempotency-claim.ts guards keys across groups, failure-modes.ts answers for what nothing decided;
+ *   store-group.ts, log-group.ts, day-group.ts and forward-group.ts decide one group, refunds.ts gives back
+ *   earlier grants after a later denial, idempotency-claim.ts guards keys across groups, failure-modes.ts
+ *   answers for what nothing decided, and outcome.ts makes the request's answer; a store group short of this
+ *   region's tokens asks borrowing through its port (borrowing-port.ts);
  * - decision-recorder.ts counts, reports usage and logs what was decided.
  */
 import { randomBytes } from 'node:crypto';
@@ -33,11 +36,11 @@ import { CreationFlights } from './subject-gate.js';
 import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
 import type { RefusalMemory } from './refusal-memory.js';
 import { parseDecisionRequest } from './request-parser.js';
-import type { ShortfallHandler } from './store-group.js';
+import type { ShortfallHandler } from './borrowing-port.js';
 
 export type { DecisionOutcome, PreparedRequest } from './prepared.js';
 export type { UsageSink } from './decision-recorder.js';
-export type { ShortfallHandler } from './store-group.js';
+export type { ShortfallHandler } from './borrowing-port.js';
 
 export interface DecisionServiceConfig {
   region: string;
@@ -66,7 +69,7 @@ export interface DecisionServiceDeps {
   forwarder?: Forwarder | undefined;
   /** Counts regional decisions for the usage reports the coordinator rebalances on. */
   usage?: UsageSink | undefined;
-  /** Tries to cover a regional check refused for lack of this region's tokens (store-group.ts). */
+  /** Borrowing, through its port: tries to cover a regional check refused for lack of this region's tokens. */
   shortfall?: ShortfallHandler | undefined;
   /** Keeps each (policy, subject)'s last refusal for `GET /v1/explain`. */
   refusals?: RefusalMemory | undefined;

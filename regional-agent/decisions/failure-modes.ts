@@ -1,3 +1,4 @@
+/** What a policy's failure mode answers for a check nothing could decide (no store answer, home or lease). */
 import { DAY_MICRO } from '../../core/daily-budget.js';
 import type { CheckResult, DecisionReason, DegradedCause } from '../../core/agent-wire.js';
 import type { BucketCheck } from '../../core/bucket-wire.js';

@@ -1,8 +1,9 @@
+/** The request's answer from its decided checks: allowed or not, the retry hint, and each check's headers' inputs. */
 import type { CheckResult } from '../../core/agent-wire.js';
 import { CLOSED_REASONS } from './failure-modes.js';
 import type { Check } from './check.js';
 import type { DecisionOutcome, GlobalBudget, PreparedCheck } from './prepared.js';
-import type { ShortfallHandler } from './store-group.js';
+import type { ShortfallHandler } from './borrowing-port.js';
 
 /**
  * The request's outcome from every check's result: allowed only when nothing denied; when denied, every result

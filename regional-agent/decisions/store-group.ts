@@ -1,8 +1,12 @@
+/**
+ * The token-bucket store group: one slot's checks decided in one `lua/token_bucket.lua` call, with the
+ * subject-creation cap's second step and, for regional checks short of this region's tokens, borrowing through
+ * its port (borrowing-port.ts).
+ */
 import type { CheckResult, DecisionReason } from '../../core/agent-wire.js';
 import type { BucketCheck, Decision } from '../../core/bucket-wire.js';
 import type { Clock } from '../../core/clock.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
-import { kindOf } from '../../core/kinds/index.js';
 import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
@@ -11,6 +15,13 @@ import { AgentErrors } from '../errors.js';
 import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
 import { newRun, ownBudgetReason, settleRun, type GroupRun } from './group-run.js';
+import {
+  borrows,
+  MAX_COVER_ATTEMPTS,
+  MAX_COVER_WAITS,
+  type ShortCheck,
+  type ShortfallHandler,
+} from './borrowing-port.js';
 import type { Check } from './check.js';
 import type { StoreCheck } from './prepared.js';
 import { floodResult, takeCreations, type CreationFlights, type Flooded } from './subject-gate.js';
@@ -27,65 +38,6 @@ export interface StoreGroupDeps {
   /** Consulted when a regional check is refused for lack of this region's tokens (see ShortfallHandler). */
   shortfall?: ShortfallHandler | undefined;
 }
-
-/** A regional check refused for lack of this region's tokens, with what its bucket held. */
-export interface ShortCheck {
-  check: StoreCheck;
-  /** Tokens the bucket held when it refused (before the request). */
-  remaining: number;
-  /**
-   * The handler's credit generation of the check's subject when the decision was asked for
-   * (ShortfallHandler.generation): a credit since makes `remaining` stale.
-   */
-  generation?: number | undefined;
-}
-
-/** What a shortfall handler did about the short checks of a group. */
-export interface ShortfallOutcome {
-  /** True when tokens were added for every short check: the group is decided once more. */
-  covered: boolean;
-  /**
-   * True when the handler only waited for a top-up of these subjects (what the refusal saw of its buckets is
-   * stale): the group is decided again, and this does not count as one of its MAX_COVER_ATTEMPTS.
-   */
-  waited?: boolean;
-  /**
-   * Per short check (same order), why it may still be refused: `subject_exhausted` (every other region is dry:
-   * the subject used its global budget) or `share_exhausted` (budget may be left elsewhere but could not be
-   * had in time); undefined for a check that was covered.
-   */
-  reasons: (DecisionReason | undefined)[];
-}
-
-/**
- * The one place a refusal for lack of local tokens can be intercepted: a regional check whose bucket could take
- * its cost once refilled (`retryAfterMs > 0`), in a charging call. A handler that brings tokens into those
- * buckets (borrowing them from other regions) says so, and the group is decided once more; a refusal after that
- * carries the handler's reason.
- */
-export interface ShortfallHandler {
-  cover(short: readonly ShortCheck[], deadlineAt: number): Promise<ShortfallOutcome>;
-  /**
-   * A charging decision admitted these regional checks and left `remaining` tokens in their buckets: the
-   * handler may top a bucket up ahead of need (off the request path; it never delays the answer).
-   */
-  admitted?(checks: readonly ShortCheck[]): void;
-  /** A number that changes whenever tokens are credited to (policy, subject)'s bucket here. */
-  generation?(policy: string, subject: string): number;
-  /**
-   * Whether borrowing could fetch a token for `check`'s subject now: some other region holding a share of it is
-   * neither known dry nor backed off (what the next refusal's borrow would ask). Read only, for headers.
-   */
-  mayLend?(check: StoreCheck): boolean;
-}
-
-/**
- * Times a group may be covered and decided again: a borrow can be raced away by concurrent decisions of the
- * same subject, which then borrow once more (together: borrows are single-flight per subject).
- */
-export const MAX_COVER_ATTEMPTS = 3;
-/** Times a group may wait for top-ups of its subjects and be decided again, on top of its cover attempts. */
-export const MAX_COVER_WAITS = 4;
 
 /** One store group of one request, as the layered runner hands it over. */
 export interface StoreGroupCall {
@@ -334,19 +286,6 @@ function topUp(
       left.push({ check, remaining: b.remaining, generation: generations[j] });
   });
   if (left.length > 0) handler.admitted(left);
-}
-
-/**
- * Whether a check's bucket may borrow from (and be topped up by) other regions: regional checks, except sharded
- * ones. A sharded check's bucket is one of K sub-buckets holding C·s/K; a loan names the subject and the policy,
- * and a lender sizes and takes from the subject's whole (unsharded) bucket, a key no sharded decision uses, which
- * its script treats as full: every borrow would mint up to C·s. Sharded checks are refused `shard_exhausted`
- * instead (docs/sharded-keys.md), and lenders refuse sharded loans (core/borrowing/lender.ts acceptLoan).
- */
-function borrows(check: StoreCheck): boolean {
-  return (
-    kindOf(check.policy.kind).borrows && check.policy.mode === 'regional' && check.policy.shards === undefined
-  );
 }
 
 /** The borrowing checks of a denied group that lacked tokens now but could take their cost after a refill. */

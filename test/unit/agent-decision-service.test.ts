@@ -13,7 +13,7 @@ import { buildApp } from '../../regional-agent/app.js';
 import { AgentConfig } from '../../regional-agent/config.js';
 import type { DecisionStore } from '../../regional-agent/decisions/decision-store.js';
 import type { Forwarder, ForwardRequest } from '../../regional-agent/decisions/forwarder.js';
-import type { ShortfallHandler } from '../../regional-agent/decisions/store-group.js';
+import type { ShortfallHandler } from '../../regional-agent/decisions/borrowing-port.js';
 import { ModelDecisionStore } from '../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../regional-agent/policies/static-policy-source.js';
 import { UsageRecorder } from '../../regional-agent/reporting/usage-recorder.js';

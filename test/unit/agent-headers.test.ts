@@ -14,7 +14,7 @@ import {
 import { newCheck, type Check } from '../../regional-agent/decisions/check.js';
 import { summarize } from '../../regional-agent/decisions/outcome.js';
 import type { PreparedCheck } from '../../regional-agent/decisions/prepared.js';
-import type { ShortfallHandler } from '../../regional-agent/decisions/store-group.js';
+import type { ShortfallHandler } from '../../regional-agent/decisions/borrowing-port.js';
 
 const result = (over: Partial<CheckResult> = {}): CheckResult => ({
   policy: 'writes',

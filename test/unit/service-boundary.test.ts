@@ -1,7 +1,8 @@
 /**
  * The coordinator and the regional agent never import each other (eslint.config.mjs forbids it): what both need
  * is in core/ (pure) or common/ (I/O), and common/ imports neither. This scans every import of the three folders,
- * so the boundary holds even where the lint rule is not run.
+ * so the boundary holds even where the lint rule is not run. Inside the agent, borrowing reaches the decision
+ * path only through its port.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
@@ -39,5 +40,17 @@ describe('service boundary', () => {
   it('the scan sees imports: the agent and the coordinator both use the KV watch loop from common/', () => {
     expect(importsOf('coordinator/nats/kv-guard.ts')).toContain('common/nats/kv-watch-loop.js');
     expect(importsOf('regional-agent/leases/lease-holder.ts')).toContain('common/nats/kv-watch-loop.js');
+  });
+});
+
+describe('borrowing behind its port', () => {
+  it('regional-agent/borrowing/ reaches the decision path only through decisions/borrowing-port.ts', () => {
+    const files = repoFiles('regional-agent/borrowing', /\.ts$/);
+    const reached = files.flatMap((file) =>
+      importsOf(file).filter((target) => target.startsWith('regional-agent/decisions/')),
+    );
+    // The borrower implements the port: the scan sees that import, and no other into the decision path.
+    expect(reached).toContain('regional-agent/decisions/borrowing-port.js');
+    expect(reached.filter((target) => target !== 'regional-agent/decisions/borrowing-port.js')).toEqual([]);
   });
 });
