@@ -74,12 +74,11 @@ function compare(rows: ReplayResult[], stderr: string): { predicted: number; rea
   return { predicted: predicted.utilisation!, real: real.utilisation! };
 }
 
-// Opt-in (QP_TEST_GEO_REPLAY=1) until it has passed on a quiet machine: written on two cores shared at a load of
-// 17-24, where the real stack fell far short of the prediction (step-shift 0.866 against 0.975672; homed-tenants
-// 0.526 and 0.360 against 0.972033; the replay's own sends late by a p50 of 282 ms, Redis calls timing out as
-// store_unavailable, answers at a p99 of 10 s against a 525 ms deadline). What is starvation and what is a gap
-// between the model and the stack is not settled: the loopback replay fell as short at that load (0.741 against
-// 0.965482), and at --compress 5 the geo one came within 0.069 (docs/simulations.md, "On the geo topology").
+// Opt-in (QP_TEST_GEO_REPLAY=1): it fails on the idle machine, so it is not in CI. The gap is the stack's, not
+// the machine's: idle (load 1-2, no Redis timeout, no send late), step-shift measured 0.777 against 0.973538 and
+// homed-tenants 0.887-0.889 against 0.972033, most refusals `subject_exhausted` (the borrower's planner holding
+// every lender dry) and about one grant in ten believed less than given. docs/simulations.md ("On the geo
+// topology") has the figures and what was ruled out.
 describe.skipIf(process.env['QP_TEST_GEO_REPLAY'] !== '1')(
   'npm run simulate -- --real-stack --geo',
   { timeout: 160_000 },
@@ -100,8 +99,8 @@ describe.skipIf(process.env['QP_TEST_GEO_REPLAY'] !== '1')(
         '1',
       ]);
       const { predicted, real } = compare(rows, stderr);
-      // Exact: the simulator is deterministic (0.977806 on loopback, sim-replay.test.ts).
-      expect(predicted).toBe(0.975672);
+      // Exact: the simulator is deterministic (0.975245 on loopback, sim-replay.test.ts).
+      expect(predicted).toBe(0.973538);
       expect(Math.abs(real - predicted), `real ${real} against predicted ${predicted}`).toBeLessThanOrEqual(
         0.05,
       );

@@ -259,9 +259,10 @@ describe('npm run simulate -- --real-stack', { timeout: 180_000 }, () => {
     // 100 ms timers, a loan costs a NATS round trip where the simulator's costs its modelled latency, and HTTP adds
     // milliseconds per decision (×10 in scenario time); docs/simulations.md ("How far real and predicted agree")
     // says more. Since a rebalance step's grows take all that its shrinks free (shares in force always sum to 1),
-    // the prediction is 0.977806 (0.975672 before).
+    // the prediction was 0.977806 (0.975672 before); since a start's learning ends once every registered agent
+    // holds a renewal (about 3 s instead of 7 s at the deployment's own start) it is 0.975245.
     const predicted = row('dynamic', 'simulator').utilisation!;
-    expect(predicted).toBe(0.977806);
+    expect(predicted).toBe(0.975245);
     expect(
       Math.abs(dynamic.utilisation! - predicted),
       `real ${dynamic.utilisation} against predicted ${predicted}`,
