@@ -5,7 +5,7 @@
  * `<!-- env-table:<id> begin … -->` and `<!-- env-table:<id> end -->`; nothing else in the page is touched.
  *
  *   npm run docs:env              rewrite the tables
- *   npm run docs:env -- --check   say which are stale and exit 1 (test/unit/docs-env-tables.test.ts does too)
+ *   npm run docs:env -- --check   say which are stale and exit 1 (test/unit/scripts/docs-env-tables.test.ts does too)
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +13,7 @@ import * as prettier from 'prettier';
 import type { z } from 'zod';
 import { CoordinatorEnv } from '../coordinator/config.js';
 import { COORDINATOR_VARIABLES } from '../coordinator/config-docs.js';
-import type { VariableDoc } from '../core/env-config.js';
+import type { VariableDoc } from '../core/config/env-config.js';
 import { AgentConfig, envName } from '../regional-agent/config.js';
 import { AGENT_VARIABLES } from '../regional-agent/config-docs.js';
 
