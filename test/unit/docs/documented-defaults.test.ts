@@ -1,10 +1,11 @@
 /**
- * The hand-written configuration tables against the schemas that hold the defaults: README.md's summary of the
- * agent's variables, docs/running.md (the local stack), docs/cli.md and the simulator's: every default a table
- * names is the one the schema parses when the variable is unset, every variable a table names is read by its
- * schema, and every variable a schema reads is in its full table. A table whose default drifts from the code
- * fails here, naming the file, the variable and both values. The agent's and the coordinator's full tables are
- * generated from their schemas (scripts/docs-env-tables.ts) and checked by test/unit/scripts/docs-env-tables.test.ts.
+ * The configuration tables against the schemas that hold the defaults: README.md's summary of the agent's
+ * variables, docs/running.md (the local stack), docs/cli.md and the simulator's: every default a table names is
+ * the one the schema parses when the variable is unset, every variable a table names is read by its schema, and
+ * every variable a schema reads is in its full table. A table whose default drifts from the code fails here,
+ * naming the file, the variable and both values. The full tables of the agent, the coordinator and the local
+ * stack are generated from their schemas (scripts/docs-env-tables.ts) and checked by
+ * test/unit/scripts/docs-env-tables.test.ts; the stack's is read here too, as it was written by hand before.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';

@@ -1,8 +1,8 @@
 /**
- * The environment-variable tables of docs/agent.md, docs/coordinator.md and docs/protocol.md are what
- * `npm run docs:env` (scripts/docs-env-tables.ts) generates from the schemas: every variable a schema reads has
- * its row, every row names a variable read, and every default is the one the schema parses when the variable
- * is unset. A stale table fails here, naming the page and the rows that differ.
+ * The environment-variable tables of docs/agent.md, docs/coordinator.md, docs/protocol.md and docs/running.md
+ * (the local stack) are what `npm run docs:env` (scripts/docs-env-tables.ts) generates from the schemas: every
+ * variable a schema reads has its row, every row names a variable read, and every default is the one the schema
+ * parses when the variable is unset. A stale table fails here, naming the page and the rows that differ.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -18,6 +18,8 @@ import {
   withTable,
   type EnvRow,
 } from '../../../scripts/docs-env-tables.js';
+import { StackEnv } from '../../../scripts/stack/config.js';
+import { PASS_THROUGH_VARIABLES, STACK_VARIABLES } from '../../../scripts/stack/config-docs.js';
 
 const read = (file: string) => readFileSync(new URL(`../../../${file}`, import.meta.url), 'utf8');
 
@@ -48,15 +50,23 @@ describe('generated environment tables', () => {
     expect(sorted(Object.keys(COORDINATOR_VARIABLES))).toEqual(
       sorted([...Object.keys(CoordinatorEnv.shape), 'QP_ADMIN_TOKENS_FILE']),
     );
+    expect(sorted(Object.keys(STACK_VARIABLES))).toEqual(
+      sorted([...Object.keys(StackEnv.shape), ...PASS_THROUGH_VARIABLES]),
+    );
     for (const table of envTables()) {
       const names = table.rows.map((r) => r.name);
       expect(new Set(names).size, `${table.file}: a variable twice`).toBe(names.length);
     }
     const rows = envTables().flatMap((t) => t.rows);
     expect(rows).toHaveLength(
-      Object.keys(AGENT_VARIABLES).length + Object.keys(COORDINATOR_VARIABLES).length,
+      Object.keys(AGENT_VARIABLES).length +
+        Object.keys(COORDINATOR_VARIABLES).length +
+        Object.keys(STACK_VARIABLES).length,
     );
-    expect(rows.filter((r) => r.schema === undefined).map((r) => r.name)).toEqual(['QP_ADMIN_TOKENS_FILE']);
+    expect(rows.filter((r) => r.schema === undefined).map((r) => r.name)).toEqual([
+      'QP_ADMIN_TOKENS_FILE',
+      ...PASS_THROUGH_VARIABLES,
+    ]);
   });
 
   it('a default is the schema one: a value is shown, words for none are refused when the schema has one', () => {
