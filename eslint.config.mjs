@@ -72,7 +72,7 @@ export default tseslint.config(
       'no-restricted-syntax': ['error', ...everywhere],
     },
   },
-  // One copy of each rule, in core/: the shells write none of their own (test/unit/sim-runs-core.test.ts).
+  // One copy of each rule, in core/: the shells write none of their own (test/unit/repo/sim-runs-core.test.ts).
   {
     files: SHELL_FILES,
     rules: { 'no-restricted-syntax': ['error', ...everywhere, ...copiedRuleSelectors()] },

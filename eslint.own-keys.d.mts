@@ -1,4 +1,4 @@
-/** Types of eslint.own-keys.mjs, for the test that proves its rule (test/unit/own-keys-rule.test.ts). */
+/** Types of eslint.own-keys.mjs, for the test that proves its rule (test/unit/repo/own-keys-rule.test.ts). */
 import type { ESLint } from 'eslint';
 
 export declare const ownKeysPlugin: ESLint.Plugin;

@@ -4,7 +4,7 @@
 // replaces the object's prototype. Issue 25 found a class lookup answering `Object` for `"class": "constructor"`
 // (a check admitted without charge). This rule reports every computed read, write or `in` test of such a type by a
 // key typed as an open string; the fix is a Map, or `ownValue` / `hasOwnKey` from core/own-keys.ts.
-// test/unit/own-keys-rule.test.ts shows it catches the original lookup.
+// test/unit/repo/own-keys-rule.test.ts shows it catches the original lookup.
 import ts from 'typescript';
 
 /** The types a value of `type` may have: the members of a union, else itself. */

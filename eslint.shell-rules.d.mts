@@ -1,4 +1,4 @@
-/** Types of eslint.shell-rules.mjs, for the test that proves its rules (test/unit/sim-runs-core.test.ts). */
+/** Types of eslint.shell-rules.mjs, for the test that proves its rules (test/unit/repo/sim-runs-core.test.ts). */
 export interface CopiedRule {
   rule: string;
   selectors: string[];

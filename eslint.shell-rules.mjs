@@ -1,6 +1,6 @@
 // One copy of each rule, in core/: the shells (simulator, agent, coordinator, test harness) import core's rules
 // and never write their own. These syntax patterns are what a local copy looks like; eslint.config.mjs applies them
-// to the shells and test/unit/sim-runs-core.test.ts proves each one catches a copy. Matched on the syntax tree, so
+// to the shells and test/unit/repo/sim-runs-core.test.ts proves each one catches a copy. Matched on the syntax tree, so
 // a copy split over lines, or with its operands the other way round, is caught too.
 
 /** `a * b` where one operand is named like `names` and the other like `others` (`x`, `o.x`, `o.x!`). */
@@ -20,7 +20,7 @@ const comparing = (re) =>
 /** Each rule: what it copies (and where the one copy lives), and the syntax a copy has. */
 export const COPIED_RULES = [
   {
-    rule: 'the constrained-subject threshold (core/usage-accounting.ts)',
+    rule: 'the constrained-subject threshold (core/shares/usage-accounting.ts)',
     selectors: ['VariableDeclarator[id.name="NEAR_CAPACITY_FRACTION"]'],
   },
   {
@@ -28,11 +28,11 @@ export const COPIED_RULES = [
     selectors: ['VariableDeclarator[id.name="SHARE_SUM_TOLERANCE"]'],
   },
   {
-    rule: 'share → bucket sizing (core/share-sizing.ts)',
+    rule: 'share → bucket sizing (core/shares/share-sizing.ts)',
     selectors: product('/^(capacity|refillPerSecond)$/i', '/^share$/i'),
   },
   {
-    rule: 'the near-capacity test (core/usage-accounting.ts)',
+    rule: 'the near-capacity test (core/shares/usage-accounting.ts)',
     selectors: [
       `${comparing('/^remaining/i')} Identifier[name=/capacity$/i]`,
       comparing('/^remainingFraction$/i'),
@@ -47,7 +47,7 @@ export const COPIED_RULES = [
     selectors: ['CallExpression[callee.name="idealShares"]', 'NewExpression[callee.name="DemandTracker"]'],
   },
   {
-    rule: "a token bucket's decision (core/token-bucket.ts: decideBucket, BucketModel)",
+    rule: "a token bucket's decision (core/models/token-bucket.ts: decideBucket, BucketModel)",
     selectors: ['CallExpression[callee.name=/^(refill|settle)$/]'],
   },
 ];

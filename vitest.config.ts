@@ -8,10 +8,10 @@ import { defineConfig } from 'vitest/config';
 // The coordinator failover waits on JetStream's elections across proxied links: its bounds hold on a machine
 // whose two cores it does not share with other files (it failed beside two others and passed alone, 46 s).
 const WALL_CLOCK = [
-  'test/integration/sim-replay.test.ts',
-  'test/integration/sim-replay-geo.test.ts',
-  'test/integration/geo-acceptance.test.ts',
-  'test/integration/coordinator-failover.test.ts',
+  'test/integration/simulations/replay/sim-replay.test.ts',
+  'test/integration/simulations/replay/sim-replay-geo.test.ts',
+  'test/integration/scripts/stack/geo-acceptance.test.ts',
+  'test/integration/coordinator/leadership/coordinator-failover.test.ts',
 ];
 
 export default defineConfig({

@@ -578,8 +578,8 @@ async function serve(kind: string, port: number, redisUrl: string): Promise<void
 async function serveAgentInMemory(port: number): Promise<void> {
   const { pino } = await import('pino');
   const { systemClock } = await import('../core/clock.js');
-  const { parsePolicy } = await import('../core/policy.js');
-  const { StaticShareView } = await import('../core/shares.js');
+  const { parsePolicy } = await import('../core/policy/policy.js');
+  const { StaticShareView } = await import('../core/shares/shares.js');
   const { buildApp } = await import('../regional-agent/app.js');
   const { AgentConfig } = await import('../regional-agent/config.js');
   const { ModelDecisionStore } = await import('../regional-agent/decisions/model-decision-store.js');

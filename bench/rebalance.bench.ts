@@ -6,7 +6,7 @@
  */
 import { ManualClock } from '../core/clock.js';
 import { LeaseCoordinator } from '../core/lease/lease-coordinator.js';
-import { parsePolicy } from '../core/policy.js';
+import { parsePolicy } from '../core/policy/policy.js';
 import { median, type BenchSuite } from './lib.js';
 
 const POLICIES = 10_000;

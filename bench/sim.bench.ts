@@ -5,8 +5,8 @@
  * deciding every request too, network, metrics) on `uniform` under `static` is reported beside them.
  */
 import { bucketKey } from '../core/keys.js';
-import { parsePolicy } from '../core/policy.js';
-import { BucketModel, type EncodedRequest } from '../core/token-bucket.js';
+import { parsePolicy } from '../core/policy/policy.js';
+import { BucketModel, type EncodedRequest } from '../core/models/token-bucket.js';
 import { BucketSizing } from '../simulations/engine/bucket-sizing.js';
 import { Random } from '../simulations/engine/random.js';
 import { RegionStore } from '../simulations/engine/region-store.js';

@@ -1,6 +1,6 @@
 /**
  * A flood of one-shot identities against a policy with a subject-creation cap, measured (not a CI test: the
- * bounded version is test/integration/subject-creation-cap.test.ts).
+ * bounded version is test/integration/regional-agent/redis/subject-creation-cap.test.ts).
  *
  *   npx tsx bench/subject-flood.ts model [n=1000000]   the reference model, in virtual time: n identities spread
  *                                                       over ten minutes, live keys sampled every second
@@ -13,10 +13,10 @@
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { bucketKey } from '../core/keys.js';
-import { parsePolicy } from '../core/policy.js';
-import { sizedBucket } from '../core/share-sizing.js';
-import { StaticShareView } from '../core/shares.js';
-import { creationKey, sharedBucketKey, SubjectCreationModel } from '../core/subject-creation.js';
+import { parsePolicy } from '../core/policy/policy.js';
+import { sizedBucket } from '../core/shares/share-sizing.js';
+import { StaticShareView } from '../core/shares/shares.js';
+import { creationKey, sharedBucketKey, SubjectCreationModel } from '../core/models/subject-creation.js';
 import { buildApp } from '../regional-agent/app.js';
 import { AgentConfig } from '../regional-agent/config.js';
 import { StaticPolicySource } from '../regional-agent/policies/static-policy-source.js';

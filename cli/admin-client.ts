@@ -1,10 +1,10 @@
 /**
  * The coordinator's admin API as the CLI speaks it: bearer token, JSON bodies, ETags, and problem documents
  * turned into `AdminApiError`s that carry the API's stable code. Responses are checked against the same zod
- * schemas the coordinator answers with (core/admin-wire.ts).
+ * schemas the coordinator answers with (core/wire/admin.ts).
  */
 import type { z } from 'zod';
-import { Problem } from '../core/admin-wire.js';
+import { Problem } from '../core/wire/admin.js';
 
 /** The API refused the request: status and the problem document's stable code. */
 export class AdminApiError extends Error {

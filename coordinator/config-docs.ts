@@ -1,10 +1,10 @@
 /**
  * The coordinator's variables as the tables of docs/coordinator.md and docs/protocol.md (`page: 'protocol'`)
  * show them: the words of each row. The name and the default come from `CoordinatorEnv` (`npm run docs:env`
- * writes the tables; test/unit/docs-env-tables.test.ts fails when one is stale). Every variable needs an entry
+ * writes the tables; test/unit/scripts/docs-env-tables.test.ts fails when one is stale). Every variable needs an entry
  * here, in the order of its table; `QP_ADMIN_TOKENS_FILE` is read by `loadConfig`, outside the schema.
  */
-import type { VariableDoc } from '../core/env-config.js';
+import type { VariableDoc } from '../core/config/env-config.js';
 import type { CoordinatorEnv } from './config.js';
 
 export const COORDINATOR_VARIABLES: Readonly<

@@ -1,11 +1,11 @@
 /**
  * The coordinator's configuration, read from the environment (`QP_*`) once in `main.ts`. Defaults live in the
- * schema; every problem is reported at once; the result is frozen (`loadEnvConfig`, core/env-config.ts, as the
+ * schema; every problem is reported at once; the result is frozen (`loadEnvConfig`, core/config/env-config.ts, as the
  * agent's).
  */
 import { z } from 'zod';
-import { deepFreeze, loadEnvConfig } from '../core/env-config.js';
-import { RegionName } from '../core/policy.js';
+import { deepFreeze, loadEnvConfig } from '../core/config/env-config.js';
+import { RegionName } from '../core/policy/policy.js';
 import { hasOwnKey, setOwn } from '../core/own-keys.js';
 import { DEFAULT_KV_NAMESPACE, DEFAULT_NATS_TIMEOUT_MS, KvNamespace } from '../core/wire/kv.js';
 import type { NatsClientFiles } from './nats/client-options.js';
@@ -16,7 +16,7 @@ import {
   type LeaseSettingsInput,
 } from '../core/lease/settings.js';
 import { RebalanceSettings } from '../core/rebalance/settings.js';
-import { settingRange } from '../core/setting-range.js';
+import { settingRange } from '../core/config/setting-range.js';
 import { grantsFromConfig, type TokenGrant } from './auth/tokens.js';
 
 /** Largest `POST /v1/restore` body by default, bytes (a backup of 1000 policies and 100k audit records fits). */

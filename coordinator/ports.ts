@@ -4,7 +4,7 @@
  */
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Registry } from 'prom-client';
-import type { AllocationSample, AllocationSummary, RegionSummary } from '../core/admin-wire.js';
+import type { AllocationSample, AllocationSummary, RegionSummary } from '../core/wire/admin.js';
 import type { AuditTrail } from './audit/audit-trail.js';
 import type { Clock } from '../core/clock.js';
 import type { KvNames } from '../core/wire/kv.js';

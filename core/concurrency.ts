@@ -1,5 +1,5 @@
 /**
- * Concurrency leases: a `concurrency` policy is a sliding log whose window is the lease TTL (core/sliding-log.ts,
+ * Concurrency leases: a `concurrency` policy is a sliding log whose window is the lease TTL (core/models/sliding-log.ts,
  * `lua/sliding_log.lua`): acquiring a slot writes one entry per unit of cost, stamped with Redis time; the slot is
  * held while the entry is in the window (`leaseSeconds`) and comes back when it is released
  * (`lua/sliding_log_refund.lua` removes exactly the entries the acquire wrote) or when the lease runs out, so a
@@ -13,8 +13,8 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
-import { MAX_LOG_LIMIT, PolicyName, RegionName } from './policy.js';
-import { slidingLogKey, type LogRefund } from './sliding-log.js';
+import { MAX_LOG_LIMIT, PolicyName, RegionName } from './policy/policy.js';
+import { slidingLogKey, type LogRefund } from './models/sliding-log.js';
 
 /** Prefix of every lease token; a future format gets another (`l1.` tokens carried no MAC and are refused). */
 const TOKEN_PREFIX = 'l2.';

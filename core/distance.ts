@@ -5,7 +5,7 @@
  * from its round trips to the other regions (docs/protocol.md, "Timings at a distance").
  */
 import { z } from 'zod';
-import { RegionName } from './policy.js';
+import { RegionName } from './policy/policy.js';
 
 /** The default matrix: an ordinary spread of three regions (us, eu, ap). */
 export const DEFAULT_ROUND_TRIPS = 'us-eu=70,us-ap=150,eu-ap=220';

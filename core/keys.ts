@@ -19,7 +19,7 @@ export function shardKey(version: number, subject: string, policy: string, shard
 
 /**
  * Redis key of a local grant's record (lua/grant.lua): in the slot of its bucket `bucket` (the same hash tag), named
- * by the grant's id (core/grant-wire.ts GrantId, 22 base64url characters, checked before it gets here).
+ * by the grant's id (core/wire/grant.ts GrantId, 22 base64url characters, checked before it gets here).
  */
 export function grantRecordKey(bucket: string, grantId: string): string {
   return `rl:grant:{${hashTag(bucket)}}:${grantId}`;

@@ -1,5 +1,5 @@
 --[[
-credit.lua: add tokens lent by other regions to a subject's bucket in this region (core/borrowing/transfer.ts
+credit.lua: add tokens lent by other regions to a subject's bucket in this region (core/models/transfer.ts
 is the model, operation for operation). Refills the bucket first, on Redis time, exactly as token_bucket.lua
 would, then adds what fits under the lower of the stored and the given capacity; the rest is dropped. So the
 bucket never holds more than its share's cap, and a transfer never mints.

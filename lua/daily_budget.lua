@@ -15,7 +15,7 @@ ARGV
     limit   micro-units admitted per day (integer >= 0)
     cost    micro-units (integer >= 1)
     b0..b3  starts of yesterday, today, tomorrow and the day after, µs (ascending integers, computed by the
-            agent in the policy's time zone: core/daily-budget.ts dayBoundariesMs)
+            agent in the policy's time zone: core/models/daily-budget.ts dayBoundariesMs)
 
 Reply (flat array of integers): {-1} when the deadline passed; {-2} when Redis time is in none of the three days
   (the agent's clock is more than a day off: nothing decided); otherwise allowed (1/0), replayed (0; 1 when the
@@ -25,7 +25,7 @@ Reply (flat array of integers): {-1} when the deadline passed; {-2} when Redis t
 
 Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is read.
 
-Rules (core/daily-budget.ts DailyBudgetModel is the model): the day is the one whose [start, next start) holds
+Rules (core/models/daily-budget.ts DailyBudgetModel is the model): the day is the one whose [start, next start) holds
 Redis TIME; a counter whose start is another day counts 0 (a new day begins empty); admitted, not dry: every
 counter gets {start, used + cost} and expires a minute after its day ends. Denied or dry: nothing is written.
 ]]

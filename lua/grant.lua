@@ -1,5 +1,5 @@
 --[[
-grant.lua: a client's local grant of a subject's tokens (core/grants.ts is the model, operation for operation).
+grant.lua: a client's local grant of a subject's tokens (core/models/grant.ts is the model, operation for operation).
 Mode 1 (take) refills the bucket on Redis time, exactly as token_bucket.lua would, then takes min(amount, stock):
 the tokens leave the bucket before the client spends them, as a lend between regions does (lend.lua, fill).
 Mode 2 (return) hands back what the client did not spend: refill, then add what fits under the lower of the

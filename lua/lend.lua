@@ -1,5 +1,5 @@
 --[[
-lend.lua: give some of a subject's tokens in this region to a borrowing region (core/borrowing/transfer.ts is
+lend.lua: give some of a subject's tokens in this region to a borrowing region (core/models/transfer.ts is
 the model, operation for operation). Refills the bucket first, on Redis time, exactly as token_bucket.lua would,
 then takes what is given away. Never takes more than asked, never below zero, never mints.
 

@@ -19,7 +19,7 @@ is gone: a missing bucket is full, so nothing is given back), then 1 when the id
 
 Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is read.
 
-Rules (core/refund.ts is the model, operation for operation):
+Rules (core/models/refund.ts is the model, operation for operation):
   - after = min(tokens + cost, min(stored capacity, capacity)), never below tokens: a refund never takes away,
     never fills past the lower of the capacities, and cannot mint.
   - a missing key is left missing.

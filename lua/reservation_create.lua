@@ -6,7 +6,7 @@ KEYS
   KEYS[1]  the reservation's hash, rl:resv:{<id>} (must not exist: ids are random)
 
 ARGV
-  ARGV[1]  body: what the decision charged (JSON, opaque here; core/reservations.ts ReservationBody)
+  ARGV[1]  body: what the decision charged (JSON, opaque here; core/models/reservation.ts ReservationBody)
   ARGV[2]  amount reserved, micro-units (integer >= 1)
   ARGV[3]  TTL in ms (integer >= 1): uncommitted after it, the reservation expires and is refunded whole
   ARGV[4]  retention in ms (integer >= 1): how long a settled reservation is kept to answer repeats

@@ -22,7 +22,7 @@ Reply (array of strings):
   {"conflict", state, reserved, committed}            settled otherwise before (or expire of a settled one)
 Errors: "QP_BADARG <what>".
 
-Rules (core/reservations.ts ReservationModel is the model): the expiry is Redis TIME >= expires; settling keeps
+Rules (core/models/reservation.ts ReservationModel is the model): the expiry is Redis TIME >= expires; settling keeps
 the record for the retention so repeats answer the same.
 ]]
 

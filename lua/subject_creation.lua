@@ -21,7 +21,7 @@ Reply (flat array of integers): {-1} when the deadline passed; otherwise outcome
 
 Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is read.
 
-Rules (CreationLogModel in core/subject-creation.ts is the model, operation for operation):
+Rules (CreationLogModel in core/models/subject-creation.ts is the model, operation for operation):
   - t = max(Redis time, newest score in the log): stamps never move backwards.
   - an entry stamped s counts while t - window < s; it leaves at exactly s + window.
   - the member's own entry in the window: outcome 2, nothing written.

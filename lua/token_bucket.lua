@@ -46,7 +46,7 @@ Reply (flat array of integers): {-1} when the deadline passed; otherwise, per re
 Errors: "QP_BADARG <what>" for any malformed argument; every argument of every request is checked before
 anything is read or written.
 
-Rules (the reference model in core/token-bucket.ts follows them operation for operation):
+Rules (the reference model in core/models/token-bucket.ts follows them operation for operation):
   - refill and clamp as lua/include/refill.lua states them (shared with lend.lua, credit.lua and grant.lua):
     nothing is minted by a rate change, a capacity change, or a clock step backwards.
   - a missing (expired) bucket is full: never more than full, nor than the floor capacity; unless it must exist (flag 4), when the request is

@@ -10,8 +10,8 @@
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Clock } from '../core/clock.js';
-import type { PolicySource } from '../core/policy-source.js';
-import type { ShareView } from '../core/shares.js';
+import type { PolicySource } from './policies/policy-source.js';
+import type { ShareView } from '../core/shares/shares.js';
 import type { Tracer } from '@opentelemetry/api';
 import type { AgentConfig } from './config.js';
 import type { DecisionStore } from './decisions/decision-store.js';

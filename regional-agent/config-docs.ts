@@ -1,9 +1,9 @@
 /**
  * The agent's variables as docs/agent.md's table shows them: the words of each row. The name and the default
- * come from `AgentConfig` (`npm run docs:env` writes the table; test/unit/docs-env-tables.test.ts fails when it
+ * come from `AgentConfig` (`npm run docs:env` writes the table; test/unit/scripts/docs-env-tables.test.ts fails when it
  * is stale). Every schema field needs an entry here, in the order of the table.
  */
-import type { VariableDoc } from '../core/env-config.js';
+import type { VariableDoc } from '../core/config/env-config.js';
 import type { AgentConfig } from './config.js';
 
 export const AGENT_VARIABLES: Readonly<Record<keyof typeof AgentConfig.shape, VariableDoc>> = {

@@ -1,12 +1,12 @@
 /**
  * The agent's configuration: environment variables (prefix `QP_`) over an optional JSON file
  * (`QP_CONFIG_FILE`), validated once at start by one zod schema that holds every default, with every problem
- * listed at once, and frozen (`loadEnvConfig`, core/env-config.ts, as the coordinator's). docs/agent.md has the table.
+ * listed at once, and frozen (`loadEnvConfig`, core/config/env-config.ts, as the coordinator's). docs/agent.md has the table.
  */
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
-import { loadEnvConfig } from '../core/env-config.js';
+import { loadEnvConfig } from '../core/config/env-config.js';
 import { ownRecord, ownValue, setOwn } from '../core/own-keys.js';
 import {
   DEFAULT_BORROW_PLANNER,
@@ -21,7 +21,7 @@ import {
   MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT,
 } from '../core/keys.js';
 import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
-import { PolicyName, RegionName } from '../core/policy.js';
+import { PolicyName, RegionName } from '../core/policy/policy.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
 import { RlsRules } from './grpc/descriptor-rules.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from './http/rate-limit-headers.js';

@@ -12,8 +12,8 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from 'pino';
 import { systemClock } from '../core/clock.js';
 import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
-import type { PolicySource } from '../core/policy-source.js';
-import type { ShareView } from '../core/shares.js';
+import type { PolicySource } from './policies/policy-source.js';
+import type { ShareView } from '../core/shares/shares.js';
 import type { AgentConfig } from './config.js';
 import type { DecisionService } from './decisions/decision-service.js';
 import type { Admission } from './resilience/admission.js';
@@ -84,7 +84,7 @@ export async function connectCoordination(
   // The records say which subjects to report every interval (override candidates): the lease knows them.
   const usage = new UsageRecorder(systemClock.now(), {
     watched: (policy) => holder.lease.watched(policy),
-    // A subject's refusals count as demand only within its own global rate (core/usage-accounting.ts).
+    // A subject's refusals count as demand only within its own global rate (core/shares/usage-accounting.ts).
     limitPerSecond: (policy) => policies.current().get(policy)?.refillPerSecond,
   });
   const holder: LeaseHolder = new LeaseHolder({

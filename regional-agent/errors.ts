@@ -5,7 +5,7 @@
  * stable codes at the end.
  */
 import createError from '@fastify/error';
-import { LIMITER_UNAVAILABLE, RATE_LIMITED } from '../core/agent-wire.js';
+import { LIMITER_UNAVAILABLE, RATE_LIMITED } from '../core/wire/agent.js';
 
 export const AgentErrors = {
   AGT_ERR_INVALID_REQUEST: createError('AGT_ERR_INVALID_REQUEST', 'Invalid decision request: %s', 400),

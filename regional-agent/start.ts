@@ -6,7 +6,7 @@ import { farthestRoundTrip, linkAllowanceMs, roundTripOf } from '../core/distanc
 import type { FastifyPluginAsync } from 'fastify';
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { StaticShareView } from '../core/shares.js';
+import { StaticShareView } from '../core/shares/shares.js';
 import { buildApp, type AgentApp } from './app.js';
 import type { AgentConfig } from './config.js';
 import { connectCoordination, type Coordination } from './coordination.js';

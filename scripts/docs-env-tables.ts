@@ -1,11 +1,12 @@
 /**
  * Writes the environment-variable tables of the docs from the configuration schemas: each row's name and
- * default from the schema (`AgentConfig`, `CoordinatorEnv`), its meaning from the service's variable map
- * (`regional-agent/config-docs.ts`, `coordinator/config-docs.ts`). A table sits between two marker comments,
+ * default from the schema (`AgentConfig`, `CoordinatorEnv`, the local stack's `StackEnv`), its meaning from the
+ * variable map beside it (`regional-agent/config-docs.ts`, `coordinator/config-docs.ts`,
+ * `scripts/stack/config-docs.ts`). A table sits between two marker comments,
  * `<!-- env-table:<id> begin … -->` and `<!-- env-table:<id> end -->`; nothing else in the page is touched.
  *
  *   npm run docs:env              rewrite the tables
- *   npm run docs:env -- --check   say which are stale and exit 1 (test/unit/docs-env-tables.test.ts does too)
+ *   npm run docs:env -- --check   say which are stale and exit 1 (test/unit/scripts/docs-env-tables.test.ts does too)
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -13,9 +14,11 @@ import * as prettier from 'prettier';
 import type { z } from 'zod';
 import { CoordinatorEnv } from '../coordinator/config.js';
 import { COORDINATOR_VARIABLES } from '../coordinator/config-docs.js';
-import type { VariableDoc } from '../core/env-config.js';
+import type { VariableDoc } from '../core/config/env-config.js';
 import { AgentConfig, envName } from '../regional-agent/config.js';
 import { AGENT_VARIABLES } from '../regional-agent/config-docs.js';
+import { StackEnv } from './stack/config.js';
+import { STACK_VARIABLES } from './stack/config-docs.js';
 
 const root = new URL('../', import.meta.url);
 
@@ -52,6 +55,7 @@ function rowsOf(
 export function envTables(): EnvTable[] {
   const agent = rowsOf(AGENT_VARIABLES, AgentConfig.shape, envName);
   const coordinator = rowsOf(COORDINATOR_VARIABLES, CoordinatorEnv.shape, (name) => name);
+  const stack = rowsOf(STACK_VARIABLES, StackEnv.shape, (name) => name);
   return [
     { file: 'docs/agent.md', id: 'agent', source: 'regional-agent/config.ts', rows: agent },
     {
@@ -66,6 +70,7 @@ export function envTables(): EnvTable[] {
       source: 'coordinator/config.ts',
       rows: coordinator.filter((r) => r.doc.page === 'protocol'),
     },
+    { file: 'docs/running.md', id: 'stack', source: 'scripts/stack/config.ts', rows: stack },
   ];
 }
 

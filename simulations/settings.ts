@@ -4,7 +4,7 @@
  * DEFAULT_SETTINGS, then the scenario's defaults, then `--set`, then the swept value.
  */
 import { z } from 'zod';
-import { FailureMode, MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../core/policy.js';
+import { FailureMode, MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../core/policy/policy.js';
 import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
 import { DEFAULT_BORROW_PLANNER, MAX_LENDERS_LIMIT } from '../core/borrowing/planner.js';
 import { defaultLeaseSettings } from '../core/lease/settings.js';

@@ -9,7 +9,7 @@
  * with moving shares report every change of the shares in force with `ctx.sharesInForce`, which is what
  * `maxShareSum` checks. See docs/simulations.md, "Writing a strategy".
  */
-import type { PolicyMode, Policy } from '../core/policy.js';
+import type { PolicyMode, Policy } from '../core/policy/policy.js';
 import type { Network } from './engine/network.js';
 import type { Random } from './engine/random.js';
 import type { RegionStore } from './engine/region-store.js';
@@ -80,7 +80,7 @@ export interface StrategyContext {
   readonly coordinator: number;
   /** Index of the strict home region (policy.homeRegion). */
   readonly home: number;
-  /** The simulated policy, parsed by core/policy.ts with this strategy's mode. */
+  /** The simulated policy, parsed by core/policy/policy.ts with this strategy's mode. */
   readonly policy: Policy;
   readonly settings: Settings;
   /** Regions, coordinator and their links. Faults cut links and take the coordinator down. */
@@ -128,7 +128,7 @@ export interface StrategyDefinition {
   readonly name: string;
   /** One line for `--help`. */
   readonly description: string;
-  /** The policy mode it enforces with (core/policy.ts). */
+  /** The policy mode it enforces with (core/policy/policy.ts). */
   readonly mode: PolicyMode;
   /** Settings it reads, beyond the scenario's and the network's. */
   readonly uses: readonly SettingName[];

@@ -2,7 +2,7 @@
  * `quotaplane allocations [POLICY]` and `quotaplane agents`: what the coordinator's protocol engine holds, as
  * tables (one row per policy and region; one row per agent) or as the API's JSON.
  */
-import { AllocationsResponse, RegionsResponse } from '../../core/admin-wire.js';
+import { AllocationsResponse, RegionsResponse } from '../../core/wire/admin.js';
 import { ownValue } from '../../core/own-keys.js';
 import { UsageError, type Context } from '../context.js';
 import { parseFlags, positionals } from '../flags.js';

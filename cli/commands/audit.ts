@@ -3,7 +3,7 @@
  * of the rebalancer's share moves left out (`GET /v1/audit?moves=hide`); `--moves` lists the moves too, in a
  * table of their own: one column per region (share before → after), the reason and the demand that moved them.
  */
-import { AuditResponse, type AuditEntry, type PolicyView } from '../../core/admin-wire.js';
+import { AuditResponse, type AuditEntry, type PolicyView } from '../../core/wire/admin.js';
 import { ownValue } from '../../core/own-keys.js';
 import type { Context } from '../context.js';
 import { parseFlags, positiveInt, positionals, stringFlag } from '../flags.js';

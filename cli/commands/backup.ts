@@ -3,7 +3,7 @@
  * out as one JSON document (`GET /v1/backup`), and back into an empty coordinator (`POST /v1/restore`).
  */
 import { readFile, writeFile } from 'node:fs/promises';
-import { Backup, RestoreResult } from '../../core/backup-wire.js';
+import { Backup, RestoreResult } from '../../core/wire/backup.js';
 import { UsageError, type Context } from '../context.js';
 import { parseFlags, positionals } from '../flags.js';
 

@@ -6,7 +6,7 @@
  * file (`--stack-state FILE`, the QP_STACK_STATE_FILE of `npm start`).
  */
 import { readFile } from 'node:fs/promises';
-import { ExplainResponse, Problem, type LastRefusal } from '../../core/agent-wire.js';
+import { ExplainResponse, Problem, type LastRefusal } from '../../core/wire/agent.js';
 import { UsageError, type Context } from '../context.js';
 import { numberFlag, parseFlags, positionals, stringFlag } from '../flags.js';
 import { percent, relative, table } from '../table.js';

@@ -5,9 +5,9 @@
  */
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { PolicyList, PolicyView } from '../../core/admin-wire.js';
+import { PolicyList, PolicyView } from '../../core/wire/admin.js';
 import { kindOf } from '../../core/kinds/index.js';
-import { defaultIdleTtl } from '../../core/policy.js';
+import { defaultIdleTtl } from '../../core/policy/policy.js';
 import { ownValue, setOwn } from '../../core/own-keys.js';
 import { AdminApiError } from '../admin-client.js';
 import { UsageError, type Context } from '../context.js';

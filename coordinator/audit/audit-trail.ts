@@ -1,4 +1,4 @@
-import type { AuditQuery, AuditRecord, AuditResponse } from '../../core/admin-wire.js';
+import type { AuditQuery, AuditRecord, AuditResponse } from '../../core/wire/admin.js';
 
 /** Where every policy change is recorded: who, what, before, after, when. */
 export interface AuditTrail {

@@ -6,8 +6,8 @@
 import type { JetStreamClient, JetStreamManager, StreamConfig } from '@nats-io/jetstream';
 import { DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/nats-core';
-import type { AuditEntry, AuditQuery, AuditRecord, AuditResponse } from '../../core/admin-wire.js';
-import { AuditRecord as AuditRecordSchema } from '../../core/admin-wire.js';
+import type { AuditEntry, AuditQuery, AuditRecord, AuditResponse } from '../../core/wire/admin.js';
+import { AuditRecord as AuditRecordSchema } from '../../core/wire/admin.js';
 import { auditSubject, type KvNames } from '../../core/wire/kv.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import type { Logger } from '../ports.js';

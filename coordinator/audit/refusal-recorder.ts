@@ -7,7 +7,7 @@
  * `qp_coord_auth_failures_total`.
  */
 import { Counter } from 'prom-client';
-import type { AuditActor, AuditRecord, RefusalReason } from '../../core/admin-wire.js';
+import type { AuditActor, AuditRecord, RefusalReason } from '../../core/wire/admin.js';
 import type { Clock } from '../../core/clock.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import type { Logger } from '../ports.js';

@@ -8,7 +8,7 @@ import {
   Problem,
   RegionsResponse,
   type RegionSummary,
-} from '../../core/admin-wire.js';
+} from '../../core/wire/admin.js';
 import { Errors } from '../errors.js';
 import type { Role } from '../auth/tokens.js';
 import type { AllocationsReader } from '../ports.js';

@@ -1,7 +1,7 @@
 /** `GET /v1/audit`: the audit trail, newest first, paged with `before`. */
 import type { AdminApp } from './admin-app.js';
 import type { onRequestHookHandler } from 'fastify';
-import { AuditQuery, AuditResponse, Problem } from '../../core/admin-wire.js';
+import { AuditQuery, AuditResponse, Problem } from '../../core/wire/admin.js';
 import type { AuditTrail } from '../audit/audit-trail.js';
 import type { Role } from '../auth/tokens.js';
 import { Errors } from '../errors.js';

@@ -3,8 +3,8 @@
  * is read. 401 without or with an unknown token (with `WWW-Authenticate`), 403 for a read token that writes.
  */
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
-import type { RefusalReason } from '../../core/admin-wire.js';
-import { PolicyName } from '../../core/policy.js';
+import type { RefusalReason } from '../../core/wire/admin.js';
+import { PolicyName } from '../../core/policy/policy.js';
 import type { RefusalRecorder } from '../audit/refusal-recorder.js';
 import type { Principal, Role, TokenVerifier } from '../auth/tokens.js';
 import { bearerToken, roleAllows } from '../auth/tokens.js';

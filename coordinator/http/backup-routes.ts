@@ -6,9 +6,9 @@
  * then each policy is created, audited as a `create` by the restoring token.
  */
 import type { onRequestHookHandler } from 'fastify';
-import { AuditResponse, Problem, type AuditEntry, type AuditRecord } from '../../core/admin-wire.js';
-import { Backup, BACKUP_FORMAT, RestoreResult } from '../../core/backup-wire.js';
-import { PolicyName } from '../../core/policy.js';
+import { AuditResponse, Problem, type AuditEntry, type AuditRecord } from '../../core/wire/admin.js';
+import { Backup, BACKUP_FORMAT, RestoreResult } from '../../core/wire/backup.js';
+import { PolicyName } from '../../core/policy/policy.js';
 import type { AuditTrail } from '../audit/audit-trail.js';
 import type { Role } from '../auth/tokens.js';
 import { Errors, withFieldProblems } from '../errors.js';

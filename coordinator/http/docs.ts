@@ -7,7 +7,7 @@ import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fastify-type-provider-zod';
-import { adminSchemas } from '../../core/admin-wire.js';
+import { adminSchemas } from '../../core/wire/admin.js';
 
 export const DOCS_PREFIX = '/docs';
 

@@ -2,7 +2,7 @@
 import type { AdminApp } from './admin-app.js';
 import type { onRequestHookHandler } from 'fastify';
 import { z } from 'zod';
-import { HealthResponse, ReadinessResponse } from '../../core/admin-wire.js';
+import { HealthResponse, ReadinessResponse } from '../../core/wire/admin.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import type { ReadinessProbe } from '../ports.js';
 

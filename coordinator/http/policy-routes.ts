@@ -11,7 +11,7 @@ import {
   PolicyView,
   policyView,
   Problem,
-} from '../../core/admin-wire.js';
+} from '../../core/wire/admin.js';
 import type { Role } from '../auth/tokens.js';
 import { Errors } from '../errors.js';
 import type { PolicyStore, WriteContext } from '../policies/policy-store.js';

@@ -4,7 +4,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import type { FieldProblem, Problem } from '../../core/admin-wire.js';
+import type { FieldProblem, Problem } from '../../core/wire/admin.js';
 import { Errors, isCoordinatorError, type WithFieldProblems } from '../errors.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 

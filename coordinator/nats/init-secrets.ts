@@ -10,7 +10,7 @@ import { chownSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { RegionName } from '../../core/policy.js';
+import { RegionName } from '../../core/policy/policy.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../../core/wire/kv.js';
 import { ensureSecretsBundle, type SecretsBundle } from './secrets-bundle.js';
 

@@ -13,9 +13,9 @@
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, type Registry } from 'prom-client';
-import type { AuditRecord } from '../../core/admin-wire.js';
+import type { AuditRecord } from '../../core/wire/admin.js';
 import type { Clock } from '../../core/clock.js';
-import { PolicyName } from '../../core/policy.js';
+import { PolicyName } from '../../core/policy/policy.js';
 import { policyNameFromKey } from '../../core/wire/kv.js';
 import { KvWatchLoop } from '../../common/nats/kv-watch-loop.js';
 import type { AuditTrail } from '../audit/audit-trail.js';

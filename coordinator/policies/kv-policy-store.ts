@@ -18,10 +18,10 @@ import {
   type BudgetPatch,
   type PolicyBody,
   type PolicyChangeKind,
-} from '../../core/admin-wire.js';
+} from '../../core/wire/admin.js';
 import type { Clock } from '../../core/clock.js';
-import { Policy } from '../../core/policy.js';
-import { MAX_POLICY_VERSION, nextVersion, type VersionOutcome } from '../../core/policy-version.js';
+import { Policy } from '../../core/policy/policy.js';
+import { MAX_POLICY_VERSION, nextVersion, type VersionOutcome } from '../../core/policy/policy-version.js';
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
 import type { AuditTrail } from '../audit/audit-trail.js';
 import type { KvGuard } from '../nats/kv-guard.js';
@@ -182,7 +182,7 @@ export class KvPolicyStore implements PolicyStore {
       for (let attempt = 1; ; attempt++) {
         const current = await this.#current(name);
         this.#check(ctx, current?.revision);
-        // The version never goes down, and moves up when the units change (core/policy-version.ts).
+        // The version never goes down, and moves up when the units change (core/policy/policy-version.ts).
         const { spec, policy, bump } = versioned(checked.spec, current?.stored?.policy);
         if (current?.stored !== undefined && sameSpec(current.stored.spec, spec)) {
           return { created: false, changed: false, stored: current.stored };

@@ -1,8 +1,8 @@
 /**
  * The policy store's contract: what the admin API calls and what the protocol engine listens to.
  */
-import type { AuditActor, BudgetPatch, PolicyBody, PolicyChangeKind } from '../../core/admin-wire.js';
-import type { Policy } from '../../core/policy.js';
+import type { AuditActor, BudgetPatch, PolicyBody, PolicyChangeKind } from '../../core/wire/admin.js';
+import type { Policy } from '../../core/policy/policy.js';
 import type { Precondition } from './preconditions.js';
 
 /**

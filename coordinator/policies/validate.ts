@@ -1,11 +1,11 @@
 /**
  * Write-time rules that need the coordinator's configuration, on top of the policy schema's own
- * (`core/policy.ts`: cost limits ≤ capacity, TTL long enough to refill, strict mode needs a home region…).
+ * (`core/policy/policy.ts`: cost limits ≤ capacity, TTL long enough to refill, strict mode needs a home region…).
  */
 import type { z } from 'zod';
-import { PolicyBody, type FieldProblem } from '../../core/admin-wire.js';
+import { PolicyBody, type FieldProblem } from '../../core/wire/admin.js';
 import { kindOf, type KindName } from '../../core/kinds/index.js';
-import { MIN_WRITTEN_CAPACITY, MIN_WRITTEN_REFILL_PER_SECOND } from '../../core/policy.js';
+import { MIN_WRITTEN_CAPACITY, MIN_WRITTEN_REFILL_PER_SECOND } from '../../core/policy/policy.js';
 import type { StoredSpec } from './policy-store.js';
 
 /** Problems of zod issues, as `Problem.errors` lists them. */
@@ -42,7 +42,7 @@ export function policyBodyFor(regions: readonly string[]) {
 }
 
 /**
- * The smallest quantities an operator may write (core/policy.ts MIN_WRITTEN_*): `capacity` and `maxCost` of the
+ * The smallest quantities an operator may write (core/policy/policy.ts MIN_WRITTEN_*): `capacity` and `maxCost` of the
  * policy and of each class at least a thousandth of a token, `refillPerSecond` at least one micro-token a
  * second. A 400 COORD_ERR_VALIDATION naming each field, like every schema problem.
  */

@@ -17,12 +17,12 @@ import type {
   MoveReason,
   RegionAllocation,
   ShareMove,
-} from '../../core/admin-wire.js';
+} from '../../core/wire/admin.js';
 import type { AllocationView, RegionView } from '../../core/lease/allocation-views.js';
 import { kindOf } from '../../core/kinds/index.js';
 import { ownValue, setOwn } from '../../core/own-keys.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
-import { shareOfBudget } from '../../core/share-sizing.js';
+import { shareOfBudget } from '../../core/shares/share-sizing.js';
 import type { Usage } from '../../core/wire/protocol.js';
 
 /** Moves kept per policy (newest first in answers). */

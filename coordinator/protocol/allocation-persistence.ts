@@ -6,7 +6,7 @@
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
 import type { z } from 'zod';
-import type { AuditRecord } from '../../core/admin-wire.js';
+import type { AuditRecord } from '../../core/wire/admin.js';
 import type { AllocationView } from '../../core/lease/allocation-views.js';
 import type { LeaseCoordinator, RecordWrite } from '../../core/lease/lease-coordinator.js';
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';

@@ -7,7 +7,7 @@ import type { Msg, NatsConnection, Subscription } from '@nats-io/nats-core';
 import type { z } from 'zod';
 import { roundAmount } from '../../core/admin-numbers.js';
 import { steadyClock } from '../../core/clock.js';
-import type { AllocationSample, AllocationSummary, RegionSummary } from '../../core/admin-wire.js';
+import type { AllocationSample, AllocationSummary, RegionSummary } from '../../core/wire/admin.js';
 import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';

@@ -5,12 +5,12 @@
  */
 import { kindOf } from '../kinds/index.js';
 import { hasOwnKey } from '../own-keys.js';
-import { withClass, type Policy } from '../policy.js';
-import { sizedBucket } from '../share-sizing.js';
-import type { RegionalShare } from '../shares.js';
+import { withClass, type Policy } from '../policy/policy.js';
+import { sizedBucket } from '../shares/share-sizing.js';
+import type { RegionalShare } from '../shares/shares.js';
 import type { LoanErrorCode, LoanReply, LoanRequest } from '../wire/loan.js';
 import type { LoanAnswer } from './planner.js';
-import { transferBucket, type EncodedLend, type EncodedLendResult } from './transfer.js';
+import { transferBucket, type EncodedLend, type EncodedLendResult } from '../models/transfer.js';
 
 /** Time kept for a lender's answer to travel back to the borrower, ms (at most a quarter of its budget). */
 export const LEND_RETURN_MS = 50;

@@ -20,7 +20,7 @@
  * entry), an evicted budget starts full. Pure: the caller gives the time (a monotonic clock's ms).
  */
 import { BoundedLru } from '../bounded-lru.js';
-import type { LendMode } from './transfer.js';
+import type { LendMode } from '../models/transfer.js';
 
 /** A bucket level as last written: micro-tokens at `at` (ms). */
 interface Level {

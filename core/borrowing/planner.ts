@@ -11,10 +11,10 @@
  * (policy, subject, lender) entries; settings above their limits are refused, never capped.
  */
 import { z } from 'zod';
-import { microDown } from '../bucket-wire.js';
-import { MICRO } from '../token-bucket.js';
+import { microDown } from '../wire/bucket.js';
+import { MICRO } from '../models/token-bucket.js';
 import type { LoanGrant } from '../wire/loan.js';
-import { SPARE_RESERVE, type LendMode } from './transfer.js';
+import { SPARE_RESERVE, type LendMode } from '../models/transfer.js';
 
 /** Most lenders one borrow round may ask. */
 export const MAX_LENDERS_LIMIT = 16;
@@ -186,7 +186,7 @@ export class BorrowPlanner {
         held.push(lender);
         continue;
       }
-      // The lender's bucket as a decision encodes it (core/bucket-wire.ts), to the micro-token.
+      // The lender's bucket as a decision encodes it (core/wire/bucket.ts), to the micro-token.
       const cap = microDown(need.capacity * share);
       const perMs = (need.refillPerSecond * share * MICRO) / 1000;
       let stock =

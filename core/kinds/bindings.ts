@@ -1,12 +1,12 @@
 /**
  * The code behind each kind's named model and sizing function (core/kinds/kind.ts `model`, `sizing`): typed over
- * every kind, so a new kind must bind both. Kept apart from the traits because the models import core/policy.ts,
+ * every kind, so a new kind must bind both. Kept apart from the traits because the models import core/policy/policy.ts,
  * which reads the traits.
  */
-import { DailyBudgetModel, sizedDay } from '../daily-budget.js';
-import { sizedBucket } from '../share-sizing.js';
-import { SlidingLogModel, sizedLog } from '../sliding-log.js';
-import { BucketModel } from '../token-bucket.js';
+import { DailyBudgetModel, sizedDay } from '../models/daily-budget.js';
+import { sizedBucket } from '../shares/share-sizing.js';
+import { SlidingLogModel, sizedLog } from '../models/sliding-log.js';
+import { BucketModel } from '../models/token-bucket.js';
 import type { KindName } from './kind.js';
 
 export const KIND_BINDINGS = {

@@ -3,15 +3,15 @@
  * (borrowing, sharding, classes, grants, reservations, leases, failure modes), the store group and Lua scripts
  * that decide it, its reference model and share-sizing function (by name: core/kinds/bindings.ts holds the
  * imports, checked against these names), the refusal reasons only it answers, and its defaults. Pure data with
- * no import of the policy schema, so core/policy.ts can read it.
+ * no import of the policy schema, so core/policy/policy.ts can read it.
  *
  * Adding a kind: a module next to this one declaring a `KindTraits` (every field is required), its entry in
  * core/kinds/index.ts and core/kinds/bindings.ts (both typed over every kind name, so a kind left out fails to
- * compile), and test/unit/kind-registry.test.ts checks each declared trait against what the code does.
+ * compile), and test/unit/core/kinds/kind-registry.test.ts checks each declared trait against what the code does.
  */
-import type { DecisionReason } from '../agent-wire.js';
+import type { DecisionReason } from '../wire/agent.js';
 
-/** The policy kinds, in the order the admin API lists them (core/policy.ts PolicyKind). */
+/** The policy kinds, in the order the admin API lists them (core/policy/policy.ts PolicyKind). */
 export const KIND_NAMES = ['token_bucket', 'sliding_log', 'concurrency', 'daily'] as const;
 export type KindName = (typeof KIND_NAMES)[number];
 

@@ -15,7 +15,7 @@
 import { defaultLeaseSettings } from './settings.js';
 import { monotonicOf, type Clock } from '../clock.js';
 import { hasOwnKey, ownRecordOf, ownValue } from '../own-keys.js';
-import type { RegionalShare, ShareView } from '../shares.js';
+import type { RegionalShare, ShareView } from '../shares/shares.js';
 import type { AllocationRecord, Renewal } from '../wire/protocol.js';
 import {
   InFlightDecisions,

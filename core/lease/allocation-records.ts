@@ -2,7 +2,7 @@
  * The lease coordinator's state as persisted: one allocation record per policy (default vector, overrides,
  * pending shrinks, watch list), and back from a record after a restart.
  */
-import type { Policy } from '../policy.js';
+import type { Policy } from '../policy/policy.js';
 import { ownRecordOf, ownValue, setOwn } from '../own-keys.js';
 import type { AllocationRecord, UnitRecord } from '../wire/protocol.js';
 import type { PolicyState, Unit } from './allocation-state.js';

@@ -3,7 +3,7 @@
  * per overridden subject) with their pending shrinks, and the demand that moves them. Plain data and small pure
  * helpers; the rules that change it live in lease-coordinator.ts (conservation) and subject-overrides.ts.
  */
-import type { Policy } from '../policy.js';
+import type { Policy } from '../policy/policy.js';
 import { DemandTracker } from '../rebalance/demand.js';
 import type { RebalanceSettings } from '../rebalance/settings.js';
 import { shareFloor } from '../rebalance/target.js';

@@ -4,7 +4,7 @@
  * with it.
  */
 import { setOwn } from '../own-keys.js';
-import type { PolicyKind } from '../policy.js';
+import type { PolicyKind } from '../policy/policy.js';
 import type { AgentRoster } from './agent-roster.js';
 import { byRegion } from './allocation-records.js';
 import type { MoveCause, PolicyState } from './allocation-state.js';

@@ -11,7 +11,7 @@
  */
 import { z } from 'zod';
 import { ownRecord, ownValue, setOwn } from '../own-keys.js';
-import { PolicyName, RegionName } from '../policy.js';
+import { PolicyName, RegionName } from '../policy/policy.js';
 import { LeaderEpoch } from '../wire/protocol.js';
 import type { PolicyState } from './allocation-state.js';
 

@@ -21,8 +21,8 @@
  */
 import type { Clock } from '../clock.js';
 import { ownValue } from '../own-keys.js';
-import type { Policy } from '../policy.js';
-import { subjectDemand } from '../usage-accounting.js';
+import type { Policy } from '../policy/policy.js';
+import { subjectDemand } from '../shares/usage-accounting.js';
 import {
   defaultRebalanceSettings,
   RebalanceSettings,
@@ -400,7 +400,7 @@ export class LeaseCoordinator {
       // Unmet here: refused within the subjects' limits, and what other regions' refill had to cover (borrowed).
       const unmet = Math.min(demand, Math.max(0, demand - u.admitted) + (u.imported ?? 0));
       state.unmet.observe(key, unmet, message.intervalMs, now, region);
-      // A subject's demand here counts its refusals only up to its own rate (core/usage-accounting.ts).
+      // A subject's demand here counts its refusals only up to its own rate (core/shares/usage-accounting.ts).
       const allowance = (state.policy.refillPerSecond * message.intervalMs) / 1000;
       const own = (c: { requested: number; denied: number }) =>
         subjectDemand(c.requested, c.requested - c.denied, allowance);

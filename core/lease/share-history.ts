@@ -3,7 +3,7 @@
  * buckets last written before the latest change of a unit's share refill at most at the lowest share in force
  * within the policy's idle TTL, so a share that dipped and rose again mints nothing.
  */
-import type { RegionalShare } from '../shares.js';
+import type { RegionalShare } from '../shares/shares.js';
 
 const SEP = '\u0000';
 

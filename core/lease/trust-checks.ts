@@ -6,7 +6,7 @@
  * renewal (the lease runs out on its own). Both are counted and logged by the shell.
  */
 import type { AllocationRecord, Renewal, UnitRecord } from '../wire/protocol.js';
-import { settingRange } from '../setting-range.js';
+import { settingRange } from '../config/setting-range.js';
 import { ownValue } from '../own-keys.js';
 import { defaultLeaseSettings, LeaseSettings } from './settings.js';
 import { shareSum, sumExceedsBudget } from './shares-in-force.js';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 
 /**
  * How the coordinator moves shares. The defaults converge within 10 s of a shift of 80% of the demand to another
- * region and leave shares alone under stationary noisy demand (both are tests in test/unit/rebalance-*.test.ts).
+ * region and leave shares alone under stationary noisy demand (both are tests in test/unit/core/rebalance/rebalance-*.test.ts).
  */
 export const RebalanceSettings = z.strictObject({
   /** How often the coordinator recomputes targets, ms. */

@@ -281,7 +281,7 @@ export interface Cooldown {
 
 /** What a round knows of each region's demand for one policy (cost per second, smoothed). */
 export interface RoundDemand {
-  /** What the region's subjects could use under their own limits (core/usage-accounting.ts). */
+  /** What the region's subjects could use under their own limits (core/shares/usage-accounting.ts). */
   demand: readonly number[];
   /** The part of it refused: demand − admitted. */
   unmet: readonly number[];

@@ -3,7 +3,7 @@
  * bucket and stream names derived from one namespace, and the rule that turns a policy name into a KV key.
  */
 import { z } from 'zod';
-import { PolicyName } from '../policy.js';
+import { PolicyName } from '../policy/policy.js';
 
 /**
  * Prefix of every JetStream bucket, stream and subject one deployment uses, so several deployments (or test

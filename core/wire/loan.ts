@@ -1,12 +1,12 @@
 /**
  * Loans on the wire: an agent whose bucket for a subject ran dry asks the agents of another region (NATS
  * request/reply to that region's queue group, so one of them answers) for that subject's tokens. The lender
- * sizes its own bucket from its own share and policy, takes what it has (core/borrowing/transfer.ts) and answers
+ * sizes its own bucket from its own share and policy, takes what it has (core/models/transfer.ts) and answers
  * how many micro-tokens it gave. Shared by both sides; every message is schema-checked on arrival.
  */
 import { z } from 'zod';
-import { ClassName, MAX_CAPACITY, PolicyName, RegionName } from '../policy.js';
-import { MICRO } from '../token-bucket.js';
+import { ClassName, MAX_CAPACITY, PolicyName, RegionName } from '../policy/policy.js';
+import { MICRO } from '../models/token-bucket.js';
 import { KvNamespace } from './kv.js';
 
 /** Subject a region's agents serve loans on, and their queue group. */

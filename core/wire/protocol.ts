@@ -10,7 +10,7 @@
  */
 import { z } from 'zod';
 import { ownRecord } from '../own-keys.js';
-import { PolicyName, RegionName } from '../policy.js';
+import { PolicyName, RegionName } from '../policy/policy.js';
 import { KvNamespace } from './kv.js';
 
 /**
@@ -167,7 +167,7 @@ export const PolicyUsage = z.strictObject({
   denied: Cost,
   /**
    * Cost the policy's subjects could use here under their own limits: what was admitted, plus refusals of
-   * subjects that stayed within their global rate over the interval (core/usage-accounting.ts). What shares
+   * subjects that stayed within their global rate over the interval (core/shares/usage-accounting.ts). What shares
    * follow; absent from older agents, where the coordinator falls back to `requested`.
    */
   demand: Cost.optional(),

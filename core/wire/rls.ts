@@ -5,7 +5,7 @@
  * response shape is what the server writes and what clients (tests, the bench) read.
  */
 import { z } from 'zod';
-import { MAX_CHECKS_PER_REQUEST } from '../agent-wire.js';
+import { MAX_CHECKS_PER_REQUEST } from './agent.js';
 
 /** Longest domain, descriptor key or value the agent accepts. */
 export const MAX_RLS_TEXT = 256;

@@ -4,9 +4,9 @@
  * results. Shared by the forwarder and the responder; every message is schema-checked on arrival.
  */
 import { z } from 'zod';
-import { CheckResult } from '../agent-wire.js';
-import { TokenCost } from '../bucket-wire.js';
-import { ClassName, PolicyName, RegionName } from '../policy.js';
+import { CheckResult } from './agent.js';
+import { TokenCost } from './bucket.js';
+import { ClassName, PolicyName, RegionName } from '../policy/policy.js';
 import { KvNamespace } from './kv.js';
 
 /** Subject the home region's agents answer on, and their queue group (one of them answers each request). */

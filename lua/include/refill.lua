@@ -1,5 +1,5 @@
 -- The bucket rule every script that touches a token bucket shares (`-- @include refill`, after the prelude);
--- core/token-bucket.ts is its model. Nothing is minted:
+-- core/models/token-bucket.ts is its model. Nothing is minted:
 --   - refill = elapsed * min(stored rate, new rate) + carry, elapsed = max(0, now - ts): a rate change never
 --     mints, a clock step backwards refills nothing, and ts never moves backwards;
 --   - tokens are clamped to min(stored capacity, new capacity): a shrink clamps at once, a grow only makes room

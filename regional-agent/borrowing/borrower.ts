@@ -6,7 +6,7 @@
  * One borrow per (policy, subject) at a time: concurrent refusals of a subject wait on it together.
  * Every wait ends by the decision's deadline, less the time the credit and the second decision need.
  */
-import type { DecisionReason } from '../../core/agent-wire.js';
+import type { DecisionReason } from '../../core/wire/agent.js';
 import {
   askDeadline,
   loanRequest,
@@ -17,14 +17,14 @@ import {
   type Shortfall,
 } from '../../core/borrowing/borrow.js';
 import type { BorrowNeed, BorrowPlanner, LoanAnswer, LoanAsk } from '../../core/borrowing/planner.js';
-import { transferBucket } from '../../core/borrowing/transfer.js';
+import { transferBucket } from '../../core/models/transfer.js';
 import { GrantCheck, lenderBound } from '../../core/borrowing/loan-bounds.js';
 import { ownValue } from '../../core/own-keys.js';
-import { encodeRequest } from '../../core/bucket-wire.js';
+import { encodeRequest } from '../../core/wire/bucket.js';
 import type { Clock } from '../../core/clock.js';
 import { oneWayAllowanceMs } from '../../core/distance.js';
-import type { ShareView } from '../../core/shares.js';
-import { MICRO } from '../../core/token-bucket.js';
+import type { ShareView } from '../../core/shares/shares.js';
+import { MICRO } from '../../core/models/token-bucket.js';
 import type { LoanRequest } from '../../core/wire/loan.js';
 import type {
   BorrowingCheck,

@@ -6,12 +6,12 @@
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
 import { acceptLoan, grantReply, lendBy, sizeLend } from '../../core/borrowing/lender.js';
 import { bucketKey } from '../../core/keys.js';
-import type { PolicySource } from '../../core/policy-source.js';
-import type { ShareView } from '../../core/shares.js';
-import { MICRO } from '../../core/token-bucket.js';
+import type { PolicySource } from '../policies/policy-source.js';
+import type { ShareView } from '../../core/shares/shares.js';
+import { MICRO } from '../../core/models/token-bucket.js';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import { LoanRequest, loanSubject, type LoanErrorCode, type LoanReply } from '../../core/wire/loan.js';
-import { LendTooLateError, type EncodedLendResult } from '../../core/borrowing/transfer.js';
+import { LendTooLateError, type EncodedLendResult } from '../../core/models/transfer.js';
 import { DEFAULT_LEND_BUDGET_SUBJECTS, LendBudget } from '../../core/borrowing/loan-bounds.js';
 import { hasOwnKey } from '../../core/own-keys.js';
 import type { BorrowMetrics } from './borrow-metrics.js';

@@ -3,7 +3,7 @@ import type {
   EncodedCreditResult,
   EncodedLend,
   EncodedLendResult,
-} from '../../core/borrowing/transfer.js';
+} from '../../core/models/transfer.js';
 
 /**
  * Where lends and credits run: `lua/lend.lua` and `lua/credit.lua` on this region's Redis. Throws only when

@@ -4,7 +4,7 @@
  * `regional-agent/borrowing/borrower.ts` implements it and imports nothing else of the decision path; an agent
  * without borrowing (`QP_BORROWING=false`, no coordinator) passes none, and regional refusals are final.
  */
-import type { DecisionReason } from '../../core/agent-wire.js';
+import type { DecisionReason } from '../../core/wire/agent.js';
 import { kindOf } from '../../core/kinds/index.js';
 import type { StoreCheck } from './prepared.js';
 

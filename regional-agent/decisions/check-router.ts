@@ -1,16 +1,16 @@
-import { checksOf, type DecisionRequest } from '../../core/agent-wire.js';
-import { dailyKey, sizedDay } from '../../core/daily-budget.js';
-import { ipPrefixesOf, ipSubject } from '../../core/ip-subject.js';
+import { checksOf, type DecisionRequest } from '../../core/wire/agent.js';
+import { dailyKey, sizedDay } from '../../core/models/daily-budget.js';
+import { ipPrefixesOf, ipSubject } from '../../core/subjects/ip-subject.js';
 import { bucketKey, shardKey } from '../../core/keys.js';
 import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { kindOf } from '../../core/kinds/index.js';
-import { withClass, type Policy } from '../../core/policy.js';
-import type { PolicySource } from '../../core/policy-source.js';
-import { sizedBucket } from '../../core/share-sizing.js';
-import { sizedLog, slidingLogKey } from '../../core/sliding-log.js';
-import type { RegionalShare, ShareView } from '../../core/shares.js';
-import { normalizeSubject } from '../../core/subject.js';
-import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
+import { withClass, type Policy } from '../../core/policy/policy.js';
+import type { PolicySource } from '../policies/policy-source.js';
+import { sizedBucket } from '../../core/shares/share-sizing.js';
+import { sizedLog, slidingLogKey } from '../../core/models/sliding-log.js';
+import type { RegionalShare, ShareView } from '../../core/shares/shares.js';
+import { normalizeSubject } from '../../core/subjects/subject.js';
+import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import type { PreparedCheck, PreparedRequest } from './prepared.js';
 

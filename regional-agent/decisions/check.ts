@@ -5,8 +5,8 @@
  * its charge, which a later denial refunds and an admitted reservation keeps; `summarize` (outcome.ts) adds its
  * window and global budget, and the request's answer carries it.
  */
-import type { CheckResult } from '../../core/agent-wire.js';
-import type { Charge } from '../../core/reservations.js';
+import type { CheckResult } from '../../core/wire/agent.js';
+import type { Charge } from '../../core/models/reservation.js';
 import type { GlobalBudget, PreparedCheck } from './prepared.js';
 
 export interface Check<P extends PreparedCheck = PreparedCheck> {

@@ -1,6 +1,6 @@
 /** The daily-budget store group: one slot's `kind: daily` checks decided in one `lua/daily_budget.lua` call. */
-import type { CheckResult } from '../../core/agent-wire.js';
-import { DAY_MICRO, dayLimitMicros, dayRecordKey } from '../../core/daily-budget.js';
+import type { CheckResult } from '../../core/wire/agent.js';
+import { DAY_MICRO, dayLimitMicros, dayRecordKey } from '../../core/models/daily-budget.js';
 import type { DayGroup } from './check-groups.js';
 import { ownBudgetReason, decideSlotGroup, type GroupRun } from './group-run.js';
 import type { LogGroupDeps } from './log-group.js';

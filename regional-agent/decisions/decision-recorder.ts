@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Clock } from '../../core/clock.js';
-import { subjectFingerprint } from '../../core/subject.js';
+import { subjectFingerprint } from '../../core/subjects/subject.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { DecisionOutcome, PreparedRequest } from './prepared.js';
 import type { RefusalMemory } from './refusal-memory.js';

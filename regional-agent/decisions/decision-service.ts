@@ -12,15 +12,15 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { DecisionRequest } from '../../core/agent-wire.js';
+import type { DecisionRequest } from '../../core/wire/agent.js';
 import type { LeaseKey } from '../../core/concurrency.js';
 import type { Clock } from '../../core/clock.js';
 import { hasOwnKey } from '../../core/own-keys.js';
 import { kindOf } from '../../core/kinds/index.js';
-import { withClass } from '../../core/policy.js';
-import type { PolicySource } from '../../core/policy-source.js';
-import type { ShareView } from '../../core/shares.js';
-import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
+import { withClass } from '../../core/policy/policy.js';
+import type { PolicySource } from '../policies/policy-source.js';
+import type { ShareView } from '../../core/shares/shares.js';
+import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import type { ForwardedDecision, ForwardedReply } from '../../core/wire/strict.js';
 import { AgentErrors } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';

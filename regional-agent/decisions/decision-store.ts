@@ -1,8 +1,8 @@
-import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
-import type { RefundRequest } from '../../core/refund.js';
-import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
-import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
-import type { CreationReply, CreationRequest } from '../../core/subject-creation.js';
+import type { DecideRequest, Decision } from '../../core/wire/bucket.js';
+import type { RefundRequest } from '../../core/models/refund.js';
+import type { DayRefund, DayReply, DayRequest } from '../../core/models/daily-budget.js';
+import type { LogRefund, LogReply, LogRequest } from '../../core/models/sliding-log.js';
+import type { CreationReply, CreationRequest } from '../../core/models/subject-creation.js';
 import type { Clock } from '../../core/clock.js';
 import type { GrantStore } from '../grants/grant-store.js';
 import type { ReservationStore } from '../reservations/reservation-store.js';

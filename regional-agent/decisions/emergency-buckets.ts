@@ -1,7 +1,7 @@
-import { BoundedBuckets, inProcessTtlMs } from '../../core/bounded-buckets.js';
-import type { BucketCheck, Decision } from '../../core/bucket-wire.js';
+import { BoundedBuckets, inProcessTtlMs } from '../../core/buckets/bounded-buckets.js';
+import type { BucketCheck, Decision } from '../../core/wire/bucket.js';
 import type { Clock } from '../../core/clock.js';
-import type { Policy } from '../../core/policy.js';
+import type { Policy } from '../../core/policy/policy.js';
 
 export interface EmergencyOptions {
   /** Fraction of the region's share an emergency bucket holds (capacity and refill). */
@@ -15,7 +15,7 @@ export interface EmergencyOptions {
  * holds `fraction` of what the region enforces (capacity and refill), but at least the policy's `maxCost` so the
  * largest request can pass, and never more than the region's share. Every agent replica has its own, so a
  * region with k replicas admits at most k × fraction of its share during an outage, on top of what Redis had
- * admitted before it. Buckets live in core's bounded table (`core/bounded-buckets.ts`) and expire like Redis keys.
+ * admitted before it. Buckets live in core's bounded table (`core/buckets/bounded-buckets.ts`) and expire like Redis keys.
  */
 export class EmergencyBuckets {
   readonly #table: BoundedBuckets;

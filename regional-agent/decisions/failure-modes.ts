@@ -1,7 +1,7 @@
 /** What a policy's failure mode answers for a check nothing could decide (no store answer, home or lease). */
-import { DAY_MICRO } from '../../core/daily-budget.js';
-import type { CheckResult, DecisionReason, DegradedCause } from '../../core/agent-wire.js';
-import type { BucketCheck } from '../../core/bucket-wire.js';
+import { DAY_MICRO } from '../../core/models/daily-budget.js';
+import type { CheckResult, DecisionReason, DegradedCause } from '../../core/wire/agent.js';
+import type { BucketCheck } from '../../core/wire/bucket.js';
 import type { EmergencyBuckets } from './emergency-buckets.js';
 import type { Check } from './check.js';
 import type { PreparedCheck } from './prepared.js';

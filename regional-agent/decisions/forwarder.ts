@@ -1,4 +1,4 @@
-import type { CheckResult } from '../../core/agent-wire.js';
+import type { CheckResult } from '../../core/wire/agent.js';
 
 /** One check of a strict policy, sent to the agents of its home region. The subject is already normalized. */
 export interface ForwardCheck {

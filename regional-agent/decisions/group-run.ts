@@ -2,8 +2,8 @@
  * What the store groups share: how one group's call went (GroupRun), how a store's answer settles it, one slot
  * group's guarded script call, and why a check with no room is refused.
  */
-import type { DecisionReason } from '../../core/agent-wire.js';
-import type { Policy } from '../../core/policy.js';
+import type { DecisionReason } from '../../core/wire/agent.js';
+import type { Policy } from '../../core/policy/policy.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { CheckGroup, DayGroup, LogGroup } from './check-groups.js';

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { dayRecordKey } from '../../core/daily-budget.js';
+import { dayRecordKey } from '../../core/models/daily-budget.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
-import { logRecordKey } from '../../core/sliding-log.js';
+import { logRecordKey } from '../../core/models/sliding-log.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { CheckGroup } from './check-groups.js';

@@ -1,8 +1,8 @@
 /** The sliding-log store group: one slot's sliding-log and concurrency checks decided in one `lua/sliding_log.lua` call. */
-import type { CheckResult } from '../../core/agent-wire.js';
+import type { CheckResult } from '../../core/wire/agent.js';
 import { leaseToken, type LeaseKey } from '../../core/concurrency.js';
 import { kindOf } from '../../core/kinds/index.js';
-import { logRecordKey } from '../../core/sliding-log.js';
+import { logRecordKey } from '../../core/models/sliding-log.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { LogGroup } from './check-groups.js';

@@ -1,5 +1,5 @@
 import type { Clock } from '../../core/clock.js';
-import { decodeReply, encodeRequest, type DecideRequest, type Decision } from '../../core/bucket-wire.js';
+import { decodeReply, encodeRequest, type DecideRequest, type Decision } from '../../core/wire/bucket.js';
 import {
   DAY_RECORD_SUFFIX,
   DailyBudgetModel,
@@ -7,8 +7,8 @@ import {
   type DayRefund,
   type DayReply,
   type DayRequest,
-} from '../../core/daily-budget.js';
-import { RefundableBucketModel, encodeRefund, type RefundRequest } from '../../core/refund.js';
+} from '../../core/models/daily-budget.js';
+import { RefundableBucketModel, encodeRefund, type RefundRequest } from '../../core/models/refund.js';
 import {
   LOG_RECORD_SUFFIX,
   parseLogRequest,
@@ -16,14 +16,14 @@ import {
   type LogRefund,
   type LogReply,
   type LogRequest,
-} from '../../core/sliding-log.js';
+} from '../../core/models/sliding-log.js';
 import {
   CreationLogModel,
   parseCreationRequest,
   type CreationReply,
   type CreationRequest,
-} from '../../core/subject-creation.js';
-import { MICRO } from '../../core/token-bucket.js';
+} from '../../core/models/subject-creation.js';
+import { MICRO } from '../../core/models/token-bucket.js';
 import { ModelGrantStore } from '../grants/grant-store.js';
 import { ModelReservationStore } from '../reservations/reservation-store.js';
 import type { ClaimOutcome, DecisionStore, RefundOutcome, StoreCompanions } from './decision-store.js';

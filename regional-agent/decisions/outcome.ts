@@ -1,5 +1,5 @@
 /** The request's answer from its decided checks: allowed or not, the retry hint, and each check's headers' inputs. */
-import type { CheckResult } from '../../core/agent-wire.js';
+import type { CheckResult } from '../../core/wire/agent.js';
 import { CLOSED_REASONS } from './failure-modes.js';
 import type { Check } from './check.js';
 import type { DecisionOutcome, GlobalBudget, PreparedCheck } from './prepared.js';

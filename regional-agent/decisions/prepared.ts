@@ -3,11 +3,11 @@
  * made of such checks, and the outcome before it is put on the wire (each check's own way through the steps is
  * check.ts).
  */
-import type { CheckResult, DegradedCause } from '../../core/agent-wire.js';
-import type { BucketCheck } from '../../core/bucket-wire.js';
-import type { Policy } from '../../core/policy.js';
-import type { DayCheck } from '../../core/daily-budget.js';
-import type { LogCheck } from '../../core/sliding-log.js';
+import type { CheckResult, DegradedCause } from '../../core/wire/agent.js';
+import type { BucketCheck } from '../../core/wire/bucket.js';
+import type { Policy } from '../../core/policy/policy.js';
+import type { DayCheck } from '../../core/models/daily-budget.js';
+import type { LogCheck } from '../../core/models/sliding-log.js';
 import type { Check } from './check.js';
 
 interface CheckBase {

@@ -1,6 +1,6 @@
 /** Refunds after a later denial: what earlier store groups of a request charged is given back. */
 import type { Logger } from 'pino';
-import { DAY_MICRO } from '../../core/daily-budget.js';
+import { DAY_MICRO } from '../../core/models/daily-budget.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';

@@ -7,7 +7,7 @@
  * in its Redis keys. They never reach a metric or a log from here; the gauge counts entries only.
  */
 import { Gauge, type Registry } from 'prom-client';
-import type { LastRefusal } from '../../core/agent-wire.js';
+import type { LastRefusal } from '../../core/wire/agent.js';
 import { BoundedLru } from '../../core/bounded-lru.js';
 
 /** Between a policy name and a subject in a key: neither may hold it. */

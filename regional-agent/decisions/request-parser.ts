@@ -4,7 +4,7 @@ import {
   SingleDecisionRequest,
   looksValidDecisionRequest,
   type DecisionRequest,
-} from '../../core/agent-wire.js';
+} from '../../core/wire/agent.js';
 import { AgentErrors, withProblems } from '../errors.js';
 
 /**

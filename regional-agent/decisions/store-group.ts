@@ -3,11 +3,11 @@
  * subject-creation cap's second step and, for regional checks short of this region's tokens, borrowing through
  * its port (borrowing-port.ts).
  */
-import type { CheckResult, DecisionReason } from '../../core/agent-wire.js';
-import type { BucketCheck, Decision } from '../../core/bucket-wire.js';
+import type { CheckResult, DecisionReason } from '../../core/wire/agent.js';
+import type { BucketCheck, Decision } from '../../core/wire/bucket.js';
 import type { Clock } from '../../core/clock.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
-import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
+import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { StoreGroup } from './check-groups.js';
@@ -229,7 +229,7 @@ export function unborrowedReason(
 ): DecisionReason | undefined {
   if (check.policy.shards !== undefined) return undefined;
   if (check.policy.mode === 'regional' && handler !== undefined) return undefined;
-  // The router sizes a regional bucket as capacity × share (core/share-sizing.ts): exact at a share of 1.
+  // The router sizes a regional bucket as capacity × share (core/shares/share-sizing.ts): exact at a share of 1.
   return ownBudgetReason(check.policy, check.bucket.capacity, check.policy.capacity);
 }
 

@@ -1,9 +1,9 @@
 /**
- * The second step of a capped decision (core/subject-creation.ts): the store said some checks' buckets are
+ * The second step of a capped decision (core/models/subject-creation.ts): the store said some checks' buckets are
  * missing; take one creation per such subject from its policy's creation log, and say which ones got none.
  */
-import type { CheckResult } from '../../core/agent-wire.js';
-import { creationRequest, type CreationReply } from '../../core/subject-creation.js';
+import type { CheckResult } from '../../core/wire/agent.js';
+import { creationRequest, type CreationReply } from '../../core/models/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { DecisionStore } from './decision-store.js';

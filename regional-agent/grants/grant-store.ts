@@ -1,6 +1,6 @@
 /**
  * Where local grants take and hand back tokens (`lua/grant.lua`): the subject's own bucket, the one decisions
- * charge. On Redis, or on the in-memory model store's buckets (core/grants.ts, the script's model).
+ * charge. On Redis, or on the in-memory model store's buckets (core/models/grant.ts, the script's model).
  */
 import type { Cluster, Redis, Result } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
@@ -13,8 +13,8 @@ import {
   type EncodedGrant,
   type EncodedReturnResult,
   type EncodedTakeResult,
-} from '../../core/grants.js';
-import type { BucketModel } from '../../core/token-bucket.js';
+} from '../../core/models/grant.js';
+import type { BucketModel } from '../../core/models/token-bucket.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
 import { defineScript, runScript } from '../redis/scripts.js';
 

@@ -2,7 +2,7 @@
  * How Envoy's rate-limit descriptors map to quotaplane checks: an ordered list of rules, the first that matches
  * a descriptor wins. A rule names the domain (or `*`), the descriptor's keys in order (each with a fixed value
  * or any), and templates for the policy and the subject, where `{key}` is that entry's value and `{key:ip}` the
- * client-address subject of an IP value, by the prefixes of the policy checked (core/ip-subject.ts: an `ip`
+ * client-address subject of an IP value, by the prefixes of the policy checked (core/subjects/ip-subject.ts: an `ip`
  * policy's own; IPv4 whole and IPv6 by its /64 for any other, as forward-auth does). A descriptor no rule
  * matches is not limited (Envoy's own rate-limit service does the same), and counted.
  *
@@ -12,7 +12,11 @@
  */
 import { z } from 'zod';
 import { MAX_RLS_ENTRIES, MAX_RLS_TEXT, type RlsDescriptor } from '../../core/wire/rls.js';
-import { clientAddressSubject, DEFAULT_IP_PREFIXES, type IpPrefixes } from '../../core/ip-subject.js';
+import {
+  clientAddressSubject,
+  DEFAULT_IP_PREFIXES,
+  type IpPrefixes,
+} from '../../core/subjects/ip-subject.js';
 
 const Text = z.string().min(1).max(MAX_RLS_TEXT);
 const PLACEHOLDER = /\{([^{}:]+)(?::(ip))?\}/g;

@@ -4,8 +4,8 @@
  * (and `Retry-After`) for Envoy to add to the client's response, and on a refusal the problem document as the
  * body Envoy sends.
  */
-import type { CheckResult } from '../../core/agent-wire.js';
-import type { Policy } from '../../core/policy.js';
+import type { CheckResult } from '../../core/wire/agent.js';
+import type { Policy } from '../../core/policy/policy.js';
 import {
   protoDuration,
   type RlsDescriptorStatus,

@@ -8,10 +8,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
-import type { DecisionCheck } from '../../core/agent-wire.js';
-import { ipPrefixesOf } from '../../core/ip-subject.js';
+import type { DecisionCheck } from '../../core/wire/agent.js';
+import { ipPrefixesOf } from '../../core/subjects/ip-subject.js';
 import { ownValue } from '../../core/own-keys.js';
-import type { PolicySource } from '../../core/policy-source.js';
+import type { PolicySource } from '../policies/policy-source.js';
 import { RlsRequest, type RlsResponse } from '../../core/wire/rls.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import type { AgentError } from '../errors.js';

@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import type { Problem } from '../../core/agent-wire.js';
+import type { Problem } from '../../core/wire/agent.js';
 import {
   BatchRequest,
   BatchResponse,
   MAX_DECISIONS_PER_BATCH,
   type BatchAnswer,
-} from '../../core/batch-wire.js';
+} from '../../core/wire/batch.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { AgentErrors, withProblems, type AgentError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';

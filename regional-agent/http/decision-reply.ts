@@ -1,4 +1,4 @@
-import { wireCheckResult, type DecisionResponse } from '../../core/agent-wire.js';
+import { wireCheckResult, type DecisionResponse } from '../../core/wire/agent.js';
 import type { DecisionOutcome } from '../decisions/decision-service.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, rateLimitHeaders, type RateLimitDraft } from './rate-limit-headers.js';
 

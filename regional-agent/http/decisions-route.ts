@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { DecisionRequest, DecisionResponse } from '../../core/agent-wire.js';
+import { DecisionRequest, DecisionResponse } from '../../core/wire/agent.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { decisionResponse } from './decision-reply.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';

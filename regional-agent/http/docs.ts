@@ -1,6 +1,6 @@
 /**
  * The agent's OpenAPI document, served as JSON at `/docs/json` and as a page at `/docs` (@fastify/swagger and
- * @fastify/swagger-ui, as the coordinator does). It is generated from the zod schemas of core/agent-wire.ts that
+ * @fastify/swagger-ui, as the coordinator does). It is generated from the zod schemas of core/wire/agent.ts that
  * the routes validate with, attached to each route with the stable codes each status can carry.
  *
  * The agent's routes validate in their handlers (the decision path's hand-written check is held equal to the
@@ -19,7 +19,7 @@ import {
   Problem,
   type LIMITER_UNAVAILABLE,
   type RATE_LIMITED,
-} from '../../core/agent-wire.js';
+} from '../../core/wire/agent.js';
 import { AGENT_CODES, type AgentErrorCode } from '../errors.js';
 
 export const DOCS_PREFIX = '/docs';

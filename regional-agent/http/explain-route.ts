@@ -6,8 +6,8 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { roundShare } from '../../core/admin-numbers.js';
-import { ExplainQuery, ExplainResponse } from '../../core/agent-wire.js';
-import type { ShareView } from '../../core/shares.js';
+import { ExplainQuery, ExplainResponse } from '../../core/wire/agent.js';
+import type { ShareView } from '../../core/shares/shares.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import type { RefusalMemory } from '../decisions/refusal-memory.js';
 import { AgentErrors, withProblems } from '../errors.js';

@@ -5,10 +5,10 @@ import type {
   onSendHookHandler,
   RouteShorthandOptions,
 } from 'fastify';
-import { ForwardAuthProxy, ForwardAuthQuery } from '../../core/agent-wire.js';
-import { clientAddressSubject, ipPrefixesOf } from '../../core/ip-subject.js';
+import { ForwardAuthProxy, ForwardAuthQuery } from '../../core/wire/agent.js';
+import { clientAddressSubject, ipPrefixesOf } from '../../core/subjects/ip-subject.js';
 import { ownValue } from '../../core/own-keys.js';
-import type { PolicySource } from '../../core/policy-source.js';
+import type { PolicySource } from '../policies/policy-source.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import { decisionHeaders, violatedPolicies } from './decision-reply.js';
@@ -94,7 +94,7 @@ const ALLOWED_STATUS: Record<ForwardAuthProxy, number> = {
 
 /**
  * Forward-auth for nginx `auth_request`, Traefik ForwardAuth and Envoy ext_authz (HTTP), each answered in the
- * statuses it understands (`ForwardAuthProxy` in core/agent-wire.ts):
+ * statuses it understands (`ForwardAuthProxy` in core/wire/agent.ts):
  * - `GET /v1/forward-auth?policy=P&cost=N[&proxy=nginx|traefik|envoy]`;
  * - `GET /v1/forward-auth/nginx?…` and `GET /v1/forward-auth/traefik?…`, the same with the proxy in the path;
  * - any method on `/v1/forward-auth/envoy/<original path>`: Envoy appends the original path and query, which

@@ -6,7 +6,7 @@
  * bucket's slot, for GRANT_RECORD_TTL_MS), the return names it and is credited at most what that grant took, once;
  * an unknown, expired or already returned id credits nothing and answers 404 `AGT_ERR_UNKNOWN_GRANT`. A client
  * that crashes loses its grant's tokens (fewer admissions, never more). One grant takes at most a tenth of the
- * bucket (core/grants.ts grantCeiling).
+ * bucket (core/models/grant.ts grantCeiling).
  *
  * Only token buckets decided here give grants: a strict policy, a counter kind (sliding log, concurrency, daily),
  * a sharded policy or one with a subject-creation cap answers 400 `AGT_ERR_GRANT_NOT_ALLOWED`, and the client
@@ -14,18 +14,18 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { transferBucket } from '../../core/borrowing/transfer.js';
+import { transferBucket } from '../../core/models/transfer.js';
 import {
   GrantRequest,
   GrantResponse,
   GrantReturnRequest,
   GrantReturnResponse,
-} from '../../core/grant-wire.js';
-import { GRANT_TTL_MS, grantCeiling } from '../../core/grants.js';
+} from '../../core/wire/grant.js';
+import { GRANT_TTL_MS, grantCeiling } from '../../core/models/grant.js';
 import { grantRecordKey } from '../../core/keys.js';
 import { kindOf } from '../../core/kinds/index.js';
-import type { ShareView } from '../../core/shares.js';
-import { MICRO } from '../../core/token-bucket.js';
+import type { ShareView } from '../../core/shares/shares.js';
+import { MICRO } from '../../core/models/token-bucket.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import type { PreparedCheck } from '../decisions/prepared.js';
 import { AgentErrors, withProblems } from '../errors.js';

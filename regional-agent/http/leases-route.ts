@@ -4,10 +4,10 @@
  * release, or one after the lease ran out, answers `released: false` and changes nothing.
  */
 import type { FastifyInstance } from 'fastify';
-import { LeaseParams, LeaseReleaseResponse } from '../../core/agent-wire.js';
+import { LeaseParams, LeaseReleaseResponse } from '../../core/wire/agent.js';
 import { leaseRelease, parseLeaseToken, type LeaseKey } from '../../core/concurrency.js';
 import { kindOf } from '../../core/kinds/index.js';
-import type { PolicySource } from '../../core/policy-source.js';
+import type { PolicySource } from '../policies/policy-source.js';
 import type { DecisionStore } from '../decisions/decision-store.js';
 import { AgentErrors } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';

@@ -1,12 +1,12 @@
 import { STATUS_CODES } from 'node:http';
 import type { FastifyReply } from 'fastify';
-import { PROBLEM_CONTENT_TYPE, problemOf, type Problem } from '../../core/agent-wire.js';
+import { PROBLEM_CONTENT_TYPE, problemOf, type Problem } from '../../core/wire/agent.js';
 
 export {
   limiterUnavailableProblem,
   PROBLEM_CONTENT_TYPE,
   quotaExceededProblem,
-} from '../../core/agent-wire.js';
+} from '../../core/wire/agent.js';
 
 /** An error's problem document (RFC 9457): `about:blank` with the HTTP status title and the stable code. */
 export function errorProblem(

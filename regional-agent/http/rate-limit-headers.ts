@@ -17,7 +17,7 @@
  * cost 1), t derived from the policy's refill (ceil((q − r) / refillPerSecond)), never from the region's share.
  * Every other check describes its bucket as it is (its capacity, its tokens, its reset).
  */
-import type { CheckResult } from '../../core/agent-wire.js';
+import type { CheckResult } from '../../core/wire/agent.js';
 import type { GlobalBudget } from '../decisions/prepared.js';
 
 /** Which revision of draft-ietf-httpapi-ratelimit-headers the headers follow. */

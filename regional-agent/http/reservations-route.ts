@@ -12,7 +12,7 @@ import {
   ReservationRequest,
   ReservationResponse,
   SettlementResponse,
-} from '../../core/reservations.js';
+} from '../../core/models/reservation.js';
 import { AgentErrors, withProblems } from '../errors.js';
 import type { ReservationService } from '../reservations/reservation-service.js';
 import { decisionResponse } from './decision-reply.js';

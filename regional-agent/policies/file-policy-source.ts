@@ -2,8 +2,8 @@ import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { ownRecord } from '../../core/own-keys.js';
-import { PolicyName, PolicySpec, type Policy } from '../../core/policy.js';
-import type { PolicySource } from '../../core/policy-source.js';
+import { PolicyName, PolicySpec, type Policy } from '../../core/policy/policy.js';
+import type { PolicySource } from './policy-source.js';
 
 /** The policies file: `{ "policies": { "<name>": { …policy body… } } }`. */
 export const PoliciesFile = z.strictObject({

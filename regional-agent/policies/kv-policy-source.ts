@@ -10,8 +10,8 @@
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { Policy } from '../../core/policy.js';
-import type { PolicySource } from '../../core/policy-source.js';
+import { Policy } from '../../core/policy/policy.js';
+import type { PolicySource } from './policy-source.js';
 import {
   DEFAULT_KV_NAMESPACE,
   DEFAULT_NATS_TIMEOUT_MS,

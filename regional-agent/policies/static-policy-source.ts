@@ -1,5 +1,5 @@
-import type { Policy } from '../../core/policy.js';
-import type { PolicySource } from '../../core/policy-source.js';
+import type { Policy } from '../../core/policy/policy.js';
+import type { PolicySource } from './policy-source.js';
 
 /** A fixed set of policies: tests, benchmarks and embedding. */
 export class StaticPolicySource implements PolicySource {

@@ -1,6 +1,6 @@
 import calculateSlot from 'cluster-key-slot';
 import { Cluster, type Redis, type Result } from 'ioredis';
-import type { BucketStore } from '../../core/bucket-store.js';
+import type { BucketStore } from '../../core/buckets/bucket-store.js';
 import {
   MAX_REQUESTS_PER_CALL,
   decodeReply,
@@ -9,10 +9,10 @@ import {
   scriptCall,
   type DecideRequest,
   type Decision,
-} from '../../core/bucket-wire.js';
-import { DeadlinePassedError } from '../../core/script-wire.js';
+} from '../../core/wire/bucket.js';
+import { DeadlinePassedError } from '../../core/wire/script.js';
 import { idempotencyIndexKey } from '../../core/keys.js';
-import type { EncodedReply, EncodedRequest } from '../../core/token-bucket.js';
+import type { EncodedReply, EncodedRequest } from '../../core/models/token-bucket.js';
 import { CallerDeadlineError, type DecideOptions } from '../decisions/decision-store.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';

@@ -52,7 +52,7 @@ export function connectRedis(target: RedisTarget): Redis | Cluster {
       role: 'master',
       // Not ioredis's failoverDetector: its disconnect on +switch-master can land while the client is asking a
       // sentinel for the new master, and ioredis then ends the client for good (seen in
-      // test/integration/redis-sentinel.test.ts: status `end`, no decision for 30 s after a promotion). A killed
+      // test/integration/regional-agent/redis/redis-sentinel.test.ts: status `end`, no decision for 30 s after a promotion). A killed
       // master drops the connection by itself; a demoted one answers writes READONLY, which reconnects
       // (the command was refused, so nothing ran and nothing is resent).
       reconnectOnError: (error: Error) => error.message.startsWith('READONLY'),

@@ -8,7 +8,7 @@ import {
   type DayRefund,
   type DayReply,
   type DayRequest,
-} from '../../core/daily-budget.js';
+} from '../../core/models/daily-budget.js';
 import type { RedisClock } from './redis-clock.js';
 import { RedisScriptPairStore } from './script-pair-store.js';
 

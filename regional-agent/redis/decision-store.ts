@@ -1,15 +1,20 @@
 import type { Cluster, Redis, Result } from 'ioredis';
-import type { DecideRequest, Decision } from '../../core/bucket-wire.js';
-import { encodeRefund, parseRefundReply, refundArguments, type RefundRequest } from '../../core/refund.js';
-import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
+import type { DecideRequest, Decision } from '../../core/wire/bucket.js';
+import {
+  encodeRefund,
+  parseRefundReply,
+  refundArguments,
+  type RefundRequest,
+} from '../../core/models/refund.js';
+import type { LogRefund, LogReply, LogRequest } from '../../core/models/sliding-log.js';
 import {
   creationArguments,
   parseCreationReply,
   parseCreationRequest,
   type CreationReply,
   type CreationRequest,
-} from '../../core/subject-creation.js';
-import { MICRO } from '../../core/token-bucket.js';
+} from '../../core/models/subject-creation.js';
+import { MICRO } from '../../core/models/token-bucket.js';
 import type { Clock } from '../../core/clock.js';
 import { RedisGrantStore } from '../grants/grant-store.js';
 import { RedisReservationStore } from './reservation-store.js';
@@ -27,7 +32,7 @@ import { agentMicros, type RedisClock } from './redis-clock.js';
 import { defineScript, runScript } from './scripts.js';
 import { RedisSlidingLogStore } from './sliding-log-store.js';
 import { RedisDailyStore } from './daily-store.js';
-import type { DayRefund, DayReply, DayRequest } from '../../core/daily-budget.js';
+import type { DayRefund, DayReply, DayRequest } from '../../core/models/daily-budget.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {

@@ -8,7 +8,7 @@ import {
   type ReservationBody,
   type SettleAction,
   type SettleOutcome,
-} from '../../core/reservations.js';
+} from '../../core/models/reservation.js';
 import type { ReservationStore } from '../reservations/reservation-store.js';
 import { onTheWire } from '../resilience/wire-timeout.js';
 import { defineScript, runScript } from './scripts.js';

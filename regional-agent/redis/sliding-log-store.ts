@@ -8,7 +8,7 @@ import {
   type LogRefund,
   type LogReply,
   type LogRequest,
-} from '../../core/sliding-log.js';
+} from '../../core/models/sliding-log.js';
 import type { RedisClock } from './redis-clock.js';
 import { RedisScriptPairStore } from './script-pair-store.js';
 

@@ -8,7 +8,7 @@ import {
   type EncodedCreditResult,
   type EncodedLend,
   type EncodedLendResult,
-} from '../../core/borrowing/transfer.js';
+} from '../../core/models/transfer.js';
 import type { TransferStore } from '../borrowing/transfer-store.js';
 import { defineScript, runScript } from './scripts.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';

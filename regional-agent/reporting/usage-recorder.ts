@@ -1,11 +1,11 @@
 /**
  * What an agent tells the coordinator each report interval: per policy, the cost requested, admitted and
  * denied, the demand shares follow, and the few subjects that were denied or close to their regional capacity
- * (candidates for per-subject overrides), all counted by core/usage-accounting.ts. Bounded: a capped number of
+ * (candidates for per-subject overrides), all counted by core/shares/usage-accounting.ts. Bounded: a capped number of
  * policies per interval, and per policy the counter's bounds, so a flood of subjects cannot grow the report or
  * the agent's memory.
  */
-import { PolicyUsageCounter } from '../../core/usage-accounting.js';
+import { PolicyUsageCounter } from '../../core/shares/usage-accounting.js';
 import { MAX_POLICIES_PER_USAGE, MAX_USAGE_CHUNKS, type PolicyUsage } from '../../core/wire/protocol.js';
 
 /** Largest usage message body, bytes (well under NATS's default 1 MiB max payload). */

@@ -21,7 +21,7 @@ import {
   type Charge,
   type SettleAction,
   type SettlementResponse,
-} from '../../core/reservations.js';
+} from '../../core/models/reservation.js';
 import { kindOf } from '../../core/kinds/index.js';
 import type { DecisionService, DecisionOutcome } from '../decisions/decision-service.js';
 import type { DecisionStore } from '../decisions/decision-store.js';

@@ -7,7 +7,7 @@ import {
   type ReservationBody,
   type SettleAction,
   type SettleOutcome,
-} from '../../core/reservations.js';
+} from '../../core/models/reservation.js';
 
 /**
  * Where reservations live: Redis (`regional-agent/redis/reservation-store.ts`) or the model (unit tests). Methods

@@ -1,8 +1,8 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { SpanStatusCode } from '@opentelemetry/api';
 import CircuitBreaker from 'opossum';
-import { InvalidBucketRequestError } from '../../core/bucket-wire.js';
-import { DeadlinePassedError } from '../../core/script-wire.js';
+import { InvalidBucketRequestError } from '../../core/wire/bucket.js';
+import { DeadlinePassedError } from '../../core/wire/script.js';
 import { CallerDeadlineError } from '../decisions/decision-store.js';
 import { CrossSlotError } from '../redis/bucket-store.js';
 import { ScriptError } from '../redis/scripts.js';

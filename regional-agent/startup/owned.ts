@@ -3,7 +3,7 @@
  * NATS), last; and listeners attached after start (the gRPC one), with the HTTP listener.
  */
 import type { FastifyPluginAsync } from 'fastify';
-import type { PolicySource } from '../../core/policy-source.js';
+import type { PolicySource } from '../policies/policy-source.js';
 
 /** Closes the policy source, then what the caller opened (`AgentDeps.onClose`), after every part that uses them. */
 export function ownedResourcesPlugin(options: {

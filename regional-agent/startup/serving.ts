@@ -4,7 +4,7 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
-import type { PolicySource } from '../../core/policy-source.js';
+import type { PolicySource } from '../policies/policy-source.js';
 import { AgentErrors } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { ReservationService } from '../reservations/reservation-service.js';

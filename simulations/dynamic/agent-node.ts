@@ -4,13 +4,13 @@
  * the network: the control plane (control-plane.ts) carries its messages.
  */
 import { AgentLease } from '../../core/lease/agent-lease.js';
-import { isLogKind, type Policy } from '../../core/policy.js';
-import type { RegionalShare } from '../../core/shares.js';
-import type { EncodedCheck } from '../../core/token-bucket.js';
+import { isLogKind, type Policy } from '../../core/policy/policy.js';
+import type { RegionalShare } from '../../core/shares/shares.js';
+import type { EncodedCheck } from '../../core/models/token-bucket.js';
 import type { Heartbeat, Usage } from '../../core/wire/protocol.js';
 import type { RegionStore } from '../engine/region-store.js';
 import type { Outcome, SimRequest } from '../strategy.js';
-import { PolicyUsageCounter } from '../../core/usage-accounting.js';
+import { PolicyUsageCounter } from '../../core/shares/usage-accounting.js';
 import { ShareSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';
 import { SubjectPolicies } from '../engine/subject-classes.js';

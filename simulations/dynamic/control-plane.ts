@@ -24,7 +24,7 @@ import type { DemandSnapshot } from '../../core/lease/demand-snapshot.js';
 import { zeroCounters, type EngineCounters } from '../../core/lease/engine-counters.js';
 import { LeaseCoordinator } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettings } from '../../core/lease/settings.js';
-import type { Policy } from '../../core/policy.js';
+import type { Policy } from '../../core/policy/policy.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
 import type { AgentRegistration, AllocationRecord, RenewalReply } from '../../core/wire/protocol.js';
 import type { Fault } from '../scenario.js';

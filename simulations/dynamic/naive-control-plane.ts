@@ -7,11 +7,11 @@
  * resumes from it. What it lacks is exactly what the two-phase protocol adds: a grow can land before the shrink
  * that pays for it, a region cut off keeps its share while the coordinator gives it away.
  */
-import { isLogKind, type Policy } from '../../core/policy.js';
+import { isLogKind, type Policy } from '../../core/policy/policy.js';
 import { DemandTracker } from '../../core/rebalance/demand.js';
 import type { RebalanceSettings } from '../../core/rebalance/settings.js';
 import { equalShares, rebalanceRound, shareFloor, targetShares } from '../../core/rebalance/target.js';
-import { PolicyUsageCounter } from '../../core/usage-accounting.js';
+import { PolicyUsageCounter } from '../../core/shares/usage-accounting.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';
 import { SubjectPolicies } from '../engine/subject-classes.js';

@@ -7,7 +7,7 @@ import type { ZodError } from 'zod';
 import { borrowReserveMs } from '../../core/borrowing/borrow.js';
 import { BorrowPlannerSettings, DEFAULT_BORROW_PLANNER } from '../../core/borrowing/planner.js';
 import { LeaseSettings } from '../../core/lease/settings.js';
-import type { Policy } from '../../core/policy.js';
+import type { Policy } from '../../core/policy/policy.js';
 import { RebalanceSettings } from '../../core/rebalance/settings.js';
 import { shareFloor } from '../../core/rebalance/target.js';
 import { SimConfigError } from '../errors.js';

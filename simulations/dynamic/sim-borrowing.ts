@@ -29,8 +29,8 @@ import {
   type LoanAnswer,
   type LoanAsk,
 } from '../../core/borrowing/planner.js';
-import type { Policy } from '../../core/policy.js';
-import { MICRO, type EncodedCheck } from '../../core/token-bucket.js';
+import type { Policy } from '../../core/policy/policy.js';
+import { MICRO, type EncodedCheck } from '../../core/models/token-bucket.js';
 import type { LoanReply } from '../../core/wire/loan.js';
 import {
   PENDING,

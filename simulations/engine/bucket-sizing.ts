@@ -1,14 +1,14 @@
 /**
- * The script-unit checks a region sends for its share of the policy: core/share-sizing.ts sizes the bucket (the
- * rule the agent's decisions use), core/bucket-wire.ts encodes it (capacities round down, costs round up). Both
+ * The script-unit checks a region sends for its share of the policy: core/shares/share-sizing.ts sizes the bucket (the
+ * rule the agent's decisions use), core/wire/bucket.ts encodes it (capacities round down, costs round up). Both
  * classes only cache the encoded check per subject class and cost, since a share changes once a round at most. A
  * subject of a class is sized by its class's limits (subject-classes.ts), as the agent sizes it.
  */
-import { encodeRequest } from '../../core/bucket-wire.js';
-import type { Policy } from '../../core/policy.js';
-import { sizedBucket } from '../../core/share-sizing.js';
-import type { RegionalShare } from '../../core/shares.js';
-import type { EncodedCheck } from '../../core/token-bucket.js';
+import { encodeRequest } from '../../core/wire/bucket.js';
+import type { Policy } from '../../core/policy/policy.js';
+import { sizedBucket } from '../../core/shares/share-sizing.js';
+import type { RegionalShare } from '../../core/shares/shares.js';
+import type { EncodedCheck } from '../../core/models/token-bucket.js';
 import { SubjectPolicies } from './subject-classes.js';
 
 function encoded(

@@ -1,13 +1,13 @@
 /**
  * A decision of the log kinds (sliding_log, concurrency) on a region's store: the region's limit sized from its
- * share by core's `sizedLog` (core/sliding-log.ts: floor(capacity × the lowest share of the window), the rule the
+ * share by core's `sizedLog` (core/models/sliding-log.ts: floor(capacity × the lowest share of the window), the rule the
  * agent's check router applies), decided by core's `SlidingLogModel` inside the store. Every strategy decides a
  * log this way; only the share differs.
  */
 import { kindOf } from '../../core/kinds/index.js';
-import type { Policy } from '../../core/policy.js';
-import type { RegionalShare } from '../../core/shares.js';
-import { sizedLog } from '../../core/sliding-log.js';
+import type { Policy } from '../../core/policy/policy.js';
+import type { RegionalShare } from '../../core/shares/shares.js';
+import { sizedLog } from '../../core/models/sliding-log.js';
 import type { Outcome } from '../strategy.js';
 import { simLogKey, type RegionStore } from './region-store.js';
 

@@ -1,10 +1,10 @@
 /**
  * One region's Redis, as the simulator sees it: token buckets keyed by subject, each decided by core's
- * `decideBucket` (core/token-bucket.ts), the one-bucket decision `BucketModel.evaluate` makes
- * (test/unit/sim-region-store.test.ts holds the two to identical replies, and
- * test/integration/token-bucket-lua-cases.test.ts holds the model to the Lua script). Keys carry the policy's
+ * `decideBucket` (core/models/token-bucket.ts), the one-bucket decision `BucketModel.evaluate` makes
+ * (test/unit/simulations/engine/sim-region-store.test.ts holds the two to identical replies, and
+ * test/integration/lua/token-bucket-lua-cases.test.ts holds the model to the Lua script). Keys carry the policy's
  * idle TTL; an expired key is a full bucket, as in Redis. The log kinds (sliding_log, concurrency) keep one log
- * per subject in core's `SlidingLogModel` (core/sliding-log.ts, the model of lua/sliding_log.lua), and a
+ * per subject in core's `SlidingLogModel` (core/models/sliding-log.ts, the model of lua/sliding_log.lua), and a
  * concurrency slot is released by core's `leaseRelease` (core/concurrency.ts), as `DELETE /v1/leases` does.
  */
 import {
@@ -14,15 +14,20 @@ import {
   type EncodedCreditResult,
   type EncodedLend,
   type EncodedLendResult,
-} from '../../core/borrowing/transfer.js';
+} from '../../core/models/transfer.js';
 import { leaseRelease } from '../../core/concurrency.js';
-import { SlidingLogModel, slidingLogKey, type LogCheck, type LogResult } from '../../core/sliding-log.js';
+import {
+  SlidingLogModel,
+  slidingLogKey,
+  type LogCheck,
+  type LogResult,
+} from '../../core/models/sliding-log.js';
 import {
   decideBucket,
   type EncodedCheck,
   type EncodedResult,
   type StoredBucket,
-} from '../../core/token-bucket.js';
+} from '../../core/models/token-bucket.js';
 
 interface Entry {
   /** Replaced (never mutated) on every write. */
@@ -94,7 +99,7 @@ export class RegionStore {
     return this.#logs.refund(refund, now).removed[0]!;
   }
 
-  /** Lend from `subject`'s bucket at `now` (µs), as lua/lend.lua does (core/borrowing/transfer.ts). */
+  /** Lend from `subject`'s bucket at `now` (µs), as lua/lend.lua does (core/models/transfer.ts). */
   lend(subject: number, lend: Omit<EncodedLend, 'key'>, now: number): EncodedLendResult {
     const { next, result } = lendBucket(this.peek(subject, now), lend, now);
     if (next !== undefined) this.#write(subject, next, now + lend.bucket.ttlMs * 1000);

@@ -3,7 +3,7 @@
  * virtual clock, with the scenario's faults injected; returns the metrics and the series for the charts.
  */
 import { kindOf } from '../../core/kinds/index.js';
-import { isLogKind, parsePolicy, type Policy } from '../../core/policy.js';
+import { isLogKind, parsePolicy, type Policy } from '../../core/policy/policy.js';
 import { SimConfigError } from '../errors.js';
 import { logWindowOf, REGION_NAMES, type Settings } from '../settings.js';
 import type { StrategyDefinition } from '../strategy.js';
@@ -21,7 +21,7 @@ export function regionsOf(count: number): string[] {
   return REGION_NAMES.slice(0, count);
 }
 
-/** The policy a strategy enforces in a run, parsed by core/policy.ts. */
+/** The policy a strategy enforces in a run, parsed by core/policy/policy.ts. */
 export function simPolicy(
   settings: Settings,
   strategy: StrategyDefinition,
@@ -37,7 +37,7 @@ export function simPolicy(
   const parsed = parsePolicySafely({
     name: 'sim',
     capacity: settings.capacity,
-    // A log kind keeps C over a window of C / R seconds; its rate is derived from them (core/policy.ts).
+    // A log kind keeps C over a window of C / R seconds; its rate is derived from them (core/policy/policy.ts).
     ...(settings.kind !== undefined && windowField !== undefined
       ? { kind: settings.kind, [windowField]: window }
       : { refillPerSecond: settings.refillPerSecond }),

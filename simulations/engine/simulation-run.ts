@@ -3,7 +3,7 @@
  * simulated network and stores, the ideal oracle, the strategy under test, the traffic, the faults and the recorder
  * that measures it all.
  */
-import { isLogKind, type Policy } from '../../core/policy.js';
+import { isLogKind, type Policy } from '../../core/policy/policy.js';
 import { kindOf } from '../../core/kinds/index.js';
 import { SimConfigError } from '../errors.js';
 import { convergenceSeconds } from '../metrics/convergence.js';

@@ -1,10 +1,10 @@
 /**
  * Subject classes in the simulator (docs/subject-classes.md): the policy as each simulated subject sees it, its
- * class's capacity and refill when the policy's `subjects` names one (core/policy.ts `withClass`), else the
+ * class's capacity and refill when the policy's `subjects` names one (core/policy/policy.ts `withClass`), else the
  * policy itself. Every strategy, the ideal oracle and the over-admission measure size a subject by it.
  */
 import { ownValue } from '../../core/own-keys.js';
-import { withClass, type Policy } from '../../core/policy.js';
+import { withClass, type Policy } from '../../core/policy/policy.js';
 import type { Settings } from '../settings.js';
 import { subjectName } from '../dynamic/subject-name.js';
 

@@ -3,7 +3,7 @@
  * small requests a second and wants each one timed, without a client library's own queueing in between).
  */
 import { Agent, request } from 'node:http';
-import { DecisionResponse } from '../../core/agent-wire.js';
+import { DecisionResponse } from '../../core/wire/agent.js';
 
 /** What came back for one decision request. */
 export interface DecisionAnswer {

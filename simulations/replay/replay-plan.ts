@@ -11,10 +11,10 @@
 import { AgentConfig, DEFAULT_DECISION_DEADLINE_MS } from '../../regional-agent/config.js';
 import { ZodError } from 'zod';
 import { defaultLeaseSettings, LeaseSettings } from '../../core/lease/settings.js';
-import { PolicySpec, type PolicyMode, type PolicySpecInput } from '../../core/policy.js';
+import { PolicySpec, type PolicyMode, type PolicySpecInput } from '../../core/policy/policy.js';
 import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { defaultRebalanceSettings, RebalanceSettings } from '../../core/rebalance/settings.js';
-import { settingRange } from '../../core/setting-range.js';
+import { settingRange } from '../../core/config/setting-range.js';
 import {
   farthestRoundTrip,
   formatRoundTrips,
@@ -348,7 +348,7 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
 }
 
 /**
- * The policy the simulator enforces for `strategy` (core/policy.ts, via the engine's own `simPolicy`), with its
+ * The policy the simulator enforces for `strategy` (core/policy/policy.ts, via the engine's own `simPolicy`), with its
  * refill (and each class's) multiplied by K and its idle TTL divided by K (rounded up: the stack takes whole
  * seconds).
  */

@@ -8,7 +8,7 @@
  * batch rather than drifting; how late each request went out is recorded (`sendLagMs`).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { PolicyMode } from '../../core/policy.js';
+import type { PolicyMode } from '../../core/policy/policy.js';
 import { subjectName } from '../dynamic/subject-name.js';
 import type { TimedFault } from '../scenario.js';
 import type { Arrival } from './arrivals.js';

@@ -4,9 +4,9 @@
  * Answers are parsed with the wire schemas of core/.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { AllocationsResponse } from '../../core/admin-wire.js';
-import { DecisionResponse } from '../../core/agent-wire.js';
-import type { PolicySpecInput } from '../../core/policy.js';
+import { AllocationsResponse } from '../../core/wire/admin.js';
+import { DecisionResponse } from '../../core/wire/agent.js';
+import type { PolicySpecInput } from '../../core/policy/policy.js';
 import { ownValue } from '../../core/own-keys.js';
 import { parsePrometheusText, type MetricSample } from './prometheus-text.js';
 import { ReplayError, ReplayInterrupted } from './replay-errors.js';

@@ -2,7 +2,7 @@
  * The shared shape of strategies that decide every request in its own region from a fixed share: `independent`
  * (share 1 everywhere) and `static` (a fixed split). No control loop, no messages.
  */
-import { isLogKind, type Policy } from '../../core/policy.js';
+import { isLogKind, type Policy } from '../../core/policy/policy.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';
 import type { RegionStore } from '../engine/region-store.js';

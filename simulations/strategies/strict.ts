@@ -1,4 +1,4 @@
-import { isLogKind } from '../../core/policy.js';
+import { isLogKind } from '../../core/policy/policy.js';
 import { kindOf } from '../../core/kinds/index.js';
 import { BucketSizing } from '../engine/bucket-sizing.js';
 import { decideLog } from '../engine/log-decision.js';

@@ -1,10 +1,10 @@
 /**
  * The concurrency case table: acquires (a sliding-log call whose window is the lease TTL) and releases (the
- * refund of exactly the entries an acquire wrote), run against the model (core/sliding-log.ts) and against
+ * refund of exactly the entries an acquire wrote), run against the model (core/models/sliding-log.ts) and against
  * `lua/sliding_log.lua` + `lua/sliding_log_refund.lua` on a real Redis, replies compared exactly.
  * Steps carry virtual time (`at`, ms since the case began).
  */
-import type { LogRefund, LogReply, LogRequest } from '../../core/sliding-log.js';
+import type { LogRefund, LogReply, LogRequest } from '../../core/models/sliding-log.js';
 import { LOG_CASE_EPOCH_MICROS, logKey } from './sliding-log-cases.js';
 
 export type ConcurrencyStep =

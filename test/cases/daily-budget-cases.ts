@@ -1,9 +1,9 @@
 /**
- * The daily-budget case table: every case runs against the model (core/daily-budget.ts) and against
+ * The daily-budget case table: every case runs against the model (core/models/daily-budget.ts) and against
  * `lua/daily_budget.lua` on a real Redis, replies compared exactly. Time is virtual (`at`, ms since midnight of the
  * case's first day); every day here is 24 h except where a case passes its own bounds (a DST day of 23 h).
  */
-import { dayRecordKey, type DayRequest } from '../../core/daily-budget.js';
+import { dayRecordKey, type DayRequest } from '../../core/models/daily-budget.js';
 
 /** Midnight of the case's first day, µs (a UTC midnight, a realistic epoch). */
 export const DAY0 = 1_764_806_400_000_000;

@@ -1,17 +1,17 @@
 /**
- * The refund case table: every case runs against the model (core/refund.ts over core/token-bucket.ts) and
+ * The refund case table: every case runs against the model (core/models/refund.ts over core/models/token-bucket.ts) and
  * against `lua/refund.lua` (with `lua/token_bucket.lua` for the charges) on a real Redis; replies must be
  * identical, and `expect` pins the numbers we promise. Amounts are in tokens, time in virtual ms.
  */
-import { encodeRequest } from '../../core/bucket-wire.js';
+import { encodeRequest } from '../../core/wire/bucket.js';
 import { idempotencyRecordKey } from '../../core/keys.js';
 import {
   RefundableBucketModel,
   encodeRefund,
   type EncodedRefund,
   type EncodedRefundReply,
-} from '../../core/refund.js';
-import { MICRO, type EncodedReply, type EncodedRequest } from '../../core/token-bucket.js';
+} from '../../core/models/refund.js';
+import { MICRO, type EncodedReply, type EncodedRequest } from '../../core/models/token-bucket.js';
 
 export interface RefundCaseBucket {
   bucket: string;

@@ -1,9 +1,9 @@
 /**
- * The reservation case table: creates and settles run against the model (core/reservations.ts) and against
+ * The reservation case table: creates and settles run against the model (core/models/reservation.ts) and against
  * `lua/reservation_create.lua` + `lua/reservation_settle.lua` on a real Redis, replies compared exactly.
  * Steps carry virtual time (`at`, ms since the case began); amounts are micro-units.
  */
-import type { SettleAction, SettleOutcome } from '../../core/reservations.js';
+import type { SettleAction, SettleOutcome } from '../../core/models/reservation.js';
 
 export type ReservationStep =
   | { at: number; op: 'create'; amount: number; ttlMs: number }

@@ -1,10 +1,10 @@
 /**
- * The sliding-log case table: every case runs against the reference model (core/sliding-log.ts) and against
+ * The sliding-log case table: every case runs against the reference model (core/models/sliding-log.ts) and against
  * `lua/sliding_log.lua` on a real Redis, and the two must return identical replies and hold identical entries.
  * Steps carry virtual time (`at`, ms since the case began); `expect` pins the numbers we promise.
  */
-import type { LogRequest } from '../../core/sliding-log.js';
-import { logRecordKey } from '../../core/sliding-log.js';
+import type { LogRequest } from '../../core/models/sliding-log.js';
+import { logRecordKey } from '../../core/models/sliding-log.js';
 import { mismatches } from '../helpers/case-runner.js';
 
 export interface LogCaseCheck {

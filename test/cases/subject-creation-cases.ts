@@ -1,10 +1,10 @@
 /**
  * The creation-log case table: every case runs against the reference model (`CreationLogModel`,
- * core/subject-creation.ts) and against `lua/subject_creation.lua` on a real Redis, and the two must return
+ * core/models/subject-creation.ts) and against `lua/subject_creation.lua` on a real Redis, and the two must return
  * identical replies and hold identical entries. Steps carry virtual time (`at`, ms since the case began); every
  * step pins the reply we promise, and the members the log holds in its window after it.
  */
-import type { CreationOutcome, CreationRequest } from '../../core/subject-creation.js';
+import type { CreationOutcome, CreationRequest } from '../../core/models/subject-creation.js';
 
 export interface CreationCaseStep {
   at: number;

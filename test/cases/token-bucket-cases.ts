@@ -1,5 +1,5 @@
 /**
- * The shared case table: every case runs against the reference model (core/token-bucket.ts) and against
+ * The shared case table: every case runs against the reference model (core/models/token-bucket.ts) and against
  * `lua/token_bucket.lua` on a real Redis, and the two must return identical replies. Steps carry virtual time
  * (`at`, ms since the case began) so refills are exact on both sides; `expect` pins the numbers we promise.
  */

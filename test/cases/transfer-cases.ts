@@ -1,10 +1,10 @@
 /**
- * The transfer case table: every case runs against the model (core/borrowing/transfer.ts over
- * core/token-bucket.ts) and against `lua/lend.lua` and `lua/credit.lua` (with `lua/token_bucket.lua` for
+ * The transfer case table: every case runs against the model (core/models/transfer.ts over
+ * core/models/token-bucket.ts) and against `lua/lend.lua` and `lua/credit.lua` (with `lua/token_bucket.lua` for
  * charges) on a real Redis; replies must be identical, and `expect` pins the numbers we promise.
  * Amounts are in tokens, time in virtual ms since the case began.
  */
-import { encodeRequest, type BucketCheck } from '../../core/bucket-wire.js';
+import { encodeRequest, type BucketCheck } from '../../core/wire/bucket.js';
 import {
   creditOnModel,
   lendOnModel,
@@ -14,8 +14,13 @@ import {
   type EncodedLend,
   type EncodedLendResult,
   type LendMode,
-} from '../../core/borrowing/transfer.js';
-import { BucketModel, MICRO, type EncodedReply, type EncodedRequest } from '../../core/token-bucket.js';
+} from '../../core/models/transfer.js';
+import {
+  BucketModel,
+  MICRO,
+  type EncodedReply,
+  type EncodedRequest,
+} from '../../core/models/token-bucket.js';
 
 export interface TransferCaseBucket {
   bucket: string;

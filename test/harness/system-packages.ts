@@ -43,13 +43,13 @@ export const SYSTEM_PACKAGES: readonly SystemPackage[] = [
     name: 'chromium',
     binary: 'chromium',
     paths: ['/usr/bin/chromium'],
-    usedBy: 'test/integration/dashboard-browser.test.ts',
+    usedBy: 'test/integration/coordinator/http/dashboard-browser.test.ts',
   },
   {
     name: 'nginx',
     binary: 'nginx',
     paths: ['/usr/sbin/nginx', '/usr/bin/nginx', '/usr/local/sbin/nginx'],
-    usedBy: 'test/integration/forward-auth-nginx.test.ts',
+    usedBy: 'test/integration/regional-agent/http/forward-auth-nginx.test.ts',
   },
 ];
 

@@ -1,6 +1,6 @@
-import type { DecideRequest } from '../../core/bucket-wire.js';
-import { encodeRequest } from '../../core/bucket-wire.js';
-import type { EncodedReply, EncodedRequest } from '../../core/token-bucket.js';
+import type { DecideRequest } from '../../core/wire/bucket.js';
+import { encodeRequest } from '../../core/wire/bucket.js';
+import type { EncodedReply, EncodedRequest } from '../../core/models/token-bucket.js';
 import { idempotencyRecordKey } from '../../core/keys.js';
 import type { BucketCase, CaseStep } from '../cases/token-bucket-cases.js';
 

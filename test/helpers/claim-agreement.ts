@@ -4,7 +4,7 @@
  * each idempotent script (token bucket, sliding log, daily budget) run.
  */
 import { describe, expect, it } from 'vitest';
-import type { RecordClaim } from '../../core/idempotency-records.js';
+import type { RecordClaim } from '../../core/models/idempotency.js';
 import { claimMark } from '../../regional-agent/decisions/idempotency-claim.js';
 import type { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 

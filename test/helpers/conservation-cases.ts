@@ -8,10 +8,10 @@
  * A new feature is not done until `arbitraryCase` generates it and the checker knows its bound.
  */
 import fc from 'fast-check';
-import type { CheckResult } from '../../core/agent-wire.js';
+import type { CheckResult } from '../../core/wire/agent.js';
 import { kindOf, type KindName } from '../../core/kinds/index.js';
-import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
-import { parsePolicy, SECONDS_PER_DAY, withClass, type Policy } from '../../core/policy.js';
+import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
+import { parsePolicy, SECONDS_PER_DAY, withClass, type Policy } from '../../core/policy/policy.js';
 
 export const REGIONS = ['us', 'eu', 'ap'] as const;
 export type Region = (typeof REGIONS)[number];

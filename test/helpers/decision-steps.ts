@@ -5,12 +5,12 @@
 import { randomBytes } from 'node:crypto';
 import { trace } from '@opentelemetry/api';
 import { pino } from 'pino';
-import type { DecisionRequest } from '../../core/agent-wire.js';
+import type { DecisionRequest } from '../../core/wire/agent.js';
 import { ManualClock } from '../../core/clock.js';
-import type { Policy } from '../../core/policy.js';
+import type { Policy } from '../../core/policy/policy.js';
 import { hasOwnKey } from '../../core/own-keys.js';
-import { StaticShareView, type ShareView } from '../../core/shares.js';
-import { ANONYMOUS_SUBJECT } from '../../core/subject-creation.js';
+import { StaticShareView, type ShareView } from '../../core/shares/shares.js';
+import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import type { ShortfallHandler } from '../../regional-agent/decisions/borrowing-port.js';
 import { CheckRouter } from '../../regional-agent/decisions/check-router.js';
 import { EmergencyBuckets } from '../../regional-agent/decisions/emergency-buckets.js';

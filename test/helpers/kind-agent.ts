@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
-import type { Policy } from '../../core/policy.js';
-import type { ShareView } from '../../core/shares.js';
+import type { Policy } from '../../core/policy/policy.js';
+import type { ShareView } from '../../core/shares/shares.js';
 import type { AgentApp } from '../../regional-agent/app.js';
 import { agentOn } from './agent-fixture.js';
 

@@ -4,19 +4,19 @@
  * models of the Lua scripts), all on one manual clock. Regions talk through in-process calls that a NATS cut
  * breaks; a region's store can be frozen (every call fails, as a store that stopped answering); an agent can be
  * restarted (its memory is lost, its store is kept); shares move as the coordinator moves them (shrink first,
- * grow once the shrink is in force). Used by the conservation property suite (test/unit/conservation-property.test.ts).
+ * grow once the shrink is in force). Used by the conservation property suite (test/unit/core/lease/conservation-property.test.ts).
  */
 import { trace } from '@opentelemetry/api';
 import { pino } from 'pino';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { loanAnswer } from '../../core/borrowing/lender.js';
 import { BorrowPlanner, type LoanAnswer } from '../../core/borrowing/planner.js';
-import { creditOnModel, lendOnModel } from '../../core/borrowing/transfer.js';
-import type { DecisionRequest } from '../../core/agent-wire.js';
+import { creditOnModel, lendOnModel } from '../../core/models/transfer.js';
+import type { DecisionRequest } from '../../core/wire/agent.js';
 import { ManualClock } from '../../core/clock.js';
 import { ShareHistory } from '../../core/lease/share-history.js';
-import type { Policy } from '../../core/policy.js';
-import type { RegionalShare, ShareView } from '../../core/shares.js';
+import type { Policy } from '../../core/policy/policy.js';
+import type { RegionalShare, ShareView } from '../../core/shares/shares.js';
 import type { LoanRequest, LoanReply } from '../../core/wire/loan.js';
 import { LoanResponder } from '../../regional-agent/borrowing/loan-responder.js';
 import { Borrower } from '../../regional-agent/borrowing/borrower.js';

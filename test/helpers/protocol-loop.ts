@@ -8,7 +8,7 @@ import { AgentLease } from '../../core/lease/agent-lease.js';
 import type { DemandSnapshot } from '../../core/lease/demand-snapshot.js';
 import { LeaseCoordinator, type LeaseCoordinatorOptions } from '../../core/lease/lease-coordinator.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
-import type { Policy } from '../../core/policy.js';
+import type { Policy } from '../../core/policy/policy.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
 import type { AgentRegistration, AllocationRecord, PolicyUsage } from '../../core/wire/protocol.js';
 import { ConservationChecker } from '../harness/conservation-checker.js';

@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { systemClock } from '../../core/clock.js';
 import { bucketKey } from '../../core/keys.js';
 import type { LeaseSettingsInput } from '../../core/lease/settings.js';
-import type { Policy } from '../../core/policy.js';
+import type { Policy } from '../../core/policy/policy.js';
 import type { RebalanceSettingsInput } from '../../core/rebalance/settings.js';
 import { protocolEngine } from '../../coordinator/protocol/protocol-engine.js';
 import { startCoordinator, type RunningCoordinator } from '../../coordinator/server.js';

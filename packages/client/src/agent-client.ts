@@ -22,14 +22,14 @@ import {
   type DecisionRequest,
   type WireCheckResult,
   LeaseReleaseResponse,
-} from '../../../core/agent-wire.js';
+} from '../../../core/wire/agent.js';
 import { ownValue, setOwn } from '../../../core/own-keys.js';
-import { BatchResponse, type BatchAnswer } from '../../../core/batch-wire.js';
+import { BatchResponse, type BatchAnswer } from '../../../core/wire/batch.js';
 import {
   ReservationResponse,
   SettlementResponse,
   type ReservationRequest,
-} from '../../../core/reservations.js';
+} from '../../../core/models/reservation.js';
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
 import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
 import { fastDecision } from './wire-check.js';

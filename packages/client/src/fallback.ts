@@ -6,8 +6,8 @@
  * for one replica.
  */
 import { createHash } from 'node:crypto';
-import { BoundedBuckets, inProcessTtlMs } from '../../../core/bounded-buckets.js';
-import type { Decision } from '../../../core/bucket-wire.js';
+import { BoundedBuckets, inProcessTtlMs } from '../../../core/buckets/bounded-buckets.js';
+import type { Decision } from '../../../core/wire/bucket.js';
 import { systemClock, type Clock } from '../../../core/clock.js';
 
 /** A fallback bucket's size: burst and refill, in the policy's tokens. */

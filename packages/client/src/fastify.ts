@@ -26,7 +26,7 @@ import {
   quotaExceededProblem,
   type DecisionCheck,
   type Problem,
-} from '../../../core/agent-wire.js';
+} from '../../../core/wire/agent.js';
 import { setOwn } from '../../../core/own-keys.js';
 import { AgentRequestError, type AgentClient, type Decision, type FailureMode } from './agent-client.js';
 

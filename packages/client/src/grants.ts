@@ -26,8 +26,8 @@
  * any moment; Retry-After is only the oldest lease's expiry), nor strict ones (decided at the home region),
  * nor denials of a shared bucket, a share or a failure (their Retry-After is not the subject's refill).
  */
-import type { DecisionRequest, SingleDecisionRequest } from '../../../core/agent-wire.js';
-import { GrantResponse } from '../../../core/grant-wire.js';
+import type { DecisionRequest, SingleDecisionRequest } from '../../../core/wire/agent.js';
+import { GrantResponse } from '../../../core/wire/grant.js';
 import type { ClientCheckResult, Decision } from './agent-client.js';
 
 /** How the client uses local grants. */

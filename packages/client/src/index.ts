@@ -33,16 +33,16 @@ export {
   RATE_LIMITED,
   type DecisionReason,
   type WireCheckResult,
-} from '../../../core/agent-wire.js';
+} from '../../../core/wire/agent.js';
 export {
   BatchAnswer,
   BatchRequest,
   BatchResponse,
   MAX_DECISIONS_PER_BATCH,
-} from '../../../core/batch-wire.js';
+} from '../../../core/wire/batch.js';
 export {
   CommitRequest,
   ReservationRequest,
   ReservationResponse,
   SettlementResponse,
-} from '../../../core/reservations.js';
+} from '../../../core/models/reservation.js';

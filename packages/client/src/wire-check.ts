@@ -4,9 +4,9 @@
  * zod would accept too; anything it does not accept is handed to zod, which then accepts it or says why not, so
  * the client's verdict on every answer is zod's.
  */
-import { DecisionReason, DegradedCause, type DecisionResponse } from '../../../core/agent-wire.js';
+import { DecisionReason, DegradedCause, type DecisionResponse } from '../../../core/wire/agent.js';
 import { hasOwnKey } from '../../../core/own-keys.js';
-import { PolicyMode } from '../../../core/policy.js';
+import { PolicyMode } from '../../../core/policy/policy.js';
 
 const REASONS: ReadonlySet<string> = new Set(DecisionReason.options);
 const CAUSES: ReadonlySet<string> = new Set(DegradedCause.options);

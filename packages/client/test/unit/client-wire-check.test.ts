@@ -3,7 +3,7 @@
  * DecisionResponse accepts: every mutation of a valid answer it accepts, zod accepts too.
  */
 import { describe, expect, it } from 'vitest';
-import { DecisionResponse } from '../../../../core/agent-wire.js';
+import { DecisionResponse } from '../../../../core/wire/agent.js';
 import { fastDecision } from '../../src/wire-check.js';
 
 const valid = () => ({

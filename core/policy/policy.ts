@@ -1,0 +1,578 @@
+import { z } from 'zod';
+import { roundDerivedRate } from '../admin-numbers.js';
+import { IPV4_PREFIX_BOUNDS, IPV6_PREFIX_BOUNDS, ipPrefixesOf, ipSubject } from '../subjects/ip-subject.js';
+import { KIND_NAMES, kindOf, kindsWith } from '../kinds/index.js';
+import { LONGEST_DAY_SECONDS } from '../kinds/daily.js';
+import { hasOwnKey, ownRecord, ownValue, setOwn } from '../own-keys.js';
+
+/** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
+export const MAX_CAPACITY = 1e9;
+export const MAX_REFILL_PER_SECOND = 1e9;
+/**
+ * Smallest capacity and maxCost an operator may write (coordinator admin API, docs/coordinator.md): a thousandth
+ * of a token, 1,000 micro-tokens. Below one micro-token (the unit every store counts in) a policy could never
+ * admit anything, and close to it a region's share loses most of its budget to rounding down. Kinds counted in
+ * whole units (sliding_log, concurrency) need whole capacities ≥ 1 already. Enforced at write time only, so a
+ * policy stored before keeps being read.
+ */
+export const MIN_WRITTEN_CAPACITY = 0.001;
+/** Smallest refill an operator may write: one micro-token a second (`lua/token_bucket.lua` counts µ-tokens/µs). */
+export const MIN_WRITTEN_REFILL_PER_SECOND = 1e-6;
+/** Idle TTL ceiling: 30 days. */
+export const MAX_IDLE_TTL_SECONDS = 30 * 24 * 3600;
+
+/** A policy name: lower-case letters, digits, `_`, `-`, `.`; starts with a letter or digit; at most 64 chars. */
+export const PolicyName = z
+  .string()
+  .regex(
+    /^[a-z0-9][a-z0-9_.-]{0,63}$/,
+    'policy names are 1-64 chars of a-z 0-9 _ - . starting with a-z or 0-9',
+  );
+export type PolicyName = z.infer<typeof PolicyName>;
+
+/** A region name such as `us`, `eu-west`: lower-case, starts with a letter, at most 32 chars. */
+export const RegionName = z
+  .string()
+  .regex(/^[a-z][a-z0-9-]{0,31}$/, 'region names are 1-32 chars of a-z 0-9 - starting with a-z');
+export type RegionName = z.infer<typeof RegionName>;
+
+/**
+ * How a policy is enforced across regions.
+ * - `regional`: each region enforces its share of the global budget (default).
+ * - `strict`: one bucket with the whole budget in `homeRegion`; other regions forward to it.
+ * - `local`: every region enforces the whole budget alone (N× overshoot by design; cheap reads only).
+ */
+export const PolicyMode = z.enum(['regional', 'strict', 'local']);
+export type PolicyMode = z.infer<typeof PolicyMode>;
+
+/**
+ * What a decision does when the policy's store (or home region, or coordinator) cannot answer.
+ * - `closed`: deny (default).
+ * - `open`: allow, counted; refused for `strict` policies, which guard high-value operations.
+ * - `local`: decide from a small in-process emergency bucket.
+ */
+export const FailureMode = z.enum(['closed', 'open', 'local']);
+export type FailureMode = z.infer<typeof FailureMode>;
+
+/**
+ * What a policy limits, and how.
+ * - `token_bucket` (default): a burst of `capacity` tokens refilled at `refillPerSecond`.
+ * - `sliding_log`: at most `capacity` events in any rolling `windowSeconds` (an exact window: one sorted-set
+ *   entry per admitted unit of cost, so a subject's memory is bounded by `capacity` entries). Its long-run rate,
+ *   `capacity / windowSeconds`, is what shares and demand are computed on; `refillPerSecond` is derived from it.
+ */
+export const PolicyKind = z.enum(KIND_NAMES);
+export type PolicyKind = z.infer<typeof PolicyKind>;
+
+/**
+ * Kinds decided by `lua/sliding_log.lua`: one sorted-set entry per admitted unit. A `concurrency` policy is a log
+ * whose window is the lease TTL (`leaseSeconds`): an acquired slot counts until it is released (its entry
+ * removed by `lua/sliding_log_refund.lua`) or its lease runs out, so a crashed holder's slot comes back.
+ */
+export function isLogKind(kind: PolicyKind): boolean {
+  return kindOf(kind).decidedBy === 'log';
+}
+
+/** Seconds of a (nominal) day: a daily budget's rate is capacity / this. */
+export const SECONDS_PER_DAY = 86_400;
+/** The longest calendar day, seconds (core/kinds/daily.ts): a daily budget's shortest idle TTL. */
+export { LONGEST_DAY_SECONDS };
+
+/** True when `zone` is an IANA time zone this runtime knows (Intl; no table of our own). */
+export function isTimeZone(zone: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: zone });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Most sub-buckets a sharded policy may have. */
+export const MAX_SHARDS = 64;
+
+/** Longest lease of a concurrency policy: one hour. */
+export const MAX_LEASE_SECONDS = 3600;
+
+/** Longest rolling window of a sliding-log policy: one day (keys live one window after their last event). */
+export const MAX_WINDOW_SECONDS = 24 * 3600;
+/** Largest limit of a sliding-log policy: entries per subject per region are bounded by it. */
+export const MAX_LOG_LIMIT = 100_000;
+
+/** Largest subject-creation cap: new buckets one policy may create per minute per region. */
+export const MAX_NEW_SUBJECTS_PER_MINUTE = 100_000;
+
+/**
+ * The subject-creation cap of a token-bucket policy (`newSubjects`): at most `perMinute` new subject buckets in
+ * any rolling minute, per region. A decision for an unseen subject beyond it gets the `flood` answer: `deny`
+ * (refused, `reason: "subject_flood"`) or `shared` (decided against one shared per-policy bucket).
+ */
+export const NewSubjects = z.strictObject({
+  perMinute: z
+    .number()
+    .int('newSubjects.perMinute must be a whole number')
+    .min(1, 'newSubjects.perMinute must be ≥ 1')
+    .max(MAX_NEW_SUBJECTS_PER_MINUTE, `newSubjects.perMinute must be ≤ ${MAX_NEW_SUBJECTS_PER_MINUTE}`),
+  flood: z.enum(['deny', 'shared']).default('deny'),
+});
+export type NewSubjects = z.output<typeof NewSubjects>;
+
+/**
+ * What a policy's subjects are. Absent: any text the caller chooses (a tenant, a user id). `ip`: a client's
+ * address, bucketed by its network prefix (`ipv4Prefix`, `ipv6Prefix`; core/subjects/ip-subject.ts): every address of one
+ * prefix is one subject, whichever form the caller sent it in.
+ */
+export const SubjectKind = z.enum(['ip']);
+export type SubjectKind = z.infer<typeof SubjectKind>;
+
+const prefixLength = (field: string, bounds: { min: number; max: number }) =>
+  z
+    .number()
+    .int(`${field} must be a whole number of bits`)
+    .min(bounds.min, `${field} must be ≥ ${bounds.min}`)
+    .max(bounds.max, `${field} must be ≤ ${bounds.max}`);
+
+/** Most classes one policy may define, and most subjects it may name (each naming its class). */
+export const MAX_CLASSES = 32;
+export const MAX_NAMED_SUBJECTS = 10_000;
+
+/** A subject class (a plan, a tier): lower-case letters, digits, `_`, `-`; starts with a letter; at most 32 chars. */
+export const ClassName = z
+  .string()
+  .regex(/^[a-z][a-z0-9_-]{0,31}$/, 'class names are 1-32 chars of a-z 0-9 _ - starting with a-z');
+export type ClassName = z.infer<typeof ClassName>;
+
+const positiveFinite = (max: number, what: string) =>
+  z
+    .number()
+    .positive(`${what} must be > 0`)
+    .max(max, `${what} must be ≤ ${max}`)
+    .refine(Number.isFinite, `${what} must be finite`);
+
+/** Seconds an idle bucket needs to refill from empty: the shortest idle TTL a policy may have. */
+export function secondsToFill(capacity: number, refillPerSecond: number): number {
+  return capacity / refillPerSecond;
+}
+
+/**
+ * A class's own limits: its capacity, its refill (token buckets; derived from the window for the log kinds) and
+ * its largest cost (default `min(1, capacity)`). Every other field is the policy's.
+ */
+const ClassLimits = z.strictObject({
+  capacity: positiveFinite(MAX_CAPACITY, 'capacity'),
+  refillPerSecond: positiveFinite(MAX_REFILL_PER_SECOND, 'refillPerSecond').optional(),
+  maxCost: positiveFinite(MAX_CAPACITY, 'maxCost').optional(),
+});
+
+/** Fields an operator writes; the name comes from elsewhere (the URL path, the file key). */
+const PolicyFields = z.strictObject({
+  kind: PolicyKind.default('token_bucket'),
+  capacity: positiveFinite(MAX_CAPACITY, 'capacity'),
+  /** Required for token buckets; derived (capacity / windowSeconds) for sliding logs. */
+  refillPerSecond: positiveFinite(MAX_REFILL_PER_SECOND, 'refillPerSecond').optional(),
+  /** Rolling window of a sliding-log policy, whole seconds; only for `kind: 'sliding_log'`. */
+  windowSeconds: z.number().int().positive().max(MAX_WINDOW_SECONDS).optional(),
+  /**
+   * A hot key split into this many sub-buckets on different cluster slots (token buckets only): each holds
+   * capacity / shards and refills at refillPerSecond / shards, and a check lands on one of them at random.
+   */
+  shards: z.number().int().min(2).max(MAX_SHARDS).optional(),
+  /** The IANA time zone whose calendar days a `daily` policy counts (default UTC). */
+  timeZone: z.string().min(1).max(64).optional(),
+  /** Lease TTL of a concurrency policy, whole seconds: a slot not released by then comes back. */
+  leaseSeconds: z.number().int().positive().max(MAX_LEASE_SECONDS).optional(),
+  maxCost: positiveFinite(MAX_CAPACITY, 'maxCost').optional(),
+  mode: PolicyMode.default('regional'),
+  homeRegion: RegionName.optional(),
+  onStoreFailure: FailureMode.default('closed'),
+  idleTtlSeconds: z.number().int().positive().max(MAX_IDLE_TTL_SECONDS).optional(),
+  version: z.number().int().positive().max(1_000_000).default(1),
+  minShare: z.number().min(0).max(1).optional(),
+  /**
+   * Subject classes with limits of their own ("enterprise tenants get 10×"): a check names its class, or the
+   * policy names the subject's in `subjects`; any other subject has the policy's own limits.
+   */
+  classes: ownRecord(ClassName, ClassLimits)
+    .refine((c) => Object.keys(c).length <= MAX_CLASSES, `at most ${MAX_CLASSES} classes`)
+    .optional(),
+  /**
+   * Subject-creation cap (token buckets only): at most `perMinute` new subject buckets per rolling minute in each
+   * region; an unseen subject beyond it gets the `flood` answer. Subjects named in `subjects` are exempt.
+   */
+  newSubjects: NewSubjects.optional(),
+  /** `ip`: subjects are client addresses, bucketed by prefix; absent: any text. */
+  subjectKind: SubjectKind.optional(),
+  /** Bits of an IPv4 address one subject of an `ip` policy covers (default 32: the address). */
+  ipv4Prefix: prefixLength('ipv4Prefix', IPV4_PREFIX_BOUNDS).optional(),
+  /** Bits of an IPv6 address one subject of an `ip` policy covers (default 64: one customer's network). */
+  ipv6Prefix: prefixLength('ipv6Prefix', IPV6_PREFIX_BOUNDS).optional(),
+  /** Named subjects (as callers send them, before any hashing) and their class. */
+  subjects: ownRecord(z.string().min(1).max(1024), ClassName)
+    .refine(
+      (m) => Object.keys(m).length <= MAX_NAMED_SUBJECTS,
+      `at most ${MAX_NAMED_SUBJECTS} named subjects`,
+    )
+    .optional(),
+});
+
+type PolicyFieldsOut = z.output<typeof PolicyFields>;
+
+/** The window of a log kind: a sliding log's `windowSeconds`, a concurrency policy's `leaseSeconds`. */
+export function logWindowSeconds(p: Pick<PolicyFieldsOut, 'kind' | 'windowSeconds' | 'leaseSeconds'>) {
+  return kindOf(p.kind).window === 'leaseSeconds' ? p.leaseSeconds : p.windowSeconds;
+}
+
+/**
+ * The refill a policy runs at: its own for a token bucket, capacity / window for a sliding log, capacity /
+ * lease for a concurrency policy (the most slots per second it can hand out if every holder keeps its lease).
+ */
+function refillOf(p: PolicyFieldsOut): number | undefined {
+  return derivedRate(p, p.capacity) ?? (kindOf(p.kind).rate === 'declared' ? p.refillPerSecond : undefined);
+}
+
+/**
+ * The rate a kind derives from `capacity` (capacity / its window, or / one day); undefined for a kind whose rate
+ * is declared, or a log kind without its window.
+ */
+function derivedRate(
+  p: Pick<PolicyFieldsOut, 'kind' | 'windowSeconds' | 'leaseSeconds'>,
+  capacity: number,
+): number | undefined {
+  const { rate } = kindOf(p.kind);
+  if (rate === 'day') return capacity / SECONDS_PER_DAY;
+  if (rate === 'declared') return undefined;
+  const window = logWindowSeconds(p);
+  return window === undefined ? undefined : capacity / window;
+}
+
+/** Rules of `shards`: token buckets only, and every sub-bucket (of the policy and of each class) fits maxCost. */
+function checkShards(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const k = p.shards;
+  if (k === undefined) return;
+  const issue = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: 'custom', path, message });
+  if (!kindOf(p.kind).shards) issue(['shards'], 'shards are for token buckets only');
+  const maxCost = p.maxCost ?? Math.min(1, p.capacity);
+  if (p.capacity / k < maxCost) {
+    issue(
+      ['shards'],
+      `each of ${k} shards holds capacity / ${k} = ${p.capacity / k}, below maxCost ${maxCost}`,
+    );
+  }
+  for (const [name, c] of Object.entries(p.classes ?? {})) {
+    const classMax = c.maxCost ?? Math.min(1, c.capacity);
+    if (c.capacity / k < classMax) {
+      issue(
+        ['classes', name, 'capacity'],
+        `each of ${k} shards of class ${name} holds ${c.capacity / k}, below its maxCost ${classMax}`,
+      );
+    }
+  }
+  if (p.minShare !== undefined && p.minShare > 0 && (p.minShare * p.capacity) / k < maxCost) {
+    issue(
+      ['minShare'],
+      `minShare × capacity / shards must be ≥ maxCost (${maxCost}) so every shard can admit it`,
+    );
+  }
+}
+
+/** Rules of `newSubjects`: token buckets only, and not with shards (a sharded key is one hot subject). */
+function checkNewSubjects(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  if (p.newSubjects === undefined) return;
+  const issue = (message: string) => ctx.addIssue({ code: 'custom', path: ['newSubjects'], message });
+  if (!kindOf(p.kind).newSubjects) issue('newSubjects is for token buckets only');
+  if (p.shards !== undefined) {
+    issue('newSubjects and shards do not mix: a sharded policy guards a few hot keys, not many subjects');
+  }
+}
+
+/**
+ * Rules of `subjectKind`: the prefixes belong to `ip` policies, and a named subject of one (`subjects`) is written
+ * as its canonical prefix, the only text a decision's subject is looked up by.
+ */
+function checkSubjectKind(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const issue = (path: string[], message: string) => ctx.addIssue({ code: 'custom', path, message });
+  if (p.subjectKind !== 'ip') {
+    for (const field of ['ipv4Prefix', 'ipv6Prefix'] as const) {
+      if (p[field] !== undefined) issue([field], `${field} is only for subjectKind ip`);
+    }
+    return;
+  }
+  const prefixes = ipPrefixesOf(p);
+  for (const subject of Object.keys(p.subjects ?? {})) {
+    const named = ipSubject(subject, prefixes);
+    if (!named.ok) issue(['subjects', subject], named.reason);
+    else if (named.subject !== subject) {
+      issue(['subjects', subject], `an ip policy names a subject by its prefix: write ${named.subject}`);
+    }
+  }
+}
+
+/** Rules of the daily kind. */
+function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+  if (kindOf(p.kind).rate !== 'day') {
+    if (p.timeZone !== undefined)
+      issue('timeZone', `timeZone is only for kind ${kindsWith((k) => k.rate === 'day').join(', ')}`);
+    return;
+  }
+  if (p.timeZone !== undefined && !isTimeZone(p.timeZone)) {
+    issue('timeZone', `${p.timeZone} is not an IANA time zone (e.g. Europe/Paris, America/New_York, UTC)`);
+  }
+  const derived = p.capacity / SECONDS_PER_DAY;
+  // The exact rate, or the rate as admin answers show it (what a client read back may send again).
+  const shown = roundDerivedRate(derived);
+  if (
+    p.refillPerSecond !== undefined &&
+    Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
+    p.refillPerSecond !== shown
+  ) {
+    issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${shown}; omit refillPerSecond`);
+  }
+  if (p.onStoreFailure === 'local' && !kindOf(p.kind).emergencyBucket) {
+    issue('onStoreFailure', `an emergency token bucket is not ${kindOf(p.kind).noun}: use closed or open`);
+  }
+  if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < LONGEST_DAY_SECONDS) {
+    issue(
+      'idleTtlSeconds',
+      `a daily budget's idleTtlSeconds must be ≥ ${LONGEST_DAY_SECONDS} s, the longest calendar day (25 h)`,
+    );
+  }
+}
+
+/** Rules of the log kinds (sliding_log, concurrency); false when the policy cannot be checked further. */
+function checkSlidingLog(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
+  const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+  const traits = kindOf(p.kind);
+  for (const field of ['windowSeconds', 'leaseSeconds'] as const) {
+    if (traits.window !== field && p[field] !== undefined) {
+      issue(field, `${field} is only for kind ${kindsWith((k) => k.window === field).join(', ')}`);
+    }
+  }
+  if (traits.rate === 'day') return true;
+  if (traits.rate === 'declared') {
+    if (p.refillPerSecond === undefined)
+      issue('refillPerSecond', 'token-bucket policies need refillPerSecond');
+    return p.refillPerSecond !== undefined;
+  }
+  const field = traits.window ?? 'windowSeconds';
+  const window = logWindowSeconds(p);
+  if (window === undefined) {
+    issue(field, `${p.kind} policies need ${field}`);
+    return false;
+  }
+  const what =
+    p.kind === 'concurrency'
+      ? 'a concurrency policy counts whole slots'
+      : 'a sliding log counts whole events';
+  if (!Number.isInteger(p.capacity) || p.capacity > MAX_LOG_LIMIT) {
+    issue('capacity', `${what}: capacity must be an integer ≤ ${MAX_LOG_LIMIT}`);
+  }
+  if (p.maxCost !== undefined && !Number.isInteger(p.maxCost)) {
+    issue('maxCost', `${what}: maxCost must be an integer`);
+  }
+  const derived = p.capacity / window;
+  // The exact rate, or the rate as admin answers show it (what a client read back may send again).
+  const shown = roundDerivedRate(derived);
+  if (
+    p.refillPerSecond !== undefined &&
+    Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
+    p.refillPerSecond !== shown
+  ) {
+    issue(
+      'refillPerSecond',
+      `a ${p.kind} policy's rate is capacity / ${field} = ${shown}; omit refillPerSecond`,
+    );
+  }
+  if (p.onStoreFailure === 'local' && !traits.emergencyBucket) {
+    issue('onStoreFailure', `an emergency token bucket is not ${traits.noun}: use closed or open`);
+  }
+  if (!traits.strictMode && p.mode === 'strict') {
+    // A lease is released where it was acquired; a forwarded acquire would leave its release nowhere to go.
+    issue(
+      'mode',
+      'concurrency policies are regional or local: a lease is released in the region that holds it',
+    );
+  }
+  // idleTtlSeconds ≥ capacity / rate = the window is the general rule below: no entry of a window is dropped.
+  return true;
+}
+
+/** The limits of each class, filled as the policy's own are (the window's rate for log kinds; maxCost ≤ 1 by default). */
+function classLimitsOf(
+  p: PolicyFieldsOut,
+  limits: z.output<typeof ClassLimits>,
+): { capacity: number; refillPerSecond: number | undefined; maxCost: number } {
+  return {
+    capacity: limits.capacity,
+    refillPerSecond:
+      kindOf(p.kind).rate === 'declared' ? limits.refillPerSecond : derivedRate(p, limits.capacity),
+    maxCost: limits.maxCost ?? Math.min(1, limits.capacity),
+  };
+}
+
+/** Rules of `classes` and `subjects`: each class holds to what the policy's own limits hold to. */
+function checkClasses(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  const issue = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: 'custom', path, message });
+  for (const [name, raw] of Object.entries(p.classes ?? {})) {
+    const at = (field: string) => ['classes', name, field];
+    const c = classLimitsOf(p, raw);
+    const { rate, wholeUnits } = kindOf(p.kind);
+    if (rate !== 'declared' && raw.refillPerSecond !== undefined) {
+      issue(at('refillPerSecond'), `a ${p.kind} class's rate is derived: omit it`);
+    }
+    if (wholeUnits) {
+      if (!Number.isInteger(c.capacity) || c.capacity > MAX_LOG_LIMIT)
+        issue(at('capacity'), `capacity must be an integer ≤ ${MAX_LOG_LIMIT} for ${p.kind}`);
+      if (!Number.isInteger(c.maxCost)) issue(at('maxCost'), `maxCost must be an integer for ${p.kind}`);
+    } else if (c.refillPerSecond === undefined && rate === 'declared') {
+      issue(at('refillPerSecond'), 'token-bucket classes need refillPerSecond');
+    }
+    if (c.maxCost > c.capacity) issue(at('maxCost'), 'maxCost must be ≤ capacity');
+    const refill = c.refillPerSecond ?? 1;
+    if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < secondsToFill(c.capacity, refill)) {
+      issue(
+        ['idleTtlSeconds'],
+        `idleTtlSeconds must be ≥ ${secondsToFill(c.capacity, refill)} s, the time class ${name} takes to refill from empty`,
+      );
+    }
+    if (defaultIdleTtl(c.capacity, refill) > MAX_IDLE_TTL_SECONDS) {
+      issue(at('refillPerSecond'), 'refilling from empty would take longer than 30 days');
+    }
+    if (p.minShare !== undefined && p.minShare > 0 && p.minShare * c.capacity < c.maxCost) {
+      issue(['minShare'], `minShare × capacity of class ${name} must be ≥ its maxCost (${c.maxCost})`);
+    }
+  }
+  for (const [subject, cls] of Object.entries(p.subjects ?? {})) {
+    if (!hasOwnKey(p.classes, cls))
+      issue(['subjects', subject], `class ${cls} is not one of the policy's classes`);
+  }
+}
+
+function checkPolicy(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
+  if (!checkSlidingLog(p, ctx)) return;
+  checkDaily(p, ctx);
+  checkShards(p, ctx);
+  checkNewSubjects(p, ctx);
+  checkSubjectKind(p, ctx);
+  checkClasses(p, ctx);
+  const refillPerSecond = refillOf(p) ?? 1;
+  const maxCost = p.maxCost ?? Math.min(1, p.capacity);
+  if (maxCost > p.capacity) {
+    ctx.addIssue({ code: 'custom', path: ['maxCost'], message: 'maxCost must be ≤ capacity' });
+  }
+  if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < secondsToFill(p.capacity, refillPerSecond)) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['idleTtlSeconds'],
+      message: `idleTtlSeconds must be ≥ capacity / refillPerSecond = ${secondsToFill(p.capacity, refillPerSecond)} s, so an expired bucket is never fuller than a full one`,
+    });
+  }
+  if (defaultIdleTtl(p.capacity, refillPerSecond) > MAX_IDLE_TTL_SECONDS) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['refillPerSecond'],
+      message: 'refilling from empty would take longer than 30 days',
+    });
+  }
+  if (p.mode === 'strict' && p.homeRegion === undefined) {
+    ctx.addIssue({ code: 'custom', path: ['homeRegion'], message: 'strict policies need a homeRegion' });
+  }
+  if (p.mode === 'strict' && p.onStoreFailure === 'open') {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['onStoreFailure'],
+      message: 'strict policies guard high-value operations and may not fail open',
+    });
+  }
+  if (p.minShare !== undefined && p.minShare > 0 && p.minShare * p.capacity < maxCost) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['minShare'],
+      message: `minShare × capacity must be ≥ maxCost (${maxCost}) so a region holding a share can admit the largest cost`,
+    });
+  }
+}
+
+/** Idle TTL used when a policy does not set one: time to refill from empty, rounded up, at least 60 s. */
+export function defaultIdleTtl(capacity: number, refillPerSecond: number): number {
+  return Math.max(60, Math.ceil(secondsToFill(capacity, refillPerSecond)));
+}
+
+/** A class's filled limits, as a policy carries them once parsed. */
+export interface ClassLimits {
+  capacity: number;
+  refillPerSecond: number;
+  maxCost: number;
+}
+
+function fillDefaults<T extends PolicyFieldsOut>(
+  p: T,
+): Omit<T, 'classes'> & {
+  refillPerSecond: number;
+  maxCost: number;
+  idleTtlSeconds: number;
+  classes?: Record<string, ClassLimits> | undefined;
+} {
+  // checkPolicy ran first: a token bucket has its refill and a sliding log its window; so does every class.
+  const refillPerSecond = refillOf(p) ?? 0;
+  let idleTtlSeconds = p.idleTtlSeconds ?? defaultIdleTtl(p.capacity, refillPerSecond);
+  const { minIdleTtlSeconds } = kindOf(p.kind).defaults;
+  if (minIdleTtlSeconds !== undefined) idleTtlSeconds = Math.max(idleTtlSeconds, minIdleTtlSeconds);
+  let classes: Record<string, ClassLimits> | undefined;
+  if (p.classes !== undefined) {
+    classes = {};
+    for (const [name, raw] of Object.entries(p.classes)) {
+      const c = classLimitsOf(p, raw);
+      setOwn(classes, name, {
+        capacity: c.capacity,
+        refillPerSecond: c.refillPerSecond ?? 0,
+        maxCost: c.maxCost,
+      });
+      // One idle TTL serves every class's buckets: long enough for the slowest to refill.
+      if (p.idleTtlSeconds === undefined)
+        idleTtlSeconds = Math.max(idleTtlSeconds, defaultIdleTtl(c.capacity, c.refillPerSecond ?? 1));
+    }
+  }
+  return {
+    ...p,
+    refillPerSecond,
+    maxCost: p.maxCost ?? Math.min(1, p.capacity),
+    idleTtlSeconds,
+    ...(classes === undefined ? {} : { classes }),
+    // An ip policy's prefixes, filled: what its subjects are bucketed by.
+    ...(p.subjectKind === 'ip' ? ipPrefixesOf(p) : {}),
+  };
+}
+
+/**
+ * The policy as a subject of `className` sees it: the class's capacity, refill and largest cost; the policy
+ * itself when `className` is undefined. Throws for a class the policy does not define (callers check first).
+ */
+export function withClass<P extends Pick<Policy, 'capacity' | 'refillPerSecond' | 'maxCost' | 'classes'>>(
+  policy: P,
+  className: string | undefined,
+): P {
+  if (className === undefined) return policy;
+  const c = ownValue(policy.classes, className);
+  if (c === undefined) throw new RangeError(`class ${className} is not defined`);
+  return { ...policy, capacity: c.capacity, refillPerSecond: c.refillPerSecond, maxCost: c.maxCost };
+}
+
+/** The body an operator sends to create or replace a policy (name excluded); defaults fill the rest. */
+export const PolicySpec = PolicyFields.superRefine(checkPolicy).transform(fillDefaults);
+export type PolicySpecInput = z.input<typeof PolicySpec>;
+
+/** A stored policy: every field filled. */
+export const Policy = PolicyFields.extend({ name: PolicyName })
+  .superRefine(checkPolicy)
+  .transform(fillDefaults);
+/** A validated policy with every default filled. */
+export type Policy = z.output<typeof Policy>;
+export type PolicyInput = z.input<typeof Policy>;
+
+/** Parse a policy, throwing a ZodError listing every problem. */
+export function parsePolicy(input: unknown): Policy {
+  return Policy.parse(input);
+}

@@ -1,0 +1,71 @@
+/**
+ * The wire of local grants (docs/agent.md, "Local grants"): `POST /v1/grants` takes a small allowance of one
+ * subject's tokens out of its bucket for a client to spend in its own process; `POST /v1/grants/return` hands back
+ * what it did not spend. Shared by the agent and the client. Amounts are tokens (micro-token resolution).
+ */
+import { z } from 'zod';
+import { ClassName } from '../policy/policy.js';
+import { MAX_WIRE_POLICY_LENGTH, MAX_WIRE_SUBJECT_LENGTH } from './agent.js';
+
+/** Most tokens one grant may carry, whatever the bucket (the agent also caps a grant at a tenth of it). */
+export const MAX_GRANT_TOKENS = 1_000;
+/** Longest a grant may be held before its rest must be handed back, ms. */
+export const MAX_GRANT_TTL_MS = 5_000;
+
+/**
+ * A grant's id: 16 random bytes the agent draws at the take (base64url, 22 characters). A return names it; the
+ * agent credits at most what that grant took, once. Checked before any store call.
+ */
+export const GrantId = z.string().regex(/^[A-Za-z0-9_-]{22}$/, 'a grant id is 22 base64url characters');
+export type GrantId = z.infer<typeof GrantId>;
+
+const fields = {
+  policy: z.string().min(1).max(MAX_WIRE_POLICY_LENGTH),
+  subject: z.string().min(1).max(MAX_WIRE_SUBJECT_LENGTH),
+  class: ClassName.optional(),
+};
+
+/** `POST /v1/grants`: take up to `amount` whole tokens of one subject's bucket. */
+export const GrantRequest = z.strictObject({
+  ...fields,
+  amount: z.number().int().min(1).max(MAX_GRANT_TOKENS),
+});
+export type GrantRequest = z.infer<typeof GrantRequest>;
+
+/** The answer: what was taken (0 when the bucket is empty or this region cannot decide the subject now). */
+export const GrantResponse = z.object({
+  policy: z.string(),
+  /** Tokens taken out of the bucket for the caller (micro-token resolution; ≤ the amount asked). */
+  granted: z.number().min(0),
+  /** The bucket's capacity here, whole tokens (the limit a decision would report). */
+  limit: z.number().int().min(0),
+  /** Whole tokens left in the bucket after the grant. */
+  remaining: z.number().int().min(0),
+  /** Ms until the bucket could give the amount again (0 now); null when it never will. */
+  refillMs: z.number().int().min(0).nullable(),
+  /** The caller spends the grant within this many ms, then hands the rest back. */
+  expiresInMs: z.number().int().min(1),
+  /** The grant's id, to name in its return; null when nothing was granted. */
+  grant: GrantId.nullable(),
+});
+export type GrantResponse = z.infer<typeof GrantResponse>;
+
+/**
+ * `POST /v1/grants/return`: hand back `amount` tokens of grant `grant` that were not spent. At most what that grant
+ * took is credited, once; an unknown, expired or already returned grant is refused (404 AGT_ERR_UNKNOWN_GRANT).
+ */
+export const GrantReturnRequest = z.strictObject({
+  ...fields,
+  grant: GrantId,
+  amount: z.number().min(0.000001).max(MAX_GRANT_TOKENS),
+});
+export type GrantReturnRequest = z.infer<typeof GrantReturnRequest>;
+
+export const GrantReturnResponse = z.object({
+  policy: z.string(),
+  /** Tokens put back in the bucket. */
+  credited: z.number().min(0),
+  /** Tokens that found no room (the bucket refilled meanwhile): gone, never minted. */
+  dropped: z.number().min(0),
+});
+export type GrantReturnResponse = z.infer<typeof GrantReturnResponse>;

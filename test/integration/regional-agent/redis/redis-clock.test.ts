@@ -1,0 +1,98 @@
+/**
+ * The agent's view of Redis TIME, on a real Redis: a sample is never later than the truth, and a sample read
+ * after a long stall of this process is dropped instead of making every deadline that much early.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { AgentConfig } from '../../../../regional-agent/config.js';
+import { startAgent } from '../../../../regional-agent/start.js';
+import {
+  agentMicros,
+  MAX_SAMPLE_ROUND_TRIP_US,
+  RedisClock,
+} from '../../../../regional-agent/redis/redis-clock.js';
+import { backend, sharedRedis } from '../../../harness/fixtures.js';
+
+/** Block this event loop for `ms`, as a busy start-up does. */
+function stall(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+async function redisMicros(redis: ReturnType<typeof sharedRedis>): Promise<number> {
+  const [s, us] = await redis.time();
+  return Number(s) * 1_000_000 + Number(us);
+}
+
+describe('RedisClock', () => {
+  it('drops a sample read after a stall, and converts with a good one to at most the true Redis time', async () => {
+    await using r = sharedRedis();
+    await r.ping();
+    const clock = new RedisClock(r, { sampleEveryMs: 3_600_000 });
+    try {
+      // Wait for the constructor's own samples, then start again from nothing.
+      await clock.sample();
+      // Its first samples (the constructor's and this one) are asked for, then this process blocks: the TIME
+      // replies arrive meanwhile and are read 200 ms late, so both are dropped.
+      const stalled = new RedisClock(r, { sampleEveryMs: 3_600_000 });
+      try {
+        const pending = stalled.sample();
+        stall(200);
+        await pending;
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(stalled.toRedisMicros(agentMicros())).toBe(0);
+        expect(stalled.synced).toBe(false);
+      } finally {
+        stalled.close();
+      }
+
+      // An unstalled sample: the converted instant is never after Redis's own clock read just afterwards, and
+      // early by no more than a round trip's bound (plus the read that follows).
+      const now = agentMicros();
+      const converted = clock.toRedisMicros(now);
+      const truth = await redisMicros(r);
+      expect(converted).toBeGreaterThan(0);
+      expect(clock.synced).toBe(true);
+      expect(converted).toBeLessThanOrEqual(truth);
+      expect(truth - converted).toBeLessThan(MAX_SAMPLE_ROUND_TRIP_US + 50_000);
+    } finally {
+      clock.close();
+    }
+  });
+
+  it('an agent is not ready until its clock has a sample: no traffic while calls would carry no deadline', async () => {
+    await using server = await backend().startRedis();
+    const dir = mkdtempSync(join(tmpdir(), 'qp-clock-'));
+    const file = join(dir, 'policies.json');
+    writeFileSync(file, JSON.stringify({ policies: { demo: { capacity: 10, refillPerSecond: 1 } } }));
+    await server.pause();
+    const running = await startAgent(
+      AgentConfig.parse({
+        region: 'us',
+        redisUrl: server.url,
+        policiesFile: file,
+        port: 0,
+        logLevel: 'silent',
+      }),
+      pino({ level: 'silent' }),
+    );
+    try {
+      const readyz = async () => {
+        const r = await fetch(`${running.url}/readyz`);
+        return { status: r.status, body: await r.text() };
+      };
+      const before = await readyz();
+      expect(before.status).toBe(503);
+      expect(before.body).toContain('no Redis TIME sample yet');
+      await server.resume();
+      await expect.poll(async () => (await readyz()).status, { timeout: 15_000 }).toBe(200);
+    } finally {
+      await server.resume();
+      await running.agent.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

