@@ -46,6 +46,8 @@ export interface AllocationBuckets {
   /** Allocation records whose key names their policy. */
   records: Loaded<AllocationRecord>[];
   registrations: Loaded<AgentRegistration>[];
+  /** Registry entries skipped as unreadable or invalid: a successor then learns for a whole lease. */
+  registrySkipped: number;
 }
 
 /**
@@ -64,22 +66,28 @@ export async function openAllocationBuckets(context: EngineContext): Promise<All
     bucket: string,
     options: Partial<KvOptions>,
     schema: z.ZodType<T>,
-  ): Promise<{ kv: KV; loaded: Loaded<T>[] }> => {
+  ): Promise<{ kv: KV; loaded: Loaded<T>[]; skipped: number }> => {
     const kv = await step(`${what}_bucket`, () => kvm.create(bucket, { ...options, replicas }));
     await step(`${what}_replicas`, () => ensureReplicas(jsm, `KV_${bucket}`, replicas));
     // Read through the stream's leader (a bound view without direct gets; binding sends nothing): a direct get
     // may be answered by any replica, and one still catching up after the election would hand a new leader
     // records and registrations older than those the agents hold.
     const leaderView = await kvm.open(bucket);
-    const loaded = await loadAll({ kv: leaderView, jsm, bucket, schema, log, step, what });
-    return { kv, loaded };
+    const { loaded, skipped } = await loadAll({ kv: leaderView, jsm, bucket, schema, log, step, what });
+    return { kv, loaded, skipped };
   };
   const [allocations, agents] = await Promise.all([
     open('allocations', names.allocations, ALLOCATION_BUCKET_OPTIONS, AllocationRecord),
     open('agents', names.agents, AGENT_BUCKET_OPTIONS, AgentRegistration),
   ]);
   const records = allocations.loaded.filter(({ key, value }) => policyNameFromKey(key) === value.policy);
-  return { allocations: allocations.kv, agents: agents.kv, records, registrations: agents.loaded };
+  return {
+    allocations: allocations.kv,
+    agents: agents.kv,
+    records,
+    registrations: agents.loaded,
+    registrySkipped: agents.skipped,
+  };
 }
 
 export interface AllocationWriterOptions {
@@ -203,6 +211,9 @@ export class AllocationWriter {
       this.#engine.registered(agentId);
       const held = this.#heldRenewals.get(agentId) ?? [];
       this.#heldRenewals.delete(agentId);
+      // Not once the lease is lost during the write: a successor may have read the registry without this agent,
+      // and a renewal sent now would be a lease it does not know to wait for. The agent asks again.
+      if (leader !== undefined && !leader.isLeader()) continue;
       for (const send of held) send();
     }
     const writes = this.#engine.takeWrites();
@@ -339,7 +350,7 @@ function epochOf(entry: { json<T>(): T } | null): number {
 }
 
 /**
- * Every entry of a bucket that parses, with its revision; bad ones are logged and skipped. Read without a consumer
+ * Every entry of a bucket that parses, with its revision; bad ones are logged, skipped and counted. Read without a consumer
  * (coordinator/nats/kv-read.ts): after a region is lost, creating one was the slowest call of a start.
  */
 async function loadAll<T>(options: {
@@ -350,11 +361,12 @@ async function loadAll<T>(options: {
   log: EngineContext['log'];
   step: ReturnType<typeof stepper>;
   what: string;
-}): Promise<Loaded<T>[]> {
+}): Promise<{ loaded: Loaded<T>[]; skipped: number }> {
   const { kv, jsm, bucket, schema, log, step, what } = options;
   const keys = await step(`${what}_keys`, () => bucketKeys(jsm, bucket));
   const entries = await step(`${what}_values`, () => latestEntries(kv, keys));
   const out: Loaded<T>[] = [];
+  let skipped = 0;
   for (const entry of entries) {
     if (entry === null || entry.operation !== 'PUT') continue;
     const key = entry.key;
@@ -363,14 +375,16 @@ async function loadAll<T>(options: {
       value = entry.json();
     } catch {
       log.warn({ key }, 'protocol: skipped an unreadable KV entry');
+      skipped++;
       continue;
     }
     const parsed = schema.safeParse(value);
     if (!parsed.success) {
       log.warn({ key }, 'protocol: skipped an invalid KV entry');
+      skipped++;
       continue;
     }
     out.push({ key, value: parsed.data, raw: entry.string(), revision: entry.revision });
   }
-  return out;
+  return { loaded: out, skipped };
 }

@@ -116,6 +116,7 @@ class ProtocolEngine implements ProtocolService {
       safeShares: options.safeShares,
       records: records.map(({ value, revision }) => ({ record: value, revision })),
       agents: registrations.map(({ value }) => value),
+      registryComplete: buckets.registrySkipped === 0,
       demandSnapshots,
       snapshotIntervalMs: options.snapshotIntervalMs,
     });

@@ -86,7 +86,9 @@ import { SubjectOverrides } from './subject-overrides.js';
  * Learning mode lasts at least this many report intervals after the first heartbeat a coordinator hears (it is
  * listening by then): an agent sends its next heartbeat at most one interval after the previous one ended, which
  * waited at most one interval for a reply, and a heartbeat crosses in less than one interval (agents ignore replies
- * later than that), so every agent that can reach the new coordinator has been heard by then.
+ * later than that), so every agent that can reach the new coordinator has been heard by then. The interval is
+ * the longer of the coordinator's and the agents' own default: an agent no coordinator has renewed yet (one
+ * started while none answered) heartbeats on its default interval, not on one it was never told.
  */
 export const LEARNING_REPORT_INTERVALS = 3;
 
@@ -103,6 +105,12 @@ export interface LeaseCoordinatorOptions {
   records?: ReadonlyArray<{ record: AllocationRecord; revision: number }>;
   /** Agents an earlier incarnation registered. */
   agents?: readonly AgentRegistration[];
+  /**
+   * False when the registry read at start skipped an entry (one that did not parse, or of a region this
+   * coordinator does not run): an agent that may hold an earlier incarnation's lease is then unknown, and learning
+   * lasts its whole lease + skew. Default true.
+   */
+  registryComplete?: boolean | undefined;
   /**
    * Demand snapshots the leader before wrote (demand-snapshot.ts): a policy restored from its record starts from
    * its predecessor's demand and move state instead of from nothing.
@@ -154,6 +162,8 @@ export class LeaseCoordinator {
   #learningUntil: number;
   /** When the first heartbeat reached this incarnation: learning lasts LEARNING_REPORT_INTERVALS more at least. */
   #firstHeardAt: number | undefined;
+  /** The registry read at start names every agent an earlier incarnation may have renewed. */
+  #registryComplete: boolean;
   /** An agent must acknowledge a shrink within this long, or it is not renewed (and lapses in time). */
   readonly #ackTimeoutMs: number;
 
@@ -196,9 +206,11 @@ export class LeaseCoordinator {
     // agent of the registry holds a renewal of this incarnation, but not before every agent that can reach this one
     // has been heard (see `#endLearning`).
     this.#learningUntil = now + this.lease.leaseMs + this.lease.skewMs;
+    this.#registryComplete = options.registryComplete ?? true;
     for (const reg of options.agents ?? []) {
       const region = this.#regionIndex.get(reg.region);
       if (region !== undefined) this.#roster.restore(reg, region, now);
+      else this.#registryComplete = false;
     }
     for (const { record, revision } of options.records ?? []) this.#restore(record, revision);
     // Before the budget is restored: a snapshot's move state applies to the shares its record left.
@@ -235,8 +247,9 @@ export class LeaseCoordinator {
    * may hold a lease of an earlier incarnation is in the registry this one read. docs/protocol.md, "Restart".
    */
   #endLearning(now: number): void {
-    if (now >= this.#learningUntil || this.#firstHeardAt === undefined) return;
-    if (now < this.#firstHeardAt + LEARNING_REPORT_INTERVALS * this.lease.reportIntervalMs) return;
+    if (now >= this.#learningUntil || this.#firstHeardAt === undefined || !this.#registryComplete) return;
+    const intervalMs = Math.max(this.lease.reportIntervalMs, defaultLeaseSettings.reportIntervalMs);
+    if (now < this.#firstHeardAt + LEARNING_REPORT_INTERVALS * intervalMs) return;
     if (!this.#roster.allRenewed(now)) return;
     this.#learningUntil = now;
     this.counters.learningEndedEarly++;

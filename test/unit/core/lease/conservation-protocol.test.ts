@@ -72,6 +72,49 @@ describe('rebalancing', () => {
     loop.checker.assertHeld();
   });
 
+  it('with a report interval below the agents’ default, learning still lasts three of the agents’ intervals', () => {
+    // An agent no coordinator has renewed heartbeats on its own default interval (1 s), not on 250 ms it was never
+    // told: three of those must pass before one the registry does not name is surely heard.
+    const loop = new ProtocolLoop({ regions, agentsPerRegion: 2, lease: { reportIntervalMs: 250 } });
+    loop.upsertPolicy(policy);
+    loop.advance(2900);
+    expect(loop.engine!.learning()).toBe(true);
+    loop.advance(600);
+    expect(loop.engine!.learning()).toBe(false);
+    expect(loop.engine!.counters.learningEndedEarly).toBe(1);
+    loop.checker.assertHeld();
+  });
+
+  it('learns for a whole lease when the registry it read was not whole', () => {
+    for (const start of [
+      // An entry skipped as unreadable or invalid.
+      (loop: ProtocolLoop) => loop.startCoordinator({ registryComplete: false }),
+      // An agent of a region this coordinator does not run.
+      (loop: ProtocolLoop) =>
+        loop.startCoordinator({
+          agents: [
+            ...loop.registry.values(),
+            { ...[...loop.registry.values()][0]!, agentId: 'elsewhere-1', region: 'mars' },
+          ],
+        }),
+    ]) {
+      const loop = new ProtocolLoop({ regions, agentsPerRegion: 2 });
+      loop.upsertPolicy(policy);
+      loop.advance(3000);
+      loop.killCoordinator();
+      loop.advance(2000);
+      start(loop);
+      // Every agent it knows of is alive and renewed within seconds, but one it could not read may hold a lease of
+      // the earlier coordinator: one lease (6 s) + skew (1 s).
+      loop.advance(6900);
+      expect(loop.engine!.learning()).toBe(true);
+      loop.advance(200);
+      expect(loop.engine!.learning()).toBe(false);
+      expect(loop.engine!.counters.learningEndedEarly).toBe(0);
+      loop.checker.assertHeld();
+    }
+  });
+
   it('a renewal waits for its registration: a failed write is retried before the agent is renewed', () => {
     const clock = new ManualClock(1_000_000);
     const engine = new LeaseCoordinator({ coordinatorId: 'c', regions, clock });
