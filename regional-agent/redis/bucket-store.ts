@@ -71,8 +71,21 @@ interface Waiting {
   request: EncodedRequest;
   /** The caller's deadline, agent µs (agentMicros); undefined: only the store timeout bounds the call. */
   chargeBy: number | undefined;
-  resolve: (reply: EncodedReply) => void;
+  /** `rider`: the answer came in a script call that carried an earlier request of the batch too. */
+  resolve: (reply: EncodedReply, rider: boolean) => void;
   reject: (error: unknown) => void;
+}
+
+/**
+ * Decisions that rode in a script call with an earlier one of their batch: the call is the store's unit of
+ * health, so the store breaker counts its success once (regional-agent/resilience/store-guard.ts). A failed call
+ * rejects each of its requests with the same error object, which the breaker counts once in the same way.
+ */
+const riders = new WeakSet<object>();
+
+/** Whether `decision` came in a script call whose success was already told by an earlier request of its batch. */
+export function rodeAlong(decision: unknown): boolean {
+  return typeof decision === 'object' && decision !== null && riders.has(decision);
 }
 
 /**
@@ -133,17 +146,24 @@ export class RedisBucketStore implements BucketStore {
     const slot = this.#cluster ? this.#oneSlot(encoded) : 0;
     const chargeBy = options.chargeBy === undefined ? undefined : Math.floor(options.chargeBy * 1000);
     if (!this.#batch) return decodeReply((await this.#call([encoded], chargeBy))[0]!);
+    let rider = false;
     const reply = await new Promise<EncodedReply>((resolve, reject) => {
       let lane = this.#lanes.get(slot);
       if (lane === undefined) this.#lanes.set(slot, (lane = { waiting: [], onTheWire: 0 }));
-      lane.waiting.push({ request: encoded, chargeBy, resolve, reject });
+      const answered = (r: EncodedReply, rode: boolean) => {
+        rider = rode;
+        resolve(r);
+      };
+      lane.waiting.push({ request: encoded, chargeBy, resolve: answered, reject });
       this.#arrived.add(slot);
       if (!this.#flushScheduled) {
         this.#flushScheduled = true;
         setImmediate(this.#flush);
       }
     });
-    return decodeReply(reply);
+    const decision = decodeReply(reply);
+    if (rider) riders.add(decision);
+    return decision;
   }
 
   /** Send what arrived in this event-loop turn, as far as each slot's calls on the wire allow. */
@@ -185,7 +205,7 @@ export class RedisBucketStore implements BucketStore {
         chargeBy,
       )
         .then(
-          (replies) => live.forEach((w, i) => w.resolve(replies[i]!)),
+          (replies) => live.forEach((w, i) => w.resolve(replies[i]!, i > 0)),
           (error: unknown) => live.forEach((w) => w.reject(error)),
         )
         .finally(() => {

@@ -4,7 +4,7 @@ import CircuitBreaker from 'opossum';
 import { InvalidBucketRequestError } from '../../core/wire/bucket.js';
 import { DeadlinePassedError } from '../../core/wire/script.js';
 import { CallerDeadlineError } from '../decisions/decision-store.js';
-import { CrossSlotError } from '../redis/bucket-store.js';
+import { CrossSlotError, rodeAlong } from '../redis/bucket-store.js';
 import { ScriptError } from '../redis/scripts.js';
 import { WireTimeoutError } from './wire-timeout.js';
 import type { AgentMetrics } from '../observability/metrics.js';
@@ -72,6 +72,8 @@ export class StoreGuard {
   readonly #metrics: AgentMetrics;
   readonly #tracer: Tracer;
   #lastFailure: { kind: StoreFailureKind; message: string } | null = null;
+  /** Half-open: a decision has been let through as the trial and has not been told yet. */
+  #trial = false;
   #status: BreakerStatus = { state: 'closed', since: null, cause: null };
 
   constructor(
@@ -100,6 +102,7 @@ export class StoreGuard {
     });
     metrics.breakerState.set(0);
     const state = (name: BreakerStatus['state'], value: number) => () => {
+      this.#trial = false;
       metrics.breakerState.set(value);
       metrics.breakerTransitions.labels(name).inc();
       this.#status = {
@@ -126,16 +129,35 @@ export class StoreGuard {
     return 'closed';
   }
 
-  /** Run `fn`; throws StoreUnavailableError when the store gave no answer, or the caller's error as it is. */
+  /**
+   * Run `fn`; throws StoreUnavailableError when the store gave no answer, or the caller's error as it is.
+   *
+   * The breaker counts Redis calls, not decisions: the token-bucket store sends the decisions of one event-loop
+   * turn in one script call, and one late reply must not count as dozens of failures (a burst's first late call
+   * would otherwise reach the volume threshold on its own and fail every decision closed for `resetMs`). So a
+   * success that rode in another's call (`rodeAlong`) is not told, and a failure is told once per error object
+   * (a failed call rejects each of its requests with the same one). While the breaker is open, calls fail at
+   * once; half-open, one decision is let through as the trial and the others fail at once until it is told.
+   */
   async run<T>(operation: StoreOperation, fn: () => Promise<T>): Promise<T> {
     const span: Span = this.#tracer.startSpan(`redis ${operation}`, {
       attributes: { 'db.system': 'redis', 'quotaplane.operation': operation },
     });
     const started = performance.now();
     let outcome = 'ok';
+    let trial = false;
     try {
-      return (await this.#breaker.fire(fn)) as T;
+      if (!this.#breaker.closed) {
+        if (!this.#breaker.halfOpen || this.#trial)
+          throw Object.assign(new Error('Breaker is open'), { code: 'EOPENBREAKER' });
+        this.#trial = trial = true;
+      }
+      const value = await fn();
+      if (!rodeAlong(value)) this.#tell(undefined);
+      return value;
     } catch (error) {
+      if ((error as { code?: unknown } | null)?.code !== 'EOPENBREAKER' && !isCallerError(error))
+        this.#tell(error);
       const failure = classify(error);
       outcome =
         failure instanceof StoreUnavailableError
@@ -151,11 +173,29 @@ export class StoreGuard {
       span.setStatus({ code: SpanStatusCode.ERROR, message: failure.message });
       throw failure;
     } finally {
+      // A trial that told nothing (the caller's own error) hands the trial to the next decision.
+      if (trial && this.#breaker.halfOpen && this.#breaker.pendingClose) this.#trial = false;
       this.#latency(operation, outcome).observe((performance.now() - started) / 1000);
       span.setAttribute('quotaplane.outcome', outcome);
       span.end();
     }
   }
+
+  /**
+   * Tell the breaker how one Redis call went: `undefined` a success, else its error, once per error object. The
+   * breaker's own call only replays the outcome, so its statistics and state follow the store's calls.
+   */
+  #tell(error: unknown): void {
+    if (error !== undefined && typeof error === 'object' && error !== null) {
+      if (this.#told.has(error)) return;
+      this.#told.add(error);
+    }
+    this.#breaker
+      .fire(error === undefined ? succeeded : () => Promise.reject(error as Error))
+      .catch(() => undefined);
+  }
+
+  readonly #told = new WeakSet<object>();
 
   readonly #latencyChildren = new Map<string, { observe(seconds: number): void }>();
 
@@ -175,6 +215,9 @@ export class StoreGuard {
     this.#breaker.shutdown();
   }
 }
+
+/** The breaker's own call when a store call succeeded. */
+const succeeded = (): Promise<void> => Promise.resolve();
 
 function classify(error: unknown): Error {
   if (isCallerError(error)) return error as Error;

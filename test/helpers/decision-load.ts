@@ -115,6 +115,22 @@ export async function metric(agentUrl: string, pattern: RegExp): Promise<number>
   return m === null ? 0 : Number(m[1]);
 }
 
+/**
+ * What an agent's store calls came to, for a failure message: the decide calls by outcome and the breaker's
+ * transitions (`decide/timeout`, `decide/circuit_open`, `breaker/open`…), counted since the agent started.
+ */
+export async function storeOutcomes(agentUrl: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${agentUrl}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const m of text.matchAll(
+    /^quotaplane_store_latency_seconds_count\{operation="(\w+)",outcome="(\w+)"\} (\d+)$/gm,
+  ))
+    out[`${m[1]}/${m[2]}`] = Number(m[3]);
+  for (const m of text.matchAll(/^quotaplane_store_breaker_transitions_total\{state="(\w+)"\} (\d+)$/gm))
+    out[`breaker/${m[1]}`] = Number(m[2]);
+  return out;
+}
+
 /** The `p`-quantile (0..1) of numbers, nearest rank. */
 export function quantile(values: readonly number[], p: number): number {
   if (values.length === 0) return 0;

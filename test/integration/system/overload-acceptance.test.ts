@@ -4,7 +4,14 @@
  * does not deny an unrelated policy a second later.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { burstPool, byReason, decide, metric, type Answer } from '../../helpers/decision-load.js';
+import {
+  burstPool,
+  byReason,
+  decide,
+  metric,
+  storeOutcomes,
+  type Answer,
+} from '../../helpers/decision-load.js';
 import { startRealStack, type RealStack } from '../../helpers/real-stack.js';
 
 let stack: RealStack;
@@ -33,6 +40,13 @@ const STORE_TIMEOUTS =
 
 const regions = () => Object.entries(stack.agents);
 
+/** Every agent's store outcomes and breaker transitions, for a failure message. */
+async function outcomes(): Promise<string> {
+  const all: Record<string, Record<string, number>> = {};
+  for (const [region, url] of regions()) all[region] = await storeOutcomes(url);
+  return JSON.stringify(all);
+}
+
 /** Decisions answered store_unavailable because their Redis call got no reply in time, summed over the agents. */
 async function wireTimeouts(): Promise<number> {
   let n = 0;
@@ -57,7 +71,9 @@ describe('acceptance: overload on the real stack', { timeout: 120_000 }, () => {
     // the store timeout on the wire, which the home agent counts. None on an idle machine; on a busy one a
     // starved redis-server may answer late.
     const timeouts = (await wireTimeouts()) - timeoutsBefore;
-    expect(reasons['store_unavailable'] ?? 0, JSON.stringify(reasons)).toBe(timeouts);
+    expect(reasons['store_unavailable'] ?? 0, `${JSON.stringify(reasons)} ${await outcomes()}`).toBe(
+      timeouts,
+    );
     // Every other answer is an ordinary denial or an explicit shed, nothing else.
     for (const a of answers) {
       if (a.status === 503) expect(a).toMatchObject({ reason: 'overloaded', retryAfter: '1' });
@@ -100,7 +116,9 @@ describe('acceptance: overload on the real stack', { timeout: 120_000 }, () => {
     // measured on the wire (the agents count each such decision); time queued inside a busy agent never makes
     // one. On an idle machine there are none; on a busy one a starved redis-server may answer late.
     const timeouts = (await wireTimeouts()) - timeoutsBefore;
-    expect(reasons['store_unavailable'] ?? 0, JSON.stringify(reasons)).toBe(timeouts);
+    expect(reasons['store_unavailable'] ?? 0, `${JSON.stringify(reasons)} ${await outcomes()}`).toBe(
+      timeouts,
+    );
     const perSubject = new Map<string, Answer[]>();
     answers.forEach((a, i) => {
       const s = sent[i]!.subject;

@@ -90,3 +90,91 @@ describe('caller errors and store failures', () => {
     }
   });
 });
+
+describe('the breaker counts Redis calls, not decisions', () => {
+  const newGuard = () =>
+    new StoreGuard(
+      { errorPercent: 50, volumeThreshold: 4, resetMs: 50, windowMs: 10_000 },
+      new AgentMetrics({ region: 'us' }),
+      trace.getTracer('test'),
+    );
+  const timeout = () => Object.assign(new Error('no reply within 50 ms'), { code: 'ETIMEDOUT' });
+
+  it('one failed call carrying 40 decisions is one failure: the breaker stays closed', async () => {
+    const guard = newGuard();
+    try {
+      const shared = timeout();
+      const answers = await Promise.all(
+        Array.from({ length: 40 }, () =>
+          guard.run('decide', () => Promise.reject(shared)).catch((e: unknown) => e),
+        ),
+      );
+      expect(answers.every((a) => a instanceof StoreUnavailableError)).toBe(true);
+      expect(guard.status.state).toBe('closed');
+      // Three more failed calls make four in the window, all failures: it opens.
+      for (let i = 0; i < 3; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('open');
+    } finally {
+      guard.shutdown();
+    }
+  });
+
+  it('each told success and failure counts toward the rate: four failed calls of seven open it', async () => {
+    const guard = newGuard();
+    try {
+      // Three successful calls, then four failed ones: 4 of 7 told calls failed (57 % > 50 %), so it opens.
+      for (let i = 0; i < 3; i++) await guard.run('decide', () => Promise.resolve({ allowed: true }));
+      for (let i = 0; i < 3; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('closed');
+      await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('open');
+    } finally {
+      guard.shutdown();
+    }
+  });
+
+  it('open: decisions fail at once without calling the store; half-open: one trial, then closed on its success', async () => {
+    const guard = newGuard();
+    try {
+      for (let i = 0; i < 4; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('open');
+      let calls = 0;
+      const store = () => {
+        calls++;
+        return new Promise((r) => setTimeout(() => r({ allowed: true }), 20));
+      };
+      const open = await guard.run('decide', store).catch((e: unknown) => e);
+      expect(open).toMatchObject({ kind: 'circuit_open' });
+      expect(calls).toBe(0);
+      await new Promise((r) => setTimeout(r, 80));
+      expect(guard.status.state).toBe('half_open');
+      const [trial, other] = await Promise.all([
+        guard.run('decide', store),
+        guard.run('decide', store).catch((e: unknown) => e),
+      ]);
+      expect(trial).toEqual({ allowed: true });
+      expect(other).toMatchObject({ kind: 'circuit_open' });
+      expect(calls).toBe(1);
+      expect(guard.status.state).toBe('closed');
+    } finally {
+      guard.shutdown();
+    }
+  });
+
+  it('half-open: a trial ended by the caller’s own error hands the trial to the next decision', async () => {
+    const guard = newGuard();
+    try {
+      for (let i = 0; i < 4; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      await new Promise((r) => setTimeout(r, 80));
+      expect(guard.status.state).toBe('half_open');
+      await expect(
+        guard.run('decide', () => Promise.reject(new CallerDeadlineError())),
+      ).rejects.toBeInstanceOf(CallerDeadlineError);
+      expect(guard.status.state).toBe('half_open');
+      await expect(guard.run('decide', () => Promise.resolve(1))).resolves.toBe(1);
+      expect(guard.status.state).toBe('closed');
+    } finally {
+      guard.shutdown();
+    }
+  });
+});
