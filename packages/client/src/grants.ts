@@ -36,6 +36,13 @@ export interface GrantOptions {
   hotPerSecond?: number;
   /** How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket). Default 250. */
   horizonMs?: number;
+  /**
+   * Fewest tokens worth a grant. A take and a return are agent exchanges of their own, while decisions asked at
+   * the agent share one exchange (about twenty a batch under load), so a grant of a few tokens costs more than
+   * the decisions it saves: a subject is given one only when its rate over `horizonMs` and the agent's cap (a
+   * tenth of the bucket) come to at least this many. Default 16, so a bucket of fewer than 160 is never granted.
+   */
+  minTokens?: number;
   /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */
   maxSubjects?: number;
   /**
@@ -116,6 +123,7 @@ export class GrantPool {
   readonly #hot: number;
   readonly #horizonMs: number;
   readonly #maxSubjects: number;
+  readonly #minTokens: number;
   /**
    * Subjects tracked, in two generations: this one's, and the last one's (`#previous`), forgotten at the next
    * rotation unless seen again meanwhile (then moved to this one) or busy (a grant, a take or a denial held).
@@ -149,9 +157,10 @@ export class GrantPool {
     this.#hot = options.hotPerSecond ?? 20;
     this.#horizonMs = options.horizonMs ?? 250;
     this.#maxSubjects = options.maxSubjects ?? 1000;
+    this.#minTokens = options.minTokens ?? 16;
     this.#denials = options.denials ?? true;
-    if (!(this.#hot > 0 && this.#horizonMs > 0 && this.#maxSubjects >= 1))
-      throw new TypeError('grants: hotPerSecond and horizonMs must be > 0, maxSubjects >= 1');
+    if (!(this.#hot > 0 && this.#horizonMs > 0 && this.#maxSubjects >= 1 && this.#minTokens >= 1))
+      throw new TypeError('grants: hotPerSecond and horizonMs must be > 0, maxSubjects and minTokens >= 1');
   }
 
   stats(): GrantStats {
@@ -214,7 +223,7 @@ export class GrantPool {
     if (!this.#grantable.has(body.policy)) {
       // Whether the policy is a token bucket is learned once, from the grant route: a grant request for this
       // subject (its tokens, if any, are spent here or handed back like any grant's).
-      this.#take(entry, now);
+      this.#take(entry, now, true);
       return;
     }
     // Over quota, not a failure: the agent said when this cost fits, from the subject's token bucket; until then
@@ -305,10 +314,12 @@ export class GrantPool {
     return Math.max(1, Math.min(wanted, cap, 1000));
   }
 
-  #take(entry: Entry, now: number): void {
+  /** `learn`: a take that only asks whether the policy is granted at all (one token is enough). */
+  #take(entry: Entry, now: number, learn = false): void {
     if (entry.taking || now < entry.quietUntil || this.#closed) return;
-    entry.taking = true;
     const amount = this.#amountFor(entry);
+    if (!learn && amount < this.#minTokens) return;
+    entry.taking = true;
     const work = this.#send('/v1/grants', { policy: entry.policy, subject: entry.subject, amount })
       .then(({ status, json, code }) => {
         if (status !== 200) {

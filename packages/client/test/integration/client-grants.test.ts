@@ -55,8 +55,9 @@ async function hammer(clients: AgentClient[], policy: string, subject: string): 
   return admitted;
 }
 
-// A generous timeout: the test counts admissions, and a take whose answer is lost loses its tokens.
-const newClient = () => new AgentClient({ baseUrl: agent.url, timeoutMs: 2000 });
+// A generous timeout: the test counts admissions, and a take whose answer is lost loses its tokens. Grants of
+// any size (`minTokens: 1`): a bucket of 100 gets none with the default of 16, and grants are what is tested.
+const newClient = () => new AgentClient({ baseUrl: agent.url, timeoutMs: 2000, grants: { minTokens: 1 } });
 
 describe('local grants: exact when demand exceeds supply', () => {
   it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit at most 100 and at least 97`, async () => {

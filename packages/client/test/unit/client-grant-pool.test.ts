@@ -71,10 +71,34 @@ describe('GrantPool', () => {
     expect(a.calls).toEqual([]);
   });
 
+  it('a grant smaller than minTokens is never taken: a bucket of 100 gets none by default, of 1,000 one of 16+', async () => {
+    const small = agent(100);
+    const pool = new GrantPool(small.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    expect(run(pool, 20)).toBe(0);
+    await flush();
+    // A tenth of 100 is 10 tokens, under the default 16: every decision stays an agent decision.
+    expect(small.calls).toEqual([]);
+    const big = agent(1000);
+    const thousand: Decision = {
+      ...allowed,
+      results: [{ ...allowed.results[0]!, remaining: 900, limit: 1000 }],
+    };
+    const pool2 = new GrantPool(big.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    const body = { policy: 'p', subject: 's' };
+    for (let i = 0; i < 2; i++) {
+      clock += 300;
+      if (pool2.trySpend(body) === undefined) pool2.observe(body, thousand);
+    }
+    await flush();
+    expect(big.calls[0]).toMatchObject({ path: '/v1/grants', body: { amount: 100 } });
+    await pool.close();
+    await pool2.close();
+  });
+
   it('a hot subject gets a grant, spends it in-process and hands the rest back on close', async () => {
     const a = agent(100);
     // Hot from the first window: every subject counts as hot.
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
     run(pool, 2);
     await flush();
     expect(a.calls[0]).toMatchObject({ path: '/v1/grants', body: { policy: 'p', subject: 's' } });
@@ -100,7 +124,7 @@ describe('GrantPool', () => {
 
   it('hands a rest held over two grants back to each grant by its id, the newest first, at most what it took', async () => {
     const a = agent(100);
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
     run(pool, 2);
     await flush();
     expect(pool.stats().held).toBe(10);
@@ -121,7 +145,7 @@ describe('GrantPool', () => {
 
   it('layered checks, dry runs, idempotent requests and checks naming a class are never decided on a grant', async () => {
     const a = agent(100);
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
     run(pool, 3);
     await flush();
     expect(pool.stats().held).toBeGreaterThan(0);
@@ -135,7 +159,7 @@ describe('GrantPool', () => {
 
   it('a policy the agent gives no grants for is never asked again', async () => {
     const a = agent(100, 'AGT_ERR_GRANT_NOT_ALLOWED');
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9 }, now);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9 }, now);
     run(pool, 3);
     await flush();
     run(pool, 20);
@@ -146,7 +170,7 @@ describe('GrantPool', () => {
 
   it('repeats an over-quota answer until the retry time, and never a failure-mode answer', async () => {
     const a = agent(0);
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e-9 }, now);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9 }, now);
     const body = { policy: 'p', subject: 's' };
     run(pool, 2);
     const denied = (reason?: 'agent_unreachable'): Decision => ({
