@@ -13,7 +13,7 @@ ARGV
   ARGV[3]  idempotency record TTL in ms (integer >= 1 when a record is present, else 0)
   ARGV[4]  deadline in µs of Redis time (integer >= 0; 0 = none): a call that starts later decides nothing
   then per log, 4 values:
-    limit    units admitted in any rolling window (integer in 0..100000, MAX_LOG_LIMIT in core/policy/policy.ts: bounds the write loop)
+    limit    units admitted in any rolling window (integer in 0..100000, MAX_LOG_LIMIT in core/policy/limits.ts: bounds the write loop)
     window   µs (integer >= 1)
     cost     units (integer in 1..100000)
     ttl      key TTL in ms after an admission (integer >= window / 1000)

@@ -38,7 +38,7 @@ for i = 1, n do
   local stamp, seq, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
   if not (int(stamp, 1) and stamp <= 9007199254740991) then return fail('stamp of log ' .. i .. ' must be an integer in 1..2^53-1') end
   if not (int(seq, 0) and seq <= 9007199254740991 - 100000) then return fail('seq of log ' .. i .. ' must be an integer in 0..2^53-100001') end
-  -- Bounds the loop below: a log never holds more than MAX_LOG_LIMIT (core/policy/policy.ts) entries.
+  -- Bounds the loop below: a log never holds more than MAX_LOG_LIMIT (core/policy/limits.ts) entries.
   if not (int(cost, 1) and cost <= 100000) then return fail('cost of log ' .. i .. ' must be an integer in 1..100000') end
   stamps[i] = stamp; seqs[i] = seq; costs[i] = cost
 end

@@ -42,7 +42,7 @@ export function policyBodyFor(regions: readonly string[]) {
 }
 
 /**
- * The smallest quantities an operator may write (core/policy/policy.ts MIN_WRITTEN_*): `capacity` and `maxCost` of the
+ * The smallest quantities an operator may write (core/policy/limits.ts MIN_WRITTEN_*): `capacity` and `maxCost` of the
  * policy and of each class at least a thousandth of a token, `refillPerSecond` at least one micro-token a
  * second. A 400 COORD_ERR_VALIDATION naming each field, like every schema problem.
  */

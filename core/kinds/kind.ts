@@ -1,14 +1,17 @@
 /**
  * What a policy kind is, declared in one place: every capability the rest of the code asks a kind about
  * (borrowing, sharding, classes, grants, reservations, leases, failure modes), the store group and Lua scripts
- * that decide it, its reference model and share-sizing function (by name: core/kinds/bindings.ts holds the
- * imports, checked against these names), the refusal reasons only it answers, and its defaults. Pure data with
- * no import of the policy schema, so core/policy/policy.ts can read it.
+ * that decide it, the refusal reasons only it answers and its defaults (`KindTraits`, pure data), and, in
+ * `Kind`, what it plugs in: its fragment of the policy schema (the fields and rules only it has), its reference
+ * model and its share-sizing function.
  *
- * Adding a kind: a module next to this one declaring a `KindTraits` (every field is required), its entry in
- * core/kinds/index.ts and core/kinds/bindings.ts (both typed over every kind name, so a kind left out fails to
- * compile), and test/unit/core/kinds/kind-registry.test.ts checks each declared trait against what the code does.
+ * Adding a kind: a folder core/kinds/<kind>/ (its `traits.ts`, its `schema.ts` and an `index.ts` putting them
+ * together with its model and sizing), its name in `KIND_NAMES` below, and one line in core/kinds/index.ts's
+ * `KINDS`, typed over every kind name: a kind left out, or missing a trait, does not compile.
+ * test/unit/core/kinds/kind-registry.test.ts checks each declared trait against what the code does.
  */
+import type { z } from 'zod';
+import type { FailureMode, PolicyMode } from '../policy/policy.js';
 import type { DecisionReason } from '../wire/agent.js';
 
 /** The policy kinds, in the order the admin API lists them (core/policy/policy.ts PolicyKind). */
@@ -67,10 +70,6 @@ export interface KindTraits<K extends KindName = KindName> {
   readonly noun: string;
   /** The Lua scripts (lua/<name>.lua) that decide and refund it. */
   readonly scripts: readonly LuaScriptName[];
-  /** The export of core/ that models its scripts (in-memory, clock injected). */
-  readonly model: 'BucketModel' | 'SlidingLogModel' | 'DailyBudgetModel';
-  /** The export of core/ that sizes what a region enforces from its share of the budget. */
-  readonly sizing: 'sizedBucket' | 'sizedLog' | 'sizedDay';
   /** Refusal reasons of a decision that only some kinds answer (the rest are common to every kind). */
   readonly refusalReasons: readonly DecisionReason[];
   /** Per-kind defaults: the time zone a policy counts in, the shortest idle TTL of its keys. */
@@ -78,4 +77,54 @@ export interface KindTraits<K extends KindName = KindName> {
     readonly timeZone: string | undefined;
     readonly minIdleTtlSeconds: number | undefined;
   };
+}
+
+/**
+ * What a kind's rules read of a policy being parsed: the fields every kind has (core/policy/policy.ts), before
+ * its defaults are filled. A kind's rules see its own fields besides (`KindSchema.fields`).
+ */
+export interface PolicyDraft {
+  readonly kind: KindName;
+  readonly capacity: number;
+  readonly refillPerSecond?: number | undefined;
+  readonly maxCost?: number | undefined;
+  readonly mode: PolicyMode;
+  readonly onStoreFailure: FailureMode;
+  readonly idleTtlSeconds?: number | undefined;
+  readonly minShare?: number | undefined;
+  readonly classes?:
+    | Readonly<Record<string, { readonly capacity: number; readonly maxCost?: number | undefined }>>
+    | undefined;
+}
+
+/** What a kind's rules may ask of the registry (core/kinds/index.ts), which its schema cannot import. */
+export interface KindLookup {
+  /** The traits of `kind`. */
+  kindOf(kind: KindName): KindTraits;
+  /** The kinds whose trait `trait` is true, by name. */
+  kindsWith(trait: (k: KindTraits) => boolean): KindName[];
+}
+
+/** A kind's fragment of the policy schema (core/kinds/<kind>/schema.ts), composed by core/policy/policy.ts. */
+export interface KindSchema {
+  /**
+   * The policy fields only this kind has (zod, each optional): part of every policy's schema, so a policy of
+   * another kind that sets one is refused by `rules`, never as an unknown field.
+   */
+  readonly fields: z.ZodRawShape;
+  /**
+   * The rules of those fields, run on every policy (of this kind or another) once its rate is known to be
+   * well formed (core/policy/policy.ts `checkPolicy`), in registry order: a problem is an issue on `ctx`.
+   * `p` holds the policy's fields, this kind's among them.
+   */
+  rules?(p: PolicyDraft, ctx: z.RefinementCtx, kinds: KindLookup): void;
+}
+
+/** A kind as registered: its traits, its schema fragment, and the model and sizing function of core/ it uses. */
+export interface Kind<K extends KindName = KindName> extends KindTraits<K> {
+  readonly schema: KindSchema;
+  /** The in-memory model of its scripts (clock injected), the Lua's reference in the case tables. */
+  readonly model: abstract new (...args: never[]) => unknown;
+  /** How a region's share of the budget becomes what it enforces (the agent and the simulator call it). */
+  readonly sizing: (...args: never[]) => unknown;
 }

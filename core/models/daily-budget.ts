@@ -12,7 +12,7 @@ import { z } from 'zod';
 import { ExpiringMap } from './expiring-map.js';
 import { IdempotencyRecords, type RecordClaim } from './idempotency.js';
 import { idempotencyRecordKey } from '../keys.js';
-import { MAX_CAPACITY } from '../policy/policy.js';
+import { MAX_CAPACITY } from '../policy/limits.js';
 import {
   counterCallHead,
   counterRefundArguments,

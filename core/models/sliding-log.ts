@@ -11,7 +11,9 @@ import { validStoreRequest } from '../wire/bucket.js';
 import { ExpiringMap } from './expiring-map.js';
 import { IdempotencyRecords, type RecordClaim } from './idempotency.js';
 import { idempotencyRecordKey } from '../keys.js';
-import { logWindowSeconds, MAX_LOG_LIMIT, MAX_WINDOW_SECONDS, type Policy } from '../policy/policy.js';
+import { MAX_WINDOW_SECONDS } from '../kinds/sliding-log/schema.js';
+import { MAX_LOG_LIMIT } from '../policy/limits.js';
+import type { Policy } from '../policy/policy.js';
 import {
   counterCallHead,
   counterRefundArguments,
@@ -173,18 +175,15 @@ export function parseLogRefundReply(
  */
 export function sizedLog(
   policy: Pick<Policy, 'capacity' | 'windowSeconds' | 'idleTtlSeconds'> &
-    Partial<Pick<Policy, 'kind' | 'leaseSeconds'>>,
+    Partial<Pick<Policy, 'leaseSeconds'>>,
   key: string,
   cost: number,
   share: RegionalShare | number,
 ): LogCheck {
   const s = lowestShare(share);
-  const windowMs =
-    (logWindowSeconds({
-      kind: policy.kind ?? 'sliding_log',
-      windowSeconds: policy.windowSeconds,
-      leaseSeconds: policy.leaseSeconds,
-    }) ?? 1) * 1000;
+  // The window is the one window field the policy has: the schema gives each log kind only its own
+  // (`windowSeconds` of a sliding log, `leaseSeconds` of a concurrency policy: core/kinds/<kind>/traits.ts `window`).
+  const windowMs = (policy.windowSeconds ?? policy.leaseSeconds ?? 1) * 1000;
   return {
     key,
     limit: Math.max(0, Math.floor(policy.capacity * s + 1e-9)),

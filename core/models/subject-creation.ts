@@ -30,7 +30,7 @@ import { BucketModel } from './token-bucket.js';
 import { encodeRequest, validStoreRequest, type BucketCheck } from '../wire/bucket.js';
 import { ExpiringMap } from './expiring-map.js';
 import { bucketKey } from '../keys.js';
-import { MAX_NEW_SUBJECTS_PER_MINUTE, type NewSubjects } from '../policy/policy.js';
+import { MAX_NEW_SUBJECTS_PER_MINUTE, type NewSubjects } from '../kinds/token-bucket/schema.js';
 import { DeadlinePassedError, integerReply } from '../wire/script.js';
 
 /**

@@ -1,25 +1,33 @@
+/**
+ * The policy schema: the fields every kind has and their rules, composed with each kind's fragment (its own
+ * fields and their rules, core/kinds/<kind>/schema.ts) from the kind registry (core/kinds/index.ts). The rules
+ * of the traits (a declared or derived rate, a window, whole units, strict mode, an emergency bucket, classes)
+ * are here, read from the registry; the rules of one kind's own fields are in its fragment.
+ */
 import { z } from 'zod';
 import { roundDerivedRate } from '../admin-numbers.js';
 import { IPV4_PREFIX_BOUNDS, IPV6_PREFIX_BOUNDS, ipPrefixesOf, ipSubject } from '../subjects/ip-subject.js';
-import { KIND_NAMES, kindOf, kindsWith } from '../kinds/index.js';
-import { LONGEST_DAY_SECONDS } from '../kinds/daily.js';
+import { allKinds, KIND_NAMES, kindOf, kindsWith, type KindName, type KINDS } from '../kinds/index.js';
+import type { KindLookup } from '../kinds/kind.js';
 import { hasOwnKey, ownRecord, ownValue, setOwn } from '../own-keys.js';
+import {
+  MAX_CAPACITY,
+  MAX_IDLE_TTL_SECONDS,
+  MAX_LOG_LIMIT,
+  MAX_REFILL_PER_SECOND,
+  positiveFinite,
+  SECONDS_PER_DAY,
+} from './limits.js';
 
-/** Largest capacity and refill a policy may declare: keeps micro-token arithmetic exact in doubles (≤ 2^53). */
-export const MAX_CAPACITY = 1e9;
-export const MAX_REFILL_PER_SECOND = 1e9;
-/**
- * Smallest capacity and maxCost an operator may write (coordinator admin API, docs/coordinator.md): a thousandth
- * of a token, 1,000 micro-tokens. Below one micro-token (the unit every store counts in) a policy could never
- * admit anything, and close to it a region's share loses most of its budget to rounding down. Kinds counted in
- * whole units (sliding_log, concurrency) need whole capacities ≥ 1 already. Enforced at write time only, so a
- * policy stored before keeps being read.
- */
-export const MIN_WRITTEN_CAPACITY = 0.001;
-/** Smallest refill an operator may write: one micro-token a second (`lua/token_bucket.lua` counts µ-tokens/µs). */
-export const MIN_WRITTEN_REFILL_PER_SECOND = 1e-6;
-/** Idle TTL ceiling: 30 days. */
-export const MAX_IDLE_TTL_SECONDS = 30 * 24 * 3600;
+export {
+  MAX_CAPACITY,
+  MAX_IDLE_TTL_SECONDS,
+  MAX_LOG_LIMIT,
+  MAX_REFILL_PER_SECOND,
+  MIN_WRITTEN_CAPACITY,
+  MIN_WRITTEN_REFILL_PER_SECOND,
+  SECONDS_PER_DAY,
+} from './limits.js';
 
 /** A policy name: lower-case letters, digits, `_`, `-`, `.`; starts with a letter or digit; at most 64 chars. */
 export const PolicyName = z
@@ -73,50 +81,6 @@ export function isLogKind(kind: PolicyKind): boolean {
   return kindOf(kind).decidedBy === 'log';
 }
 
-/** Seconds of a (nominal) day: a daily budget's rate is capacity / this. */
-export const SECONDS_PER_DAY = 86_400;
-/** The longest calendar day, seconds (core/kinds/daily.ts): a daily budget's shortest idle TTL. */
-export { LONGEST_DAY_SECONDS };
-
-/** True when `zone` is an IANA time zone this runtime knows (Intl; no table of our own). */
-export function isTimeZone(zone: string): boolean {
-  try {
-    new Intl.DateTimeFormat('en-US', { timeZone: zone });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Most sub-buckets a sharded policy may have. */
-export const MAX_SHARDS = 64;
-
-/** Longest lease of a concurrency policy: one hour. */
-export const MAX_LEASE_SECONDS = 3600;
-
-/** Longest rolling window of a sliding-log policy: one day (keys live one window after their last event). */
-export const MAX_WINDOW_SECONDS = 24 * 3600;
-/** Largest limit of a sliding-log policy: entries per subject per region are bounded by it. */
-export const MAX_LOG_LIMIT = 100_000;
-
-/** Largest subject-creation cap: new buckets one policy may create per minute per region. */
-export const MAX_NEW_SUBJECTS_PER_MINUTE = 100_000;
-
-/**
- * The subject-creation cap of a token-bucket policy (`newSubjects`): at most `perMinute` new subject buckets in
- * any rolling minute, per region. A decision for an unseen subject beyond it gets the `flood` answer: `deny`
- * (refused, `reason: "subject_flood"`) or `shared` (decided against one shared per-policy bucket).
- */
-export const NewSubjects = z.strictObject({
-  perMinute: z
-    .number()
-    .int('newSubjects.perMinute must be a whole number')
-    .min(1, 'newSubjects.perMinute must be ≥ 1')
-    .max(MAX_NEW_SUBJECTS_PER_MINUTE, `newSubjects.perMinute must be ≤ ${MAX_NEW_SUBJECTS_PER_MINUTE}`),
-  flood: z.enum(['deny', 'shared']).default('deny'),
-});
-export type NewSubjects = z.output<typeof NewSubjects>;
-
 /**
  * What a policy's subjects are. Absent: any text the caller chooses (a tenant, a user id). `ip`: a client's
  * address, bucketed by its network prefix (`ipv4Prefix`, `ipv6Prefix`; core/subjects/ip-subject.ts): every address of one
@@ -142,13 +106,6 @@ export const ClassName = z
   .regex(/^[a-z][a-z0-9_-]{0,31}$/, 'class names are 1-32 chars of a-z 0-9 _ - starting with a-z');
 export type ClassName = z.infer<typeof ClassName>;
 
-const positiveFinite = (max: number, what: string) =>
-  z
-    .number()
-    .positive(`${what} must be > 0`)
-    .max(max, `${what} must be ≤ ${max}`)
-    .refine(Number.isFinite, `${what} must be finite`);
-
 /** Seconds an idle bucket needs to refill from empty: the shortest idle TTL a policy may have. */
 export function secondsToFill(capacity: number, refillPerSecond: number): number {
   return capacity / refillPerSecond;
@@ -164,23 +121,19 @@ const ClassLimits = z.strictObject({
   maxCost: positiveFinite(MAX_CAPACITY, 'maxCost').optional(),
 });
 
-/** Fields an operator writes; the name comes from elsewhere (the URL path, the file key). */
-const PolicyFields = z.strictObject({
+/** Turns a union of field shapes into one shape holding them all. */
+type AllOf<U> = (U extends unknown ? (u: U) => void : never) extends (all: infer I) => void ? I : never;
+/** The fields only some kind has, every kind's (core/kinds/<kind>/schema.ts `fields`). */
+type KindFields = AllOf<(typeof KINDS)[KindName]['schema']['fields']>;
+
+/** The fields every kind has, before and after those of the kinds (the order problems are listed in). */
+const SHARED_FIELDS = {
   kind: PolicyKind.default('token_bucket'),
   capacity: positiveFinite(MAX_CAPACITY, 'capacity'),
-  /** Required for token buckets; derived (capacity / windowSeconds) for sliding logs. */
+  /** Required for token buckets; derived (capacity / its window, or / one day) for the other kinds. */
   refillPerSecond: positiveFinite(MAX_REFILL_PER_SECOND, 'refillPerSecond').optional(),
-  /** Rolling window of a sliding-log policy, whole seconds; only for `kind: 'sliding_log'`. */
-  windowSeconds: z.number().int().positive().max(MAX_WINDOW_SECONDS).optional(),
-  /**
-   * A hot key split into this many sub-buckets on different cluster slots (token buckets only): each holds
-   * capacity / shards and refills at refillPerSecond / shards, and a check lands on one of them at random.
-   */
-  shards: z.number().int().min(2).max(MAX_SHARDS).optional(),
-  /** The IANA time zone whose calendar days a `daily` policy counts (default UTC). */
-  timeZone: z.string().min(1).max(64).optional(),
-  /** Lease TTL of a concurrency policy, whole seconds: a slot not released by then comes back. */
-  leaseSeconds: z.number().int().positive().max(MAX_LEASE_SECONDS).optional(),
+};
+const SHARED_FIELDS_AFTER = {
   maxCost: positiveFinite(MAX_CAPACITY, 'maxCost').optional(),
   mode: PolicyMode.default('regional'),
   homeRegion: RegionName.optional(),
@@ -195,11 +148,6 @@ const PolicyFields = z.strictObject({
   classes: ownRecord(ClassName, ClassLimits)
     .refine((c) => Object.keys(c).length <= MAX_CLASSES, `at most ${MAX_CLASSES} classes`)
     .optional(),
-  /**
-   * Subject-creation cap (token buckets only): at most `perMinute` new subject buckets per rolling minute in each
-   * region; an unseen subject beyond it gets the `flood` answer. Subjects named in `subjects` are exempt.
-   */
-  newSubjects: NewSubjects.optional(),
   /** `ip`: subjects are client addresses, bucketed by prefix; absent: any text. */
   subjectKind: SubjectKind.optional(),
   /** Bits of an IPv4 address one subject of an `ip` policy covers (default 32: the address). */
@@ -213,7 +161,28 @@ const PolicyFields = z.strictObject({
       `at most ${MAX_NAMED_SUBJECTS} named subjects`,
     )
     .optional(),
-});
+};
+
+/**
+ * The kinds' own fields, in registry order. A field two kinds declare, or one every kind has, is a mistake in a
+ * kind's fragment: refused here, when the schema is built, so no policy is ever parsed by an ambiguous schema.
+ */
+function kindFields(): KindFields {
+  const fields: Record<string, unknown> = {};
+  for (const k of allKinds()) {
+    for (const [name, schema] of Object.entries(k.schema.fields)) {
+      const shared =
+        hasOwnKey(SHARED_FIELDS, name) || hasOwnKey(SHARED_FIELDS_AFTER, name) || name === 'name';
+      if (shared || hasOwnKey(fields, name))
+        throw new Error(`kind ${k.kind} declares the policy field ${name}, which is already one`);
+      setOwn(fields, name, schema);
+    }
+  }
+  return fields as KindFields;
+}
+
+/** Fields an operator writes; the name comes from elsewhere (the URL path, the file key). */
+const PolicyFields = z.strictObject({ ...SHARED_FIELDS, ...kindFields(), ...SHARED_FIELDS_AFTER });
 
 type PolicyFieldsOut = z.output<typeof PolicyFields>;
 
@@ -245,47 +214,6 @@ function derivedRate(
   return window === undefined ? undefined : capacity / window;
 }
 
-/** Rules of `shards`: token buckets only, and every sub-bucket (of the policy and of each class) fits maxCost. */
-function checkShards(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
-  const k = p.shards;
-  if (k === undefined) return;
-  const issue = (path: (string | number)[], message: string) =>
-    ctx.addIssue({ code: 'custom', path, message });
-  if (!kindOf(p.kind).shards) issue(['shards'], 'shards are for token buckets only');
-  const maxCost = p.maxCost ?? Math.min(1, p.capacity);
-  if (p.capacity / k < maxCost) {
-    issue(
-      ['shards'],
-      `each of ${k} shards holds capacity / ${k} = ${p.capacity / k}, below maxCost ${maxCost}`,
-    );
-  }
-  for (const [name, c] of Object.entries(p.classes ?? {})) {
-    const classMax = c.maxCost ?? Math.min(1, c.capacity);
-    if (c.capacity / k < classMax) {
-      issue(
-        ['classes', name, 'capacity'],
-        `each of ${k} shards of class ${name} holds ${c.capacity / k}, below its maxCost ${classMax}`,
-      );
-    }
-  }
-  if (p.minShare !== undefined && p.minShare > 0 && (p.minShare * p.capacity) / k < maxCost) {
-    issue(
-      ['minShare'],
-      `minShare × capacity / shards must be ≥ maxCost (${maxCost}) so every shard can admit it`,
-    );
-  }
-}
-
-/** Rules of `newSubjects`: token buckets only, and not with shards (a sharded key is one hot subject). */
-function checkNewSubjects(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
-  if (p.newSubjects === undefined) return;
-  const issue = (message: string) => ctx.addIssue({ code: 'custom', path: ['newSubjects'], message });
-  if (!kindOf(p.kind).newSubjects) issue('newSubjects is for token buckets only');
-  if (p.shards !== undefined) {
-    issue('newSubjects and shards do not mix: a sharded policy guards a few hot keys, not many subjects');
-  }
-}
-
 /**
  * Rules of `subjectKind`: the prefixes belong to `ip` policies, and a named subject of one (`subjects`) is written
  * as its canonical prefix, the only text a decision's subject is looked up by.
@@ -308,43 +236,22 @@ function checkSubjectKind(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
   }
 }
 
-/** Rules of the daily kind. */
-function checkDaily(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
-  const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
-  if (kindOf(p.kind).rate !== 'day') {
-    if (p.timeZone !== undefined)
-      issue('timeZone', `timeZone is only for kind ${kindsWith((k) => k.rate === 'day').join(', ')}`);
-    return;
-  }
-  if (p.timeZone !== undefined && !isTimeZone(p.timeZone)) {
-    issue('timeZone', `${p.timeZone} is not an IANA time zone (e.g. Europe/Paris, America/New_York, UTC)`);
-  }
-  const derived = p.capacity / SECONDS_PER_DAY;
-  // The exact rate, or the rate as admin answers show it (what a client read back may send again).
-  const shown = roundDerivedRate(derived);
-  if (
-    p.refillPerSecond !== undefined &&
-    Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
-    p.refillPerSecond !== shown
-  ) {
-    issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${shown}; omit refillPerSecond`);
-  }
-  if (p.onStoreFailure === 'local' && !kindOf(p.kind).emergencyBucket) {
-    issue('onStoreFailure', `an emergency token bucket is not ${kindOf(p.kind).noun}: use closed or open`);
-  }
-  if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < LONGEST_DAY_SECONDS) {
-    issue(
-      'idleTtlSeconds',
-      `a daily budget's idleTtlSeconds must be ≥ ${LONGEST_DAY_SECONDS} s, the longest calendar day (25 h)`,
-    );
-  }
-}
+/** The fields kinds hold their window in (`KindTraits.window`), in registry order. */
+const WINDOW_FIELDS = [...new Set(allKinds().flatMap((k) => (k.window === undefined ? [] : [k.window])))];
 
-/** Rules of the log kinds (sliding_log, concurrency); false when the policy cannot be checked further. */
-function checkSlidingLog(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
+/** What a kind's rules may ask of the registry. */
+const KIND_LOOKUP: KindLookup = { kindOf, kindsWith };
+
+/**
+ * Rules of a policy's rate, read from its kind's traits: a window field only for the kinds that hold their window
+ * in it; a declared rate present; a rate derived from a window (the log kinds) with its window, in whole units,
+ * and not written otherwise; no emergency bucket or strict mode for a kind without them. False when the policy
+ * cannot be checked further.
+ */
+function checkRate(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
   const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
   const traits = kindOf(p.kind);
-  for (const field of ['windowSeconds', 'leaseSeconds'] as const) {
+  for (const field of WINDOW_FIELDS) {
     if (traits.window !== field && p[field] !== undefined) {
       issue(field, `${field} is only for kind ${kindsWith((k) => k.window === field).join(', ')}`);
     }
@@ -451,10 +358,9 @@ function checkClasses(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
 }
 
 function checkPolicy(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
-  if (!checkSlidingLog(p, ctx)) return;
-  checkDaily(p, ctx);
-  checkShards(p, ctx);
-  checkNewSubjects(p, ctx);
+  if (!checkRate(p, ctx)) return;
+  // Each kind's rules of its own fields, in registry order.
+  for (const k of allKinds()) k.schema.rules?.(p, ctx, KIND_LOOKUP);
   checkSubjectKind(p, ctx);
   checkClasses(p, ctx);
   const refillPerSecond = refillOf(p) ?? 1;

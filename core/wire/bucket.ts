@@ -9,7 +9,7 @@ import {
   idempotencyIndexKey,
   MAX_IDEMPOTENCY_RECORDS_PER_SUBJECT,
 } from '../keys.js';
-import { MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../policy/policy.js';
+import { MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../policy/limits.js';
 import { DeadlinePassedError } from './script.js';
 import {
   MICRO,

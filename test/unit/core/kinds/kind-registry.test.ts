@@ -2,7 +2,7 @@
  * Every registered kind's declared traits (core/kinds/) checked against what the code does with a policy of that
  * kind: the schema, the router, a lender, and the agent's routes on the model store. A trait that drifts from the
  * code (a kind said not to borrow that a lender lends from, one said to give no grants that the grant route
- * serves) fails here.
+ * serves) fails here, and so does a kind's schema fragment declaring a field that is not its own.
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { pino } from 'pino';
@@ -10,7 +10,6 @@ import { describe, expect, it } from 'vitest';
 import { DecisionReason } from '../../../../core/wire/agent.js';
 import { acceptLoan } from '../../../../core/borrowing/lender.js';
 import { ManualClock } from '../../../../core/clock.js';
-import { KIND_BINDINGS } from '../../../../core/kinds/bindings.js';
 import { allKinds, KIND_NAMES, KINDS, type KindTraits } from '../../../../core/kinds/index.js';
 import { isLogKind, parsePolicy, PolicyKind, type PolicyInput } from '../../../../core/policy/policy.js';
 import { unitChanges } from '../../../../core/policy/policy-version.js';
@@ -82,11 +81,34 @@ describe('the kind registry', () => {
   });
 
   describe.each(allKinds().map((k) => [k.kind, k] as const))('%s', (_, k) => {
-    it('names Lua scripts that exist, and the model and sizing function bound to it', () => {
+    it('names Lua scripts that exist, and registers a model class and a sizing function', () => {
       expect(k.scripts.length).toBeGreaterThan(0);
       for (const script of k.scripts) expect(existsSync(`lua/${script}.lua`), script).toBe(true);
-      expect(KIND_BINDINGS[k.kind].model.name).toBe(k.model);
-      expect(KIND_BINDINGS[k.kind].sizing.name).toBe(k.sizing);
+      expect(k.model.toString().startsWith('class ')).toBe(true);
+      expect(k.sizing).toBeTypeOf('function');
+    });
+
+    it("its schema fragment's fields are its own: each refused for every other kind", () => {
+      const own = Object.keys(k.schema.fields);
+      for (const other of allKinds().filter((o) => o.kind !== k.kind)) {
+        for (const field of Object.keys(other.schema.fields)) expect(own).not.toContain(field);
+      }
+      // A valid value of each kind's own field (a field added to a fragment needs one here).
+      const values = new Map<string, unknown>([
+        ['shards', 2],
+        ['newSubjects', { perMinute: 10 }],
+        ['windowSeconds', WINDOW],
+        ['leaseSeconds', WINDOW],
+        ['timeZone', 'Europe/Paris'],
+      ]);
+      for (const field of own) {
+        expect(values.has(field), `a value of ${field} for this test`).toBe(true);
+        const extra = Object.fromEntries([[field, values.get(field)]]) as Partial<PolicyInput>;
+        expect(parses(spec(k, extra)), `${field} on ${k.kind}`).toBe(true);
+        for (const other of allKinds().filter((o) => o.kind !== k.kind)) {
+          expect(parses(spec(other, extra)), `${field} on ${other.kind}`).toBe(false);
+        }
+      }
     });
 
     it('declares refusal reasons the wire knows, each matching its capability', () => {

@@ -10,7 +10,8 @@ import {
   sizedDay,
 } from '../../../../core/models/daily-budget.js';
 import { ShareHistory } from '../../../../core/lease/share-history.js';
-import { LONGEST_DAY_SECONDS, parsePolicy, PolicySpec } from '../../../../core/policy/policy.js';
+import { LONGEST_DAY_SECONDS } from '../../../../core/kinds/daily/traits.js';
+import { parsePolicy, PolicySpec } from '../../../../core/policy/policy.js';
 import { StaticShareView } from '../../../../core/shares/shares.js';
 import { buildApp } from '../../../../regional-agent/app.js';
 import { AgentConfig } from '../../../../regional-agent/config.js';

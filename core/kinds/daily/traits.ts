@@ -1,4 +1,5 @@
-import type { KindTraits } from './kind.js';
+/** The `daily` kind's traits: what it can do and what decides it (core/kinds/kind.ts `KindTraits`). */
+import type { KindTraits } from '../kind.js';
 
 /**
  * The longest calendar day, seconds: 25 hours, the day a zone falls back from summer time. A daily budget's idle
@@ -9,7 +10,7 @@ import type { KindTraits } from './kind.js';
 export const LONGEST_DAY_SECONDS = 90_000;
 
 /** `daily`: at most `capacity` a calendar day in the policy's `timeZone` (default UTC). */
-export const dailyKind = {
+export const dailyTraits = {
   kind: 'daily',
   decidedBy: 'day',
   rate: 'day',
@@ -28,8 +29,6 @@ export const dailyKind = {
   emergencyBucket: false,
   noun: 'a calendar-day budget',
   scripts: ['daily_budget', 'daily_budget_refund'],
-  model: 'DailyBudgetModel',
-  sizing: 'sizedDay',
   refusalReasons: [],
   defaults: { timeZone: 'UTC', minIdleTtlSeconds: LONGEST_DAY_SECONDS },
 } as const satisfies KindTraits<'daily'>;

@@ -1,7 +1,8 @@
-import type { KindTraits } from './kind.js';
+/** The `token_bucket` kind's traits: what it can do and what decides it (core/kinds/kind.ts `KindTraits`). */
+import type { KindTraits } from '../kind.js';
 
 /** `token_bucket` (the default): a burst of `capacity` tokens refilled at `refillPerSecond`. */
-export const tokenBucketKind = {
+export const tokenBucketTraits = {
   kind: 'token_bucket',
   decidedBy: 'store',
   rate: 'declared',
@@ -20,8 +21,6 @@ export const tokenBucketKind = {
   emergencyBucket: true,
   noun: 'a token bucket',
   scripts: ['token_bucket', 'refund', 'lend', 'credit', 'grant', 'subject_creation'],
-  model: 'BucketModel',
-  sizing: 'sizedBucket',
   refusalReasons: ['shard_exhausted', 'subject_flood', 'shared_bucket', 'emergency_bucket'],
   defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },
 } as const satisfies KindTraits<'token_bucket'>;

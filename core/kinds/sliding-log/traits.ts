@@ -1,7 +1,8 @@
-import type { KindTraits } from './kind.js';
+/** The `sliding_log` kind's traits: what it can do and what decides it (core/kinds/kind.ts `KindTraits`). */
+import type { KindTraits } from '../kind.js';
 
 /** `sliding_log`: at most `capacity` events in any rolling `windowSeconds` (one entry per admitted unit). */
-export const slidingLogKind = {
+export const slidingLogTraits = {
   kind: 'sliding_log',
   decidedBy: 'log',
   rate: 'window',
@@ -20,8 +21,6 @@ export const slidingLogKind = {
   emergencyBucket: false,
   noun: 'an exact rolling window',
   scripts: ['sliding_log', 'sliding_log_refund'],
-  model: 'SlidingLogModel',
-  sizing: 'sizedLog',
   refusalReasons: [],
   defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },
 } as const satisfies KindTraits<'sliding_log'>;
