@@ -12,7 +12,7 @@
 import { z } from 'zod';
 import { DecisionResponse } from '../wire/agent.js';
 import { TokenCost } from '../wire/bucket.js';
-import { PolicyName, RegionName } from '../policy/policy.js';
+import { PolicyName, RegionName } from '../policy/names.js';
 import type { DayRefund } from './daily-budget.js';
 import type { LogRefund } from './sliding-log.js';
 import type { RefundRequest } from './refund.js';

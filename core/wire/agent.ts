@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { replyRecord } from '../own-keys.js';
 import { isTokenCost, TokenCost } from './bucket.js';
-import { ClassName, PolicyMode } from '../policy/policy.js';
+import { ClassName, PolicyMode } from '../policy/names.js';
 
 /** Most checks one decision request may carry. */
 export const MAX_CHECKS_PER_REQUEST = 16;

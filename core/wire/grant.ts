@@ -4,7 +4,7 @@
  * what it did not spend. Shared by the agent and the client. Amounts are tokens (micro-token resolution).
  */
 import { z } from 'zod';
-import { ClassName } from '../policy/policy.js';
+import { ClassName } from '../policy/names.js';
 import { MAX_WIRE_POLICY_LENGTH, MAX_WIRE_SUBJECT_LENGTH } from './agent.js';
 
 /** Most tokens one grant may carry, whatever the bucket (the agent also caps a grant at a tenth of it). */

@@ -6,7 +6,7 @@
  */
 import { DecisionReason, DegradedCause, type DecisionResponse } from '../../../core/wire/agent.js';
 import { hasOwnKey } from '../../../core/own-keys.js';
-import { PolicyMode } from '../../../core/policy/policy.js';
+import { PolicyMode } from '../../../core/policy/names.js';
 
 const REASONS: ReadonlySet<string> = new Set(DecisionReason.options);
 const CAUSES: ReadonlySet<string> = new Set(DegradedCause.options);
