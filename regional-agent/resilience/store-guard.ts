@@ -72,8 +72,9 @@ export class StoreGuard {
   readonly #metrics: AgentMetrics;
   readonly #tracer: Tracer;
   #lastFailure: { kind: StoreFailureKind; message: string } | null = null;
-  /** Half-open: a decision has been let through as the trial and has not been told yet. */
-  #trial = false;
+  /** Half-open: the decision let through as the trial, until it is told (its own token). */
+  #trial: object | undefined;
+  readonly #volumeThreshold: number;
   #status: BreakerStatus = { state: 'closed', since: null, cause: null };
 
   constructor(
@@ -84,6 +85,7 @@ export class StoreGuard {
   ) {
     this.#metrics = metrics;
     this.#tracer = tracer;
+    this.#volumeThreshold = options.volumeThreshold;
     this.#breaker = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), {
       // Calls time themselves on the wire; opossum's timeout would count time queued in this process.
       timeout: false,
@@ -102,7 +104,8 @@ export class StoreGuard {
     });
     metrics.breakerState.set(0);
     const state = (name: BreakerStatus['state'], value: number) => () => {
-      this.#trial = false;
+      this.#trial = undefined;
+      this.#failedInARow = 0;
       metrics.breakerState.set(value);
       metrics.breakerTransitions.labels(name).inc();
       this.#status = {
@@ -133,11 +136,14 @@ export class StoreGuard {
    * Run `fn`; throws StoreUnavailableError when the store gave no answer, or the caller's error as it is.
    *
    * The breaker counts Redis calls, not decisions: the token-bucket store sends the decisions of one event-loop
-   * turn in one script call, and one late reply must not count as dozens of failures (a burst's first late call
-   * would otherwise reach the volume threshold on its own and fail every decision closed for `resetMs`). So a
-   * success that rode in another's call (`rodeAlong`) is not told, and a failure is told once per error object
-   * (a failed call rejects each of its requests with the same one). While the breaker is open, calls fail at
-   * once; half-open, one decision is let through as the trial and the others fail at once until it is told.
+   * turn in one script call (`QP_STORE_BATCHING=batch`, the default), and one late reply must not count as
+   * dozens of failures (a burst's first late call would otherwise reach the volume threshold on its own and put
+   * every decision on its failure mode for `resetMs`). So a success that rode in another's call (`rodeAlong`) is
+   * not told, and a failure is told once per error object (a failed call rejects each of its requests with the
+   * same one). Good calls outnumber failed ones on a frozen Redis (its calls on the wire each wait out the
+   * timeout), so besides the rate in the window the breaker opens after `volumeThreshold` failed calls in a
+   * row. While it is open, decisions fail at once (each counted as a rejected call, as opossum counts them);
+   * half-open, one decision is let through as the trial and the others fail at once until it is told.
    */
   async run<T>(operation: StoreOperation, fn: () => Promise<T>): Promise<T> {
     const span: Span = this.#tracer.startSpan(`redis ${operation}`, {
@@ -145,19 +151,24 @@ export class StoreGuard {
     });
     const started = performance.now();
     let outcome = 'ok';
-    let trial = false;
+    let trial: object | undefined;
     try {
       if (!this.#breaker.closed) {
-        if (!this.#breaker.halfOpen || this.#trial)
+        if (!this.#breaker.halfOpen || this.#trial !== undefined) {
+          // Open: opossum counts the rejection in its window, as it did when every decision fired through it.
+          if (this.#breaker.opened) this.#breaker.fire(succeeded).catch(() => undefined);
           throw Object.assign(new Error('Breaker is open'), { code: 'EOPENBREAKER' });
-        this.#trial = trial = true;
+        }
+        this.#trial = trial = {};
       }
       const value = await fn();
-      if (!rodeAlong(value)) this.#tell(undefined);
+      if (!rodeAlong(value)) this.#tellSuccess();
       return value;
     } catch (error) {
-      if ((error as { code?: unknown } | null)?.code !== 'EOPENBREAKER' && !isCallerError(error))
-        this.#tell(error);
+      // A script that refused its arguments answered: Redis is well. Other caller errors never reached it.
+      if (error instanceof ScriptError) this.#tellSuccess();
+      else if ((error as { code?: unknown } | null)?.code !== 'EOPENBREAKER' && !isCallerError(error))
+        this.#tellFailure(error);
       const failure = classify(error);
       outcome =
         failure instanceof StoreUnavailableError
@@ -173,29 +184,40 @@ export class StoreGuard {
       span.setStatus({ code: SpanStatusCode.ERROR, message: failure.message });
       throw failure;
     } finally {
-      // A trial that told nothing (the caller's own error) hands the trial to the next decision.
-      if (trial && this.#breaker.halfOpen && this.#breaker.pendingClose) this.#trial = false;
+      // A trial that told nothing (a caller's error before any I/O, or it rode along) hands the trial on.
+      if (
+        trial !== undefined &&
+        this.#trial === trial &&
+        this.#breaker.halfOpen &&
+        this.#breaker.pendingClose
+      )
+        this.#trial = undefined;
       this.#latency(operation, outcome).observe((performance.now() - started) / 1000);
       span.setAttribute('quotaplane.outcome', outcome);
       span.end();
     }
   }
 
-  /**
-   * Tell the breaker how one Redis call went: `undefined` a success, else its error, once per error object. The
-   * breaker's own call only replays the outcome, so its statistics and state follow the store's calls.
-   */
-  #tell(error: unknown): void {
-    if (error !== undefined && typeof error === 'object' && error !== null) {
+  /** Tell the breaker one Redis call answered: its own call replays the outcome into its statistics. */
+  #tellSuccess(): void {
+    this.#failedInARow = 0;
+    this.#breaker.fire(succeeded).catch(() => undefined);
+  }
+
+  /** Tell the breaker one Redis call failed, once per error object (a failed call's requests share it). */
+  #tellFailure(error: unknown): void {
+    if (typeof error === 'object' && error !== null) {
       if (this.#told.has(error)) return;
       this.#told.add(error);
     }
-    this.#breaker
-      .fire(error === undefined ? succeeded : () => Promise.reject(error as Error))
-      .catch(() => undefined);
+    const failure = error instanceof Error ? error : new Error(String(error));
+    this.#breaker.fire(() => Promise.reject(failure)).catch(() => undefined);
+    if (++this.#failedInARow >= this.#volumeThreshold && this.#breaker.closed) this.#breaker.open();
   }
 
   readonly #told = new WeakSet<object>();
+  /** Failed calls told since the last good one (reset on every state change). */
+  #failedInARow = 0;
 
   readonly #latencyChildren = new Map<string, { observe(seconds: number): void }>();
 

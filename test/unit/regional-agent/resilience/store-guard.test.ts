@@ -133,6 +133,40 @@ describe('the breaker counts Redis calls, not decisions', () => {
     }
   });
 
+  it('a frozen Redis opens it after volumeThreshold failed calls in a row, however many good calls came before', async () => {
+    const guard = newGuard();
+    try {
+      for (let i = 0; i < 100; i++) await guard.run('decide', () => Promise.resolve(i));
+      // 3 failed of 103 calls: far under 50 %, and 3 in a row.
+      for (let i = 0; i < 3; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('closed');
+      // One good call starts the count again.
+      await guard.run('decide', () => Promise.resolve(0));
+      for (let i = 0; i < 3; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('closed');
+      await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      expect(guard.status.state).toBe('open');
+      expect(guard.status.cause?.kind).toBe('error');
+    } finally {
+      guard.shutdown();
+    }
+  });
+
+  it('half-open: a trial the script refused for its arguments closes it (Redis answered)', async () => {
+    const guard = newGuard();
+    try {
+      for (let i = 0; i < 4; i++) await guard.run('decide', () => Promise.reject(timeout())).catch(() => 0);
+      await new Promise((r) => setTimeout(r, 80));
+      expect(guard.status.state).toBe('half_open');
+      await expect(
+        guard.run('decide', () => Promise.reject(new ScriptError('QP_BADARG cost must be >= 1'))),
+      ).rejects.toBeInstanceOf(ScriptError);
+      expect(guard.status.state).toBe('closed');
+    } finally {
+      guard.shutdown();
+    }
+  });
+
   it('open: decisions fail at once without calling the store; half-open: one trial, then closed on its success', async () => {
     const guard = newGuard();
     try {
