@@ -133,6 +133,23 @@ export function agentOn(
   return { agent, config, store };
 }
 
+/**
+ * An agent on a real Redis (or cluster) with static policies and shares, generous timeouts (these tests count
+ * decisions, they do not time them) and the reservation sweep off unless asked for. Await `ready` before use.
+ */
+export function agentOnRedis(
+  redis: Redis | Cluster,
+  policies: readonly Policy[],
+  options: { shares?: ShareView; region?: string; sweepMs?: number; random?: () => number } = {},
+): AgentApp {
+  return agentOn(redis, {
+    policies,
+    ...(options.shares === undefined ? {} : { shares: options.shares }),
+    ...(options.random === undefined ? {} : { deps: { random: options.random } }),
+    config: { region: options.region ?? 'us', reservationSweepMs: options.sweepMs ?? 0 },
+  }).agent;
+}
+
 /** Build the agent, wait until it is ready; on a failure, undo what was started and rethrow. */
 export async function agentFixture(options: AgentFixtureOptions): Promise<AgentFixture> {
   const choice = options.redis ?? 'shared';

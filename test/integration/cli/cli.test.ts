@@ -7,14 +7,14 @@ import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ADMIN_TOKEN, READ_TOKEN } from '../../helpers/coordinator-fixture.js';
 import { cli, REPO_ROOT } from '../../helpers/cli-runner.js';
-import { MultiRegion } from '../../helpers/multi-region.js';
+import { startStack, type ServiceStack } from '../../helpers/fixture/index.js';
 import { eventually } from '../../helpers/wait.js';
 
-let stack: MultiRegion;
+let stack: ServiceStack;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  stack = await new MultiRegion({ agentsPerRegion: 1 }).start();
+  stack = await startStack({ agentsPerRegion: 1 });
   env = { QUOTAPLANE_URL: stack.coordinator.url, QUOTAPLANE_TOKEN: ADMIN_TOKEN };
 }, 60_000);
 afterAll(async () => {
@@ -305,7 +305,7 @@ describe('quotaplane allocations and agents', () => {
     expect(agents.status).toBe(0);
     for (const region of ['us', 'eu', 'ap'])
       expect(agents.stdout).toMatch(new RegExp(`^${region}\\s+1\\s+.*\\s+ok$`, 'm'));
-    // MultiRegion names its agents' instances `<region>-<n>`.
+    // The stack fixture names its agents' instances `<region>-<n>`.
     for (const region of ['us', 'eu', 'ap']) {
       expect(agents.stdout).toMatch(new RegExp(`^${region}\\s+${region}-\\d+\\s+.*\\blive$`, 'm'));
     }

@@ -24,7 +24,7 @@ import {
   reader,
   type CoordinatorFixture,
 } from '../../helpers/coordinator-fixture.js';
-import { decide, MultiRegion, STRICT_REFUNDS } from '../../helpers/multi-region.js';
+import { decide, startStack, STRICT_REFUNDS, type ServiceStack } from '../../helpers/fixture/index.js';
 import { redisSnapshot } from '../../helpers/redis-snapshot.js';
 
 const SLOW_MICROS = 20_000;
@@ -176,7 +176,7 @@ describe('hostile input on the admin API: a 4xx with a stable code, no policy ch
 });
 
 describe('hostile NATS messages, sent with another region’s real agent credentials', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   let attacker: NatsConnection;
   let redis: Map<string, Redis>;
   const victim = { policy: 'ledger', subject: 'victim-tenant' };
@@ -192,13 +192,13 @@ describe('hostile NATS messages, sent with another region’s real agent credent
   };
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       regions: ['us', 'eu'],
       agentsPerRegion: 1,
       secure: { tls: false },
       rebalance: { roundMs: 60_000 },
       lease: { graceMs: 65_000 },
-    }).start();
+    });
     await stack.putPolicy('demo', {
       capacity: 90,
       refillPerSecond: 0.001,

@@ -9,7 +9,7 @@ import { parser } from '@prometheus-io/lezer-promql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { zeroCounters } from '../../../core/lease/engine-counters.js';
-import { decide, MultiRegion } from '../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../helpers/fixture/index.js';
 
 const ROOT = new URL('../../../', import.meta.url);
 const read = (path: string) => readFileSync(new URL(path, ROOT), 'utf8');
@@ -161,12 +161,12 @@ describe('every expression of the alerts and the dashboard', () => {
 });
 
 describe('every metric they query exists in /metrics', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   let exposition: Map<string, string>;
   let labels: Map<string, Set<string>>;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({ agentsPerRegion: 1 }).start();
+    stack = await startStack({ agentsPerRegion: 1 });
     await stack.putPolicy('ops-metrics', { capacity: 3, refillPerSecond: 1 });
     await stack.ready(['ops-metrics']);
     const agent = stack.agents[0]!;

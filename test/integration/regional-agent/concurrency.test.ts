@@ -1,4 +1,4 @@
-import { agentOnRedis } from '../../helpers/kind-agent.js';
+import { agentOnRedis } from '../../helpers/agent-fixture.js';
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';

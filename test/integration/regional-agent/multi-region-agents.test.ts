@@ -6,19 +6,19 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentConfig } from '../../../regional-agent/config.js';
 import { startAgent } from '../../../regional-agent/start.js';
-import { decide, MultiRegion } from '../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../helpers/fixture/index.js';
 import { eventually } from '../../helpers/wait.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('agents with a coordinator (3 regions × 1 agent)', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       agent: { decisionDeadlineMs: 2000, storeTimeoutMs: 2000 },
-    }).start();
+    });
     await stack.putPolicy('writes', { capacity: 60, refillPerSecond: 30 });
     await stack.ready(['writes']);
   }, 60_000);
@@ -73,7 +73,7 @@ describe('agents with a coordinator (3 regions × 1 agent)', () => {
     const orphan = await startAgent(
       AgentConfig.parse({
         region: 'ap',
-        redisUrl: stack.redis.get('ap')!.url,
+        redisUrl: stack.region('ap').redis.url,
         natsUrl: [stack.nats.url],
         kvNamespace: 'nobody-home',
         port: 0,

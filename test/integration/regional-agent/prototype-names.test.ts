@@ -12,7 +12,7 @@ import { ClassName, parsePolicy } from '../../../core/policy/policy.js';
 import { StaticShareView } from '../../../core/shares/shares.js';
 import type { AgentApp } from '../../../regional-agent/app.js';
 import { sharedRedis, uniquePrefix } from '../../harness/fixtures.js';
-import { agentOnRedis } from '../../helpers/kind-agent.js';
+import { agentOnRedis } from '../../helpers/agent-fixture.js';
 import { redisSnapshot } from '../../helpers/redis-snapshot.js';
 
 const PROTOTYPE_NAMES = ['constructor', '__proto__', 'toString', 'hasOwnProperty', 'valueOf'] as const;

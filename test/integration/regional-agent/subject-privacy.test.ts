@@ -11,24 +11,24 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { normalizeSubject } from '../../../core/subjects/subject.js';
 import { protocolSubjects } from '../../../core/wire/protocol.js';
 import { strictSubject } from '../../../core/wire/strict.js';
-import { decide, MultiRegion, STRICT_REFUNDS } from '../../helpers/multi-region.js';
+import { decide, startStack, STRICT_REFUNDS, type ServiceStack } from '../../helpers/fixture/index.js';
 
 const SECRET = 'subject-privacy-secret-0123456789';
 const RAW = 'alice.privacy@example.com';
 
 describe('raw subjects never leave a hashing agent', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   const logs: string[] = [];
   const wire: string[] = [];
   let listeners: NatsConnection[] = [];
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       secure: { tls: false },
       agent: { hmacSecret: SECRET, logLevel: 'trace' },
       log: pino({ level: 'trace' }, { write: (line: string) => void logs.push(line) }),
-    }).start();
+    });
     await stack.putPolicy('demo', { capacity: 3, refillPerSecond: 0.001, idleTtlSeconds: 10_000 });
     await stack.putPolicy('refunds', STRICT_REFUNDS);
     await stack.ready(['demo', 'refunds']);

@@ -22,7 +22,7 @@ import {
   REGIONS,
   unadmittedReplays,
 } from '../../helpers/conservation-cases.js';
-import { MultiRegion } from '../../helpers/multi-region.js';
+import { eventually, startStack, type ServiceStack } from '../../helpers/fixture/index.js';
 
 const SAMPLE = Number(process.env['QP_PROPERTY_STACK_RUNS'] ?? 10);
 const SEED = Number(process.env['QP_PROPERTY_SEED'] ?? 25);
@@ -51,13 +51,13 @@ function renamed(c: Case, n: number): Case {
 }
 
 describe('conservation on the real stack (sampled cases)', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       agent: { borrowing: true, decisionDeadlineMs: 1500, storeTimeoutMs: 300, breakerResetMs: 200 },
-    }).start();
+    });
   }, 60_000);
 
   afterAll(async () => {
@@ -73,15 +73,15 @@ describe('conservation on the real stack (sampled cases)', () => {
       30_000,
     );
     const names = policies.filter((p) => p.mode === 'regional').map((p) => p.name);
-    const deadline = Date.now() + 30_000;
-    while (
-      !stack.agents.every((a) =>
-        names.every((p) => a.running.coordination?.shares.shareFor(p, 'a') !== undefined),
-      )
-    ) {
-      if (Date.now() > deadline) throw new Error('no lease for the case policies');
-      await sleep(50);
-    }
+    await eventually(
+      () =>
+        stack.agents.every((a) =>
+          names.every((p) => a.running.coordination?.shares.shareFor(p, 'a') !== undefined),
+        ),
+      30_000,
+      'a lease for the case policies',
+      50,
+    );
   }
 
   async function run(c: Case): Promise<string[]> {
@@ -128,7 +128,7 @@ describe('conservation on the real stack (sampled cases)', () => {
         } else if (step.op === 'advance') {
           await sleep(Math.min(step.ms, 300));
         } else if (step.op === 'freeze') {
-          const redis = stack.redis.get(step.region)!;
+          const redis = stack.region(step.region).redis;
           if (step.on) {
             faulted = true;
             frozen.add(step.region);
@@ -137,7 +137,7 @@ describe('conservation on the real stack (sampled cases)', () => {
         } else if (step.op === 'restart') {
           faulted = true;
           // An agent cannot start on a frozen Redis: the restart thaws it first.
-          if (frozen.delete(step.region)) await stack.redis.get(step.region)!.resume();
+          if (frozen.delete(step.region)) await stack.region(step.region).redis.resume();
           const [agent] = stack.inRegion(step.region);
           if (agent !== undefined) await stack.stopAgent(agent);
           await stack.startAgent(step.region);
@@ -146,7 +146,7 @@ describe('conservation on the real stack (sampled cases)', () => {
         // 'move': the rebalancer moves shares on the real stack; 'cut' and 'reserve': left to the unit tier.
       }
     } finally {
-      for (const r of frozen) await stack.redis.get(r)!.resume();
+      for (const r of frozen) await stack.region(r).redis.resume();
     }
     return [
       ...record.problems,

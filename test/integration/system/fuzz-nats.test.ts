@@ -17,13 +17,13 @@ import { kvNames } from '../../../core/wire/kv.js';
 import { loanSubject } from '../../../core/wire/loan.js';
 import { credentialTag, protocolSubjects } from '../../../core/wire/protocol.js';
 import { strictSubject } from '../../../core/wire/strict.js';
-import { decide, MultiRegion, STRICT_REFUNDS } from '../../helpers/multi-region.js';
+import { decide, startStack, STRICT_REFUNDS, type ServiceStack } from '../../helpers/fixture/index.js';
 import { redisSnapshot } from '../../helpers/redis-snapshot.js';
 
 const RUNS = 60;
 
 describe('fuzzing NATS messages through the agents’ and the coordinator’s adapters', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   let attacker: NatsConnection;
   let thief: NatsConnection;
   let redis: Map<string, Redis>;
@@ -77,13 +77,13 @@ describe('fuzzing NATS messages through the agents’ and the coordinator’s ad
     );
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       secure: { tls: false },
       // Shares stay where they start: the bystander's limit does not move under it.
       rebalance: { roundMs: 60_000 },
       lease: { graceMs: 65_000 },
-    }).start();
+    });
     await stack.putPolicy('demo', { capacity: 90, refillPerSecond: 0.001, idleTtlSeconds: 1_000_000 });
     await stack.putPolicy('bulk', { capacity: 2400, refillPerSecond: 0.001, idleTtlSeconds: 2_500_000 });
     await stack.putPolicy('refunds', STRICT_REFUNDS);

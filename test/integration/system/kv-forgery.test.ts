@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AuditResponse } from '../../../core/wire/admin.js';
 import { kvNames, policyKey } from '../../../core/wire/kv.js';
 import { AllocationRecord } from '../../../core/wire/protocol.js';
-import { ProtocolStack, waitFor } from '../../helpers/protocol-stack.js';
+import { eventually, startProtocolStack, type ProtocolStack } from '../../helpers/fixture/index.js';
 
 describe('forged KV records are refused by agents and restored by the coordinator', () => {
   let stack: ProtocolStack;
@@ -24,7 +24,7 @@ describe('forged KV records are refused by agents and restored by the coordinato
   const audit = async () =>
     ((await (await stack.admin('GET', '/v1/audit?limit=100')).json()) as AuditResponse).entries;
   const foreign = async (bucket: string): Promise<number> => {
-    const text = (await stack.coordinator!.app.inject({ url: '/metrics' })).body;
+    const text = (await stack.coordinator.app.inject({ url: '/metrics' })).body;
     const m = new RegExp(`qp_coord_kv_foreign_writes_total\\{bucket="${bucket}"\\} (\\d+)`).exec(text);
     return m === null ? -1 : Number(m[1]);
   };
@@ -32,17 +32,18 @@ describe('forged KV records are refused by agents and restored by the coordinato
     stack.agents.find((a) => a.region === region)!.holder.lease.shareFor('demo', 'anyone')?.share;
 
   beforeAll(async () => {
-    stack = await new ProtocolStack({ agentsPerRegion: 1 }).start();
+    stack = await startProtocolStack({ agentsPerRegion: 1 });
     await stack.createPolicy('demo', { capacity: 90, refillPerSecond: 1 });
     names = kvNames(stack.namespace);
     attacker = await connect({ servers: stack.nats.url, maxReconnectAttempts: 0 });
     const kvm = new Kvm(jetstream(attacker));
     allocations = await kvm.open(names.allocations, { bindOnly: true });
     policies = await kvm.open(names.policies, { bindOnly: true });
-    await waitFor(
-      'every agent ready with a share of demo',
+    await eventually(
       () => stack.agents.every((a) => a.holder.ready() && a.holder.lease.shareFor('demo', 'x') !== undefined),
       15_000,
+      'every agent ready with a share of demo',
+      25,
     );
   }, 60_000);
 
@@ -61,35 +62,38 @@ describe('forged KV records are refused by agents and restored by the coordinato
     };
     const forgedRevision = await allocations.put(policyKey('demo'), JSON.stringify(forged));
 
-    await waitFor(
-      'the coordinator to restore its record',
+    await eventually(
       async () => {
         const entry = await allocations.get(policyKey('demo'));
         return entry !== null && entry.revision > forgedRevision;
       },
       10_000,
+      'the coordinator to restore its record',
+      25,
     );
     const restored = AllocationRecord.parse((await allocations.get(policyKey('demo')))!.json());
     const sum = Object.values(restored.default.shares).reduce((a, b) => a + b, 0);
     expect(sum).toBeLessThanOrEqual(1 + 1e-9);
     // Each agent saw the forged record on its own watch, maybe after the restore: wait for each to refuse it.
-    await waitFor(
-      'every agent to refuse the forged record',
+    await eventually(
       () => stack.agents.every((a) => a.holder.lease.refusedRecords >= 1),
       10_000,
+      'every agent to refuse the forged record',
+      25,
     );
     for (const agent of stack.agents) expect(agent.holder.lease.refusedRecords).toBe(1);
     // No agent ever enforced the forged shares (the checker saw every change of the shares in force).
     stack.checker.assertHeld();
     for (const r of stack.regions) expect(shareAt(r)).toBeLessThanOrEqual((before[r] ?? 0) + 0.2);
 
-    await waitFor(
-      'the restore in the audit trail',
+    await eventually(
       async () => {
         const entries = await audit();
         return entries.some((e) => e.action === 'restore' && e.revision === forgedRevision);
       },
       10_000,
+      'the restore in the audit trail',
+      25,
     );
     const entry = (await audit()).find((e) => e.action === 'restore' && e.revision === forgedRevision)!;
     expect(entry).toMatchObject({
@@ -106,8 +110,7 @@ describe('forged KV records are refused by agents and restored by the coordinato
       policyKey('demo'),
       JSON.stringify({ ...current!.json<Record<string, unknown>>(), capacity: 1e6 }),
     );
-    await waitFor(
-      'the policy restored',
+    await eventually(
       async () => {
         const entry = await policies.get(policyKey('demo'));
         return (
@@ -117,22 +120,26 @@ describe('forged KV records are refused by agents and restored by the coordinato
         );
       },
       10_000,
+      'the policy restored',
+      25,
     );
     const served: unknown = await (await stack.admin('GET', '/v1/policies/demo')).json();
     expect(served).toMatchObject({ name: 'demo', capacity: 90 });
-    await waitFor(
-      'every agent back on capacity 90',
+    await eventually(
       () => stack.agents.every((a) => a.policies.current().get('demo')?.capacity === 90),
       10_000,
+      'every agent back on capacity 90',
+      25,
     );
-    await waitFor(
-      'the restore in the audit trail',
+    await eventually(
       async () =>
         (await audit()).some(
           (e) =>
             e.action === 'restore' && e.revision === forgedRevision && e.restored?.bucket === names.policies,
         ),
       10_000,
+      'the restore in the audit trail',
+      25,
     );
     expect(await foreign(names.policies)).toBe(1);
   }, 30_000);
@@ -142,17 +149,17 @@ describe('forged KV records are refused by agents and restored by the coordinato
       policyKey('evil'),
       JSON.stringify({ name: 'evil', capacity: 1e6, refillPerSecond: 1e6 }),
     );
-    await waitFor(
-      'the forged key deleted',
+    await eventually(
       async () => {
         const entry = await policies.get(policyKey('evil'));
         return entry === null || entry.operation !== 'PUT';
       },
       10_000,
+      'the forged key deleted',
+      25,
     );
     expect((await stack.admin('GET', '/v1/policies/evil')).status).toBe(404);
-    await waitFor(
-      'the restore in the audit trail',
+    await eventually(
       async () =>
         (await audit()).some(
           (e) =>
@@ -162,6 +169,8 @@ describe('forged KV records are refused by agents and restored by the coordinato
             e.restored?.operation === 'put',
         ),
       10_000,
+      'the restore in the audit trail',
+      25,
     );
     expect(await foreign(names.policies)).toBe(2);
     // The coordinator's own writes since (records, the restores) raised nothing.

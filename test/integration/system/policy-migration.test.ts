@@ -7,7 +7,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slidingLogKey } from '../../../core/models/sliding-log.js';
-import { decide, MultiRegion } from '../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../helpers/fixture/index.js';
 import { eventually } from '../../helpers/wait.js';
 
 const POLICY = 'migrate';
@@ -33,15 +33,15 @@ interface Answer {
   reason: string | undefined;
 }
 
-let stack: MultiRegion;
+let stack: ServiceStack;
 
 beforeAll(async () => {
   // Rounds a minute apart and a long grace: shares stay at their first thirds, so the limits name the version.
-  stack = await new MultiRegion({
+  stack = await startStack({
     agentsPerRegion: 1,
     rebalance: { roundMs: 60_000 },
     lease: { graceMs: 65_000 },
-  }).start();
+  });
   await stack.putPolicy(POLICY, V1);
   await stack.ready([POLICY]);
 }, 60_000);
@@ -144,7 +144,7 @@ describe('policy version migration under load', () => {
 
     // The old keys are left to their TTL (never deleted), the new ones hold the new version's counts.
     for (const region of stack.regions) {
-      const redis = new Redis(stack.redis.get(region)!.url);
+      const redis = new Redis(stack.region(region).redis.url);
       try {
         const old = slidingLogKey(1, 's-0', POLICY);
         const now = slidingLogKey(2, 's-0', POLICY);

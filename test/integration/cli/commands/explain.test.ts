@@ -5,9 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExplainResponse } from '../../../../core/wire/agent.js';
 import { cli } from '../../../helpers/cli-runner.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 
-let stack: MultiRegion;
+let stack: ServiceStack;
 let agentsEnv: string;
 
 // These tests are about what an explanation says, not about deadlines: on a loaded machine a Redis reply or a
@@ -18,12 +18,12 @@ const PATIENT = { storeTimeoutMs: 2000, decisionDeadlineMs: 5000 };
 
 beforeAll(async () => {
   // Rounds a minute apart: shares stay at their first thirds for the whole file, so counts are exact.
-  stack = await new MultiRegion({
+  stack = await startStack({
     agentsPerRegion: 1,
     rebalance: { roundMs: 60_000 },
     lease: { graceMs: 65_000 },
     agent: PATIENT,
-  }).start();
+  });
   // 9 tokens, a slow refill: each region starts with a third (3 tokens).
   await stack.putPolicy('explain-a', { capacity: 9, refillPerSecond: 0.01, maxCost: 9 });
   await stack.ready(['explain-a']);
@@ -213,16 +213,16 @@ describe('quotaplane explain', () => {
 });
 
 describe('borrowing off (QP_BORROWING=false): the reasons an agent that sees only its own bucket gives', () => {
-  let off: MultiRegion;
+  let off: ServiceStack;
 
   beforeAll(async () => {
-    off = await new MultiRegion({
+    off = await startStack({
       regions: ['us', 'eu'],
       agentsPerRegion: 1,
       rebalance: { roundMs: 60_000 },
       lease: { graceMs: 65_000 },
       agent: { ...PATIENT, borrowing: false },
-    }).start();
+    });
     // 8 tokens, a slow refill: each region holds half (4 tokens).
     await off.putPolicy('halves', { capacity: 8, refillPerSecond: 0.01 });
     await off.putPolicy('homed', {

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DASHBOARD_CSP } from '../../../../coordinator/http/dashboard-routes.js';
 import { INSTALL_LINE, missingReason } from '../../../harness/system-packages.js';
 import { READ_TOKEN } from '../../../helpers/coordinator-fixture.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 import { eventually } from '../../../helpers/wait.js';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -28,7 +28,7 @@ const FLAGS = [
   '--disable-sync',
 ];
 
-let stack: MultiRegion;
+let stack: ServiceStack;
 let context: BrowserContext;
 let profile: string;
 const problems: string[] = [];
@@ -38,7 +38,7 @@ beforeAll(async () => {
   const why = missingReason(inject('missingPackages'), 'chromium');
   if (why !== undefined || !existsSync(CHROMIUM))
     throw new Error(why ?? `${CHROMIUM} is missing: ${INSTALL_LINE}`);
-  stack = await new MultiRegion({ agentsPerRegion: 1 }).start();
+  stack = await startStack({ agentsPerRegion: 1 });
   // A short idle TTL: a region that shrank may grow again 3.5 s later (the regrowth cool-down is the TTL).
   await stack.putPolicy('dash', { capacity: 60, refillPerSecond: 20, idleTtlSeconds: 3 });
   await stack.ready(['dash']);

@@ -13,17 +13,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kvNames } from '../../../../core/wire/kv.js';
 import { inboxPrefix } from '../../../../core/wire/nats-permissions.js';
 import { strictSubject } from '../../../../core/wire/strict.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 
 describe('a stack on locked-down NATS with TLS', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       secure: { tls: true },
       agent: { decisionDeadlineMs: 5000, storeTimeoutMs: 5000 },
-    }).start();
+    });
     // Next to no refill (1 a day): exact counts for the length of the test.
     await stack.putPolicy('demo', { capacity: 90, refillPerSecond: 90 / 86_400 });
     await stack.putPolicy('refunds', {

@@ -10,13 +10,13 @@ import {
   AuditResponse,
   type AllocationSummary,
 } from '../../../../core/wire/admin.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 import { eventually } from '../../../helpers/wait.js';
 
-let stack: MultiRegion;
+let stack: ServiceStack;
 
 beforeAll(async () => {
-  stack = await new MultiRegion({ agentsPerRegion: 1 }).start();
+  stack = await startStack({ agentsPerRegion: 1 });
 }, 60_000);
 afterAll(async () => {
   await stack?.[Symbol.asyncDispose]();

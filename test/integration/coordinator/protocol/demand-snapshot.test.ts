@@ -13,7 +13,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { DemandSnapshot } from '../../../../core/lease/demand-snapshot.js';
 import { kvNames } from '../../../../core/wire/kv.js';
 import { parseSnapshot } from '../../../../coordinator/protocol/demand-persistence.js';
-import { FAST_LEASE, FAST_REBALANCE, ProtocolStack, waitFor } from '../../../helpers/protocol-stack.js';
+import {
+  eventually,
+  FAST_LEASE,
+  FAST_REBALANCE,
+  startProtocolStack,
+  type ProtocolStack,
+} from '../../../helpers/fixture/index.js';
 
 async function stored(kv: KV, key: string): Promise<DemandSnapshot | undefined> {
   const entry = await kv.get(key);
@@ -38,7 +44,7 @@ describe('demand snapshots across a coordinator crash (real NATS and Redis)', ()
   });
 
   it('a coordinator started after the leader died seeds its demand and its move under way from the snapshot', async () => {
-    stack = await new ProtocolStack({
+    stack = await startProtocolStack({
       agentsPerRegion: 1,
       // Learning lasts a lease at most (5 s here; 1.5 s once every agent holds a renewal of the successor) and a move
       // needs its 600 s confirmation: the successor's first snapshots are taken before any move of its own.
@@ -48,20 +54,21 @@ describe('demand snapshots across a coordinator crash (real NATS and Redis)', ()
       // A move is confirmed for ever (it stays under confirmation), and demand does not decay within the test.
       rebalance: { ...FAST_REBALANCE, confirmMs: 600_000, demandHalfLifeMs: 600_000 },
       snapshotIntervalMs: 500,
-    }).start();
+    });
     await stack.createPolicy('writes', { capacity: 30, refillPerSecond: 60, idleTtlSeconds: 2 });
     stack.setDemand('us', 80);
     nc = await connect({ servers: stack.nats.url });
     const kv = await new Kvm(jetstream(nc)).open(kvNames(stack.namespace).demand);
 
     // The leader's snapshot shows us's demand and a move under confirmation for a while.
-    await waitFor(
-      'a snapshot with demand in us and a confirmation under way',
+    await eventually(
       async () => {
         const s = await stored(kv, 'writes');
         return s !== undefined && (s.demand['us'] ?? 0) > 0 && (s.beyondForMs ?? 0) >= 1000;
       },
       30_000,
+      'a snapshot with demand in us and a confirmation under way',
+      25,
     );
     // The leader dies; its agents too, so nothing reaches the successor but what the KV holds.
     await stack.killCoordinator();
@@ -75,10 +82,11 @@ describe('demand snapshots across a coordinator crash (real NATS and Redis)', ()
     await stack.startCoordinator();
     expect(await metric(stack, 'restored')).toBe(1);
     expect(await metric(stack, 'invalid')).toBe(1);
-    await waitFor(
-      "the successor's own snapshot",
+    await eventually(
       async () => ((await stored(kv, 'writes'))?.takenAt ?? 0) > before.takenAt,
       5000,
+      "the successor's own snapshot",
+      25,
     );
     const after = (await stored(kv, 'writes'))!;
     // Exactly the demand it was handed (no agent has reported to it), and the same confirmation, older by the

@@ -19,14 +19,14 @@ import {
   RenewalReply,
   type Usage,
 } from '../../../../core/wire/protocol.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 import { firstHeartbeat } from '../../../helpers/protocol-messages.js';
 
 const FORGET_AFTER_MS = 4000;
 const MAX_AGENTS = 64;
 
 describe('forged protocol messages with a stolen agent credential (real NATS, real coordinator)', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   let attacker: NatsConnection;
   /** The attacker's subjects: tagged with its own credential, the only ones the server lets it publish on. */
   let subjects: ReturnType<typeof protocolSubjects>;
@@ -64,11 +64,11 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
     firstHeartbeat(agentId, region, { instance, mode: 'none' });
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       secure: { tls: false },
       lease: { forgetAfterMs: FORGET_AFTER_MS, maxAgentsPerRegion: MAX_AGENTS },
-    }).start();
+    });
     await stack.putPolicy('demo', { capacity: 90, refillPerSecond: 1.5 });
     await stack.ready(['demo']);
     const stolen = stack.nats.security!.bundle.credentials.find((c) => c.name === 'agent-eu-2')!;

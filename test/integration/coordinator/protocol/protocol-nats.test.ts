@@ -5,7 +5,13 @@
  * Timings are compressed: rounds of 200 ms, heartbeats every 200 ms, leases of 1.5 s, grace of 4 s.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ProtocolStack, sleep, waitFor, worstWindowRatio } from '../../../helpers/protocol-stack.js';
+import {
+  eventually,
+  sleep,
+  startProtocolStack,
+  worstWindowRatio,
+  type ProtocolStack,
+} from '../../../helpers/fixture/index.js';
 import { within } from '../../../helpers/within.js';
 
 const near = (shares: Record<string, number>, want: Record<string, number>, tolerance = 0.06) =>
@@ -17,14 +23,19 @@ const near = (shares: Record<string, number>, want: Record<string, number>, tole
  */
 async function keepDeciding(stack: ProtocolStack, n: number, what: string): Promise<void> {
   const from = stack.admissions.length;
-  await waitFor(`${n} more admitted decisions ${what}`, () => stack.admissions.length >= from + n, 15_000);
+  await eventually(
+    () => stack.admissions.length >= from + n,
+    15_000,
+    `${n} more admitted decisions ${what}`,
+    25,
+  );
 }
 
 describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)', () => {
   let stack: ProtocolStack;
 
   beforeAll(async () => {
-    stack = await new ProtocolStack().start();
+    stack = await startProtocolStack();
     // 60 per second, burst 30: demand below will exceed the budget so shares matter.
     // Idle TTL compressed like the timers: a region that shrank may grow again 2.5 s later (the cool-down).
     await stack.createPolicy('writes', { capacity: 30, refillPerSecond: 60, idleTtlSeconds: 2 });
@@ -38,11 +49,12 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
   });
 
   it('every agent adopts the policy and a lease, and shares follow demand', async () => {
-    await waitFor('every agent ready', () => stack.agents.every((a) => a.holder.ready()), 10_000);
-    const took = await waitFor(
-      'shares to follow demand',
+    await eventually(() => stack.agents.every((a) => a.holder.ready()), 10_000, 'every agent ready', 25);
+    const took = await eventually(
       async () => near(await stack.shares(), { us: 0.73, eu: 0.135, ap: 0.135 }),
       15_000,
+      'shares to follow demand',
+      25,
     );
     expect(took).toBeLessThan(15_000);
     stack.checker.assertHeld();
@@ -54,10 +66,11 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
     // Here rounds are 5× faster and smoothing 5× shorter, the confirmation 2 s: 2 s, then 12 steps of at most 0.05
     // (core/rebalance/settings.ts maxStep) of 200 ms, about 4.5 s in all (4.2 s measured); 12 s allows for CI load.
     let last: Record<string, number> = {};
-    const took = await waitFor(
-      'shares to follow the shift',
+    const took = await eventually(
       async () => near((last = await stack.shares()), { us: 0.135, eu: 0.73, ap: 0.135 }),
       12_000,
+      'shares to follow the shift',
+      25,
     ).catch((error: Error) => {
       throw new Error(
         `${error.message}; shares ${JSON.stringify(last)}; decisions ${JSON.stringify(stack.agents.map((a) => [a.region, a.decisions, a.failures]))}`,
@@ -71,18 +84,20 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
     const start = Date.now();
     const res = await stack.admin('PATCH', '/v1/policies/writes/budget', { capacity: 40 });
     expect(res.status).toBe(200);
-    await waitFor(
-      'every agent to see capacity 40',
+    await eventually(
       () => stack.agents.every((a) => stack.policyAt(a)?.capacity === 40),
       2000,
+      'every agent to see capacity 40',
+      25,
     );
     expect(Date.now() - start).toBeLessThan(2000);
     // Back to the budget the window check below assumes.
     await stack.admin('PATCH', '/v1/policies/writes/budget', { capacity: 30 });
-    await waitFor(
-      'every agent to see capacity 30',
+    await eventually(
       () => stack.agents.every((a) => stack.policyAt(a)?.capacity === 30),
       2000,
+      'every agent to see capacity 30',
+      25,
     );
     stack.admissions.length = 0;
   }, 10_000);
@@ -94,10 +109,11 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
     await within(stack.stopAgent(b!, false), 8000, 'an abrupt stop of an eu agent');
     await within(stack.startAgent('eu'), 8000, 'a new eu agent loading its records');
     stack.setDemand('eu', 80);
-    await waitFor(
-      'the new eu agent to be ready',
+    await eventually(
       () => stack.agents.filter((x) => x.region === 'eu').every((x) => x.holder.ready()),
       10_000,
+      'the new eu agent to be ready',
+      25,
     );
     await keepDeciding(stack, 40, 'after the restart');
     stack.checker.assertHeld();
@@ -106,16 +122,18 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
   it('stays within the budget through a coordinator kill and restart', async () => {
     await stack.killCoordinator();
     // Past lease and grace every agent settles at its safe share; none may keep its lease.
-    await waitFor(
-      'every agent lapsed or settled without a coordinator',
+    await eventually(
       () => stack.agents.every((a) => ['lapsed', 'settled'].includes(a.holder.lease.mode())),
       10_000,
+      'every agent lapsed or settled without a coordinator',
+      25,
     );
     await stack.startCoordinator();
-    await waitFor(
-      'agents renewed again',
+    await eventually(
       () => stack.agents.every((a) => a.holder.lease.mode() === 'valid'),
       10_000,
+      'agents renewed again',
+      25,
     );
     await keepDeciding(stack, 40, 'after the coordinator came back');
     stack.checker.assertHeld();
@@ -126,10 +144,11 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
     // The fault itself: NATS stays down for one second (two heartbeat intervals).
     await sleep(1000);
     await stack.nats.start();
-    await waitFor(
-      'agents renewed after NATS came back',
+    await eventually(
       () => stack.agents.every((a) => a.holder.lease.mode() === 'valid'),
       15_000,
+      'agents renewed after NATS came back',
+      25,
     );
     await keepDeciding(stack, 20, 'after NATS came back');
     stack.checker.assertHeld();
@@ -149,13 +168,14 @@ describe('conservation protocol on real NATS and Redis (3 regions × 2 agents)',
     const started = Date.now();
     // Measure over at least 15 heartbeats per agent (about 3 s), counted rather than slept.
     let after = before;
-    await waitFor(
-      '15 heartbeats per agent',
+    await eventually(
       async () => {
         after = await count();
         return after.heartbeat - before.heartbeat >= 15 * agents;
       },
       10_000,
+      '15 heartbeats per agent',
+      25,
     );
     const seconds = (Date.now() - started) / 1000;
     // Heartbeats every 200 ms here (1 s by default): 5 per agent per second, give or take timer jitter.

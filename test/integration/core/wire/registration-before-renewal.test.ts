@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { kvNames } from '../../../../core/wire/kv.js';
 import { protocolSubjects, RenewalReply } from '../../../../core/wire/protocol.js';
 import { firstHeartbeat } from '../../../helpers/protocol-messages.js';
-import { ProtocolStack } from '../../../helpers/protocol-stack.js';
+import { startProtocolStack, type ProtocolStack } from '../../../helpers/fixture/index.js';
 
 describe('a renewal goes out only after its agent is registered (real NATS and KV)', () => {
   let stack: ProtocolStack | undefined;
@@ -25,7 +25,7 @@ describe('a renewal goes out only after its agent is registered (real NATS and K
   });
 
   it('each of 20 new agents is in the agents bucket when its first renewal arrives', async () => {
-    stack = await new ProtocolStack({ agentsPerRegion: 0 }).start();
+    stack = await startProtocolStack({ agentsPerRegion: 0 });
     nc = await connect({ servers: stack.nats.url });
     const agents = await new Kvm(jetstream(nc)).open(kvNames(stack.namespace).agents);
     const subject = protocolSubjects(stack.namespace, 'open').heartbeat('eu');

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeRequest } from '../../../../core/wire/bucket.js';
 import { BucketModel } from '../../../../core/models/token-bucket.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 
 type Answer = Awaited<ReturnType<typeof decide>>;
 const reasonOf = (a: Answer) => a.body.results?.[0]?.reason;
@@ -29,17 +29,17 @@ async function metric(url: string, name: string, labels: string): Promise<number
 }
 
 describe('borrowing between regions (us, eu, ap; equal shares)', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   const url = (region: string) => stack.inRegion(region)[0]!.url;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       // Shares stay at their equal safe values for the whole file: with every region's floor at 0.25, no
       // target is ever 0.5 away from a third, which a rebalance must be to start.
       rebalance: { hysteresis: 0.5 },
       agent: { borrowing: true, decisionDeadlineMs: 1500, storeTimeoutMs: 400, borrowBackoffMs: 2000 },
-    }).start();
+    });
     await stack.putPolicy('still', { capacity: 60, refillPerSecond: 0.0001, minShare: 0.25 });
     await stack.putPolicy('race', { capacity: 100, refillPerSecond: 0.0001, minShare: 0.25 });
     await stack.putPolicy('homed', { capacity: 60, refillPerSecond: 1, minShare: 0.25 });

@@ -15,24 +15,24 @@ import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_LEND_BUDGET_SUBJECTS } from '../../../../core/borrowing/loan-bounds.js';
 import { LoanReply, loanSubject, type LoanRequest } from '../../../../core/wire/loan.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 
 const C = 60;
 
 describe('loans with a stolen agent credential (real NATS with auth, real agents)', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
   let thief: NatsConnection;
   const url = (region: string) => stack.inRegion(region)[0]!.url;
   const versionOf = (policy: string) =>
     stack.inRegion('us')[0]!.running.coordination!.policies.current().get(policy)!.version;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       secure: { tls: false },
       rebalance: { hysteresis: 0.5 },
       agent: { borrowing: true, decisionDeadlineMs: 1500, storeTimeoutMs: 400, borrowBackoffMs: 200 },
-    }).start();
+    });
     await stack.putPolicy('minted', { capacity: C, refillPerSecond: 0.0001, minShare: 0.25 });
     await stack.putPolicy('flood', { capacity: C, refillPerSecond: 0.0001, minShare: 0.25 });
     await stack.ready(['minted', 'flood']);

@@ -5,17 +5,17 @@
  * (read as full): 76 and 69 of a global budget of 40 were admitted. A sharded check now never borrows.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 
 describe('a sharded policy with borrowing on, three regions', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
 
   beforeAll(async () => {
-    stack = await new MultiRegion({
+    stack = await startStack({
       agentsPerRegion: 1,
       rebalance: { hysteresis: 0.5 },
       agent: { borrowing: true, decisionDeadlineMs: 1500, storeTimeoutMs: 400 },
-    }).start();
+    });
     await stack.putPolicy('hot', { capacity: 40, refillPerSecond: 0.01, shards: 4, minShare: 0.25 });
     await stack.ready(['hot']);
   }, 60_000);

@@ -6,14 +6,14 @@
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegionsResponse } from '../../../../core/wire/admin.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 import { eventually } from '../../../helpers/wait.js';
 
-let stack: MultiRegion;
+let stack: ServiceStack;
 
 beforeAll(async () => {
   // One decision in flight at most: while one is held, every other request is shed.
-  stack = await new MultiRegion({ agentsPerRegion: 1, agent: { maxInFlight: 1 } }).start();
+  stack = await startStack({ agentsPerRegion: 1, agent: { maxInFlight: 1 } });
   await stack.putPolicy('shed-writes', { capacity: 1000, refillPerSecond: 100 });
   await stack.ready(['shed-writes']);
 }, 60_000);

@@ -5,15 +5,15 @@
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { strictSubject } from '../../../../core/wire/strict.js';
-import { decide, MultiRegion } from '../../../helpers/multi-region.js';
+import { decide, startStack, type ServiceStack } from '../../../helpers/fixture/index.js';
 
 describe('strict mode: one bucket in the home region, forwarded to from everywhere', () => {
-  let stack: MultiRegion;
+  let stack: ServiceStack;
 
   beforeAll(async () => {
     // A generous deadline: under 600 concurrent callers on two cores a 50 ms deadline would fail some forwarded
     // decisions closed, which is the point of another test below, not of this one.
-    stack = await new MultiRegion({ agent: { decisionDeadlineMs: 5000, storeTimeoutMs: 5000 } }).start();
+    stack = await startStack({ agent: { decisionDeadlineMs: 5000, storeTimeoutMs: 5000 } });
     // 100 with next to no refill (1 a day): exact counts for the length of the test.
     await stack.putPolicy('payments', {
       mode: 'strict',
