@@ -223,6 +223,9 @@ export async function decide(
     results?: { reason?: string; allowed: boolean }[];
     replayed?: boolean;
     code?: string;
+    /** A 503 AGT_ERR_OVERLOADED's path (core/wire/agent.ts SHED_PATHS) and words. */
+    shed?: string;
+    detail?: string;
   };
 }> {
   const res = await fetch(`${url}/v1/decisions`, {
