@@ -125,6 +125,14 @@ describe('multi-region acceptance on the geo topology', () => {
     loop.disable();
     const seen = reasons(answers);
     const shed = seen['503 AGT_ERR_OVERLOADED'] ?? 0;
+    // Every shed reported, by path and the region asked, before the counts are checked.
+    if (shed > 0 || seen.allowed !== 100) {
+      console.warn(
+        `geo acceptance: ${shed} of 600 shed at load ${loadavg()[0]!.toFixed(1)}, event-loop delay p99 ` +
+          `${(loop.percentile(99) / 1e6).toFixed(0)} ms, max ${(loop.max / 1e6).toFixed(0)} ms: ` +
+          shedBreakdown(answers, (i) => stack.agents[i % stack.agents.length]!.region),
+      );
+    }
     // Exactly the bucket, and every other answer the bucket's refusal or, on a machine too busy to answer in
     // time, an explicit shed (charging nothing); never home_unreachable.
     expect(seen, JSON.stringify(seen)).toEqual({
@@ -132,17 +140,14 @@ describe('multi-region acceptance on the geo topology', () => {
       subject_exhausted: 500 - shed,
       ...(shed > 0 ? { '503 AGT_ERR_OVERLOADED': shed } : {}),
     });
-    // Issue 26 asks that an idle machine shed none. Not met reliably since 2026-12-05: in four clean-clone CI runs
-    // the home shed 4, 2 and 24 of the 600 ("taken up too late"; 24 beside other work) and none in runs of this
-    // file alone (3); cause not found (docs/protocol.md, "Timings at a distance"). Until it is, an idle
-    // machine may shed at most 5 %, and every shed is reported; a loaded one is only reported.
-    if (shed > 0) {
-      console.warn(
-        `geo acceptance: ${shed} of 600 shed at load ${loadavg()[0]!.toFixed(1)}, event-loop delay p99 ` +
-          `${(loop.percentile(99) / 1e6).toFixed(0)} ms, max ${(loop.max / 1e6).toFixed(0)} ms: ` +
-          shedBreakdown(answers, (i) => stack.agents[i % stack.agents.length]!.region),
-      );
-    }
+    // Issue 26 asks that an idle machine shed none. In four clean-clone CI runs on 2026-12-05 the home shed 4, 2
+    // and 24 of the 600 ("taken up too late"). The cause (docs/protocol.md, "Timings at a distance"): the six
+    // agents and this file's 600 fetches share one event loop, which stalls 150-450 ms in the burst (its new
+    // connections); the forwarder held its batch for the end of that turn, and the home, on the same loop, takes
+    // forwarded checks up only after it. The forwarder now sends at once (at load 7-8: 0, 0, 20, 20 shed where
+    // the turn's end gave 32-39 in the same minutes); what is left is the home sharing the stalled loop, which a
+    // deployment's home does not. Not yet measured on an idle machine: until it is, an idle machine may shed at
+    // most 5 %, and every shed is reported; a loaded one is only reported.
     if (loadavg()[0]! <= availableParallelism()) expect(shed, JSON.stringify(seen)).toBeLessThanOrEqual(30);
   }, 60_000);
 
