@@ -5,7 +5,7 @@
  * stable codes at the end.
  */
 import createError from '@fastify/error';
-import { LIMITER_UNAVAILABLE, RATE_LIMITED } from '../core/wire/agent.js';
+import { LIMITER_UNAVAILABLE, RATE_LIMITED, type ShedPath } from '../core/wire/agent.js';
 
 export const AgentErrors = {
   AGT_ERR_INVALID_REQUEST: createError('AGT_ERR_INVALID_REQUEST', 'Invalid decision request: %s', 400),
@@ -133,9 +133,24 @@ export interface AgentError extends Error {
   statusCode?: number;
   /** Every problem found, when there were several. */
   errors?: readonly string[];
+  /** Where a 503 AGT_ERR_OVERLOADED was shed (the problem's `shed` member). */
+  shed?: ShedPath;
 }
 
 /** Build an agent error with its list of problems. */
 export function withProblems<E extends Error>(error: E, problems: readonly string[]): E & AgentError {
   return Object.assign(error, { errors: problems }) as E & AgentError;
+}
+
+/**
+ * A 503 AGT_ERR_OVERLOADED shed on `path` (core/wire/agent.ts SHED_PATHS), `why` in words: the path leads the
+ * message and is the problem's `shed` member, so every shed says where it happened.
+ */
+export function shedError(path: ShedPath, why: string): AgentError {
+  return Object.assign(new AgentErrors.AGT_ERR_OVERLOADED(`${path}: ${why}`), { shed: path });
+}
+
+/** The shed path an error carries, when it is a 503 AGT_ERR_OVERLOADED that names one. */
+export function shedPathOf(error: unknown): ShedPath | undefined {
+  return error instanceof AgentErrors.AGT_ERR_OVERLOADED ? (error as AgentError).shed : undefined;
 }

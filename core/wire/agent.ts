@@ -198,6 +198,30 @@ export const QUOTA_EXCEEDED_TYPE = 'https://iana.org/assignments/http-problem-ty
 export const TEMPORARY_REDUCED_CAPACITY_TYPE =
   'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
 
+/**
+ * Where a 503 `AGT_ERR_OVERLOADED` was shed (the problem's `shed` member; nothing was decided or charged):
+ * - `admission`: this agent's admission control, at the door (in-flight bound, event-loop delay);
+ * - `local_deadline`: the decision deadline passed on this agent before a strict check could be forwarded;
+ * - `forward_timeout`: no reply within the budget from a home region that answered others lately (busy);
+ * - `home_late`: the home took the forwarded request up after the deadline it carried;
+ * - `home_admission`: the home's admission control refused the forwarded request;
+ * - `home_store_deadline`: the home's store call could not run before the forwarded request's deadline;
+ * - `home_other`: the home answered `overloaded` in words this agent does not know (another version);
+ * - `store_deadline`: this agent's own store call could not run before a forwarding caller's deadline (a home
+ *   answering a forwarded request; its requester hears `home_store_deadline`).
+ */
+export const SHED_PATHS = [
+  'admission',
+  'local_deadline',
+  'forward_timeout',
+  'home_late',
+  'home_admission',
+  'home_store_deadline',
+  'home_other',
+  'store_deadline',
+] as const;
+export type ShedPath = (typeof SHED_PATHS)[number];
+
 /** An RFC 9457 problem document, with the stable `code` every quotaplane error carries. */
 export const Problem = z.looseObject({
   type: z.string(),
@@ -210,6 +234,8 @@ export const Problem = z.looseObject({
   'violated-policies': z.array(z.string()).optional(),
   /** Every validation problem found, for 400s. */
   errors: z.array(z.string()).optional(),
+  /** Where a 503 `AGT_ERR_OVERLOADED` was shed (SHED_PATHS). */
+  shed: z.string().optional(),
 });
 export type Problem = z.infer<typeof Problem>;
 
@@ -223,9 +249,11 @@ export function problemOf(
   code: string,
   detail: string,
   errors?: readonly string[],
+  shed?: ShedPath,
 ): Problem {
   const problem: Problem = { type: 'about:blank', title, status, code, detail };
   if (errors !== undefined && errors.length > 0) problem.errors = [...errors];
+  if (shed !== undefined) problem.shed = shed;
   return problem;
 }
 

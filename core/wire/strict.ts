@@ -56,6 +56,27 @@ export const ForwardErrorCode = z.enum([
 ]);
 export type ForwardErrorCode = z.infer<typeof ForwardErrorCode>;
 
+/**
+ * Why a home answered `overloaded`, in the words its message carries (so a requester of any version tells them
+ * apart without a new field on the wire): it took the request up after the caller's deadline (`late`), its
+ * admission control refused it (`admission`), or its store call could not run before the caller's deadline
+ * (`store_deadline`). A home may add to a message, never change these words.
+ */
+export const HOME_SHED_WORDS = {
+  late: 'the home region took the request up too late to answer within its deadline',
+  admission: 'the home region is overloaded',
+  store_deadline: "the caller's deadline passed before the store could decide",
+} as const;
+export type HomeShed = keyof typeof HOME_SHED_WORDS;
+
+/** Which of HOME_SHED_WORDS an `overloaded` answer's message carries; undefined: none (another version's words). */
+export function homeShedOf(message: string): HomeShed | undefined {
+  for (const [shed, words] of Object.entries(HOME_SHED_WORDS) as [HomeShed, string][]) {
+    if (message.includes(words)) return shed;
+  }
+  return undefined;
+}
+
 export const ForwardedReply = z.union([
   z.strictObject({ results: z.array(CheckResult).min(1).max(16), replayed: z.boolean().optional() }),
   z.strictObject({ error: ForwardErrorCode, message: z.string().max(300) }),

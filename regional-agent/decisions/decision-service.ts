@@ -22,7 +22,7 @@ import type { PolicySource } from '../policies/policy-source.js';
 import type { ShareView } from '../../core/shares/shares.js';
 import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import type { ForwardedDecision, ForwardedReply } from '../../core/wire/strict.js';
-import { AgentErrors } from '../errors.js';
+import { AgentErrors, shedPathOf } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import { CheckRouter } from './check-router.js';
@@ -150,6 +150,12 @@ export class DecisionService {
       const outcome = await this.#runner.run(request, deadlineAt, chargeBy);
       this.#recorder.record(request, outcome, requestId, started);
       return outcome;
+    } catch (error) {
+      // Shed after admission (a deadline, or a home region that shed it): counted by where it was shed.
+      const path = shedPathOf(error);
+      if (path !== undefined)
+        this.#deps.metrics.shedAfterAdmission.labels(this.#deps.metrics.region, path).inc();
+      throw error;
     } finally {
       for (const done of leave) done();
     }

@@ -1,6 +1,6 @@
 /** The forwarded group: a request's strict checks homed in another region, decided there. */
 import type { Clock } from '../../core/clock.js';
-import { AgentErrors } from '../errors.js';
+import { AgentErrors, shedError } from '../errors.js';
 import type { ForwardGroup } from './check-groups.js';
 import type { FailureModes } from './failure-modes.js';
 import { HomeOverloadedError, type Forwarder } from './forwarder.js';
@@ -32,7 +32,8 @@ export async function runForwardGroup(
     // absence: the request is shed (503, nothing charged), never answered home_unreachable.
     const localLeft = call.deadlineAt - deps.clock.now();
     if (localLeft <= 0) {
-      throw new AgentErrors.AGT_ERR_OVERLOADED(
+      throw shedError(
+        'local_deadline',
         `the decision deadline passed on this agent before the check could be forwarded to ${group.homeRegion}`,
       );
     }
@@ -67,8 +68,8 @@ export async function runForwardGroup(
     if (error instanceof AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT) throw error;
     if (error instanceof AgentErrors.AGT_ERR_OVERLOADED) throw error;
     // A home that sheds says why (busy, or the request reached it too late): the whole request is shed, as the
-    // agent's own admission control would, and the reason is the home's own words.
-    if (error instanceof HomeOverloadedError) throw new AgentErrors.AGT_ERR_OVERLOADED(error.message);
+    // agent's own admission control would, and the reason is the home's own words and its shed path.
+    if (error instanceof HomeOverloadedError) throw shedError(error.shed, error.message);
     run.allowed = deps.failures.failAll(group.checks, 'home_unreachable', dryRun);
     return run;
   }

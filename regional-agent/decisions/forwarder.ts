@@ -1,4 +1,4 @@
-import type { CheckResult } from '../../core/wire/agent.js';
+import type { CheckResult, ShedPath } from '../../core/wire/agent.js';
 
 /** One check of a strict policy, sent to the agents of its home region. The subject is already normalized. */
 export interface ForwardCheck {
@@ -20,14 +20,19 @@ export interface ForwardRequest {
   dryRun: boolean;
 }
 
-/** The home region answered that it is overloaded and decided nothing: busy, not unreachable. */
+/**
+ * The home region answered that it is overloaded, or a home that answers others did not answer in time: nothing
+ * was decided; busy, not unreachable. `shed` says which (forward_timeout, or the home's own reason).
+ */
 export class HomeOverloadedError extends Error {
   readonly code = 'AGT_HOME_OVERLOADED';
   readonly homeRegion: string;
-  constructor(homeRegion: string, message: string) {
+  readonly shed: ShedPath;
+  constructor(homeRegion: string, shed: ShedPath, message: string) {
     super(message);
     this.name = 'HomeOverloadedError';
     this.homeRegion = homeRegion;
+    this.shed = shed;
   }
 }
 

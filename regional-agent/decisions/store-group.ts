@@ -5,13 +5,14 @@
  */
 import type { CheckResult, DecisionReason } from '../../core/wire/agent.js';
 import type { BucketCheck, Decision } from '../../core/wire/bucket.js';
+import { HOME_SHED_WORDS } from '../../core/wire/strict.js';
 import type { Clock } from '../../core/clock.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
 import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import type { StoreGroup } from './check-groups.js';
-import { AgentErrors } from '../errors.js';
+import { shedError } from '../errors.js';
 import { CallerDeadlineError, type DecisionStore } from './decision-store.js';
 import type { FailureModes } from './failure-modes.js';
 import { newRun, ownBudgetReason, settleRun, type GroupRun } from './group-run.js';
@@ -117,7 +118,7 @@ export async function runStoreGroup(deps: StoreGroupDeps, call: StoreGroupCall):
     // The forwarding region's deadline passed before the store could run the call: nothing was charged, and
     // the request is shed (the requester hears "busy"), never answered as a store failure.
     if (error instanceof CallerDeadlineError) {
-      throw new AgentErrors.AGT_ERR_OVERLOADED("the caller's deadline passed before the store could decide");
+      throw shedError('store_deadline', HOME_SHED_WORDS.store_deadline);
     }
     run.allowed = deps.failures.failAll(group.checks, 'store_unavailable', dryRun);
     return run;

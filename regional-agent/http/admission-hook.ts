@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { AgentErrors } from '../errors.js';
+import { shedError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import { retryAfterSeconds, type Admission, type AdmissionRoute } from '../resilience/admission.js';
 import { errorProblem, sendProblem } from './problem.js';
@@ -39,11 +39,12 @@ export function installAdmission(app: FastifyInstance, admission: Admission, met
       done();
       return;
     }
-    const error = new AgentErrors.AGT_ERR_OVERLOADED(
+    const error = shedError(
+      'admission',
       entered === 'in_flight' ? 'too many decisions in flight' : 'event loop delay',
     );
     metrics.requestErrors.labels(error.code).inc();
     reply.header('retry-after', retryAfterSeconds(admission.retryAfterMs)).header('x-request-id', request.id);
-    void sendProblem(reply, errorProblem(503, error.code, error.message));
+    void sendProblem(reply, errorProblem(503, error.code, error.message, undefined, error.shed));
   });
 }

@@ -8,7 +8,7 @@ import {
   type BatchAnswer,
 } from '../../core/wire/batch.js';
 import type { DecisionService } from '../decisions/decision-service.js';
-import { AgentErrors, withProblems, type AgentError } from '../errors.js';
+import { AgentErrors, shedError, withProblems, type AgentError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { Admission } from '../resilience/admission.js';
 import { decisionResponse } from './decision-reply.js';
@@ -85,7 +85,7 @@ export function batchRoute(app: FastifyInstance, options: BatchRouteOptions): vo
       return { status: 500, body: errorProblem(500, 'AGT_ERR_INTERNAL', 'Internal error') };
     }
     metrics.requestErrors.labels(e.code).inc();
-    return { status, body: errorProblem(status, e.code, e.message, e.errors) };
+    return { status, body: errorProblem(status, e.code, e.message, e.errors, e.shed) };
   };
 
   const decideOne = async (element: unknown, requestId: string, first: boolean): Promise<BatchAnswer> => {
@@ -94,7 +94,8 @@ export function batchRoute(app: FastifyInstance, options: BatchRouteOptions): vo
       const entered = admission.enter('http');
       if (typeof entered !== 'function') {
         return problemOf(
-          new AgentErrors.AGT_ERR_OVERLOADED(
+          shedError(
+            'admission',
             entered === 'in_flight' ? 'too many decisions in flight' : 'event loop delay',
           ),
           requestId,

@@ -42,7 +42,7 @@ export function installErrorHandling(
     // Shed after admission (the home region of a strict policy was overloaded): the same answer as at the door.
     if (code === 'AGT_ERR_OVERLOADED') reply.header('retry-after', retryAfterSeconds(overloadRetryAfterMs));
     metrics.requestErrors.labels(code).inc();
-    return sendProblem(reply, errorProblem(status, code, error.message, error.errors));
+    return sendProblem(reply, errorProblem(status, code, error.message, error.errors, error.shed));
   });
   app.setNotFoundHandler((request, reply) => {
     const error = new AgentErrors.AGT_ERR_NOT_FOUND(request.method, request.url.split('?')[0]);

@@ -33,6 +33,7 @@ export class AgentMetrics {
   readonly policies: Gauge;
   readonly policyReloads: Counter<'outcome'>;
   readonly shed: Counter<'region' | 'route' | 'reason' | 'cause'>;
+  readonly shedAfterAdmission: Counter<'region' | 'path'>;
   readonly inFlight: Gauge;
   readonly eventLoopDelay: Gauge;
   /**
@@ -172,6 +173,12 @@ export class AgentMetrics {
       name: 'quotaplane_shed_decisions_total',
       help: 'Decision requests refused before any store call because the agent was overloaded (503 AGT_ERR_OVERLOADED), by route (http, forward_auth, grpc, reservations, leases, explain, strict, loan) and cause (in_flight, event_loop_delay).',
       labelNames: ['region', 'route', 'reason', 'cause'],
+      registers,
+    });
+    this.shedAfterAdmission = new Counter({
+      name: 'quotaplane_shed_after_admission_total',
+      help: 'Decisions admitted, then shed (503 AGT_ERR_OVERLOADED, nothing charged), by path: local_deadline, forward_timeout, home_late, home_admission, home_store_deadline, home_other, store_deadline (core/wire/agent.ts SHED_PATHS).',
+      labelNames: ['region', 'path'],
       registers,
     });
     this.inFlight = new Gauge({

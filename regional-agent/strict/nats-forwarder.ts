@@ -7,9 +7,11 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import { linkAllowanceMs, oneWayAllowanceMs, roundTripOf, type RoundTrips } from '../../core/distance.js';
+import type { ShedPath } from '../../core/wire/agent.js';
 import {
   ForwardedBatchReply,
   ForwardedReply,
+  homeShedOf,
   MAX_FORWARD_BATCH,
   strictSubject,
   type ForwardedDecision,
@@ -66,6 +68,7 @@ export class NatsForwarder implements Forwarder {
   readonly #namespace: string;
   readonly #decisions: Counter<'home' | 'outcome'> | undefined;
   readonly #seconds: Histogram<'home'> | undefined;
+  readonly #shed: Counter<'home' | 'path'> | undefined;
   /** When each home region last answered (epoch ms): a home that answers others is busy, not unreachable. */
   readonly #lastAnswer = new Map<string, number>();
   /** Round trips measured to each home (answered requests, smoothed), ms. */
@@ -89,6 +92,12 @@ export class NatsForwarder implements Forwarder {
         help: 'Round trip of forwarded strict-mode decisions that got an answer.',
         labelNames: ['home'],
         buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
+        registers,
+      });
+      this.#shed = new Counter({
+        name: 'quotaplane_forwarded_shed_total',
+        help: 'Strict-mode decisions forwarded to a home region and shed (503 AGT_ERR_OVERLOADED), by home and path (forward_timeout, home_late, home_admission, home_store_deadline, home_other).',
+        labelNames: ['home', 'path'],
         registers,
       });
     }
@@ -128,9 +137,10 @@ export class NatsForwarder implements Forwarder {
       if (outcome === 'timeout' && answered !== undefined && Date.now() - answered < ALIVE_MS) {
         // No reply in time from a home that keeps answering others: it is busy. Its agents answer `overloaded`
         // to requests they take up too late, and charge nothing for them.
-        this.#decisions?.inc({ home: homeRegion, outcome: 'overloaded' });
+        this.#overloaded(homeRegion, 'forward_timeout');
         throw new HomeOverloadedError(
           homeRegion,
+          'forward_timeout',
           `home region ${homeRegion} is busy: no reply in ${budget} ms`,
         );
       }
@@ -143,8 +153,10 @@ export class NatsForwarder implements Forwarder {
     this.#lastAnswer.set(homeRegion, Date.now());
     if ('error' in reply) {
       if (reply.error === 'overloaded') {
-        this.#decisions?.inc({ home: homeRegion, outcome: 'overloaded' });
-        throw new HomeOverloadedError(homeRegion, `home region ${homeRegion}: ${reply.message}`);
+        const why = homeShedOf(reply.message);
+        const path: ShedPath = why === undefined ? 'home_other' : `home_${why}`;
+        this.#overloaded(homeRegion, path);
+        throw new HomeOverloadedError(homeRegion, path, `home region ${homeRegion}: ${reply.message}`);
       }
       if (reply.error === 'idempotency_conflict') {
         this.#decisions?.inc({ home: homeRegion, outcome: 'error_reply' });
@@ -182,8 +194,15 @@ export class NatsForwarder implements Forwarder {
   }
 
   /**
-   * Send `body` in `home`'s next batch: every decision forwarded to one home within this turn of the event loop
-   * leaves in one request (a lone one as a plain decision). Resolves with the home's reply to this decision.
+   * Send `body` in `home`'s next batch: every decision forwarded to one home by the task running now (an I/O
+   * callback and the promise chains it sets off: one HTTP request, one batch of them, one store reply) leaves in
+   * one request once that task's microtasks are done (a lone one as a plain decision). Resolves with the home's
+   * reply to this decision.
+   *
+   * Not at the end of the event-loop turn (`setImmediate`): a burst of new connections fills one poll phase with
+   * hundreds of callbacks, and a decision queued early in it waited for all of them while its deadline (and the
+   * home's slack, about 150 ms) ran. In the geo acceptance at load 9 the first 37 forwarded checks waited
+   * 380-410 ms to leave, and all 37 were shed.
    */
   #enqueue(home: string, body: ForwardedDecision, budget: number): Promise<unknown> {
     return new Promise<unknown>((resolve, reject) => {
@@ -197,7 +216,9 @@ export class NatsForwarder implements Forwarder {
         return;
       }
       this.#queues.set(home, [{ body, budget, settle }]);
-      setImmediate(() => this.#flush(home));
+      // Called from a promise chain, a tick runs once every microtask queued meanwhile has run: the decisions
+      // of this task's other chains (a batch's elements, a store reply's waiters) join the batch first.
+      process.nextTick(() => this.#flush(home));
     });
   }
 
@@ -247,6 +268,11 @@ export class NatsForwarder implements Forwarder {
         for (const q of items) q.settle({ ok: false, error });
       },
     );
+  }
+
+  #overloaded(home: string, path: ShedPath): void {
+    this.#decisions?.inc({ home, outcome: 'overloaded' });
+    this.#shed?.inc({ home, path });
   }
 
   #fail(home: string, outcome: ForwardOutcome, message: string, cause?: unknown): never {

@@ -9,7 +9,10 @@ import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import {
   ForwardedBatch,
   ForwardedDecision,
+  HOME_SHED_WORDS,
+  homeShedOf,
   strictSubject,
+  type HomeShed,
   type ForwardErrorCode,
   type ForwardedBatchReply,
   type ForwardedReply,
@@ -40,6 +43,7 @@ export interface StrictResponderOptions {
 export class StrictResponder {
   readonly #options: StrictResponderOptions;
   readonly #answered: Counter<'from' | 'outcome'> | undefined;
+  readonly #shed: Counter<'from' | 'path'> | undefined;
   #subscription: Subscription | undefined;
   #inFlight = new Set<Promise<void>>();
 
@@ -50,6 +54,12 @@ export class StrictResponder {
         name: 'quotaplane_strict_requests_total',
         help: 'Strict-mode decisions this home agent answered for other regions, by origin and outcome.',
         labelNames: ['from', 'outcome'],
+        registers: [options.registry],
+      });
+      this.#shed = new Counter({
+        name: 'quotaplane_strict_shed_total',
+        help: 'Strict-mode decisions this home agent answered `overloaded` (charging nothing), by origin and path: late (taken up after the deadline they carried), admission (admission control), store_deadline (the store call could not run before the deadline).',
+        labelNames: ['from', 'path'],
         registers: [options.registry],
       });
     }
@@ -122,21 +132,20 @@ export class StrictResponder {
     // A request taken up before its caller's deadline is decided: it waits here, within that deadline, and its
     // store call carries the deadline into the script, so it charges before it or not at all (then it is
     // answered `overloaded`). Only one whose deadline has already passed is shed at once.
-    if (request.deadlineAtMs !== undefined && Date.now() >= request.deadlineAtMs) {
-      this.#answered?.inc({ from, outcome: 'overloaded' });
-      return error(
-        'overloaded',
-        'the home region took the request up too late to answer within its deadline',
-      );
+    const now = Date.now();
+    if (request.deadlineAtMs !== undefined && now >= request.deadlineAtMs) {
+      this.#overloaded(from, 'late');
+      return error('overloaded', `${HOME_SHED_WORDS.late} (${now - request.deadlineAtMs} ms after it)`);
     }
     const admitted = this.#options.admit?.() ?? (() => undefined);
     if (typeof admitted === 'string') {
-      this.#answered?.inc({ from, outcome: 'overloaded' });
-      return error('overloaded', `the home region is overloaded (${admitted.replace(/_/g, ' ')})`);
+      this.#overloaded(from, 'admission');
+      return error('overloaded', `${HOME_SHED_WORDS.admission} (${admitted.replace(/_/g, ' ')})`);
     }
     try {
       const reply = await this.#options.decide(request);
-      this.#answered?.inc({ from, outcome: 'error' in reply ? reply.error : 'ok' });
+      if ('error' in reply && reply.error === 'overloaded') this.#overloaded(from, homeShedOf(reply.message));
+      else this.#answered?.inc({ from, outcome: 'error' in reply ? reply.error : 'ok' });
       return reply;
     } catch (err) {
       this.#answered?.inc({ from, outcome: 'failed' });
@@ -145,6 +154,11 @@ export class StrictResponder {
     } finally {
       admitted();
     }
+  }
+
+  #overloaded(from: string, path: HomeShed | undefined): void {
+    this.#answered?.inc({ from, outcome: 'overloaded' });
+    this.#shed?.inc({ from, path: path ?? 'other' });
   }
 }
 

@@ -11,6 +11,7 @@
  * "Timings at a distance"), so what holds here holds with the defaults.
  */
 import { availableParallelism, loadavg } from 'node:os';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGeoTopology, type GeoTopology } from '../../../helpers/geo-topology.js';
 import { decide, MultiRegion } from '../../../helpers/multi-region.js';
@@ -23,6 +24,25 @@ const PARTITION_MS = 10 * LEASE.leaseMs;
 const RECOVERY_MS = 15_000;
 
 type Answer = Awaited<ReturnType<typeof decide>>;
+
+/**
+ * The sheds among `answers` by path (the 503's `shed`) and the region of the agent asked, with each path's
+ * first words: `answers[i]` was asked of `regionOf(i)`.
+ */
+function shedBreakdown(answers: Answer[], regionOf: (i: number) => string): string {
+  const counts = new Map<string, number>();
+  const words = new Map<string, string>();
+  answers.forEach((a, i) => {
+    if (a.status !== 503 || a.body.code !== 'AGT_ERR_OVERLOADED') return;
+    const key = `${a.body.shed ?? 'unnamed'} from ${regionOf(i)}`;
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+    if (!words.has(key)) words.set(key, a.body.detail ?? '');
+  });
+  return [...counts]
+    .sort()
+    .map(([key, n]) => `${n} ${key} (${words.get(key)})`)
+    .join('; ');
+}
 
 function reasons(answers: Answer[]): Record<string, number> {
   const out = new Map<string, number>();
@@ -94,13 +114,25 @@ describe('multi-region acceptance on the geo topology', () => {
     );
     // Warming, not measured: an answer each, a decision or an explicit shed.
     for (const w of warm) expect([200, 503], JSON.stringify(w)).toContain(w.status);
+    // The test process runs all six agents: its event loop's delay during the burst is every agent's queueing.
+    const loop = monitorEventLoopDelay({ resolution: 10 });
+    loop.enable();
     const answers = await Promise.all(
       Array.from({ length: 600 }, (_, i) =>
         decide(stack.agents[i % stack.agents.length]!.url, { policy: 'geo-strict', subject: 'acct-1' }),
       ),
     );
+    loop.disable();
     const seen = reasons(answers);
     const shed = seen['503 AGT_ERR_OVERLOADED'] ?? 0;
+    // Every shed reported, by path and the region asked, before the counts are checked.
+    if (shed > 0 || seen.allowed !== 100) {
+      console.warn(
+        `geo acceptance: ${shed} of 600 shed at load ${loadavg()[0]!.toFixed(1)}, event-loop delay p99 ` +
+          `${(loop.percentile(99) / 1e6).toFixed(0)} ms, max ${(loop.max / 1e6).toFixed(0)} ms: ` +
+          shedBreakdown(answers, (i) => stack.agents[i % stack.agents.length]!.region),
+      );
+    }
     // Exactly the bucket, and every other answer the bucket's refusal or, on a machine too busy to answer in
     // time, an explicit shed (charging nothing); never home_unreachable.
     expect(seen, JSON.stringify(seen)).toEqual({
@@ -108,11 +140,15 @@ describe('multi-region acceptance on the geo topology', () => {
       subject_exhausted: 500 - shed,
       ...(shed > 0 ? { '503 AGT_ERR_OVERLOADED': shed } : {}),
     });
-    // Issue 26 asks that an idle machine shed none. Not met reliably since 2026-12-05: in four clean-clone CI runs
-    // the home shed 4, 2 and 24 of the 600 ("taken up too late"; 24 beside other work) and none in runs of this
-    // file alone (3); cause not found (docs/protocol.md, "Timings at a distance"). Until it is, an idle
-    // machine may shed at most 5 %, and every shed is reported; a loaded one is only reported.
-    if (shed > 0) console.warn(`geo acceptance: ${shed} of 600 shed at load ${loadavg()[0]!.toFixed(1)}`);
+    // Issue 26 asks that an idle machine shed none. In four clean-clone CI runs on 2026-12-05 the home shed 4, 2
+    // and 24 of the 600 ("taken up too late"). The cause (docs/protocol.md, "Timings at a distance"): the six
+    // agents and this file's 600 fetches share one event loop, which stalls 150-450 ms in the burst (its new
+    // connections); the forwarder held its batch for the end of that turn, and the home, on the same loop, takes
+    // forwarded checks up only after it. The forwarder now sends at once (at load 7-8: 0, 0, 20, 20 shed where
+    // the turn's end gave 32-39 in the same minutes; at load 3-6 none in 10 of 12 runs); what is left is the
+    // home sharing the stalled loop, which a deployment's home does not. Not yet measured on an idle machine:
+    // until it is, an idle machine may shed at most 5 %, and every shed is reported; a loaded one is only
+    // reported.
     if (loadavg()[0]! <= availableParallelism()) expect(shed, JSON.stringify(seen)).toBeLessThanOrEqual(30);
   }, 60_000);
 

@@ -12,7 +12,11 @@ import { StaticShareView, type RegionalShare, type ShareView } from '../../../..
 import { buildApp } from '../../../../regional-agent/app.js';
 import { AgentConfig } from '../../../../regional-agent/config.js';
 import type { DecisionStore } from '../../../../regional-agent/decisions/decision-store.js';
-import type { Forwarder, ForwardRequest } from '../../../../regional-agent/decisions/forwarder.js';
+import {
+  HomeOverloadedError,
+  type Forwarder,
+  type ForwardRequest,
+} from '../../../../regional-agent/decisions/forwarder.js';
 import type { ShortfallHandler } from '../../../../regional-agent/decisions/borrowing-port.js';
 import { ModelDecisionStore } from '../../../../regional-agent/decisions/model-decision-store.js';
 import { StaticPolicySource } from '../../../../regional-agent/policies/static-policy-source.js';
@@ -370,8 +374,24 @@ describe('strict mode: the Forwarder port', () => {
     // This agent spent the deadline, not the home: the request is shed (the local charge given back), never
     // answered home_unreachable of a home nobody asked.
     expect(r.status).toBe(503);
-    expect(r.body).toMatchObject({ code: 'AGT_ERR_OVERLOADED' });
+    expect(r.body).toMatchObject({ code: 'AGT_ERR_OVERLOADED', shed: 'local_deadline' });
+    expect((r.body as { detail: string }).detail).toMatch(/\(local_deadline: the decision deadline passed/);
     // The forwarder's own promise is never created, so nothing rejects later unobserved (that ended the process).
+  });
+
+  it('a home that sheds: the 503 names the path in its `shed` member and words, and the path is counted', async () => {
+    const forwarder: Forwarder = {
+      decide: () =>
+        Promise.reject(new HomeOverloadedError('eu', 'home_late', 'home region eu: taken up too late')),
+    };
+    const { decide, built } = agent({ forwarder });
+    const r = await decide({ policy: 'away', subject: 'shed' });
+    expect(r.status).toBe(503);
+    expect(r.body).toMatchObject({ code: 'AGT_ERR_OVERLOADED', shed: 'home_late' });
+    expect((r.body as { detail: string }).detail).toContain('(home_late: home region eu: taken up too late)');
+    expect(
+      await built.metrics.registry.getSingleMetricAsString('quotaplane_shed_after_admission_total'),
+    ).toContain('quotaplane_shed_after_admission_total{region="us",path="home_late"} 1');
   });
 
   it('refuses checks homed in two different regions in one request', async () => {

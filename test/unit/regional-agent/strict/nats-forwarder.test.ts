@@ -1,0 +1,46 @@
+/**
+ * The forwarder's batching, on a stand-in NATS connection: decisions forwarded to one home by one task leave
+ * together, and they leave when that task is done, not at the end of the event-loop turn behind every other
+ * callback of the poll phase.
+ */
+import type { NatsConnection } from '@nats-io/nats-core';
+import { describe, expect, it } from 'vitest';
+import { NatsForwarder } from '../../../../regional-agent/strict/nats-forwarder.js';
+
+/** A connection that records each request and answers none (the forwarder then times out, unreachable). */
+function recording() {
+  const sent: unknown[] = [];
+  const nc = {
+    isClosed: () => false,
+    isDraining: () => false,
+    request: (_subject: string, data: string) => {
+      sent.push(JSON.parse(data));
+      return new Promise(() => undefined);
+    },
+  } as unknown as NatsConnection;
+  return { sent, forwarder: new NatsForwarder({ nc, region: 'eu', namespace: 'qp' }) };
+}
+
+const request = { checks: [{ policy: 'p', subject: 's', cost: 1 }], dryRun: false };
+
+describe('NatsForwarder batching', () => {
+  it("sends one task's decisions for one home as one batch", async () => {
+    const { sent, forwarder } = recording();
+    await Promise.resolve();
+    const asked = [forwarder.decide('ap', request, 30), forwarder.decide('ap', request, 30)];
+    await Promise.allSettled(asked);
+    expect(sent).toHaveLength(1);
+    expect((sent[0] as { batch: unknown[] }).batch).toHaveLength(2);
+  });
+
+  it('sends before the callbacks already waiting in the event loop run', async () => {
+    const { sent, forwarder } = recording();
+    // A callback queued before the decision: under a burst, hundreds of these stand between a decision and the
+    // end of the turn.
+    const seenByNext = new Promise<number>((resolve) => setImmediate(() => resolve(sent.length)));
+    await Promise.resolve();
+    const asked = forwarder.decide('ap', request, 30);
+    expect(await seenByNext).toBe(1);
+    await asked.catch(() => undefined);
+  });
+});
