@@ -11,6 +11,12 @@ import { RegionName } from './policy/policy.js';
 export const DEFAULT_ROUND_TRIPS = 'us-eu=70,us-ap=150,eu-ap=220';
 /** Default jitter of a link: each chunk's one-way delay varies within ± this fraction. */
 export const DEFAULT_LINK_JITTER = 0.1;
+/**
+ * The round trip assumed to a region neither the matrix names nor any answer has measured yet, ms: a little more
+ * than the default matrix's longest (220), so an agent started without `QP_ROUND_TRIPS` gives its first checks
+ * forwarded to a far home the time the link needs; the first answer replaces it.
+ */
+export const UNMEASURED_ROUND_TRIP_MS = 250;
 /** Longest round trip a matrix may name, ms. */
 export const MAX_ROUND_TRIP_MS = 10_000;
 

@@ -115,7 +115,8 @@ export const AgentConfig = z
      * Round trips from this region to the others, ms (`us-eu=70,us-ap=150`, core/distance.ts). A check forwarded
      * to a home region may wait `decisionDeadlineMs` plus 1.25 × the round trip to it, its home must charge by
      * the end of that less 1.25 × one way, and a top-up waits for its lenders as long; an unnamed pair counts the
-     * longest round trip this agent has measured to that region (docs/protocol.md, "Timings at a distance").
+     * round trip this agent has measured to that region (smoothed), 250 ms before its first answer
+     * (docs/protocol.md, "Timings at a distance").
      */
     roundTrips: RoundTripsText.default((): RoundTrips => new Map()),
     /**

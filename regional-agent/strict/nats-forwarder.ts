@@ -6,7 +6,13 @@
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
-import { linkAllowanceMs, oneWayAllowanceMs, roundTripOf, type RoundTrips } from '../../core/distance.js';
+import {
+  linkAllowanceMs,
+  oneWayAllowanceMs,
+  roundTripOf,
+  UNMEASURED_ROUND_TRIP_MS,
+  type RoundTrips,
+} from '../../core/distance.js';
 import type { ShedPath } from '../../core/wire/agent.js';
 import {
   ForwardedBatchReply,
@@ -181,11 +187,12 @@ export class NatsForwarder implements Forwarder {
 
   /**
    * The round trip to `home`, ms: the configured one (config `roundTrips`), else what answers from it took
-   * (smoothed), else 0.
+   * (smoothed), else UNMEASURED_ROUND_TRIP_MS (before its first answer: a far home's first checks get the time
+   * the link needs, where 0 gave them none and a burst could time out against a live home).
    */
   roundTripMs(home: string): number {
     const configured = roundTripOf(this.#options.roundTrips ?? new Map(), this.#options.region, home);
-    return configured ?? Math.round(this.#measured.get(home) ?? 0);
+    return configured ?? Math.round(this.#measured.get(home) ?? UNMEASURED_ROUND_TRIP_MS);
   }
 
   /** Time a decision may wait for `home` beyond its local deadline: the round trip to it and its margin. */

@@ -43,4 +43,16 @@ describe('NatsForwarder batching', () => {
     expect(await seenByNext).toBe(1);
     await asked.catch(() => undefined);
   });
+
+  it('counts 250 ms to a home before its first answer, the configured round trip when named', () => {
+    const { forwarder } = recording();
+    expect(forwarder.roundTripMs('ap')).toBe(250);
+    expect(forwarder.linkAllowanceMs('ap')).toBe(313);
+    const named = new NatsForwarder({
+      nc: {} as NatsConnection,
+      region: 'eu',
+      roundTrips: new Map([['ap eu', 220]]),
+    });
+    expect(named.roundTripMs('ap')).toBe(220);
+  });
 });
