@@ -122,6 +122,10 @@ export const AGENT_VARIABLES: Readonly<Record<keyof typeof AgentConfig.shape, Va
     meaning:
       'how often expired reservations are swept and refunded ([reservations.md](reservations.md)); 0: never',
   },
+  warmUpRounds: {
+    meaning:
+      'before the agent says ready, batches of 64 dry-run decisions of its policies through the decision path; 0: none',
+  },
   drainDelayMs: { meaning: 'after SIGTERM, time `/readyz` says 503 before the listener closes' },
   shutdownTimeoutMs: { meaning: 'longest wait for in-flight requests before exiting anyway' },
 };

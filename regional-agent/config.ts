@@ -258,6 +258,11 @@ export const AgentConfig = z
     emergencyFraction: num(0.001, 1).default(0.1),
     /** Emergency bucket: most subjects tracked in memory; new subjects beyond it fail closed. */
     emergencyMaxBuckets: int(1, 10_000_000).default(100_000),
+    /**
+     * Before the agent says ready: batches of 64 dry-run decisions of its own policies through the decision path
+     * (startup/warm-up.ts), so the first burst does not pay for the first pass. 0: none.
+     */
+    warmUpRounds: int(0, 100).default(8),
     /** After SIGTERM: how long /readyz says 503 before the listener closes, so load balancers notice. */
     drainDelayMs: int(0, 600_000).default(0),
     /** After SIGTERM: longest wait for in-flight requests before connections are cut. */

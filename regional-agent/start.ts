@@ -24,6 +24,7 @@ import { borrowMetrics, type BorrowMetrics } from './borrowing/borrow-metrics.js
 import { Borrower } from './borrowing/borrower.js';
 import { borrowReserveMs } from '../core/borrowing/borrow.js';
 import { natsLoanAsker } from './borrowing/nats-loan-client.js';
+import { warmUp } from './startup/warm-up.js';
 
 export interface RunningAgent {
   agent: AgentApp;
@@ -44,6 +45,14 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
   const redisClock = new RedisClock(redis);
   redis.on('error', (error: Error) => log.debug({ err: error }, 'redis connection error'));
   const metrics = new AgentMetrics({ region: config.region });
+  // Until the Redis clock has a sample, store calls carry no deadline into the script (a late call could still
+  // charge): no traffic until then. With a coordinator, not before the policies and a lease arrive either.
+  const othersNotReady = (): string[] => [
+    ...(redisClock.synced ? [] : ['no Redis TIME sample yet (store calls would carry no deadline)']),
+    ...(coordination?.notReady() ?? []),
+  ];
+  let warmed = config.warmUpRounds === 0;
+  let closed = false;
   const coordination =
     config.natsUrl === undefined ? undefined : await connectCoordination(config, log, metrics);
   const file =
@@ -77,17 +86,15 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       shares: coordination?.shares ?? new StaticShareView({ ...config.staticShares }, config.defaultShare),
       log,
       metrics,
-      // Until the Redis clock has a sample, store calls carry no deadline into the script (a late call could
-      // still charge): no traffic until then.
       notReady: () => [
-        ...(redisClock.synced ? [] : ['no Redis TIME sample yet (store calls would carry no deadline)']),
-        ...(coordination?.notReady() ?? []),
+        ...othersNotReady(),
+        ...(warmed ? [] : ['warming up (dry-run decisions through the decision path)']),
       ],
       ...(coordination === undefined ? {} : { forwarder: coordination.forwarder, usage: coordination.usage }),
       ...(borrowing === undefined ? {} : { shortfall: borrowing.shortfall }),
       // Closed after every part that uses them: NATS (policies, leases, strict, loans) first, then Redis.
       resources: [
-        redisPlugin(redis, redisClock),
+        redisPlugin(redis, redisClock, () => (closed = true)),
         ...(coordination === undefined ? [] : [coordinationPlugin(coordination)]),
       ],
     },
@@ -102,6 +109,11 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
   if (file !== undefined) await agent.ready;
   if (!(await whenReady(redis, 5000)))
     log.warn('Redis is not reachable yet; failure modes apply until it is');
+  // The warm-up runs once every other reason not to be ready is gone (its dry runs then take the path real
+  // decisions take); the agent says ready only after it. Standalone, it runs before the agent listens, unless
+  // Redis is still away: then the agent listens (not ready) and warms up once Redis answers.
+  const warming = warmed ? Promise.resolve() : warmWhenServing();
+  if (file !== undefined) await Promise.race([warming, new Promise((r) => setTimeout(r, 5000).unref())]);
   if (config.hmacSecret === undefined) {
     log.warn(
       'QP_HMAC_SECRET is not set: subjects reach Redis keys and usage reports as given; set the same secret on every agent (docs/security.md)',
@@ -119,12 +131,33 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
     'regional agent listening',
   );
   return { agent, url, grpcUrl, file, coordination };
+
+  async function warmWhenServing(): Promise<void> {
+    try {
+      await agent.ready;
+      while (othersNotReady().length > 0) {
+        if (closed) return;
+        await new Promise((r) => setTimeout(r, 25).unref());
+      }
+      const report = await warmUp(agent.app, policies.current(), {
+        region: config.region,
+        rounds: config.warmUpRounds,
+      });
+      metrics.warmUpSeconds.set(report.ms / 1000);
+      log.info(report, 'warmed up: dry-run decisions through the decision path');
+    } catch (error) {
+      log.warn({ err: error }, 'warm-up failed; the agent serves without it');
+    } finally {
+      warmed = true;
+    }
+  }
 }
 
 /** Owns the Redis connection and its clock: closed after everything that calls Redis. */
-function redisPlugin(redis: Redis | Cluster, clock: RedisClock): FastifyPluginAsync {
+function redisPlugin(redis: Redis | Cluster, clock: RedisClock, onClose: () => void): FastifyPluginAsync {
   return (scope) => {
     scope.addHook('onClose', async () => {
+      onClose();
       clock.close();
       await redis.quit().catch(() => redis.disconnect());
     });

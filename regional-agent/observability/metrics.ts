@@ -36,6 +36,7 @@ export class AgentMetrics {
   readonly shedAfterAdmission: Counter<'region' | 'path'>;
   readonly inFlight: Gauge;
   readonly eventLoopDelay: Gauge;
+  readonly warmUpSeconds: Gauge;
   /**
    * Decisions counted since the last scrape: a plain number per series, added to the counter when it is read.
    * prom-client hashes the label set on every `inc`, even of a cached child.
@@ -189,6 +190,11 @@ export class AgentMetrics {
     this.eventLoopDelay = new Gauge({
       name: 'quotaplane_event_loop_delay_seconds',
       help: 'Largest event-loop delay seen over the last sampling interval, as admission control reads it.',
+      registers,
+    });
+    this.warmUpSeconds = new Gauge({
+      name: 'quotaplane_warm_up_seconds',
+      help: 'How long the warm-up before readiness took (dry-run decisions through the decision path); 0 before it ends or without one.',
       registers,
     });
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });

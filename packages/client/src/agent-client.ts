@@ -8,12 +8,14 @@
  *
  * Load is never an agent failure. Decisions wait in the client's own bounded queue for one of `maxSockets`
  * exchanges; the decisions of one event-loop turn (or `coalesce.windowMs`) leave together as one
- * `POST /v1/decisions/batch`. The timeout runs from the moment an exchange has its socket, so time spent queued
- * never counts, and only a refused or reset connection, a 5xx, or no answer within the timeout counts toward the
- * breaker. A decision that finds the queue full (`maxQueued`) is shed: answered by its policy's failure mode at
- * once, with `failure: 'shed'` and reason `client_shed`, counted in `stats().shed`, never in the breaker.
+ * `POST /v1/decisions/batch`. The timeout runs from the moment an exchange's request was written, so time spent
+ * queued or connecting never counts, and only a refused or reset connection (or one not made within the
+ * timeout), a 5xx, or no answer within the timeout counts toward the breaker. A decision that finds the queue
+ * full (`maxQueued`) is shed: answered by its policy's failure mode at once, with `failure: 'shed'` and reason
+ * `client_shed`, counted in `stats().shed`, never in the breaker.
  */
 import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import CircuitBreaker from 'opossum';
 import {
   DecisionResponse,
@@ -100,8 +102,8 @@ export interface AgentClientOptions {
   /** The agent's base URL, e.g. `http://127.0.0.1:7101`. */
   baseUrl: string;
   /**
-   * Longest wait for an exchange's answer, from the moment it has its socket (connecting included; time queued in
-   * the client never counts). Default 300 ms: longer than the agent's own decision deadline (250 ms by default,
+   * Longest wait for an exchange's answer, from the moment the request was written to its connection (time queued
+   * in the client and time connecting never count; a new connection not made within it fails). Default 300 ms: longer than the agent's own decision deadline (250 ms by default,
    * `QP_DECISION_DEADLINE_MS`), so a healthy agent's slow path (borrowing from another region, a strict policy's
    * home) is an answer, not a timeout.
    */
@@ -186,6 +188,11 @@ export interface ClientStats {
   /** Exchanges with the agent so far, and how many of them were batches. */
   exchanges: number;
   batches: number;
+  /**
+   * Connections opened to the agent so far (kept alive and reused after; a busy service opens up to
+   * `maxExchanges` + 1). Connecting never counts toward the timeout, which runs from the write.
+   */
+  connections: number;
   /** Decisions waiting in the client's queue now, and exchanges in flight now. */
   queued: number;
   inFlight: number;
@@ -330,6 +337,7 @@ export class AgentClient {
     shed: 0,
     exchanges: 0,
     batches: 0,
+    connections: 0,
   };
 
   constructor(options: AgentClientOptions) {
@@ -428,6 +436,7 @@ export class AgentClient {
       shed: this.#stats.shed,
       exchanges: this.#stats.exchanges,
       batches: this.#stats.batches,
+      connections: this.#stats.connections,
       queued: this.#queue.length,
       inFlight: this.#inFlight,
     };
@@ -816,31 +825,49 @@ export class AgentClient {
         });
         res.on('error', reject);
       });
-      // The timeout runs from the moment the request has its socket (connecting included): time it waited for one
-      // is not the agent's. When it fires, answers already read from the socket are handled first (a busy event
-      // loop in this process runs timers before the I/O that arrived meanwhile), and a timer that fires late by more
-      // than half the timeout (this process was stalled, not the agent) is armed once more: only an answer the
-      // agent did not give in time times out.
+      // The timeout runs from the write: the moment the request was handed to a connected socket. Time it waited
+      // for a socket is not the agent's, and neither is a new connection's wait for this process to take its
+      // completion: a service flooded by a burst takes the completion (and so writes) hundreds of milliseconds late,
+      // though the kernel connected at once. A connection still unmade after the timeout fails (`connection`), so an
+      // unreachable agent costs at most one timeout to connect; a refused one fails at once. When a timer fires,
+      // what this process has already received is handled first (a busy event loop runs timers before the I/O that
+      // arrived meanwhile), and a timer that fires late by more than half the timeout (this process was stalled,
+      // not the agent) is armed once more: only an answer, or a connection, the agent did not give in time fails.
       let timer: NodeJS.Timeout | undefined;
       let settled = false;
-      let rearmed = false;
-      const arm = () => {
+      const arm = (phase: 'connect' | 'answer', rearmed = false) => {
+        clearTimeout(timer);
         const due = performance.now() + this.#timeoutMs;
         timer = setTimeout(() => {
           if (!rearmed && performance.now() - due > this.#timeoutMs / 2) {
-            rearmed = true;
-            arm();
+            arm(phase, true);
             return;
           }
           setImmediate(() => {
-            if (settled) return;
+            if (settled || (phase === 'connect' && req.socket?.connecting !== true)) return;
             req.destroy(
-              new AgentUnavailableError('timeout', `no answer from the agent within ${this.#timeoutMs} ms`),
+              phase === 'connect'
+                ? new AgentUnavailableError(
+                    'connection',
+                    `no connection to the agent within ${this.#timeoutMs} ms`,
+                  )
+                : new AgentUnavailableError(
+                    'timeout',
+                    `no answer from the agent within ${this.#timeoutMs} ms`,
+                  ),
             );
           });
         }, this.#timeoutMs);
       };
-      req.once('socket', arm);
+      req.once('socket', (socket: Socket) => {
+        if (!socket.connecting) return;
+        this.#stats.connections++;
+        arm('connect');
+      });
+      // `finish`: the request was handed to the connected socket (after the connection, for a new one).
+      req.once('finish', () => {
+        if (!settled) arm('answer');
+      });
       req.on('error', (error) => {
         settled = true;
         clearTimeout(timer);

@@ -92,6 +92,8 @@ describe('agents with a coordinator (3 regions × 1 agent)', () => {
       const text = await res.text();
       expect(text).toMatch(/policies are not loaded/);
       expect(text).toMatch(/no lease from the coordinator yet/);
+      // The warm-up waits for both: until then it is a reason too.
+      expect(text).toMatch(/warming up/);
       expect((await fetch(`${orphan.url}/healthz`)).status).toBe(200);
     } finally {
       await orphan.agent.close();
