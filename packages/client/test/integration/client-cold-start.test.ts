@@ -8,6 +8,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
+import { availableParallelism, loadavg } from 'node:os';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient } from '@quotaplane/client';
@@ -101,21 +102,37 @@ describe('the first burst a freshly started agent sees', () => {
       try {
         const tally = await burstOfNewTenants(url, uniquePrefix('cold'), BURST);
         const stats = client.stats();
-        // Each tenant's first request fits both of its buckets: every one is admitted, by the agent.
-        expect(tally, JSON.stringify(stats)).toEqual({ 201: BURST });
+        const metrics = await (await fetch(`${agent.url}/metrics`)).text();
+        // Requests whose Redis call at the agent got no reply within the store timeout on the wire: their
+        // policies fail closed as declared (503 LIMITER_UNAVAILABLE). None on an idle machine; on a loaded one
+        // a starved redis-server may answer a 64-decision call late, and only then.
+        const late = Number(
+          /^quotaplane_store_latency_seconds_count\{operation="decide",outcome="timeout"\} (\d+)$/m.exec(
+            metrics,
+          )?.[1] ?? 0,
+        );
+        const unavailable = tally['503 LIMITER_UNAVAILABLE'] ?? 0;
+        const seen = `${JSON.stringify(tally)} late on the wire at the agent: ${late}, load ${loadavg()[0]!.toFixed(1)}`;
+        if (loadavg()[0]! <= availableParallelism()) expect(unavailable, seen).toBe(0);
+        else if (unavailable > 0) console.warn(`client cold start: ${seen}`);
+        expect(unavailable, seen).toBe(late);
+        // Each tenant's first request fits both of its buckets: every other one is admitted, by the agent.
+        expect(tally, JSON.stringify(stats)).toEqual({
+          201: BURST - unavailable,
+          ...(unavailable > 0 ? { '503 LIMITER_UNAVAILABLE': unavailable } : {}),
+        });
         expect(stats.failures).toEqual(NO_FAILURES);
         expect(stats.shed).toBe(0);
         expect(stats.degraded).toEqual({ fail_open: 0, fail_closed: 0, fallback: 0 });
         const grants = client.grantStats();
         expect(stats.decided + (grants?.local ?? 0) + (grants?.denied ?? 0)).toBe(BURST);
-        // The agent admitted exactly as many: each policy charged once per request.
-        const metrics = await (await fetch(`${agent.url}/metrics`)).text();
+        // The agent admitted exactly as many: each policy charged once per admitted request.
         for (const policy of Object.keys(POLICIES)) {
           const line = new RegExp(
             `^quotaplane_decisions_total\\{policy="${policy}",region="us",decision="allowed",mode="regional"\\} (\\d+)$`,
             'm',
           ).exec(metrics);
-          expect(Number(line?.[1]), policy).toBe(BURST);
+          expect(Number(line?.[1]), policy).toBe(BURST - unavailable);
         }
         // A handful of connections, opened during the burst and kept.
         expect(stats.connections).toBeGreaterThanOrEqual(1);
