@@ -73,6 +73,10 @@ export interface KindTraits<K extends KindName = KindName> {
   readonly emergencyBucket: boolean;
   /** What the kind counts, as validation messages name it ("an emergency token bucket is not …"). */
   readonly noun: string;
+  /** A policy of the kind, as validation messages name it ("a sliding log counts whole events"). */
+  readonly called: string;
+  /** What one unit of a cost is, plural, as validation messages name it ("… counts whole events"). */
+  readonly units: string;
   /** The Lua scripts (lua/<name>.lua) that decide and refund it. */
   readonly scripts: readonly LuaScriptName[];
   /** Refusal reasons of a decision that only some kinds answer (the rest are common to every kind). */

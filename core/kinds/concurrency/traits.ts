@@ -24,6 +24,8 @@ export const concurrencyTraits = {
   strictMode: false,
   emergencyBucket: false,
   noun: 'a slot count',
+  called: 'a concurrency policy',
+  units: 'slots',
   scripts: ['sliding_log', 'sliding_log_refund'],
   refusalReasons: [],
   defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },

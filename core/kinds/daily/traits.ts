@@ -28,6 +28,8 @@ export const dailyTraits = {
   strictMode: true,
   emergencyBucket: false,
   noun: 'a calendar-day budget',
+  called: 'a daily budget',
+  units: 'units',
   scripts: ['daily_budget', 'daily_budget_refund'],
   refusalReasons: [],
   defaults: { timeZone: 'UTC', minIdleTtlSeconds: LONGEST_DAY_SECONDS },

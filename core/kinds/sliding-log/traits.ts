@@ -20,6 +20,8 @@ export const slidingLogTraits = {
   strictMode: true,
   emergencyBucket: false,
   noun: 'an exact rolling window',
+  called: 'a sliding log',
+  units: 'events',
   scripts: ['sliding_log', 'sliding_log_refund'],
   refusalReasons: [],
   defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },

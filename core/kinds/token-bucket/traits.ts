@@ -20,6 +20,8 @@ export const tokenBucketTraits = {
   strictMode: true,
   emergencyBucket: true,
   noun: 'a token bucket',
+  called: 'a token bucket',
+  units: 'tokens',
   scripts: ['token_bucket', 'refund', 'lend', 'credit', 'grant', 'subject_creation'],
   refusalReasons: ['shard_exhausted', 'subject_flood', 'shared_bucket', 'emergency_bucket'],
   defaults: { timeZone: undefined, minIdleTtlSeconds: undefined },
