@@ -45,6 +45,13 @@ export interface KindTraits<K extends KindName = KindName> {
   readonly decidedBy: 'store' | 'log' | 'day';
   /** Where its rate comes from: `refillPerSecond` as written, capacity / its window, or capacity / one day. */
   readonly rate: 'declared' | 'window' | 'day';
+  /**
+   * The limit it promises on one subject's admissions (the conservation checker, test/helpers/conservation-cases.ts
+   * `promiseViolations`, holds every kind to its own): `burst` admitted(W) ≤ capacity + rate × W over any span W;
+   * `rolling` ≤ capacity within any span shorter than its window; `calendarDay` ≤ capacity per calendar day;
+   * `alignedWindow` ≤ capacity per window of its window field aligned to multiples of it since the Unix epoch.
+   */
+  readonly promise: 'burst' | 'rolling' | 'calendarDay' | 'alignedWindow';
   /** The field holding its window (the rate's divisor and the entries' lifetime), if it has one. */
   readonly window: 'windowSeconds' | 'leaseSeconds' | undefined;
   /** True when it counts whole units: a cost, capacity or maxCost that is not an integer is refused. */

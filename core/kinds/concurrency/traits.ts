@@ -10,6 +10,7 @@ export const concurrencyTraits = {
   kind: 'concurrency',
   decidedBy: 'log',
   rate: 'window',
+  promise: 'rolling',
   window: 'leaseSeconds',
   wholeUnits: true,
   borrows: false,

@@ -14,6 +14,7 @@ export const dailyTraits = {
   kind: 'daily',
   decidedBy: 'day',
   rate: 'day',
+  promise: 'calendarDay',
   window: undefined,
   wholeUnits: false,
   borrows: false,

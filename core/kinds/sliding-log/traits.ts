@@ -6,6 +6,7 @@ export const slidingLogTraits = {
   kind: 'sliding_log',
   decidedBy: 'log',
   rate: 'window',
+  promise: 'rolling',
   window: 'windowSeconds',
   wholeUnits: true,
   borrows: false,

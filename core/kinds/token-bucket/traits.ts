@@ -6,6 +6,7 @@ export const tokenBucketTraits = {
   kind: 'token_bucket',
   decidedBy: 'store',
   rate: 'declared',
+  promise: 'burst',
   window: undefined,
   wholeUnits: false,
   borrows: true,

@@ -136,6 +136,14 @@ describe('the kind registry', () => {
       expect(parses(spec(k, { timeZone: 'Europe/Paris' }))).toBe(k.defaults.timeZone !== undefined);
     });
 
+    it('promises a limit its rate and window can state (the conservation checker holds it to it)', () => {
+      const rule = { declared: ['burst'], window: ['rolling', 'alignedWindow'], day: ['calendarDay'] }[
+        k.rate
+      ];
+      expect(rule).toContain(k.promise);
+      if (k.promise === 'rolling' || k.promise === 'alignedWindow') expect(k.window).toBeDefined();
+    });
+
     it('derives its rate and idle TTL as declared', () => {
       const p = parsePolicy(spec(k));
       const rate = { declared: 1, window: CAPACITY / WINDOW, day: CAPACITY / 86_400 }[k.rate];
