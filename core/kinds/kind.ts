@@ -6,13 +6,18 @@
  * model and its share-sizing function.
  *
  * Adding a kind: a folder core/kinds/<kind>/ (its `traits.ts`, its `schema.ts` and an `index.ts` putting them
- * together with its model and sizing), its name in `KIND_NAMES` below, and one line in core/kinds/index.ts's
- * `KINDS`, typed over every kind name: a kind left out, or missing a trait, does not compile.
+ * together with its model and sizing, whose signature is its store group's, `GroupSizing`), its name in
+ * `KIND_NAMES` below, and one line in core/kinds/index.ts's `KINDS`, typed over every kind name: a kind left out,
+ * missing a trait, or with a sizing its store group cannot call, does not compile.
  * test/unit/core/kinds/kind-registry.test.ts checks each declared trait against what the code does.
  */
 import type { z } from 'zod';
+import type { DayCheck } from '../models/daily-budget.js';
+import type { LogCheck } from '../models/sliding-log.js';
 import type { FailureMode, PolicyMode } from '../policy/policy.js';
+import type { RegionalShare } from '../shares/shares.js';
 import type { DecisionReason } from '../wire/agent.js';
+import type { BucketCheck } from '../wire/bucket.js';
 
 /** The policy kinds, in the order the admin API lists them (core/policy/policy.ts PolicyKind). */
 export const KIND_NAMES = ['token_bucket', 'sliding_log', 'concurrency', 'daily'] as const;
@@ -40,6 +45,13 @@ export interface KindTraits<K extends KindName = KindName> {
   readonly decidedBy: 'store' | 'log' | 'day';
   /** Where its rate comes from: `refillPerSecond` as written, capacity / its window, or capacity / one day. */
   readonly rate: 'declared' | 'window' | 'day';
+  /**
+   * The limit it promises on one subject's admissions (the conservation checker, test/helpers/conservation-cases.ts
+   * `promiseViolations`, holds every kind to its own): `burst` admitted(W) ≤ capacity + rate × W over any span W;
+   * `rolling` ≤ capacity within any span shorter than its window; `calendarDay` ≤ capacity per calendar day;
+   * `alignedWindow` ≤ capacity per window of its window field aligned to multiples of it since the Unix epoch.
+   */
+  readonly promise: 'burst' | 'rolling' | 'calendarDay' | 'alignedWindow';
   /** The field holding its window (the rate's divisor and the entries' lifetime), if it has one. */
   readonly window: 'windowSeconds' | 'leaseSeconds' | undefined;
   /** True when it counts whole units: a cost, capacity or maxCost that is not an integer is refused. */
@@ -68,6 +80,10 @@ export interface KindTraits<K extends KindName = KindName> {
   readonly emergencyBucket: boolean;
   /** What the kind counts, as validation messages name it ("an emergency token bucket is not …"). */
   readonly noun: string;
+  /** A policy of the kind, as validation messages name it ("a sliding log counts whole events"). */
+  readonly called: string;
+  /** What one unit of a cost is, plural, as validation messages name it ("… counts whole events"). */
+  readonly units: string;
   /** The Lua scripts (lua/<name>.lua) that decide and refund it. */
   readonly scripts: readonly LuaScriptName[];
   /** Refusal reasons of a decision that only some kinds answer (the rest are common to every kind). */
@@ -120,11 +136,56 @@ export interface KindSchema {
   rules?(p: PolicyDraft, ctx: z.RefinementCtx, kinds: KindLookup): void;
 }
 
-/** A kind as registered: its traits, its schema fragment, and the model and sizing function of core/ it uses. */
-export interface Kind<K extends KindName = KindName> extends KindTraits<K> {
+/**
+ * What a sizing function may read of a policy: the filled fields of core/policy/policy.ts `Policy` it sizes from
+ * (written out, not picked from `Policy`, whose type is composed from the registry: the registry's own type may
+ * not depend on it). A kind whose sizing reads another field of the policy adds it here.
+ */
+export interface SizedPolicyFields {
+  readonly capacity: number;
+  readonly refillPerSecond: number;
+  readonly idleTtlSeconds: number;
+  readonly windowSeconds?: number | undefined;
+  readonly leaseSeconds?: number | undefined;
+  readonly timeZone?: string | undefined;
+}
+
+/**
+ * How a region's share of a policy becomes what a store group's script enforces, one signature per group (the
+ * agent's router, regional-agent/decisions/check-router.ts, calls the checked kind's own): the policy as the
+ * subject's class sees it, the key the group keeps it under, the cost, the share, and, for the `day` group, the
+ * agent's clock (epoch ms), around which the window boundaries the script chooses from are computed.
+ */
+export interface GroupSizing {
+  readonly store: (policy: SizedPolicyFields, key: string, cost: number, share: RegionalShare) => BucketCheck;
+  readonly log: (policy: SizedPolicyFields, key: string, cost: number, share: RegionalShare) => LogCheck;
+  readonly day: (
+    policy: SizedPolicyFields,
+    key: string,
+    cost: number,
+    share: RegionalShare,
+    nowMs: number,
+  ) => DayCheck;
+}
+
+/** What a kind plugs in besides its traits. */
+interface KindParts {
   readonly schema: KindSchema;
   /** The in-memory model of its scripts (clock injected), the Lua's reference in the case tables. */
   readonly model: abstract new (...args: never[]) => unknown;
-  /** How a region's share of the budget becomes what it enforces (the agent and the simulator call it). */
-  readonly sizing: (...args: never[]) => unknown;
 }
+
+/**
+ * A kind as registered: its traits, its schema fragment, its model and its sizing function, typed by the store
+ * group that decides it (`decidedBy`), so the router can call it: a kind on an existing group brings its sizing
+ * in its own folder.
+ */
+export type Kind<K extends KindName = KindName> = KindTraits<K> &
+  KindParts &
+  {
+    [G in KindTraits['decidedBy']]: {
+      readonly decidedBy: G;
+      /** How a region's share of the budget becomes what it enforces (the agent and the simulator call it). */
+      readonly sizing: GroupSizing[G];
+    };
+  }[KindTraits['decidedBy']];

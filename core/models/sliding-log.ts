@@ -13,7 +13,7 @@ import { IdempotencyRecords, type RecordClaim } from './idempotency.js';
 import { idempotencyRecordKey } from '../keys.js';
 import { MAX_WINDOW_SECONDS } from '../kinds/sliding-log/schema.js';
 import { MAX_LOG_LIMIT } from '../policy/limits.js';
-import type { Policy } from '../policy/policy.js';
+import type { SizedPolicyFields } from '../kinds/kind.js';
 import {
   counterCallHead,
   counterRefundArguments,
@@ -174,8 +174,7 @@ export function parseLogRefundReply(
  * 100 × 0.29 = 28.999999999999996, shares being rounded to 4 decimals.
  */
 export function sizedLog(
-  policy: Pick<Policy, 'capacity' | 'windowSeconds' | 'idleTtlSeconds'> &
-    Partial<Pick<Policy, 'leaseSeconds'>>,
+  policy: Pick<SizedPolicyFields, 'capacity' | 'windowSeconds' | 'leaseSeconds' | 'idleTtlSeconds'>,
   key: string,
   cost: number,
   share: RegionalShare | number,

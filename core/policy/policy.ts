@@ -206,10 +206,11 @@ const WINDOW_FIELDS = [...new Set(allKinds().flatMap((k) => (k.window === undefi
 const KIND_LOOKUP: KindLookup = { kindOf, kindsWith };
 
 /**
- * Rules of a policy's rate, read from its kind's traits: a window field only for the kinds that hold their window
- * in it; a declared rate present; a rate derived from a window (the log kinds) with its window, in whole units,
- * and not written otherwise; no emergency bucket or strict mode for a kind without them. False when the policy
- * cannot be checked further.
+ * Rules of a policy's rate, read from its kind's traits (messages name the kind by its traits too): a window
+ * field only for the kinds that hold their window in it; a declared rate present; a rate derived from a window
+ * with its window, and not written otherwise; whole units for a kind that counts them (`wholeUnits`; at most
+ * MAX_LOG_LIMIT for the log store group); no emergency bucket or strict mode for a kind without them. False when
+ * the policy cannot be checked further.
  */
 function checkRate(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
   const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
@@ -219,52 +220,52 @@ function checkRate(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
       issue(field, `${field} is only for kind ${kindsWith((k) => k.window === field).join(', ')}`);
     }
   }
-  if (traits.rate === 'day') return true;
-  if (traits.rate === 'declared') {
-    if (p.refillPerSecond === undefined)
-      issue('refillPerSecond', 'token-bucket policies need refillPerSecond');
-    return p.refillPerSecond !== undefined;
+  if (traits.rate === 'declared' && p.refillPerSecond === undefined) {
+    issue('refillPerSecond', `${p.kind.replaceAll('_', '-')} policies need refillPerSecond`);
+    return false;
   }
   const field = traits.window ?? 'windowSeconds';
-  const window = logWindowSeconds(p);
-  if (window === undefined) {
+  const window = traits.rate === 'window' ? logWindowSeconds(p) : undefined;
+  if (traits.rate === 'window' && window === undefined) {
     issue(field, `${p.kind} policies need ${field}`);
     return false;
   }
-  const what =
-    p.kind === 'concurrency'
-      ? 'a concurrency policy counts whole slots'
-      : 'a sliding log counts whole events';
-  if (!Number.isInteger(p.capacity) || p.capacity > MAX_LOG_LIMIT) {
-    issue('capacity', `${what}: capacity must be an integer ≤ ${MAX_LOG_LIMIT}`);
+  if (traits.wholeUnits) {
+    // The log store keeps one entry per unit: at most MAX_LOG_LIMIT of them.
+    const most = traits.decidedBy === 'log' ? ` ≤ ${MAX_LOG_LIMIT}` : '';
+    const what = `${traits.called} counts whole ${traits.units}`;
+    if (!Number.isInteger(p.capacity) || (traits.decidedBy === 'log' && p.capacity > MAX_LOG_LIMIT)) {
+      issue('capacity', `${what}: capacity must be an integer${most}`);
+    }
+    if (p.maxCost !== undefined && !Number.isInteger(p.maxCost)) {
+      issue('maxCost', `${what}: maxCost must be an integer`);
+    }
   }
-  if (p.maxCost !== undefined && !Number.isInteger(p.maxCost)) {
-    issue('maxCost', `${what}: maxCost must be an integer`);
-  }
-  const derived = p.capacity / window;
-  // The exact rate, or the rate as admin answers show it (what a client read back may send again).
-  const shown = roundDerivedRate(derived);
-  if (
-    p.refillPerSecond !== undefined &&
-    Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
-    p.refillPerSecond !== shown
-  ) {
-    issue(
-      'refillPerSecond',
-      `a ${p.kind} policy's rate is capacity / ${field} = ${shown}; omit refillPerSecond`,
-    );
+  if (window !== undefined) {
+    const derived = p.capacity / window;
+    // The exact rate, or the rate as admin answers show it (what a client read back may send again).
+    const shown = roundDerivedRate(derived);
+    if (
+      p.refillPerSecond !== undefined &&
+      Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
+      p.refillPerSecond !== shown
+    ) {
+      issue(
+        'refillPerSecond',
+        `a ${p.kind} policy's rate is capacity / ${field} = ${shown}; omit refillPerSecond`,
+      );
+    }
   }
   if (p.onStoreFailure === 'local' && !traits.emergencyBucket) {
     issue('onStoreFailure', `an emergency token bucket is not ${traits.noun}: use closed or open`);
   }
   if (!traits.strictMode && p.mode === 'strict') {
     // A lease is released where it was acquired; a forwarded acquire would leave its release nowhere to go.
-    issue(
-      'mode',
-      'concurrency policies are regional or local: a lease is released in the region that holds it',
-    );
+    const why = traits.leases ? ': a lease is released in the region that holds it' : '';
+    issue('mode', `${p.kind} policies are regional or local${why}`);
   }
   // idleTtlSeconds ≥ capacity / rate = the window is the general rule below: no entry of a window is dropped.
+  // A daily kind's rate and idle TTL are its fragment's rules (core/kinds/daily/schema.ts).
   return true;
 }
 

@@ -6,11 +6,12 @@
  * buckets by.
  */
 import type { BucketCheck } from '../wire/bucket.js';
+import type { SizedPolicyFields } from '../kinds/kind.js';
 import type { Policy } from '../policy/policy.js';
 import type { RegionalShare } from './shares.js';
 
-/** What sizing reads of a policy. */
-export type SizedPolicy = Pick<Policy, 'capacity' | 'refillPerSecond' | 'idleTtlSeconds'>;
+/** What sizing reads of a policy (core/kinds/kind.ts `SizedPolicyFields`, which the kind registry types sizing by). */
+export type SizedPolicy = Pick<SizedPolicyFields, 'capacity' | 'refillPerSecond' | 'idleTtlSeconds'>;
 
 /** What a share of a policy's budget gives a region: its burst and refill, in tokens and tokens per second. */
 export function shareOfBudget(

@@ -1,13 +1,12 @@
 import { checksOf, type DecisionRequest } from '../../core/wire/agent.js';
-import { dailyKey, sizedDay } from '../../core/models/daily-budget.js';
+import { dailyKey } from '../../core/models/daily-budget.js';
 import { ipPrefixesOf, ipSubject } from '../../core/subjects/ip-subject.js';
 import { bucketKey, shardKey } from '../../core/keys.js';
 import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { kindOf } from '../../core/kinds/index.js';
 import { withClass, type Policy } from '../../core/policy/policy.js';
 import type { PolicySource } from '../policies/policy-source.js';
-import { sizedBucket } from '../../core/shares/share-sizing.js';
-import { sizedLog, slidingLogKey } from '../../core/models/sliding-log.js';
+import { slidingLogKey } from '../../core/models/sliding-log.js';
 import type { RegionalShare, ShareView } from '../../core/shares/shares.js';
 import { normalizeSubject } from '../../core/subjects/subject.js';
 import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
@@ -135,9 +134,11 @@ export class CheckRouter {
         cause: 'no_lease',
       };
     }
-    const { decidedBy } = kindOf(policy.kind);
-    if (decidedBy === 'day') {
-      const day = sizedDay(
+    // Sized by the kind's own sizing (core/kinds/<kind>/index.ts), typed by the store group that decides it; the
+    // group gives the key and the route.
+    const kind = kindOf(policy.kind);
+    if (kind.decidedBy === 'day') {
+      const day = kind.sizing(
         policy,
         dailyKey(policy.version, subject, policy.name),
         cost,
@@ -155,8 +156,8 @@ export class CheckRouter {
         cause: undefined,
       };
     }
-    if (decidedBy === 'log') {
-      const log = sizedLog(policy, slidingLogKey(policy.version, subject, policy.name), cost, share);
+    if (kind.decidedBy === 'log') {
+      const log = kind.sizing(policy, slidingLogKey(policy.version, subject, policy.name), cost, share);
       return {
         policy,
         subject,
@@ -168,6 +169,7 @@ export class CheckRouter {
         cause: undefined,
       };
     }
+    const sizing = kind.sizing;
     const shards = policy.shards;
     if (shards !== undefined) {
       // One sub-bucket of the K, at random: each holds C/K and refills at R/K, so the K never admit more than C.
@@ -182,12 +184,12 @@ export class CheckRouter {
         subject,
         cost,
         route: 'store',
-        bucket: sizedBucket(part, shardKey(policy.version, subject, policy.name, k), cost, share),
+        bucket: sizing(part, shardKey(policy.version, subject, policy.name, k), cost, share),
         homeRegion: undefined,
         cause: undefined,
       };
     }
-    const bucket = sizedBucket(policy, bucketKey(policy.version, subject, policy.name), cost, share);
+    const bucket = sizing(policy, bucketKey(policy.version, subject, policy.name), cost, share);
     // A subject-creation cap: only a creation taken from the cap may make this bucket (store-group.ts).
     if (policy.newSubjects !== undefined && subject !== ANONYMOUS_SUBJECT) bucket.mustExist = true;
     return {

@@ -9,7 +9,7 @@
  */
 import fc from 'fast-check';
 import type { CheckResult } from '../../core/wire/agent.js';
-import { kindOf, type KindName } from '../../core/kinds/index.js';
+import { kindOf, type KindName, type KindTraits } from '../../core/kinds/index.js';
 import { ANONYMOUS_SUBJECT } from '../../core/models/subject-creation.js';
 import { parsePolicy, SECONDS_PER_DAY, withClass, type Policy } from '../../core/policy/policy.js';
 
@@ -479,11 +479,95 @@ export function recordAnswer(
 
 const EPS = 1e-6;
 
+/** What a kind promises of one subject's admissions (core/kinds/kind.ts `KindTraits.promise`). */
+export type KindPromise = KindTraits['promise'];
+
+/** The limits a promise is held to: the policy's (or the subject's class's) capacity and rate, and its window. */
+export interface PromisedBound {
+  capacity: number;
+  refillPerSecond: number;
+  /** The window field's value, seconds (`rolling`, `alignedWindow`). */
+  windowSeconds: number | undefined;
+}
+
 /**
- * The global checker: for every policy, subject and class, admissions within the kind's bound over every window
- * (docs/design.md: admitted(W) ≤ C + R·W for a token bucket, ≤ limit in any rolling window for a sliding log, ≤ slots
- * within any lease time for a concurrency policy, ≤ the budget in any calendar day for a daily one), in each
- * region for `local` mode (each region enforces the whole budget). Answers the violations found.
+ * The admissions of one subject (`list`, sorted by `at`) that break `promise`, as messages naming `what`:
+ * `burst` admitted(W) ≤ C + R·W over every span W, `rolling` ≤ C within any span shorter than the window,
+ * `calendarDay` ≤ C per UTC day (the generator's daily policies count in UTC), `alignedWindow` ≤ C per window
+ * aligned to multiples of the window since the Unix epoch. Each counts only what it is sure of: an answer's
+ * decision lies between its `sentAt` and its `at`.
+ */
+export function promiseViolations(
+  promise: KindPromise,
+  bound: PromisedBound,
+  list: readonly Charge[],
+  what: string,
+): string[] {
+  const out: string[] = [];
+  const C = bound.capacity;
+  if (promise === 'burst') {
+    const R = bound.refillPerSecond;
+    for (let i = 0; i < list.length; i++) {
+      let sum = 0;
+      // The widest the window can have been: from the earliest send among them to the last answer.
+      let from = list[i]!.sentAt;
+      for (let j = i; j < list.length; j++) {
+        sum += list[j]!.cost;
+        from = Math.min(from, list[j]!.sentAt);
+        const w = (list[j]!.at - from) / 1000;
+        if (sum > C + R * w + EPS) {
+          out.push(`${what}: ${sum} admitted in ${w} s, above C + R·W = ${C} + ${R}·${w}`);
+          break;
+        }
+      }
+    }
+  } else if (promise === 'calendarDay') {
+    const days = new Map<number, number>();
+    for (const c of list) {
+      const day = Math.floor(c.at / (SECONDS_PER_DAY * 1000));
+      days.set(day, (days.get(day) ?? 0) + c.cost);
+    }
+    for (const [day, sum] of days)
+      if (sum > C + EPS) out.push(`${what}: ${sum} admitted on day ${day}, above ${C}`);
+  } else if (promise === 'alignedWindow') {
+    const windowMs = bound.windowSeconds! * 1000;
+    const windows = new Map<number, number>();
+    for (const c of list) {
+      // Only an answer surely decided in one window: sent and answered within it.
+      const window = Math.floor(c.at / windowMs);
+      if (Math.floor(c.sentAt / windowMs) !== window) continue;
+      windows.set(window, (windows.get(window) ?? 0) + c.cost);
+    }
+    for (const [window, sum] of windows) {
+      if (sum > C + EPS) {
+        out.push(
+          `${what}: ${sum} admitted in aligned window ${window} of ${bound.windowSeconds} s, above ${C}`,
+        );
+      }
+    }
+  } else {
+    const windowMs = bound.windowSeconds! * 1000;
+    for (let j = 0; j < list.length; j++) {
+      let sum = 0;
+      // Only admissions surely within one window of each other: the widest span below the window.
+      let from = list[j]!.sentAt;
+      for (let i = j; i >= 0; i--) {
+        from = Math.min(from, list[i]!.sentAt);
+        if (list[j]!.at - from >= windowMs) break;
+        sum += list[i]!.cost;
+      }
+      if (sum > C + EPS) out.push(`${what}: ${sum} admitted within ${bound.windowSeconds} s, above ${C}`);
+    }
+  }
+  return out;
+}
+
+/**
+ * The global checker: for every policy, subject and class, admissions within the bound its kind promises
+ * (`KindTraits.promise`, `promiseViolations`; docs/design.md: admitted(W) ≤ C + R·W for a token bucket, ≤ limit
+ * in any rolling window for a sliding log, ≤ slots within any lease time for a concurrency policy, ≤ the budget
+ * in any calendar day for a daily one), in each region for `local` mode (each region enforces the whole budget).
+ * Answers the violations found.
  */
 export function conservationViolations(
   policies: readonly PolicySpec[],
@@ -503,48 +587,14 @@ export function conservationViolations(
     const first = list[0]!;
     const spec = policies.find((p) => p.name === first.policy)!;
     const policy = withClass(policyOf(spec), first.class);
-    const C = policy.capacity;
     list.sort((a, b) => a.at - b.at);
     const what = key.replace(/\u0000/g, '/');
-    const { rate } = kindOf(spec.kind);
-    if (rate === 'declared') {
-      const R = policy.refillPerSecond;
-      for (let i = 0; i < list.length; i++) {
-        let sum = 0;
-        // The widest the window can have been: from the earliest send among them to the last answer.
-        let from = list[i]!.sentAt;
-        for (let j = i; j < list.length; j++) {
-          sum += list[j]!.cost;
-          from = Math.min(from, list[j]!.sentAt);
-          const w = (list[j]!.at - from) / 1000;
-          if (sum > C + R * w + EPS) {
-            out.push(`${what}: ${sum} admitted in ${w} s, above C + R·W = ${C} + ${R}·${w}`);
-            break;
-          }
-        }
-      }
-    } else if (rate === 'day') {
-      const days = new Map<number, number>();
-      for (const c of list) {
-        const day = Math.floor(c.at / (SECONDS_PER_DAY * 1000));
-        days.set(day, (days.get(day) ?? 0) + c.cost);
-      }
-      for (const [day, sum] of days)
-        if (sum > C + EPS) out.push(`${what}: ${sum} admitted on day ${day}, above ${C}`);
-    } else {
-      const windowMs = spec.windowSeconds! * 1000;
-      for (let j = 0; j < list.length; j++) {
-        let sum = 0;
-        // Only admissions surely within one window of each other: the widest span below the window.
-        let from = list[j]!.sentAt;
-        for (let i = j; i >= 0; i--) {
-          from = Math.min(from, list[i]!.sentAt);
-          if (list[j]!.at - from >= windowMs) break;
-          sum += list[i]!.cost;
-        }
-        if (sum > C + EPS) out.push(`${what}: ${sum} admitted within ${spec.windowSeconds} s, above ${C}`);
-      }
-    }
+    const bound = {
+      capacity: policy.capacity,
+      refillPerSecond: policy.refillPerSecond,
+      windowSeconds: spec.windowSeconds,
+    };
+    out.push(...promiseViolations(kindOf(spec.kind).promise, bound, list, what));
   }
   return out.slice(0, 5);
 }

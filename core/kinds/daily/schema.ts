@@ -47,9 +47,6 @@ function checkDaily(p: Draft, ctx: z.RefinementCtx, kinds: KindLookup): void {
   ) {
     issue('refillPerSecond', `a daily budget's rate is capacity / 86400 = ${shown}; omit refillPerSecond`);
   }
-  if (p.onStoreFailure === 'local' && !traits.emergencyBucket) {
-    issue('onStoreFailure', `an emergency token bucket is not ${traits.noun}: use closed or open`);
-  }
   if (p.idleTtlSeconds !== undefined && p.idleTtlSeconds < LONGEST_DAY_SECONDS) {
     issue(
       'idleTtlSeconds',

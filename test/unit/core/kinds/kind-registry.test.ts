@@ -88,7 +88,7 @@ describe('the kind registry', () => {
       expect(k.sizing).toBeTypeOf('function');
     });
 
-    it("its schema fragment's fields are its own: each refused for every other kind", () => {
+    it("its schema fragment's fields are its own: each refused for every other kind but those sharing it as their window", () => {
       const own = Object.keys(k.schema.fields);
       for (const other of allKinds().filter((o) => o.kind !== k.kind)) {
         for (const field of Object.keys(other.schema.fields)) expect(own).not.toContain(field);
@@ -105,8 +105,10 @@ describe('the kind registry', () => {
         expect(values.has(field), `a value of ${field} for this test`).toBe(true);
         const extra = Object.fromEntries([[field, values.get(field)]]) as Partial<PolicyInput>;
         expect(parses(spec(k, extra)), `${field} on ${k.kind}`).toBe(true);
+        // Refused for every other kind, except a window field (`KindTraits.window`): declared by this one
+        // fragment, it is shared by every kind whose traits hold their window in it.
         for (const other of allKinds().filter((o) => o.kind !== k.kind)) {
-          expect(parses(spec(other, extra)), `${field} on ${other.kind}`).toBe(false);
+          expect(parses(spec(other, extra)), `${field} on ${other.kind}`).toBe(other.window === field);
         }
       }
     });
@@ -134,6 +136,14 @@ describe('the kind registry', () => {
       expect(parses(spec(k, { timeZone: 'Europe/Paris' }))).toBe(k.defaults.timeZone !== undefined);
     });
 
+    it('promises a limit its rate and window can state (the conservation checker holds it to it)', () => {
+      const rule = { declared: ['burst'], window: ['rolling', 'alignedWindow'], day: ['calendarDay'] }[
+        k.rate
+      ];
+      expect(rule).toContain(k.promise);
+      if (k.promise === 'rolling' || k.promise === 'alignedWindow') expect(k.window).toBeDefined();
+    });
+
     it('derives its rate and idle TTL as declared', () => {
       const p = parsePolicy(spec(k));
       const rate = { declared: 1, window: CAPACITY / WINDOW, day: CAPACITY / 86_400 }[k.rate];
@@ -154,8 +164,16 @@ describe('the kind registry', () => {
         now: () => NOW,
         random: () => 0,
       });
-      expect(router.route(p, 'a', 1).route).toBe(k.decidedBy);
+      const check = router.route(p, 'a', 1);
+      expect(check.route).toBe(k.decidedBy);
       expect(isLogKind(k.kind)).toBe(k.decidedBy === 'log');
+      // Sized by the kind's own registered sizing, under the group's key.
+      const sized = check.bucket ?? check.log ?? check.day;
+      expect(sized).toBeDefined();
+      const key = sized?.key ?? '';
+      const share = { share: 1, epoch: 0 };
+      const own = k.decidedBy === 'day' ? k.sizing(p, key, 1, share, NOW) : k.sizing(p, key, 1, share);
+      expect(sized).toEqual(own);
     });
 
     it('lends (and so borrows) only when it says it borrows', () => {

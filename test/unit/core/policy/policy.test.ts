@@ -59,6 +59,61 @@ describe('policy schema', () => {
     expect(issues({ ...base, ...patch })).toContain(message);
   });
 
+  // Each kind's rate rules, their messages named from its traits (core/kinds/<kind>/traits.ts `called`, `units`,
+  // `noun`): the text each kind answered before the messages were read from traits.
+  const log = { name: 'log', kind: 'sliding_log', capacity: 10, windowSeconds: 60 };
+  const slots = { name: 'slots', kind: 'concurrency', capacity: 10, leaseSeconds: 60 };
+  const day = { name: 'day', kind: 'daily', capacity: 10 };
+  it.each([
+    [{ name: 'tb', capacity: 10 }, 'refillPerSecond: token-bucket policies need refillPerSecond'],
+    [{ ...log, windowSeconds: undefined }, 'windowSeconds: sliding_log policies need windowSeconds'],
+    [{ ...slots, leaseSeconds: undefined }, 'leaseSeconds: concurrency policies need leaseSeconds'],
+    [
+      { ...log, capacity: 10.5 },
+      'capacity: a sliding log counts whole events: capacity must be an integer ≤ 100000',
+    ],
+    [
+      { ...log, capacity: 100_001 },
+      'capacity: a sliding log counts whole events: capacity must be an integer ≤ 100000',
+    ],
+    [{ ...log, maxCost: 1.5 }, 'maxCost: a sliding log counts whole events: maxCost must be an integer'],
+    [
+      { ...slots, capacity: 10.5 },
+      'capacity: a concurrency policy counts whole slots: capacity must be an integer ≤ 100000',
+    ],
+    [
+      { ...slots, maxCost: 1.5 },
+      'maxCost: a concurrency policy counts whole slots: maxCost must be an integer',
+    ],
+    [
+      { ...slots, mode: 'strict', homeRegion: 'us' },
+      'mode: concurrency policies are regional or local: a lease is released in the region that holds it',
+    ],
+    [
+      { ...log, onStoreFailure: 'local' },
+      'onStoreFailure: an emergency token bucket is not an exact rolling window: use closed or open',
+    ],
+    [
+      { ...slots, onStoreFailure: 'local' },
+      'onStoreFailure: an emergency token bucket is not a slot count: use closed or open',
+    ],
+    [
+      { ...day, onStoreFailure: 'local' },
+      'onStoreFailure: an emergency token bucket is not a calendar-day budget: use closed or open',
+    ],
+    [
+      { ...log, refillPerSecond: 1 },
+      "refillPerSecond: a sliding_log policy's rate is capacity / windowSeconds = 0.167; omit refillPerSecond",
+    ],
+  ])('refuses %j, naming the kind from its traits', (input, message) => {
+    expect(issues(input)).toContain(message);
+  });
+
+  it('takes fractional amounts of a kind that does not count whole units', () => {
+    expect(issues({ ...day, capacity: 10.5, maxCost: 1.5 })).toEqual([]);
+    expect(issues({ ...base, capacity: 10.5, maxCost: 1.5 })).toEqual([]);
+  });
+
   it('lists every problem at once', () => {
     expect(issues({ name: 'ok', capacity: -1, refillPerSecond: -1 })).toHaveLength(2);
   });
