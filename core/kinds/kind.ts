@@ -68,7 +68,7 @@ export interface KindTraits<K extends KindName = KindName> {
   readonly grants: boolean;
   /** `POST /v1/reservations` may hold an amount until it is committed or cancelled. */
   readonly reservations: boolean;
-  /** An admitted check carries a lease token, and `POST /v1/leases/release` gives its units back. */
+  /** An admitted check carries a lease token, and `DELETE /v1/leases/{lease}` gives its units back. */
   readonly leases: boolean;
   /** A decision may be a dry run (`dryRun: true`: nothing charged). */
   readonly dryRun: boolean;
