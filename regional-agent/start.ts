@@ -142,6 +142,8 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       const report = await warmUp(agent.app, policies.current(), {
         region: config.region,
         rounds: config.warmUpRounds,
+        // A batch's decisions are admitted one by one: never more than the agent lets in flight.
+        batch: Math.min(64, config.maxInFlight),
       });
       metrics.warmUpSeconds.set(report.ms / 1000);
       log.info(report, 'warmed up: dry-run decisions through the decision path');

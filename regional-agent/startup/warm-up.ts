@@ -34,6 +34,13 @@ function subjectFor(policy: Policy, i: number): string {
   return policy.subjectKind === 'ip' ? `192.0.2.${(i % 254) + 1}` : `qp-warm-up-${i}`;
 }
 
+/**
+ * An injected request gives its admission slot back when its response closes, on the next tick after it ends;
+ * the next warm-up request waits for that, so the warm-up holds one slot at most and an agent allowed a single
+ * decision in flight (`QP_MAX_IN_FLIGHT=1`) does not shed its own warm-up (and report the sheds as load).
+ */
+const slotGivenBack = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 /** Send the dry decisions; never throws (a warm-up that fails leaves a colder agent, not a broken one). */
 export async function warmUp(
   app: FastifyInstance,
@@ -65,6 +72,7 @@ export async function warmUp(
         const { answers } = reply.json<{ answers: { status: number }[] }>();
         decided += answers.filter((a) => a.status === 200).length;
       }
+      await slotGivenBack();
       // The route a lone decision takes, too.
       const single = await app.inject({
         method: 'POST',
@@ -74,6 +82,7 @@ export async function warmUp(
       });
       sent++;
       if (single.statusCode === 200) decided++;
+      await slotGivenBack();
     } catch {
       break;
     }

@@ -64,6 +64,28 @@ describe('the warm-up before the agent says ready', () => {
     expect(await res.json()).toMatchObject({ allowed: true, results: [{ remaining: 9 }] });
   });
 
+  it('an agent allowed one decision in flight sheds none of its own warm-up', async () => {
+    await redis.flushall();
+    await using agent = await startAgentProcess({
+      redisUrl: server.url,
+      policies: POLICIES,
+      env: { QP_LOG_LEVEL: 'info', QP_MAX_IN_FLIGHT: '1' },
+    });
+    const line = agent
+      .output()
+      .split('\n')
+      .find((l) => l.includes('warmed up'));
+    expect(line, agent.output()).toBeDefined();
+    // Batches of one (a batch's decisions are admitted one by one), each followed by a lone decision.
+    expect(JSON.parse(line!)).toMatchObject({ rounds: 8, sent: 8 * 2, decided: 8 * 2 });
+    expect(
+      await metric(
+        agent.url,
+        /^quotaplane_request_errors_total\{[^}]*code="AGT_ERR_OVERLOADED"[^}]*\} (\d+)$/m,
+      ),
+    ).toBeUndefined();
+  });
+
   it('none with QP_WARM_UP_ROUNDS=0', async () => {
     await using agent = await startAgentProcess({
       redisUrl: server.url,
