@@ -8,7 +8,7 @@ import { FailureMode, MAX_CAPACITY, MAX_REFILL_PER_SECOND } from '../core/policy
 import { DEFAULT_LOW_WATER } from '../core/borrowing/borrow.js';
 import { DEFAULT_BORROW_PLANNER, MAX_LENDERS_LIMIT } from '../core/borrowing/planner.js';
 import { defaultLeaseSettings } from '../core/lease/settings.js';
-import { kindOf } from '../core/kinds/index.js';
+import { KIND_NAMES, kindOf, type KindName } from '../core/kinds/index.js';
 import { defaultRebalanceSettings } from '../core/rebalance/settings.js';
 import { DEFAULT_DECISION_DEADLINE_MS, DEFAULT_STORE_TIMEOUT_MS } from '../regional-agent/config.js';
 
@@ -20,13 +20,23 @@ const whole = (min: number, max: number) => num().pipe(z.number().int().min(min)
 /** Region names given to `--regions N`, in order; the first is the strict home unless `homeRegion` says otherwise. */
 export const REGION_NAMES = ['us', 'eu', 'ap', 'sa', 'af', 'me', 'oc', 'ca'] as const;
 
+/**
+ * The kinds the simulator decides: every registered kind of a store group it has a decision function for (the
+ * token-bucket store and the sliding-log store; the daily counters' group has none yet), so a new kind on one of
+ * those groups is simulated without being named here.
+ */
+export const SIMULATED_KINDS = KIND_NAMES.filter((k) => kindOf(k).decidedBy !== 'day') as [
+  KindName,
+  ...KindName[],
+];
+
 export const SettingsObject = z.strictObject({
   durationS: positive(86_400).describe('simulated seconds'),
   capacity: positive(MAX_CAPACITY).describe('policy burst C, tokens'),
   refillPerSecond: positive(MAX_REFILL_PER_SECOND).describe('policy refill R, tokens/s'),
   maxCost: whole(1, 1_000_000).describe('largest request cost, tokens (costs are 1..maxCost)'),
   kind: z
-    .enum(['token_bucket', 'sliding_log', 'concurrency'])
+    .enum(SIMULATED_KINDS)
     .optional()
     .describe(
       'policy kind (default token_bucket); sliding_log and concurrency keep capacity C over a window (lease) of C/R s',
