@@ -15,6 +15,13 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 256;
 /** Longest policy name or raw subject accepted on the wire (subjects are validated further by the agent). */
 export const MAX_WIRE_POLICY_LENGTH = 64;
 export const MAX_WIRE_SUBJECT_LENGTH = 1024;
+/**
+ * Response header of the decision routes: the longest this agent may take to answer a decision, ms (its decision
+ * deadline plus the allowance of the farthest link it knows: a strict check forwarded to a far home, a loan). A
+ * client whose timeout is shorter gives up on answers the agent is still making, so `@quotaplane/client` keeps
+ * its default timeout above it.
+ */
+export const ANSWER_WITHIN_HEADER = 'quotaplane-answer-within-ms';
 
 const PolicyField = z.string().min(1).max(MAX_WIRE_POLICY_LENGTH);
 const SubjectField = z.string().min(1).max(MAX_WIRE_SUBJECT_LENGTH);

@@ -54,4 +54,9 @@ export interface Forwarder {
    * (core/distance.ts linkAllowanceMs). Absent: none (the home is as near as this agent's own store).
    */
   linkAllowanceMs?(homeRegion: string): number;
+  /**
+   * The largest `linkAllowanceMs` of any home this agent knows a round trip to (configured, or measured from an
+   * answer), ms: how much longer than its local deadline a decision here may take (0: none known).
+   */
+  farthestAllowanceMs?(): number;
 }

@@ -3,6 +3,7 @@
  * local grants (when the store keeps them), concurrency leases, and health with metrics.
  */
 import type { FastifyPluginAsync } from 'fastify';
+import { ANSWER_WITHIN_HEADER } from '../../core/wire/agent.js';
 import type { AgentAppConfig, AgentDeps } from '../app.js';
 import { batchRoute } from '../http/batch-route.js';
 import { decisionsRoute } from '../http/decisions-route.js';
@@ -28,7 +29,15 @@ export function decisionRoutes({ deps, config, core, state }: RouteContext): Fas
   const { service, admission, metrics } = core;
   const headers = { legacyHeaders: config.legacyHeaders, rateLimitDraft: config.rateLimitHeaders };
   const assertServing = state.assertServing;
+  // How long a decision here may take: the local deadline plus the farthest link's allowance (docs/agent.md,
+  // "Timeouts"); a client's timeout must be longer, or it fails decisions the agent makes and charges.
+  const answerWithin = (): string =>
+    String(config.decisionDeadlineMs + (deps.forwarder?.farthestAllowanceMs?.() ?? 0));
   return (scope) => {
+    scope.addHook('onRequest', (_request, reply, done) => {
+      reply.header(ANSWER_WITHIN_HEADER, answerWithin());
+      done();
+    });
     decisionsRoute(scope, { service, ...headers, assertServing });
     batchRoute(scope, {
       service,

@@ -7,6 +7,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
 import {
+  farthestRoundTrip,
   linkAllowanceMs,
   oneWayAllowanceMs,
   roundTripOf,
@@ -198,6 +199,13 @@ export class NatsForwarder implements Forwarder {
   /** Time a decision may wait for `home` beyond its local deadline: the round trip to it and its margin. */
   linkAllowanceMs(home: string): number {
     return linkAllowanceMs(this.roundTripMs(home));
+  }
+
+  /** The largest allowance of any home with a configured or measured round trip, ms (0: none known). */
+  farthestAllowanceMs(): number {
+    let most = farthestRoundTrip(this.#options.roundTrips ?? new Map(), this.#options.region);
+    for (const home of this.#measured.keys()) most = Math.max(most, this.roundTripMs(home));
+    return linkAllowanceMs(most);
   }
 
   /**

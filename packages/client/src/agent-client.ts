@@ -18,6 +18,7 @@ import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import CircuitBreaker from 'opossum';
 import {
+  ANSWER_WITHIN_HEADER,
   DecisionResponse,
   Problem,
   checksOf,
@@ -105,7 +106,10 @@ export interface AgentClientOptions {
    * Longest wait for an exchange's answer, from the moment the request was written to its connection (time queued
    * in the client and time connecting never count; a new connection not made within it fails). Default 300 ms: longer than the agent's own decision deadline (250 ms by default,
    * `QP_DECISION_DEADLINE_MS`), so a healthy agent's slow path (borrowing from another region, a strict policy's
-   * home) is an answer, not a timeout.
+   * home) is an answer, not a timeout. Unset, the timeout follows the agent: every answer says how long the agent
+   * may take (`quotaplane-answer-within-ms`: its deadline plus its farthest link's allowance, so a strict check
+   * forwarded to a home 220 ms away may take 525 ms), and the client waits that plus 50 ms, never less than 300.
+   * Set, it is used as given.
    */
   timeoutMs?: number;
   /**
@@ -196,6 +200,8 @@ export interface ClientStats {
   /** Decisions waiting in the client's queue now, and exchanges in flight now. */
   queued: number;
   inFlight: number;
+  /** The timeout in force now, ms: `timeoutMs` as given, or the agent's answer bound plus 50 (at least 300). */
+  timeoutMs: number;
 }
 
 /** The agent refused the request (4xx): the problem document says why. */
@@ -235,6 +241,12 @@ export class ClientShedError extends Error {
   }
 }
 
+/** The timeout before the agent has said how long it may take, and the least it ever is when unset, ms. */
+const DEFAULT_TIMEOUT_MS = 300;
+/** Time allowed beyond the agent's own bound for its answer to travel and be read, ms. */
+const ANSWER_MARGIN_MS = 50;
+/** Longest agent bound the client follows, ms (a larger one is ignored, as a misconfiguration). */
+const MAX_FOLLOWED_TIMEOUT_MS = 30_000;
 const OVERLOADED = 'AGT_ERR_OVERLOADED';
 const NOT_FOUND = 'AGT_ERR_NOT_FOUND';
 /** Largest batch body the client sends, bytes (the agent takes 16 times its body limit, 256 KiB by default). */
@@ -304,7 +316,9 @@ function validMode(mode: FailureMode | undefined, fallback: FallbackBucket | und
 export class AgentClient {
   readonly #url: URL;
   readonly #agent: Agent;
-  readonly #timeoutMs: number;
+  /** The timeout in force, ms: `timeoutMs` as given, or following the agent's `quotaplane-answer-within-ms`. */
+  #timeoutMs: number;
+  readonly #timeoutFollowsAgent: boolean;
   readonly #mode: FailureMode;
   readonly #policies: Readonly<Record<string, PolicyFailureOptions>>;
   readonly #fallbackBucket: FallbackBucket | undefined;
@@ -345,7 +359,8 @@ export class AgentClient {
     this.#batchUrl = new URL('/v1/decisions/batch', options.baseUrl);
     if (this.#url.protocol !== 'http:')
       throw new TypeError('the agent listens on plain http on a private network');
-    this.#timeoutMs = options.timeoutMs ?? 300;
+    this.#timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.#timeoutFollowsAgent = options.timeoutMs === undefined;
     this.#mode = options.onUnavailable ?? 'closed';
     this.#policies = options.policies ?? {};
     this.#fallbackBucket = options.fallback;
@@ -439,6 +454,7 @@ export class AgentClient {
       connections: this.#stats.connections,
       queued: this.#queue.length,
       inFlight: this.#inFlight,
+      timeoutMs: this.#timeoutMs,
     };
   }
 
@@ -803,6 +819,14 @@ export class AgentClient {
     throw new AgentUnavailableError('bad_status', `agent answered ${status}`);
   }
 
+  /** Keep the timeout above how long the agent says it may take to answer (its header; ignored when not a whole ms). */
+  #followAgent(header: string | string[] | undefined): void {
+    if (typeof header !== 'string') return;
+    const within = Number(header);
+    if (!Number.isInteger(within) || within < 0 || within > MAX_FOLLOWED_TIMEOUT_MS) return;
+    this.#timeoutMs = Math.max(DEFAULT_TIMEOUT_MS, within + ANSWER_MARGIN_MS);
+  }
+
   #post(payload: string, requestId: string | undefined, method = 'POST', url = this.#url): Promise<Answer> {
     return new Promise((resolve, reject) => {
       const headers: Record<string, string | number> = {
@@ -817,6 +841,7 @@ export class AgentClient {
           settled = true;
           clearTimeout(timer);
           const retryAfter = res.headers['retry-after'];
+          if (this.#timeoutFollowsAgent) this.#followAgent(res.headers[ANSWER_WITHIN_HEADER]);
           resolve({
             status: res.statusCode ?? 0,
             text: Buffer.concat(chunks).toString('utf8'),

@@ -55,4 +55,21 @@ describe('NatsForwarder batching', () => {
     });
     expect(named.roundTripMs('ap')).toBe(220);
   });
+
+  it("knows its farthest link's allowance: the configured matrix's, or none before a home answered", () => {
+    const { forwarder } = recording();
+    // Nothing configured, nothing measured: no link known (a first forward counts 250 ms on its own).
+    expect(forwarder.farthestAllowanceMs()).toBe(0);
+    const named = new NatsForwarder({
+      nc: {} as NatsConnection,
+      region: 'eu',
+      roundTrips: new Map([
+        ['eu us', 70],
+        ['ap eu', 220],
+        ['ap us', 150],
+      ]),
+    });
+    // eu's farthest is ap, 220 ms: 1.25 times, rounded up.
+    expect(named.farthestAllowanceMs()).toBe(275);
+  });
 });

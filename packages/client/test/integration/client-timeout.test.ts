@@ -1,0 +1,76 @@
+/**
+ * The client's timeout follows the agent: every answer of the decision routes says how long the agent may take
+ * (`quotaplane-answer-within-ms`, its decision deadline plus its farthest link's allowance), and a client made
+ * without `timeoutMs` waits that plus 50 ms. A client with a shorter, fixed timeout gives up on a decision the
+ * agent still makes and charges: the service answers 503 for a request the limiter admitted. Here the agent's
+ * deadline is 1 s and the agent is frozen (SIGSTOP) for 500 ms while a decision is asked.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient } from '@quotaplane/client';
+import type { RedisServer } from '../../../../test/harness/backend.js';
+import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+
+const FROZEN_MS = 500;
+
+let redis: RedisServer;
+let agent: AgentProcess;
+
+beforeAll(async () => {
+  redis = await backend().startRedis();
+  agent = await startAgentProcess({
+    redisUrl: redis.url,
+    policies: { work: { capacity: 1000, refillPerSecond: 100 } },
+    env: { QP_DECISION_DEADLINE_MS: '1000', QP_STORE_TIMEOUT_MS: '900' },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await agent?.[Symbol.asyncDispose]();
+  await redis?.[Symbol.asyncDispose]();
+});
+
+/** Ask while the agent is frozen for FROZEN_MS; the answer once it runs again. */
+async function askFrozen(client: AgentClient, subject: string) {
+  agent.pause();
+  const thaw = setTimeout(() => agent.resume(), FROZEN_MS);
+  try {
+    return await client.check('work', subject);
+  } finally {
+    clearTimeout(thaw);
+    agent.resume();
+  }
+}
+
+describe("the client's timeout follows the agent's answer bound", () => {
+  it('learns 1,050 ms from the first answer and waits out an agent frozen for 500 ms', async () => {
+    const client = new AgentClient({ baseUrl: agent.url, grants: false });
+    try {
+      const subject = uniquePrefix('follows');
+      expect(client.stats().timeoutMs).toBe(300);
+      expect((await client.check('work', subject)).allowed).toBe(true);
+      expect(client.stats().timeoutMs).toBe(1050);
+      const late = await askFrozen(client, subject);
+      expect(late).toMatchObject({ allowed: true });
+      expect(late.degraded).toBeUndefined();
+      expect(client.stats().failures.timeout).toBe(0);
+      expect(client.stats().decided).toBe(2);
+    } finally {
+      client.close();
+    }
+  });
+
+  it('a timeout given keeps its value: 300 ms fails the same frozen call by its failure mode', async () => {
+    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 300, grants: false });
+    try {
+      const subject = uniquePrefix('fixed');
+      expect((await client.check('work', subject)).allowed).toBe(true);
+      expect(client.stats().timeoutMs).toBe(300);
+      const late = await askFrozen(client, subject);
+      expect(late).toMatchObject({ allowed: false, degraded: 'fail_closed' });
+      expect(client.stats().failures.timeout).toBe(1);
+    } finally {
+      client.close();
+    }
+  });
+});
