@@ -355,7 +355,11 @@ function epochOf(entry: { json<T>(): T } | null): number {
  * Every entry of a bucket that parses, with its revision; bad ones are logged, skipped and counted. Read without a
  * consumer (coordinator/nats/kv-read.ts): after a region is lost, creating one was the slowest call of a start.
  */
-function parseAll<T>(options: { entries: readonly KvEntry[]; schema: z.ZodType<T>; log: EngineContext['log'] }): {
+function parseAll<T>(options: {
+  entries: readonly KvEntry[];
+  schema: z.ZodType<T>;
+  log: EngineContext['log'];
+}): {
   loaded: Loaded<T>[];
   skipped: number;
 } {
