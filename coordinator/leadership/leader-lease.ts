@@ -140,7 +140,11 @@ export class LeaderLease {
         if (this.#kv === undefined) await this.open();
         const kv = this.#kv!;
         const entry = await kv.get(LEADER_KEY);
-        const floor = async () => (await this.#options.floor?.().catch(() => 0)) ?? 0;
+        const floor = async () =>
+          (await this.#options.floor?.().catch((error: unknown) => {
+            log.debug({ err: error }, 'leader lease: epoch floor not read; counting 0');
+            return 0;
+          })) ?? 0;
         if (entry === null || entry.operation !== 'PUT') {
           const epoch = (await floor()) + 1;
           const sentAt = this.#now();
@@ -156,6 +160,8 @@ export class LeaderLease {
         if (seen?.revision !== entry.revision) seen = { revision: entry.revision, since: this.#now() };
         const waited = this.#now() - seen.since;
         if (free || !current.success || waited >= leaseMs) {
+          // At debug: when a takeover is slow, this says whether the wait or the writes after it took the time.
+          log.debug({ previousEpoch, waitedMs: Math.round(waited), free }, 'leader lease: taking it');
           const epoch = Math.max(previousEpoch, await floor()) + 1;
           const sentAt = this.#now();
           const revision = await kv.update(LEADER_KEY, this.#value(epoch), entry.revision);
