@@ -37,15 +37,18 @@ const LEADER_LEASE_MS = 10_000;
 const JETSTREAM_ELECTION_MS = 9000;
 const TAKEOVER_MS = Math.max(LEADER_LEASE_MS, JETSTREAM_ELECTION_MS) + 1000 + 3000;
 /**
- * Then it opens the replicated state and starts the engine, and serves: within 30 s of taking the lease
- * (docs/protocol.md, "A new leader's start": about 12 round trips, each JetStream call that meets an election
- * tried again on its own). Checked twice: from when this test sees the lease taken, and by the coordinator's own
- * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, alone on an idle two-core machine, 2026-12-05):
- * 3.0, 3.1, 3.2, 3.6, 4.5, 5.7, 8.8 and 11.7 s (the two slow runs waited on the policies' listing, whose
- * consumer needs JetStream's meta leader). Before each call was retried on its own (the whole start was tried
- * again after any failure) it was 4.6-39 s and the test allowed 60 s.
+ * Then it opens the replicated state and starts the engine, and serves: within 15 s of taking the lease
+ * (docs/protocol.md, "A new leader's start": about 6 round trips once the stream leaders of the regions left are
+ * elected, which raft does within its 4-9 s election timeout of the cut, mostly before the lease lets the standby
+ * in; each call that meets an election is tried again on its own after one NATS timeout at most; slack for two
+ * loaded cores). Checked twice: from when this test sees the lease taken, and by the coordinator's own
+ * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, 2026-12-06, two cores shared at a load of 8.5-14):
+ * 0.76-1.59 s in nine runs, the fixed path (no stream was still without a leader when the lease moved). Before,
+ * the policies' and the demand snapshots' listings went through consumers (JetStream's meta leader): 2.1-5.1 s in
+ * four runs that day, 3.0-11.7 s in eight the day before; and before each call was retried on its own (the whole
+ * start was tried again after any failure) 4.6-39 s, and the test allowed 60 s.
  */
-const SERVING_MS = 30_000;
+const SERVING_MS = 15_000;
 /** Agents' lease settings that fit round trips of 220 ms (heartbeat replies must come back within an interval). */
 const LEASE = { leaseMs: 3000, graceMs: 8000, skewMs: 250, reportIntervalMs: 500 };
 
