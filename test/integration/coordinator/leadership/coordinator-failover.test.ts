@@ -256,19 +256,24 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
 
         // A record of the old epoch (what a zombie's write would carry) is refused by every agent and undone.
         const kv = await new Kvm(jetstream(connections[1]!)).open(kvNames(namespace).allocations);
-        // JetStream settles after the heal (the returning server catches up): read once it answers.
+        // JetStream settles after the heal (the returning server catches up): read once it answers with a record of
+        // epoch 2 or above. Just after the heal the returning server may still answer as the stream leader it was
+        // before the cut, with the record it held then (epoch 1), until it hears of the election it missed (2 runs
+        // in 14 read epoch 1 here, while the agents already held epoch 2). A stored record of epoch 1 would keep
+        // this from ever passing.
         let current: AllocationRecord | undefined;
-        await eventually(
+        let staleReads = 0;
+        const readMs = await eventually(
           async () => {
             const entry = await kv.get(policyKey('p')).catch(() => null);
             current = entry === null ? undefined : AllocationRecord.parse(entry.json());
-            return current !== undefined;
+            if (current !== undefined && (current.leaderEpoch ?? 0) < 2) staleReads++;
+            return (current?.leaderEpoch ?? 0) >= 2;
           },
           LEADER_AGAIN_MS,
-          'the allocation record can be read after the heal',
+          'the allocation record of epoch 2 or above can be read after the heal',
         );
         const record = current!;
-        expect(record.leaderEpoch).toBeGreaterThanOrEqual(2);
         const shares = Object.fromEntries(geo.regions.map((r) => [r, r === 'us' ? 1 : 0]));
         const before = holders.map((h) => h.lease.shareFor('p', '')?.share);
         // JetStream may still be settling after the heal: write until it takes the record.
@@ -328,7 +333,7 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
         checker.assertHeld();
         expect(checker.events).toBeGreaterThan(0);
         console.log(
-          `standby led ${Math.round(tookMs)} ms and served ${Math.round(servingMs)} ms after the cut (its start: ${Math.round(startMs)} ms, slowest steps ${slowest}); after the heal a leader (epoch ${epoch}, ${generation} eu standbys started) followed by every agent within ${Math.round(againMs)} ms; max Σ ${checker.maxSum.get('p')}`,
+          `standby led ${Math.round(tookMs)} ms and served ${Math.round(servingMs)} ms after the cut (its start: ${Math.round(startMs)} ms, slowest steps ${slowest}); after the heal a leader (epoch ${epoch}, ${generation} eu standbys started) followed by every agent within ${Math.round(againMs)} ms, its record read ${Math.round(readMs)} ms later (${staleReads} reads of epoch 1 first); max Σ ${checker.maxSum.get('p')}`,
         );
       } finally {
         abort.abort();
