@@ -157,7 +157,19 @@ export class LeaderLease {
         const current = LeaderRecord.safeParse(entryJson(entry));
         const previousEpoch = current.success ? current.data.epoch : 0;
         const free = current.success && current.data.holder === null;
-        if (seen?.revision !== entry.revision) seen = { revision: entry.revision, since: this.#now() };
+        if (seen?.revision !== entry.revision) {
+          // At debug: a takeover that comes late says here whether the holder kept renewing (or reads went back
+          // and forth between revisions) or the lease was simply waited out.
+          log.debug(
+            {
+              revision: entry.revision,
+              before: seen?.revision,
+              holder: current.success ? current.data.holder : undefined,
+            },
+            'leader lease: a new revision; waiting a lease from now',
+          );
+          seen = { revision: entry.revision, since: this.#now() };
+        }
         const waited = this.#now() - seen.since;
         if (free || !current.success || waited >= leaseMs) {
           // At debug: when a takeover is slow, this says whether the wait or the writes after it took the time.
