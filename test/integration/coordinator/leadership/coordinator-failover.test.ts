@@ -42,8 +42,8 @@ const TAKEOVER_MS = Math.max(LEADER_LEASE_MS, JETSTREAM_ELECTION_MS) + 1000 + 30
  * elected, which raft does within its 4-9 s election timeout of the cut, mostly before the lease lets the standby
  * in; each call that meets an election is tried again on its own after one NATS timeout at most; slack for two
  * loaded cores). Checked twice: from when this test sees the lease taken, and by the coordinator's own
- * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, 2026-12-06, two cores shared at a load of 8.5-14):
- * 0.76-1.59 s in nine runs, the fixed path (no stream was still without a leader when the lease moved). Before,
+ * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, 2026-12-06, two cores shared at a load of 6-14):
+ * 0.25-1.59 s in 22 runs, the fixed path (no stream was still without a leader when the lease moved). Before,
  * the policies' and the demand snapshots' listings went through consumers (JetStream's meta leader): 2.1-5.1 s in
  * four runs that day, 3.0-11.7 s in eight the day before; and before each call was retried on its own (the whole
  * start was tried again after any failure) 4.6-39 s, and the test allowed 60 s.
@@ -258,9 +258,9 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
         const kv = await new Kvm(jetstream(connections[1]!)).open(kvNames(namespace).allocations);
         // JetStream settles after the heal (the returning server catches up): read once it answers with a record of
         // epoch 2 or above. Just after the heal the returning server may still answer as the stream leader it was
-        // before the cut, with the record it held then (epoch 1), until it hears of the election it missed (2 runs
-        // in 14 read epoch 1 here, while the agents already held epoch 2). A stored record of epoch 1 would keep
-        // this from ever passing.
+        // before the cut, with the record it held then (epoch 1), until it hears of the election it missed: 3 runs
+        // in 24 read epoch 1 here while every agent held epoch 2, and in the one that read again, the read 0.3 s
+        // later had epoch 2. A stored record of epoch 1 would keep this from ever passing.
         let current: AllocationRecord | undefined;
         let staleReads = 0;
         const readMs = await eventually(
