@@ -45,7 +45,7 @@ const TAKEOVER_MS = JETSTREAM_ELECTION_MS + LEADER_LEASE_MS + 1000 + 3000;
  * in; each call that meets an election is tried again on its own after one NATS timeout at most; slack for two
  * loaded cores). Checked twice: from when this test sees the lease taken, and by the coordinator's own
  * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, 2026-12-06, two cores shared at a load of 6-14):
- * 0.25-1.59 s in 22 runs, the fixed path (no stream was still without a leader when the lease moved). Before,
+ * 0.25-1.59 s in 26 runs, the fixed path (no stream was still without a leader when the lease moved). Before,
  * the policies' and the demand snapshots' listings went through consumers (JetStream's meta leader): 2.1-5.1 s in
  * four runs that day, 3.0-11.7 s in eight the day before; and before each call was retried on its own (the whole
  * start was tried again after any failure) 4.6-39 s, and the test allowed 60 s.
