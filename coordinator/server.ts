@@ -102,7 +102,13 @@ export async function startCoordinator(
     // A new leader starts while JetStream may still elect the leaders of the lost region's streams (and its meta
     // leader): each call then fails (a timeout, "no responders") until they have. Each step is tried again on its
     // own, for as long as this coordinator leads: the start resumes where it failed, never from the beginning.
-    const stores = await openStores(nc, config, { clock, metrics, log: logger, steps });
+    const stores = await openStores(nc, config, {
+      clock,
+      metrics,
+      log: logger,
+      steps,
+      checkJetStream: lease === undefined,
+    });
     logger.debug('coordinator stores open');
     const factory = options.engine;
     const engine: ProtocolService | undefined =

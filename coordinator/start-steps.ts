@@ -161,9 +161,10 @@ export class StartSteps {
   }
 }
 
+/** One named step of a start: `call`, timed (and tried again while leading) when a StartSteps runs it. */
+export type Step = <T>(step: string, call: () => Promise<T>) => Promise<T>;
+
 /** `steps.run`, or the call alone when nothing times the start. */
-export function stepper(
-  steps: StartSteps | undefined,
-): <T>(step: string, call: () => Promise<T>) => Promise<T> {
+export function stepper(steps: StartSteps | undefined): Step {
   return steps === undefined ? (_step, call) => call() : (step, call) => steps.run(step, call);
 }

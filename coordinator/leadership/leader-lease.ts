@@ -140,7 +140,11 @@ export class LeaderLease {
         if (this.#kv === undefined) await this.open();
         const kv = this.#kv!;
         const entry = await kv.get(LEADER_KEY);
-        const floor = async () => (await this.#options.floor?.().catch(() => 0)) ?? 0;
+        const floor = async () =>
+          (await this.#options.floor?.().catch((error: unknown) => {
+            log.debug({ err: error }, 'leader lease: epoch floor not read; counting 0');
+            return 0;
+          })) ?? 0;
         if (entry === null || entry.operation !== 'PUT') {
           const epoch = (await floor()) + 1;
           const sentAt = this.#now();
@@ -153,9 +157,23 @@ export class LeaderLease {
         const current = LeaderRecord.safeParse(entryJson(entry));
         const previousEpoch = current.success ? current.data.epoch : 0;
         const free = current.success && current.data.holder === null;
-        if (seen?.revision !== entry.revision) seen = { revision: entry.revision, since: this.#now() };
+        if (seen?.revision !== entry.revision) {
+          // At debug: a takeover that comes late says here whether the holder kept renewing (or reads went back
+          // and forth between revisions) or the lease was simply waited out.
+          log.debug(
+            {
+              revision: entry.revision,
+              before: seen?.revision,
+              holder: current.success ? current.data.holder : undefined,
+            },
+            'leader lease: a new revision; waiting a lease from now',
+          );
+          seen = { revision: entry.revision, since: this.#now() };
+        }
         const waited = this.#now() - seen.since;
         if (free || !current.success || waited >= leaseMs) {
+          // At debug: when a takeover is slow, this says whether the wait or the writes after it took the time.
+          log.debug({ previousEpoch, waitedMs: Math.round(waited), free }, 'leader lease: taking it');
           const epoch = Math.max(previousEpoch, await floor()) + 1;
           const sentAt = this.#now();
           const revision = await kv.update(LEADER_KEY, this.#value(epoch), entry.revision);

@@ -12,7 +12,7 @@ import type { CoordinatorConfig } from '../config.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import { KvPolicyStore } from '../policies/kv-policy-store.js';
 import { KvGuard } from './kv-guard.js';
-import { ensureReplicas } from './replicas.js';
+import { openAndRead } from './kv-read.js';
 import type { Logger, ReadinessProbe } from '../ports.js';
 import { stepper, type StartSteps } from '../start-steps.js';
 
@@ -39,27 +39,45 @@ export async function openStores(
     CoordinatorConfig,
     'kvNamespace' | 'natsTimeoutMs' | 'regions' | 'maxPolicies' | 'audit' | 'replicas'
   >,
-  deps: { clock: Clock; metrics: CoordinatorMetrics; log: Logger; steps?: StartSteps | undefined },
+  deps: {
+    clock: Clock;
+    metrics: CoordinatorMetrics;
+    log: Logger;
+    steps?: StartSteps | undefined;
+    /**
+     * Whether JetStream is checked first (an account info request, which JetStream's meta leader answers). Default
+     * true; false once the leader lease was taken (opening its bucket checked it): just after a takeover the meta
+     * leader may still be elected, and nothing else of the start needs it.
+     */
+    checkJetStream?: boolean;
+  },
 ): Promise<CoordinatorStores> {
   const step = stepper(deps.steps);
   const names = kvNames(config.kvNamespace);
-  // JetStream is checked once, here (an account info request, which the meta leader answers); the bucket is then
-  // opened without checking again (`checkAPI: false`): a request to the meta leader fewer.
-  const jsm = await step('jetstream', () => jetstreamManager(nc, { timeout: config.natsTimeoutMs }));
+  // JetStream is checked at most once, here; the buckets are then opened without checking again
+  // (`checkAPI: false`): a request to the meta leader fewer each.
+  const jsm =
+    deps.checkJetStream === false
+      ? await jetstreamManager(nc, { timeout: config.natsTimeoutMs, checkAPI: false })
+      : await step('jetstream', () => jetstreamManager(nc, { timeout: config.natsTimeoutMs }));
   const js = jetstream(nc, { timeout: config.natsTimeoutMs });
   const opener = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs, checkAPI: false }));
   const replicas = config.replicas ?? 1;
-  // The policies bucket and the audit stream are independent: opened side by side.
-  const [kv] = await Promise.all([
-    (async () => {
-      const kv = await step('policies_bucket', () =>
-        opener.create(names.policies, { ...POLICY_BUCKET_OPTIONS, replicas }),
-      );
-      await step('policies_replicas', () => ensureReplicas(jsm, `KV_${names.policies}`, replicas));
-      return kv;
-    })(),
+  // The policies bucket and the audit stream are independent: opened side by side. The policies are read as they
+  // are now from the stream's leader (a direct get may be answered by a replica still catching up) and without a
+  // consumer, whose creation needs JetStream's meta leader (coordinator/nats/kv-read.ts).
+  const [opened] = await Promise.all([
+    openAndRead({
+      kvm: opener,
+      jsm,
+      bucket: names.policies,
+      settings: { ...POLICY_BUCKET_OPTIONS, replicas },
+      what: 'policies',
+      step,
+    }),
     step('audit_stream', () => ensureAuditStream(jsm, names, config.audit, replicas)),
   ]);
+  const kv = opened.kv;
   const audit = new JetStreamAuditTrail({ js, jsm, names, metrics: deps.metrics, log: deps.log });
   const guard: KvGuard = new KvGuard({
     nc,
@@ -83,7 +101,7 @@ export async function openStores(
     log: deps.log,
     guard,
   });
-  await step('policies_load', () => policies.init());
+  await policies.init(opened.entries);
   guard.start();
   const readiness = natsReadiness(nc);
   return {

@@ -63,7 +63,7 @@ export interface KvPolicyStoreOptions {
 }
 
 /** The latest message of one key, as a listing or a get reads it. */
-interface RawEntry {
+export interface RawEntry {
   readonly key: string;
   readonly revision: number;
   readonly operation: string;
@@ -115,12 +115,19 @@ export class KvPolicyStore implements PolicyStore {
     this.#guard = options.guard;
   }
 
-  /** Count the stored policies, for the cap and the gauge; what the bucket holds now is taken as ours. */
-  async init(): Promise<void> {
-    const entries = await this.#kvCall('count', () => this.#scan());
+  /**
+   * Count the stored policies, for the cap and the gauge; what the bucket holds now is taken as ours. `entries`:
+   * the latest entry of every key (deletion markers included), read already (a start reads them without a
+   * consumer: coordinator/nats/kv-read.ts); without them the bucket is listed.
+   */
+  async init(entries?: readonly RawEntry[]): Promise<void> {
+    this.#opening(entries ?? (await this.#kvCall('count', () => this.#scan())));
+  }
+
+  #opening(entries: readonly RawEntry[]): void {
     this.#setCount(entries.filter((e) => e.operation === 'PUT').length);
     for (const e of entries) this.#guard?.seed(e.key, e.operation === 'PUT' ? e.string() : null, e.revision);
-    this.#opened = entries;
+    this.#opened = [...entries];
   }
 
   takeOpened(): StoredPolicy[] | undefined {

@@ -3,8 +3,8 @@
  * records and agent registrations the lease coordinator asks for written back (a bounded number in flight), the
  * guard that undoes foreign writes to the allocation bucket, and the audit record of every written share move.
  */
-import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV, type KvEntry, type KvOptions } from '@nats-io/kv';
 import type { z } from 'zod';
 import type { AuditRecord } from '../../core/wire/admin.js';
 import type { AllocationView } from '../../core/lease/allocation-views.js';
@@ -12,8 +12,7 @@ import type { LeaseCoordinator, RecordWrite } from '../../core/lease/lease-coord
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
 import { AgentRegistration, AllocationRecord } from '../../core/wire/protocol.js';
 import { KvGuard } from '../nats/kv-guard.js';
-import { bucketKeys, latestEntries } from '../nats/kv-read.js';
-import { ensureReplicas } from '../nats/replicas.js';
+import { openAndRead } from '../nats/kv-read.js';
 import type { EngineContext } from '../ports.js';
 import { stepper } from '../start-steps.js';
 import type { AllocationInsight } from './allocation-insight.js';
@@ -67,14 +66,17 @@ export async function openAllocationBuckets(context: EngineContext): Promise<All
     options: Partial<KvOptions>,
     schema: z.ZodType<T>,
   ): Promise<{ kv: KV; loaded: Loaded<T>[]; skipped: number }> => {
-    const kv = await step(`${what}_bucket`, () => kvm.create(bucket, { ...options, replicas }));
-    await step(`${what}_replicas`, () => ensureReplicas(jsm, `KV_${bucket}`, replicas));
-    // Read through the stream's leader (a bound view without direct gets; binding sends nothing): a direct get
-    // may be answered by any replica, and one still catching up after the election would hand a new leader
-    // records and registrations older than those the agents hold.
-    const leaderView = await kvm.open(bucket);
-    const { loaded, skipped } = await loadAll({ kv: leaderView, jsm, bucket, schema, log, step, what });
-    return { kv, loaded, skipped };
+    // Read through the stream's leader: a direct get may be answered by any replica, and one still catching up
+    // after the election would hand a new leader records and registrations older than those the agents hold.
+    const { kv, entries } = await openAndRead({
+      kvm,
+      jsm,
+      bucket,
+      settings: { ...options, replicas },
+      what,
+      step,
+    });
+    return { kv, ...parseAll({ entries, schema, log }) };
   };
   const [allocations, agents] = await Promise.all([
     open('allocations', names.allocations, ALLOCATION_BUCKET_OPTIONS, AllocationRecord),
@@ -350,25 +352,22 @@ function epochOf(entry: { json<T>(): T } | null): number {
 }
 
 /**
- * Every entry of a bucket that parses, with its revision; bad ones are logged, skipped and counted. Read without a consumer
- * (coordinator/nats/kv-read.ts): after a region is lost, creating one was the slowest call of a start.
+ * Every entry of a bucket that parses, with its revision; bad ones are logged, skipped and counted. Read without a
+ * consumer (coordinator/nats/kv-read.ts): after a region is lost, creating one was the slowest call of a start.
  */
-async function loadAll<T>(options: {
-  kv: KV;
-  jsm: JetStreamManager;
-  bucket: string;
+function parseAll<T>(options: {
+  entries: readonly KvEntry[];
   schema: z.ZodType<T>;
   log: EngineContext['log'];
-  step: ReturnType<typeof stepper>;
-  what: string;
-}): Promise<{ loaded: Loaded<T>[]; skipped: number }> {
-  const { kv, jsm, bucket, schema, log, step, what } = options;
-  const keys = await step(`${what}_keys`, () => bucketKeys(jsm, bucket));
-  const entries = await step(`${what}_values`, () => latestEntries(kv, keys));
+}): {
+  loaded: Loaded<T>[];
+  skipped: number;
+} {
+  const { entries, schema, log } = options;
   const out: Loaded<T>[] = [];
   let skipped = 0;
   for (const entry of entries) {
-    if (entry === null || entry.operation !== 'PUT') continue;
+    if (entry.operation !== 'PUT') continue;
     const key = entry.key;
     let value: unknown;
     try {

@@ -15,7 +15,7 @@ import {
 } from '../../core/lease/demand-snapshot.js';
 import type { SnapshotWrite } from '../../core/lease/lease-coordinator.js';
 import { policyKey, policyNameFromKey } from '../../core/wire/kv.js';
-import { ensureReplicas } from '../nats/replicas.js';
+import { latestEntries, openBucket, type OpenedBucket } from '../nats/kv-read.js';
 import type { EngineContext } from '../ports.js';
 import type { ProtocolMetrics } from './protocol-metrics.js';
 
@@ -57,6 +57,8 @@ export class DemandSnapshots {
    * it): none is kept then.
    */
   #kv: KV | undefined;
+  /** The keys the bucket held when it opened, and a view through its leader, for `load` (kv-read.ts). */
+  #opened: OpenedBucket | undefined;
   readonly #metrics: Pick<ProtocolMetrics, 'snapshots'>;
   #writing: Promise<void> = Promise.resolve();
 
@@ -83,13 +85,13 @@ export class DemandSnapshots {
     const replicas = config.replicas ?? 1;
     const self = new DemandSnapshots(context, undefined, metrics);
     const opening = (async () => {
-      const kv = await new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs })).create(names.demand, {
-        ...DEMAND_BUCKET_OPTIONS,
-        replicas,
-      });
-      const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs });
-      await ensureReplicas(jsm, `KV_${names.demand}`, replicas);
-      self.#kv = kv;
+      // No account check (JetStream was checked when the store opened): none of this needs the meta leader once
+      // the bucket exists.
+      const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs, checkAPI: false }));
+      const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs, checkAPI: false });
+      const opened = await openBucket(kvm, jsm, names.demand, { ...DEMAND_BUCKET_OPTIONS, replicas });
+      self.#kv = opened.kv;
+      self.#opened = opened;
       return true;
     })().catch((error: unknown) => {
       metrics.snapshots.inc({ outcome: 'unavailable' });
@@ -127,14 +129,15 @@ export class DemandSnapshots {
   async #read(): Promise<DemandSnapshot[]> {
     const out: DemandSnapshot[] = [];
     const own = this.#context.leader?.epoch;
-    const kv = this.#kv;
-    if (kv === undefined) return out;
+    const opened = this.#opened;
+    if (opened === undefined) return out;
     try {
-      const keys: string[] = [];
-      for await (const key of await kv.keys()) keys.push(key);
-      for (const key of keys) {
-        const entry = await kv.get(key);
+      // Without a consumer (its creation needs JetStream's meta leader, which a takeover may find still being
+      // elected): every request bounded by the client's timeout, the values side by side.
+      const entries = await latestEntries(opened.reader, opened.keys);
+      for (const entry of entries) {
         if (entry === null || entry.operation !== 'PUT') continue;
+        const key = entry.key;
         const snapshot = parseSnapshot(entry.string());
         if (snapshot === undefined || policyNameFromKey(key) !== snapshot.policy) {
           this.#metrics.snapshots.inc({ outcome: 'invalid' });

@@ -29,23 +29,28 @@ import { eventually } from '../../../helpers/wait.js';
  */
 const LEADER_LEASE_MS = 10_000;
 /**
- * Stated takeover bound (docs/coordinator.md, "High availability"): the longer of the lease (counted from the
- * leader's last renewal) and JetStream's own re-election of stream and meta leaders among the regions left (4-9 s
- * in nats-server 2.9 when the lost region held them), one poll of the standby (at most 1 s), and the
- * leader's renewal interval before the cut (a third of the lease, already counted) plus slack (3 s allowed).
+ * Stated takeover bound (docs/coordinator.md, "High availability"): the lease counted from the leader's last
+ * renewal to land, one poll of the standby (at most 1 s), and slack (3 s). A renewal in flight at the cut lands
+ * only once the lease's stream has elected a leader among the regions left (4-9 s in nats-server 2.9 when the lost
+ * region held it), and the standby, which cannot tell when it was sent, waits a lease from seeing it: 3 runs of
+ * 29 (2026-12-06, the cut falling on a renewal) took the lease after 14 s, the bound when that wait was not
+ * counted; the others 9.1-11.8 s.
  */
 const JETSTREAM_ELECTION_MS = 9000;
-const TAKEOVER_MS = Math.max(LEADER_LEASE_MS, JETSTREAM_ELECTION_MS) + 1000 + 3000;
+const TAKEOVER_MS = JETSTREAM_ELECTION_MS + LEADER_LEASE_MS + 1000 + 3000;
 /**
- * Then it opens the replicated state and starts the engine, and serves: within 30 s of taking the lease
- * (docs/protocol.md, "A new leader's start": about 12 round trips, each JetStream call that meets an election
- * tried again on its own). Checked twice: from when this test sees the lease taken, and by the coordinator's own
- * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, alone on an idle two-core machine, 2026-12-05):
- * 3.0, 3.1, 3.2, 3.6, 4.5, 5.7, 8.8 and 11.7 s (the two slow runs waited on the policies' listing, whose
- * consumer needs JetStream's meta leader). Before each call was retried on its own (the whole start was tried
- * again after any failure) it was 4.6-39 s and the test allowed 60 s.
+ * Then it opens the replicated state and starts the engine, and serves: within 15 s of taking the lease
+ * (docs/protocol.md, "A new leader's start": about 6 round trips once the stream leaders of the regions left are
+ * elected, which raft does within its 4-9 s election timeout of the cut, mostly before the lease lets the standby
+ * in; each call that meets an election is tried again on its own after one NATS timeout at most; slack for two
+ * loaded cores). Checked twice: from when this test sees the lease taken, and by the coordinator's own
+ * `qp_coord_start_seconds`. Measured (qp_coord_start_seconds, 2026-12-06, two cores shared at a load of 6-14):
+ * 0.25-1.59 s in 26 runs, the fixed path (no stream was still without a leader when the lease moved). Before,
+ * the policies' and the demand snapshots' listings went through consumers (JetStream's meta leader): 2.1-5.1 s in
+ * four runs that day, 3.0-11.7 s in eight the day before; and before each call was retried on its own (the whole
+ * start was tried again after any failure) 4.6-39 s, and the test allowed 60 s.
  */
-const SERVING_MS = 30_000;
+const SERVING_MS = 15_000;
 /** Agents' lease settings that fit round trips of 220 ms (heartbeat replies must come back within an interval). */
 const LEASE = { leaseMs: 3000, graceMs: 8000, skewMs: 250, reportIntervalMs: 500 };
 
@@ -253,19 +258,24 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
 
         // A record of the old epoch (what a zombie's write would carry) is refused by every agent and undone.
         const kv = await new Kvm(jetstream(connections[1]!)).open(kvNames(namespace).allocations);
-        // JetStream settles after the heal (the returning server catches up): read once it answers.
+        // JetStream settles after the heal (the returning server catches up): read once it answers with a record of
+        // epoch 2 or above. Just after the heal the returning server may still answer as the stream leader it was
+        // before the cut, with the record it held then (epoch 1), until it hears of the election it missed: 3 runs
+        // in 24 read epoch 1 here while every agent held epoch 2, and in the one that read again, the read 0.3 s
+        // later had epoch 2. A stored record of epoch 1 would keep this from ever passing.
         let current: AllocationRecord | undefined;
-        await eventually(
+        let staleReads = 0;
+        const readMs = await eventually(
           async () => {
             const entry = await kv.get(policyKey('p')).catch(() => null);
             current = entry === null ? undefined : AllocationRecord.parse(entry.json());
-            return current !== undefined;
+            if (current !== undefined && (current.leaderEpoch ?? 0) < 2) staleReads++;
+            return (current?.leaderEpoch ?? 0) >= 2;
           },
           LEADER_AGAIN_MS,
-          'the allocation record can be read after the heal',
+          'the allocation record of epoch 2 or above can be read after the heal',
         );
         const record = current!;
-        expect(record.leaderEpoch).toBeGreaterThanOrEqual(2);
         const shares = Object.fromEntries(geo.regions.map((r) => [r, r === 'us' ? 1 : 0]));
         const before = holders.map((h) => h.lease.shareFor('p', '')?.share);
         // JetStream may still be settling after the heal: write until it takes the record.
@@ -325,7 +335,7 @@ describe.skipIf(process.env['QP_TEST_FAILOVER'] === '0')(
         checker.assertHeld();
         expect(checker.events).toBeGreaterThan(0);
         console.log(
-          `standby led ${Math.round(tookMs)} ms and served ${Math.round(servingMs)} ms after the cut (its start: ${Math.round(startMs)} ms, slowest steps ${slowest}); after the heal a leader (epoch ${epoch}, ${generation} eu standbys started) followed by every agent within ${Math.round(againMs)} ms; max Σ ${checker.maxSum.get('p')}`,
+          `standby led ${Math.round(tookMs)} ms and served ${Math.round(servingMs)} ms after the cut (its start: ${Math.round(startMs)} ms, slowest steps ${slowest}); after the heal a leader (epoch ${epoch}, ${generation} eu standbys started) followed by every agent within ${Math.round(againMs)} ms, its record read ${Math.round(readMs)} ms later (${staleReads} reads of epoch 1 first); max Σ ${checker.maxSum.get('p')}`,
         );
       } finally {
         abort.abort();
