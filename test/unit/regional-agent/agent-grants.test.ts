@@ -202,10 +202,11 @@ describe('POST /v1/grants/batch', () => {
       ],
     });
     expect(b.status).toBe(200);
-    expect(answers(b.body, 'returns')).toEqual([
-      { status: 200, body: { policy: 'hot', credited: 10, dropped: 15 } },
-      { status: 404, body: expect.objectContaining({ code: 'AGT_ERR_UNKNOWN_GRANT' }) },
-      { status: 404, body: expect.objectContaining({ code: 'AGT_ERR_UNKNOWN_GRANT' }) },
+    const returns = answers(b.body, 'returns');
+    expect(returns[0]).toEqual({ status: 200, body: { policy: 'hot', credited: 10, dropped: 15 } });
+    expect(returns.slice(1).map((r) => [r.status, r.body['code']])).toEqual([
+      [404, 'AGT_ERR_UNKNOWN_GRANT'],
+      [404, 'AGT_ERR_UNKNOWN_GRANT'],
     ]);
     // The return came back before the take: 100 again, then 10 taken.
     expect(answers(b.body, 'takes')[0]).toMatchObject({ status: 200, body: { granted: 10, remaining: 90 } });
