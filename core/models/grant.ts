@@ -31,10 +31,20 @@ export const GRANT_MAX_SHARE = 0.1;
  * back. A take may ask for up to MAX_GRANT_TTL_MS (core/wire/grant.ts).
  */
 export const GRANT_TTL_MS = 1_000;
-/** How much longer than its grant's life the agent remembers a grant for its return, ms (the return's trip). */
+/** Least margin the agent keeps a grant's record past the grant's life, ms (the return's trip). */
 export const GRANT_RECORD_MARGIN_MS = 1_000;
-/** How long the agent remembers a grant of the default life for its return, ms. */
-export const GRANT_RECORD_TTL_MS = GRANT_TTL_MS + GRANT_RECORD_MARGIN_MS;
+
+/**
+ * How long the agent remembers a grant of life `ttlMs` for its return: twice its life, at least its life and
+ * GRANT_RECORD_MARGIN_MS. A client that takes the next grant before this one expires holds the rest of both
+ * until the next one expires, then hands it back against both: each record is still there.
+ */
+export function grantRecordTtl(ttlMs: number): number {
+  return ttlMs + Math.max(ttlMs, GRANT_RECORD_MARGIN_MS);
+}
+
+/** How long the agent remembers a grant of the default life for its return, ms (2 s). */
+export const GRANT_RECORD_TTL_MS = grantRecordTtl(GRANT_TTL_MS);
 /** Most takes and returns in one script call of `lua/grant.lua` (the agent's store coalesces one turn's). */
 export const MAX_GRANT_OPS_PER_CALL = 64;
 

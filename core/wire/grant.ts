@@ -38,7 +38,8 @@ export const GrantRequest = z.strictObject({
   amount: z.number().int().min(1).max(MAX_GRANT_TOKENS),
   /**
    * How long the caller means to hold the grant, ms (MIN_GRANT_TTL_MS..MAX_GRANT_TTL_MS; default 1,000): the
-   * answer's `expiresInMs`, and the agent keeps the grant's record for its return that long plus 1 s.
+   * answer's `expiresInMs`, and the agent keeps the grant's record for its return twice that long (at least
+   * that long plus 1 s: core/models/grant.ts grantRecordTtl).
    */
   ttlMs: z.number().int().min(MIN_GRANT_TTL_MS).max(MAX_GRANT_TTL_MS).optional(),
 });

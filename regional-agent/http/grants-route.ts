@@ -29,7 +29,7 @@ import {
   GrantReturnResponse,
 } from '../../core/wire/grant.js';
 import type { Problem } from '../../core/wire/agent.js';
-import { GRANT_RECORD_MARGIN_MS, GRANT_TTL_MS, grantCeiling } from '../../core/models/grant.js';
+import { GRANT_TTL_MS, grantCeiling, grantRecordTtl } from '../../core/models/grant.js';
 import { grantRecordKey } from '../../core/keys.js';
 import { kindOf } from '../../core/kinds/index.js';
 import type { ShareView } from '../../core/shares/shares.js';
@@ -158,7 +158,7 @@ async function takeParsed(
         record: grantRecordKey(bucket.key, id),
         bucket: encoded,
         amount: amount * MICRO,
-        recordTtlMs: ttlMs + GRANT_RECORD_MARGIN_MS,
+        recordTtlMs: grantRecordTtl(ttlMs),
       }),
     );
     metrics.grants.labels(policy, result.granted > 0 ? 'granted' : 'dry').inc();

@@ -96,7 +96,10 @@ export type GrantTransport = (
 interface Entry {
   policy: string;
   subject: string;
-  /** Rate estimate: calls since `since`, and the last whole window's rate. */
+  /**
+   * Rate estimate: calls since `since` (the call that opened the first window is not one of them: it only starts
+   * the clock), and the windows' rates averaged, the last one weighing half.
+   */
   since: number;
   calls: number;
   perSecond: number;
@@ -303,7 +306,7 @@ export class GrantPool {
         policy,
         subject,
         since: now,
-        calls: 0,
+        calls: -1,
         perSecond: 0,
         tokens: 0,
         grants: [],
@@ -325,7 +328,8 @@ export class GrantPool {
     entry.lastSeen = now;
     const elapsed = now - entry.since;
     if (elapsed >= RATE_WINDOW_MS) {
-      entry.perSecond = (entry.calls * 1000) / elapsed;
+      const rate = (entry.calls * 1000) / elapsed;
+      entry.perSecond = entry.perSecond > 0 ? (entry.perSecond + rate) / 2 : rate;
       entry.calls = 0;
       entry.since = now;
     }
