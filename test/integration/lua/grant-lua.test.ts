@@ -14,6 +14,7 @@ import {
   type GrantOp,
 } from '../../../core/models/grant.js';
 import { grantRecordKey } from '../../../core/keys.js';
+import { RedisGrantStore } from '../../../regional-agent/grants/grant-store.js';
 import { BucketModel, MICRO } from '../../../core/models/token-bucket.js';
 import { tokenBucketWithClockArg, withClockArg } from '../../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../../harness/fixtures.js';
@@ -252,6 +253,32 @@ describe('lua/grant.lua on a real Redis agrees exactly with core/models/grant.ts
       ),
       { numRuns: 40 },
     );
+  });
+
+  it('the grant store sends the takes and returns of one turn in one script call, each answered on its own', async () => {
+    const store = new RedisGrantStore(redis);
+    const key = `rl:v1:{${uniquePrefix('grant-store')}}:p`;
+    const grant = (i: number, amount: number): EncodedGrant => ({
+      key,
+      record: grantRecordKey(key, idOf(i)),
+      bucket: transferBucket(bucketOf(key, 10, 0)),
+      amount: amount * MICRO,
+    });
+    const takes = await Promise.all(Array.from({ length: 5 }, (_, i) => store.take(grant(i, 3))));
+    expect(store.calls).toBe(1);
+    expect(takes.map((t) => t.granted / MICRO)).toEqual([3, 3, 3, 1, 0]);
+    // Two returns of the same grant in one turn: the first is credited, the second finds no record.
+    const back = await Promise.all([
+      store.giveBack(grant(0, 3)),
+      store.giveBack(grant(0, 3)),
+      store.take(grant(9, 2)),
+    ]);
+    expect(store.calls).toBe(2);
+    expect(back).toEqual([
+      { credited: 3 * MICRO, dropped: 0, tokens: 3 * MICRO, known: true },
+      { credited: 0, dropped: 3 * MICRO, tokens: 0, known: false },
+      { granted: 2 * MICRO, remaining: 1 * MICRO, refillMs: -1 },
+    ]);
   });
 
   it('refuses bad arguments before it reads or writes anything', async () => {
