@@ -42,13 +42,17 @@ import type { ClientCheckResult, Decision } from './agent-client.js';
 export interface GrantOptions {
   /** Decisions per second of one subject in this process from which it holds a grant. Default 20. */
   hotPerSecond?: number;
-  /** How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket). Default 250. */
+  /**
+   * How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket); the
+   * grant is held that long (at least 1 s, at most 5 s). Default 250.
+   */
   horizonMs?: number;
   /**
-   * Fewest tokens worth a grant. A take and a return are agent exchanges of their own, while decisions asked at
-   * the agent share one exchange (about twenty a batch under load), so a grant of a few tokens costs more than
-   * the decisions it saves: a subject is given one only when its rate over `horizonMs` and the agent's cap (a
-   * tenth of the bucket) come to at least this many. Default 16, so a bucket of fewer than 160 is never granted.
+   * Fewest tokens worth a grant. Takes and returns travel in batches like decisions, but at the agent each costs
+   * about what a decision does, and a grant's rest often comes back as a return: a grant of a few tokens saves
+   * fewer decisions than it costs. A subject is given one only when its rate over `horizonMs` and the agent's cap
+   * (a tenth of the bucket) come to at least this many. Default 16, so a bucket of fewer than 160 is never
+   * granted (docs/agent.md, "Only grants that pay", has the measurements).
    */
   minTokens?: number;
   /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */

@@ -80,9 +80,10 @@ async function left(subject: string): Promise<number> {
 type Item = { status: number; body: Record<string, unknown> };
 
 describe('local grants: exact when demand exceeds supply', () => {
-  it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit at most 100 and at least 97`, async () => {
-    const clients = Array.from({ length: CLIENTS }, newClient);
-    const admitted = await hammer(clients, 'hot', 'tenant-1');
+  /** CLIENTS × CALLERS callers on `subject` through `make`'s clients: at most 100 admitted, at least 97. */
+  async function exact(make: () => AgentClient, subject: string) {
+    const clients = Array.from({ length: CLIENTS }, make);
+    const admitted = await hammer(clients, 'hot', subject);
     const total = admitted.reduce((a, b) => a + b, 0);
     const stats = clients.map((c) => c.grantStats()!);
     expect(total).toBeLessThanOrEqual(100);
@@ -90,6 +91,11 @@ describe('local grants: exact when demand exceeds supply', () => {
     // Grants did decide here: some admissions never asked the agent.
     expect(stats.reduce((n, s) => n + s.local, 0)).toBeGreaterThan(0);
     expect(stats.reduce((n, s) => n + s.taken, 0)).toBeGreaterThan(0);
+    return { clients, stats };
+  }
+
+  it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit at most 100 and at least 97`, async () => {
+    const { clients, stats } = await exact(newClient, 'tenant-1');
     // Less than one request's worth is held once demand has drained the bucket (a refill's fraction of a token
     // may be granted; it is handed back on expiry).
     expect(stats.reduce((n, s) => n + s.held, 0)).toBeLessThan(1);
@@ -102,13 +108,7 @@ describe('local grants: exact when demand exceeds supply', () => {
   });
 
   it(`${CLIENTS} clients × ${CALLERS} callers with grants held 5 s: still at most 100 and at least 97`, async () => {
-    const clients = Array.from({ length: CLIENTS }, longClient);
-    const admitted = await hammer(clients, 'hot', 'tenant-7');
-    const total = admitted.reduce((a, b) => a + b, 0);
-    const stats = clients.map((c) => c.grantStats()!);
-    expect(total).toBeLessThanOrEqual(100);
-    expect(total).toBeGreaterThanOrEqual(97);
-    expect(stats.reduce((n, s) => n + s.local, 0)).toBeGreaterThan(0);
+    const { clients } = await exact(longClient, 'tenant-7');
     for (const c of clients) c.close();
   });
 
