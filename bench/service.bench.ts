@@ -23,6 +23,7 @@ import { processBackend } from '../test/harness/process-backend.js';
 import { freePort, waitForPort } from '../test/harness/ports.js';
 import { AGENT_MAIN, canPin, cpuMs, pinPid, redisPid, spawnServer, stopServer } from './http.bench.js';
 import { alternate, median, type BenchSuite, type Comparison } from './lib.js';
+import type { GrantOptions } from '../packages/client/src/grants.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const TENANTS = 10_000;
@@ -326,6 +327,12 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     const slow = process.env['QP_BENCH_SLOW_MS'];
     // QP_BENCH_HOT_PER_SECOND: the grant pool's hotPerSecond (a look at grants for hot subjects only).
     const hot = Number(process.env['QP_BENCH_HOT_PER_SECOND'] ?? '') || undefined;
+    // QP_BENCH_GRANTS: the grant pool's options as JSON (a look at other sizings; over QP_BENCH_HOT_PER_SECOND).
+    const grantsJson = process.env['QP_BENCH_GRANTS'];
+    const grantOptions: GrantOptions = {
+      ...(hot === undefined ? {} : { hotPerSecond: hot }),
+      ...(grantsJson === undefined || grantsJson === '' ? {} : (JSON.parse(grantsJson) as GrantOptions)),
+    };
     const coalesce = {
       ...(maxBatch === undefined ? {} : { maxBatch }),
       ...(slow === undefined || slow === '' ? {} : { slowMs: Number(slow) }),
@@ -336,9 +343,9 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
       ...(exchanges === undefined ? {} : { maxExchanges: exchanges }),
       ...(Object.keys(coalesce).length === 0 ? {} : { coalesce }),
       ...(kind === 'quotaplane'
-        ? hot === undefined
+        ? Object.keys(grantOptions).length === 0
           ? {}
-          : { grants: { hotPerSecond: hot } }
+          : { grants: grantOptions }
         : { grants: false }),
     });
     closers.push(() => client.close());

@@ -8,6 +8,11 @@ A return is bound to its take: a take that gives tokens records them (KEYS[2], f
 micro-tokens granted) for the record TTL; a return credits at most the recorded amount and deletes the record,
 so a second return, an unknown or expired id, or another bucket's record credits nothing.
 
+One call carries G >= 1 operations (the agent's store coalesces the takes and returns of one event-loop turn,
+per cluster slot, into one call). They run one after another at the same instant, exactly as G separate calls
+would: a later take of the same bucket sees what an earlier one left, so a batch never takes more than the bucket
+holds. Operation i (from 1) has KEYS[2i-1], KEYS[2i] and ARGV[9(i-1)+1 .. 9i], laid out as for G = 1 below.
+
 KEYS
   KEYS[1]  the subject's bucket hash (fields as in token_bucket.lua: tk micro-tokens, fr carry, ts µs, rt
            tokens/s, cp micro-tokens)
@@ -23,11 +28,12 @@ ARGV
            (0 0 0 for none)
   ARGV[9]  the grant record's TTL in milliseconds (integer >= 1)
 
-Reply, take: {granted, remaining, refill_ms} (micro-tokens given, micro-tokens left, ms until the amount could
+Reply: the operations' replies one after another, flat. Take: {granted, remaining, refill_ms} (micro-tokens given, micro-tokens left, ms until the amount could
 be given again: 0 now, -1 never). Return: {credited, dropped, tokens, known} (dropped: the amount handed back
 less what was credited; known 0 for an unknown grant, then credited 0 and tokens 0).
 
-Errors: "QP_BADARG <what>"; every argument is checked before anything is read or written.
+Errors: "QP_BADARG <what>"; every argument of every operation is checked before anything is read or written
+(the arguments must be 9 per operation and the keys 2 per operation).
 
 Rules: a missing bucket is full (a return to it drops everything and it stays missing); the bucket is written
 (with its TTL) only when something was taken or added.
@@ -37,54 +43,80 @@ Rules: a missing bucket is full (a return to it drops everything and it stays mi
 -- @include args
 -- @include refill
 
-local bad = arity(9, 2)
-if bad then return bad end
-local mode, amount = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not (mode == 1 or mode == 2) then return fail('mode must be 1 (take) or 2 (return)') end
-if not int(amount, 1) then return fail('amount must be an integer >= 1') end
-local b, refused = bucket_args(3)
-if not b then return refused end
-local cap, rate, ttl = b.cap, b.rate, b.ttl
-local record_ttl = tonumber(ARGV[9])
-if not int(record_ttl, 1) then return fail('record ttl must be an integer >= 1') end
+local g = argc / 9
+if not (argc >= 9 and argc % 9 == 0) then return fail('expected 9 arguments per operation, got ' .. argc) end
+if #KEYS ~= 2 * g then return fail('expected ' .. (2 * g) .. ' keys, got ' .. #KEYS) end
 
-local key, record = KEYS[1], KEYS[2]
+-- Every operation's arguments, checked before anything is read or written.
+local ops = {}
+for i = 1, g do
+  local at = 9 * (i - 1)
+  local mode, amount = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  if not (mode == 1 or mode == 2) then return fail('mode must be 1 (take) or 2 (return)') end
+  if not int(amount, 1) then return fail('amount must be an integer >= 1') end
+  local b, refused = bucket_args(at + 3)
+  if not b then return refused end
+  local record_ttl = tonumber(ARGV[at + 9])
+  if not int(record_ttl, 1) then return fail('record ttl must be an integer >= 1') end
+  ops[i] = { mode = mode, amount = amount, b = b, record_ttl = record_ttl, key = KEYS[2 * i - 1], record = KEYS[2 * i] }
+end
 
-if mode == 2 then
+local now = clock()
+local out = {}
+local n = 0
+local function reply(...)
+  for _, v in ipairs({ ... }) do
+    n = n + 1
+    out[n] = v
+  end
+end
+
+local function give_back(op)
+  local key, record, amount, b = op.key, op.record, op.amount, op.b
+  local cap, rate = b.cap, b.rate
   local r = call('HMGET', record, 'k', 'a')
   local recorded = tonumber(r[2])
-  if r[1] ~= key or not recorded then return { 0, amount, 0, 0 } end
+  if r[1] ~= key or not recorded then return reply(0, amount, 0, 0) end
   call('DEL', record)
   local give = min(amount, recorded)
   local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
-  if not h[1] then return { 0, amount, cap, 1 } end
-  local tokens, carry, ts, ceiling = refill(h, clock(), cap, rate, b.fb, b.fr, b.fc)
+  if not h[1] then return reply(0, amount, cap, 1) end
+  local tokens, carry, ts, ceiling = refill(h, now, cap, rate, b.fb, b.fr, b.fc)
   local credited, _dropped
   credited, _dropped, tokens, carry = add_tokens(tokens, carry, ceiling, give)
-  if credited == 0 then return { 0, amount, tokens, 1 } end
+  if credited == 0 then return reply(0, amount, tokens, 1) end
   call('HSET', key, 'tk', tokens, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
-  call('PEXPIRE', key, ttl)
-  return { credited, amount - credited, tokens, 1 }
+  call('PEXPIRE', key, b.ttl)
+  return reply(credited, amount - credited, tokens, 1)
 end
 
-local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
-local tokens, carry, ts, ceiling = refill(h, clock(), cap, rate, b.fb, b.fr, b.fc)
+local function take(op)
+  local key, record, amount, b = op.key, op.record, op.amount, op.b
+  local cap, rate = b.cap, b.rate
+  local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
+  local tokens, carry, ts, _ceiling = refill(h, now, cap, rate, b.fb, b.fr, b.fc)
 
-local granted = min(amount, tokens)
-if granted < 0 then granted = 0 end
-local remaining = tokens - granted
+  local granted = min(amount, tokens)
+  if granted < 0 then granted = 0 end
+  local remaining = tokens - granted
 
-local refill_ms
-if cap <= 0 then
-  refill_ms = -1
-else
-  refill_ms = ms(micros_until(remaining, carry, min(amount, cap), rate))
+  local refill_ms
+  if cap <= 0 then
+    refill_ms = -1
+  else
+    refill_ms = ms(micros_until(remaining, carry, min(amount, cap), rate))
+  end
+
+  if granted > 0 then
+    call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
+    call('PEXPIRE', key, b.ttl)
+    call('HSET', record, 'k', key, 'a', granted)
+    call('PEXPIRE', record, op.record_ttl)
+  end
+  return reply(granted, remaining, refill_ms)
 end
 
-if granted > 0 then
-  call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
-  call('PEXPIRE', key, ttl)
-  call('HSET', record, 'k', key, 'a', granted)
-  call('PEXPIRE', record, record_ttl)
+for i = 1, g do
+  if ops[i].mode == 2 then give_back(ops[i]) else take(ops[i]) end
 end
-return { granted, remaining, refill_ms }
+return out

@@ -26,10 +26,27 @@ import {
 
 /** Most of a bucket's capacity one grant may take: a small part, so tokens held by clients stay few. */
 export const GRANT_MAX_SHARE = 0.1;
-/** How long a grant lives, ms: the client decides on it no longer, then hands the rest back. */
+/**
+ * How long a grant lives when the take does not say, ms: the client decides on it no longer, then hands the rest
+ * back. A take may ask for up to MAX_GRANT_TTL_MS (core/wire/grant.ts).
+ */
 export const GRANT_TTL_MS = 1_000;
-/** How long the agent remembers a grant for its return, ms: its life plus a margin for the return's trip. */
-export const GRANT_RECORD_TTL_MS = GRANT_TTL_MS + 1_000;
+/** Least margin the agent keeps a grant's record past the grant's life, ms (the return's trip). */
+export const GRANT_RECORD_MARGIN_MS = 1_000;
+
+/**
+ * How long the agent remembers a grant of life `ttlMs` for its return: twice its life, at least its life and
+ * GRANT_RECORD_MARGIN_MS. A client that takes the next grant before this one expires holds the rest of both
+ * until the next one expires, then hands it back against both: each record is still there.
+ */
+export function grantRecordTtl(ttlMs: number): number {
+  return ttlMs + Math.max(ttlMs, GRANT_RECORD_MARGIN_MS);
+}
+
+/** How long the agent remembers a grant of the default life for its return, ms (2 s). */
+export const GRANT_RECORD_TTL_MS = grantRecordTtl(GRANT_TTL_MS);
+/** Most takes and returns in one script call of `lua/grant.lua` (the agent's store coalesces one turn's). */
+export const MAX_GRANT_OPS_PER_CALL = 64;
 
 /** One take or return, in script units (micro-tokens). */
 export interface EncodedGrant {
@@ -39,6 +56,8 @@ export interface EncodedGrant {
   bucket: TransferBucket;
   /** Micro-tokens asked (take) or handed back (return), integer ≥ 1. */
   amount: number;
+  /** How long a take's record is kept for its return, ms (default GRANT_RECORD_TTL_MS); unused by a return. */
+  recordTtlMs?: number;
 }
 
 /** What a take answers: micro-tokens granted, left, and ms until the amount could be granted again. */
@@ -73,7 +92,7 @@ export function takeOnModel(model: BucketModel, grant: EncodedGrant, now: number
     records.set(grant.record, {
       bucket: grant.key,
       amount: result.granted,
-      until: now + GRANT_RECORD_TTL_MS * 1000,
+      until: now + (grant.recordTtlMs ?? GRANT_RECORD_TTL_MS) * 1000,
     });
   }
   return result;
@@ -110,9 +129,50 @@ export function grantArguments(
       String(b.floorBefore),
       String(b.floorRate),
       String(b.floorCapacity),
-      String(GRANT_RECORD_TTL_MS),
+      String(grant.recordTtlMs ?? GRANT_RECORD_TTL_MS),
     ],
   };
+}
+
+/** One operation of a batched script call: a take or a return. */
+export interface GrantOp {
+  mode: 'take' | 'return';
+  grant: EncodedGrant;
+}
+
+/** KEYS and ARGV of one `lua/grant.lua` call carrying `ops` (1..MAX_GRANT_OPS_PER_CALL), run in order. */
+export function grantBatchArguments(ops: readonly GrantOp[]): { keys: string[]; argv: string[] } {
+  if (ops.length < 1 || ops.length > MAX_GRANT_OPS_PER_CALL)
+    throw new RangeError(`a grant script call carries 1..${MAX_GRANT_OPS_PER_CALL} operations`);
+  const keys: string[] = [];
+  const argv: string[] = [];
+  for (const op of ops) {
+    const one = grantArguments(op.mode, op.grant);
+    keys.push(...one.keys);
+    argv.push(...one.argv);
+  }
+  return { keys, argv };
+}
+
+/** Parse the reply of a call carrying operations of `modes`, in order (3 integers a take, 4 a return). */
+export function parseBatchReply(
+  reply: unknown,
+  modes: readonly GrantOp['mode'][],
+): (EncodedTakeResult | EncodedReturnResult)[] {
+  const width = modes.reduce((n, m) => n + (m === 'take' ? 3 : 4), 0);
+  const all = integers(reply, 'grant batch', width);
+  const out: (EncodedTakeResult | EncodedReturnResult)[] = [];
+  let at = 0;
+  for (const mode of modes) {
+    if (mode === 'take') {
+      out.push(parseTakeReply(all.slice(at, at + 3)));
+      at += 3;
+    } else {
+      out.push(parseReturnReply(all.slice(at, at + 4)));
+      at += 4;
+    }
+  }
+  return out;
 }
 
 function integers(reply: unknown, what: string, length: number): number[] {

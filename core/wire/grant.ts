@@ -1,9 +1,12 @@
 /**
  * The wire of local grants (docs/agent.md, "Local grants"): `POST /v1/grants` takes a small allowance of one
  * subject's tokens out of its bucket for a client to spend in its own process; `POST /v1/grants/return` hands back
- * what it did not spend. Shared by the agent and the client. Amounts are tokens (micro-token resolution).
+ * what it did not spend; `POST /v1/grants/batch` carries many takes and returns in one exchange, each answered on
+ * its own (what the client sends). Shared by the agent and the client. Amounts are tokens (micro-token
+ * resolution).
  */
 import { z } from 'zod';
+import { Problem } from './agent.js';
 import { ClassName } from '../policy/names.js';
 import { MAX_WIRE_POLICY_LENGTH, MAX_WIRE_SUBJECT_LENGTH } from './agent.js';
 
@@ -11,6 +14,10 @@ import { MAX_WIRE_POLICY_LENGTH, MAX_WIRE_SUBJECT_LENGTH } from './agent.js';
 export const MAX_GRANT_TOKENS = 1_000;
 /** Longest a grant may be held before its rest must be handed back, ms. */
 export const MAX_GRANT_TTL_MS = 5_000;
+/** Shortest life a take may ask for, ms. */
+export const MIN_GRANT_TTL_MS = 100;
+/** Most takes and returns one `POST /v1/grants/batch` may carry, together. */
+export const MAX_GRANT_ITEMS_PER_BATCH = 128;
 
 /**
  * A grant's id: 16 random bytes the agent draws at the take (base64url, 22 characters). A return names it; the
@@ -29,6 +36,12 @@ const fields = {
 export const GrantRequest = z.strictObject({
   ...fields,
   amount: z.number().int().min(1).max(MAX_GRANT_TOKENS),
+  /**
+   * How long the caller means to hold the grant, ms (MIN_GRANT_TTL_MS..MAX_GRANT_TTL_MS; default 1,000): the
+   * answer's `expiresInMs`, and the agent keeps the grant's record for its return twice that long (at least
+   * that long plus 1 s: core/models/grant.ts grantRecordTtl).
+   */
+  ttlMs: z.number().int().min(MIN_GRANT_TTL_MS).max(MAX_GRANT_TTL_MS).optional(),
 });
 export type GrantRequest = z.infer<typeof GrantRequest>;
 
@@ -69,3 +82,42 @@ export const GrantReturnResponse = z.object({
   dropped: z.number().min(0),
 });
 export type GrantReturnResponse = z.infer<typeof GrantReturnResponse>;
+
+/**
+ * `POST /v1/grants/batch`: takes and returns of any subjects in one exchange (together at most
+ * MAX_GRANT_ITEMS_PER_BATCH, at least one). The returns are handed back first, then the takes are taken, each in
+ * the order given, exactly as the single routes would; one item's refusal never fails another's. A body that
+ * does not match (any item included) is refused whole (400 `AGT_ERR_INVALID_GRANT`), nothing taken or returned.
+ */
+export const GrantBatchRequest = z
+  .strictObject({
+    takes: z.array(GrantRequest).max(MAX_GRANT_ITEMS_PER_BATCH).optional(),
+    returns: z.array(GrantReturnRequest).max(MAX_GRANT_ITEMS_PER_BATCH).optional(),
+  })
+  .refine(
+    (b) => {
+      const n = (b.takes?.length ?? 0) + (b.returns?.length ?? 0);
+      return n >= 1 && n <= MAX_GRANT_ITEMS_PER_BATCH;
+    },
+    { message: `from 1 to ${MAX_GRANT_ITEMS_PER_BATCH} takes and returns together` },
+  );
+export type GrantBatchRequest = z.infer<typeof GrantBatchRequest>;
+
+/** One item's answer: the status its single route would have answered with, and that body. */
+function answerOf<T extends z.ZodType>(body: T) {
+  return z.union([
+    z.object({ status: z.literal(200), body }),
+    z.object({ status: z.number().int().min(400).max(599), body: Problem }),
+  ]);
+}
+export const GrantTakeAnswer = answerOf(GrantResponse);
+export type GrantTakeAnswer = z.infer<typeof GrantTakeAnswer>;
+export const GrantReturnAnswer = answerOf(GrantReturnResponse);
+export type GrantReturnAnswer = z.infer<typeof GrantReturnAnswer>;
+
+/** The answer of `POST /v1/grants/batch` (200 whenever the batch was well formed): one per item, in order. */
+export const GrantBatchResponse = z.object({
+  takes: z.array(GrantTakeAnswer),
+  returns: z.array(GrantReturnAnswer),
+});
+export type GrantBatchResponse = z.infer<typeof GrantBatchResponse>;

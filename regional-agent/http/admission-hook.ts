@@ -13,7 +13,7 @@ import { errorProblem, sendProblem } from './problem.js';
 export function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
   if (url === undefined) return undefined;
   if (url === '/v1/decisions' || url === '/v1/decisions/batch') return 'http';
-  if (url === '/v1/grants' || url === '/v1/grants/return') return 'grants';
+  if (url === '/v1/grants' || url === '/v1/grants/return' || url === '/v1/grants/batch') return 'grants';
   if (url === '/v1/forward-auth' || url.startsWith('/v1/forward-auth/')) return 'forward_auth';
   if (url === '/v1/reservations' || url.startsWith('/v1/reservations/')) return 'reservations';
   if (url.startsWith('/v1/leases/')) return 'leases';

@@ -11,28 +11,37 @@
  * Only token buckets decided here give grants: a strict policy, a counter kind (sliding log, concurrency, daily),
  * a sharded policy or one with a subject-creation cap answers 400 `AGT_ERR_GRANT_NOT_ALLOWED`, and the client
  * decides each request at the agent. A subject this region cannot decide now (no lease) gets nothing.
+ *
+ * `POST /v1/grants/batch` carries many takes and returns in one exchange (the client sends the ones of one
+ * event-loop turn together): each item is answered as its single route would answer it, in order, and all start
+ * in the same turn, so the grant store sends them to Redis together (one script call per cluster slot; returns
+ * first, then takes). A malformed body is refused whole before anything is taken or returned.
  */
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { transferBucket } from '../../core/models/transfer.js';
 import {
+  GrantBatchRequest,
+  GrantBatchResponse,
   GrantRequest,
   GrantResponse,
   GrantReturnRequest,
   GrantReturnResponse,
 } from '../../core/wire/grant.js';
-import { GRANT_TTL_MS, grantCeiling } from '../../core/models/grant.js';
+import type { Problem } from '../../core/wire/agent.js';
+import { GRANT_TTL_MS, grantCeiling, grantRecordTtl } from '../../core/models/grant.js';
 import { grantRecordKey } from '../../core/keys.js';
 import { kindOf } from '../../core/kinds/index.js';
 import type { ShareView } from '../../core/shares/shares.js';
 import { MICRO } from '../../core/models/token-bucket.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import type { PreparedCheck } from '../decisions/prepared.js';
-import { AgentErrors, withProblems } from '../errors.js';
+import { AgentErrors, withProblems, type AgentError } from '../errors.js';
 import type { GrantStore } from '../grants/grant-store.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import { COMMON_PROBLEMS, problems } from './docs.js';
+import { errorProblem } from './problem.js';
 
 export interface GrantsRouteOptions {
   service: DecisionService;
@@ -111,9 +120,16 @@ export async function takeGrant(
   options: Omit<GrantsRouteOptions, 'assertServing'>,
   input: unknown,
 ): Promise<GrantResponse> {
+  return takeParsed(options, parse(GrantRequest, input));
+}
+
+async function takeParsed(
+  options: Omit<GrantsRouteOptions, 'assertServing'>,
+  body: GrantRequest,
+): Promise<GrantResponse> {
   const { store, guard, shares, metrics } = options;
-  const body = parse(GrantRequest, input);
   const check = grantCheck(options, body);
+  const ttlMs = body.ttlMs ?? GRANT_TTL_MS;
   const policy = check.policy.name;
   if (check.route !== 'store') {
     // No lease for this region (or no way to decide here now): nothing to take; the client asks per request.
@@ -124,7 +140,7 @@ export async function takeGrant(
       limit: 0,
       remaining: 0,
       refillMs: null,
-      expiresInMs: GRANT_TTL_MS,
+      expiresInMs: ttlMs,
       grant: null,
     };
   }
@@ -142,6 +158,7 @@ export async function takeGrant(
         record: grantRecordKey(bucket.key, id),
         bucket: encoded,
         amount: amount * MICRO,
+        recordTtlMs: grantRecordTtl(ttlMs),
       }),
     );
     metrics.grants.labels(policy, result.granted > 0 ? 'granted' : 'dry').inc();
@@ -152,7 +169,7 @@ export async function takeGrant(
       limit,
       remaining: Math.max(0, Math.floor(result.remaining / MICRO)),
       refillMs: result.refillMs < 0 ? null : result.refillMs,
-      expiresInMs: GRANT_TTL_MS,
+      expiresInMs: ttlMs,
       grant: result.granted > 0 ? id : null,
     };
   } catch (error) {
@@ -171,8 +188,14 @@ export async function returnGrant(
   options: Omit<GrantsRouteOptions, 'assertServing'>,
   input: unknown,
 ): Promise<GrantReturnResponse> {
+  return returnParsed(options, parse(GrantReturnRequest, input));
+}
+
+async function returnParsed(
+  options: Omit<GrantsRouteOptions, 'assertServing'>,
+  body: GrantReturnRequest,
+): Promise<GrantReturnResponse> {
   const { store, guard, metrics } = options;
-  const body = parse(GrantReturnRequest, input);
   const check = grantCheck(options, body);
   const policy = check.policy.name;
   if (check.route !== 'store') {
@@ -203,6 +226,40 @@ export async function returnGrant(
   if (result.credited > 0) metrics.grantTokens.labels(policy, 'returned').inc(result.credited / MICRO);
   if (result.dropped > 0) metrics.grantTokens.labels(policy, 'dropped').inc(result.dropped / MICRO);
   return { policy, credited: result.credited / MICRO, dropped: result.dropped / MICRO };
+}
+
+/**
+ * `POST /v1/grants/batch` without HTTP: every return, then every take, started in this turn (the grant store
+ * sends them to Redis together), each answered as its single route would be. Throws 400 AGT_ERR_INVALID_GRANT for
+ * a malformed body, before anything is taken or returned.
+ */
+export async function grantBatch(
+  options: Omit<GrantsRouteOptions, 'assertServing'>,
+  input: unknown,
+): Promise<GrantBatchResponse> {
+  const body = parse(GrantBatchRequest, input);
+  const returns = (body.returns ?? []).map((r) => answer(options, () => returnParsed(options, r)));
+  const takes = (body.takes ?? []).map((t) => answer(options, () => takeParsed(options, t)));
+  return { takes: await Promise.all(takes), returns: await Promise.all(returns) };
+}
+
+/** One item's answer: `{status: 200, body}`, or its refusal's status and problem (never thrown). */
+async function answer<T>(
+  options: Pick<GrantsRouteOptions, 'metrics'>,
+  run: () => Promise<T>,
+): Promise<{ status: 200; body: T } | { status: number; body: Problem }> {
+  try {
+    return { status: 200, body: await run() };
+  } catch (error) {
+    const e = error as AgentError;
+    const status = e.statusCode ?? 500;
+    if (typeof e.code !== 'string' || !e.code.startsWith('AGT_ERR_') || (status >= 500 && status !== 503)) {
+      options.metrics.requestErrors.labels('AGT_ERR_INTERNAL').inc();
+      return { status: 500, body: errorProblem(500, 'AGT_ERR_INTERNAL', 'Internal error') };
+    }
+    options.metrics.requestErrors.labels(e.code).inc();
+    return { status, body: errorProblem(status, e.code, e.message, e.errors) };
+  }
 }
 
 export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): void {
@@ -244,6 +301,31 @@ export function grantsRoute(app: FastifyInstance, options: GrantsRouteOptions): 
     async (request, reply) => {
       assertServing();
       return reply.send(await returnGrant(options, request.body));
+    },
+  );
+
+  app.post(
+    '/v1/grants/batch',
+    {
+      schema: {
+        summary: 'Take and hand back grants of many subjects in one exchange (what the client sends)',
+        description:
+          '`takes` holds `POST /v1/grants` bodies and `returns` `POST /v1/grants/return` bodies (together 1 to ' +
+          '128). The returns are handed back first, then the takes taken, each in order and answered on its own, ' +
+          'in order: `{ status: 200, body }` or `{ status: 4xx|503, body: problem }`; one refusal never fails ' +
+          'another. They reach the store together: one script call per cluster slot. A body that does not match ' +
+          'its schema is refused whole (400 `AGT_ERR_INVALID_GRANT`): nothing is taken or returned.',
+        tags: ['grants'],
+        body: GrantBatchRequest,
+        response: {
+          200: GrantBatchResponse,
+          ...problems({ ...COMMON_PROBLEMS, 400: ['AGT_ERR_INVALID_GRANT'] }),
+        },
+      },
+    },
+    async (request, reply) => {
+      assertServing();
+      return reply.send(await grantBatch(options, request.body));
     },
   );
 }

@@ -83,6 +83,12 @@ interface Waiting {
  */
 const riders = new WeakSet<object>();
 
+/** Mark `value` as the answer of a script call whose success an earlier request of its batch already told. */
+export function rideAlong<T extends object>(value: T): T {
+  riders.add(value);
+  return value;
+}
+
 /** Whether `decision` came in a script call whose success was already told by an earlier request of its batch. */
 export function rodeAlong(decision: unknown): boolean {
   return typeof decision === 'object' && decision !== null && riders.has(decision);

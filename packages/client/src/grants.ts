@@ -2,14 +2,16 @@
  * Local grants: the client holds a small allowance of a hot subject's tokens and decides that subject's checks
  * in its own process until the allowance is spent or expires; what is left is handed back.
  *
- * The tokens leave the subject's bucket at the agent when the grant is taken (`POST /v1/grants`, lua/grant.lua,
- * like a loan between regions): they are spent once, here, or handed back (`POST /v1/grants/return`), or lost
- * with the process. So a grant never admits more than the bucket held: a crashed process, a lost answer or a
+ * The tokens leave the subject's bucket at the agent when the grant is taken (lua/grant.lua, like a loan between
+ * regions): they are spent once, here, or handed back, or lost with the process. The takes and returns the pool
+ * wants in one event-loop turn leave together, as one `POST /v1/grants/batch` exchange (up to 128 items, answered
+ * per item; an agent without that route gets `POST /v1/grants` and `POST /v1/grants/return` one by one). So a grant never admits more than the bucket held: a crashed process, a lost answer or a
  * failed return means fewer admissions, never more. Each grant comes with an id the agent drew; a return names it
  * and is credited at most what that grant took, once (the agent refuses an unknown or expired id: the rest is
  * counted lost). A rest held over from one grant into the next is handed back against the newest grants first. The agent caps one grant at a tenth of the bucket; this pool
- * asks for what the subject's observed rate in this process needs over `horizonMs`, and holds at most one grant
- * (plus the next one, taken when half is spent) per subject.
+ * asks for what the subject's observed rate in this process needs over `horizonMs`, to be held that long (1 to 5
+ * s), and holds at most one grant (plus the next one, taken when half is spent) per subject. A subject that goes
+ * cold (no check for three of its observed intervals, at least a second) hands its rest back before expiry.
  *
  * Only single checks without `dryRun` or `idempotencyKey` are decided on a grant; layered checks always go to the
  * agent. A policy the agent gives no grants for (strict, sliding log, concurrency, daily, sharded, a
@@ -27,20 +29,30 @@
  * nor denials of a shared bucket, a share or a failure (their Retry-After is not the subject's refill).
  */
 import type { DecisionRequest, SingleDecisionRequest } from '../../../core/wire/agent.js';
-import { GrantResponse } from '../../../core/wire/grant.js';
+import {
+  GrantResponse,
+  MAX_GRANT_ITEMS_PER_BATCH,
+  MAX_GRANT_TTL_MS,
+  type GrantRequest,
+  type GrantReturnRequest,
+} from '../../../core/wire/grant.js';
 import type { ClientCheckResult, Decision } from './agent-client.js';
 
 /** How the client uses local grants. */
 export interface GrantOptions {
   /** Decisions per second of one subject in this process from which it holds a grant. Default 20. */
   hotPerSecond?: number;
-  /** How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket). Default 250. */
+  /**
+   * How much of the subject's observed rate one grant covers, ms (the agent caps it at a tenth of the bucket); the
+   * grant is held that long (at least 1 s, at most 5 s). Default 250.
+   */
   horizonMs?: number;
   /**
-   * Fewest tokens worth a grant. A take and a return are agent exchanges of their own, while decisions asked at
-   * the agent share one exchange (about twenty a batch under load), so a grant of a few tokens costs more than
-   * the decisions it saves: a subject is given one only when its rate over `horizonMs` and the agent's cap (a
-   * tenth of the bucket) come to at least this many. Default 16, so a bucket of fewer than 160 is never granted.
+   * Fewest tokens worth a grant. Takes and returns travel in batches like decisions, but at the agent each costs
+   * about what a decision does, and a grant's rest often comes back as a return: a grant of a few tokens saves
+   * fewer decisions than it costs. A subject is given one only when its rate over `horizonMs` and the agent's cap
+   * (a tenth of the bucket) come to at least this many. Default 16, so a bucket of fewer than 160 is never
+   * granted (docs/agent.md, "Only grants that pay", has the measurements).
    */
   minTokens?: number;
   /** Most subjects tracked at once (the oldest are forgotten, their grants handed back). Default 1000. */
@@ -75,7 +87,11 @@ export interface GrantDecision extends Decision {
   local: 'grant';
 }
 
-/** Sends one JSON body to the agent: the status and the parsed answer (the client's own keep-alive sockets). */
+/**
+ * Sends one JSON body to the agent: the status, the parsed answer and a problem's code (the client's own keep-alive
+ * sockets). The pool posts to `/v1/grants/batch`, or to `/v1/grants` and `/v1/grants/return` when the agent has no
+ * batch route.
+ */
 export type GrantTransport = (
   path: string,
   body: object,
@@ -84,7 +100,10 @@ export type GrantTransport = (
 interface Entry {
   policy: string;
   subject: string;
-  /** Rate estimate: calls since `since`, and the last whole window's rate. */
+  /**
+   * Rate estimate: calls since `since` (the call that opened the first window is not one of them: it only starts
+   * the clock), and the windows' rates averaged, the last one weighing half.
+   */
   since: number;
   calls: number;
   perSecond: number;
@@ -109,6 +128,8 @@ interface Entry {
   deniedRemaining: number;
   /** No take before this (epoch ms): after an empty take or a failure. */
   quietUntil: number;
+  /** The last check of this subject here (epoch ms). */
+  lastSeen: number;
   timer: NodeJS.Timeout | undefined;
 }
 
@@ -117,6 +138,27 @@ const NOT_ALLOWED = 'AGT_ERR_GRANT_NOT_ALLOWED';
 /** A grant is spent no later than this before the agent's expiry, so the rest is handed back in time. */
 const EXPIRY_MARGIN_MS = 50;
 const FAILURE_BACKOFF_MS = 1000;
+const NOT_FOUND = 'AGT_ERR_NOT_FOUND';
+/** Shortest and longest life a grant is asked for, ms (the wire allows 100 to MAX_GRANT_TTL_MS). */
+const MIN_TTL_MS = 1000;
+/** A subject holding tokens is cold after this many of its observed intervals without a check (at least 1 s). */
+const COLD_INTERVALS = 3;
+const MIN_COLD_MS = 1000;
+
+/** A take waiting for its exchange. */
+interface TakeItem {
+  entry: Entry;
+  body: GrantRequest;
+}
+
+/** A return waiting for its exchange. */
+interface ReturnItem {
+  entry: Entry;
+  body: GrantReturnRequest;
+}
+
+/** One item's answer: the status its single route would have given, the body, a problem's code. */
+type ItemAnswer = { status: number; json: unknown; code?: string | undefined };
 
 export class GrantPool {
   readonly #send: GrantTransport;
@@ -135,6 +177,16 @@ export class GrantPool {
   readonly #grantable = new Set<string>();
   readonly #denials: boolean;
   readonly #pending = new Set<Promise<unknown>>();
+  /** Takes and returns of this turn, sent together at its end. */
+  #takes: TakeItem[] = [];
+  #returns: ReturnItem[] = [];
+  #flushScheduled = false;
+  /** The agent has no batch route: takes and returns go one by one. */
+  #single = false;
+  /** Entries holding tokens, watched for going cold. */
+  readonly #holders = new Set<Entry>();
+  #sweep: NodeJS.Timeout | undefined;
+  readonly #ttlMs: number;
   readonly #policyHeaders = new Map<string, string>();
   readonly #stats = {
     local: 0,
@@ -159,6 +211,7 @@ export class GrantPool {
     this.#maxSubjects = options.maxSubjects ?? 1000;
     this.#minTokens = options.minTokens ?? 16;
     this.#denials = options.denials ?? true;
+    this.#ttlMs = Math.min(MAX_GRANT_TTL_MS, Math.max(MIN_TTL_MS, Math.ceil(this.#horizonMs)));
     if (!(this.#hot > 0 && this.#horizonMs > 0 && this.#maxSubjects >= 1 && this.#minTokens >= 1))
       throw new TypeError('grants: hotPerSecond and horizonMs must be > 0, maxSubjects and minTokens >= 1');
   }
@@ -237,9 +290,15 @@ export class GrantPool {
   /** Hand back every grant's rest and stop taking new ones. */
   async close(): Promise<void> {
     this.#closed = true;
+    clearInterval(this.#sweep);
+    this.#sweep = undefined;
     for (const entry of this.#entries.values()) this.#giveBack(entry);
     for (const entry of this.#previous.values()) this.#giveBack(entry);
-    await Promise.allSettled([...this.#pending]);
+    // Takes answered meanwhile hand their tokens back too: until nothing is left to send or wait for.
+    while (this.#takes.length + this.#returns.length + this.#pending.size > 0) {
+      this.#flush();
+      await Promise.allSettled([...this.#pending]);
+    }
   }
 
   #entry(policy: string, subject: string, now: number): Entry {
@@ -251,7 +310,7 @@ export class GrantPool {
         policy,
         subject,
         since: now,
-        calls: 0,
+        calls: -1,
         perSecond: 0,
         tokens: 0,
         grants: [],
@@ -264,14 +323,17 @@ export class GrantPool {
         deniedReason: undefined,
         deniedRemaining: 0,
         quietUntil: 0,
+        lastSeen: now,
         timer: undefined,
       };
       this.#entries.set(key, entry);
     }
     entry.calls++;
+    entry.lastSeen = now;
     const elapsed = now - entry.since;
     if (elapsed >= RATE_WINDOW_MS) {
-      entry.perSecond = (entry.calls * 1000) / elapsed;
+      const rate = (entry.calls * 1000) / elapsed;
+      entry.perSecond = entry.perSecond > 0 ? (entry.perSecond + rate) / 2 : rate;
       entry.calls = 0;
       entry.since = now;
     }
@@ -320,65 +382,82 @@ export class GrantPool {
     const amount = this.#amountFor(entry);
     if (!learn && amount < this.#minTokens) return;
     entry.taking = true;
-    const work = this.#send('/v1/grants', { policy: entry.policy, subject: entry.subject, amount })
-      .then(({ status, json, code }) => {
-        if (status !== 200) {
-          if (code === NOT_ALLOWED) this.#noGrants.add(entry.policy);
-          this.#stats.failed++;
-          entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
-          return;
-        }
-        const parsed = GrantResponse.safeParse(json);
-        if (!parsed.success) {
-          // Tokens may have been taken: they are lost (fewer admissions, never more).
-          this.#stats.failed++;
-          entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
-          return;
-        }
-        const g = parsed.data;
-        this.#grantable.add(entry.policy);
-        entry.limit = g.limit;
-        entry.bucketRemaining = g.remaining;
-        if (g.granted <= 0) {
-          this.#stats.empty++;
-          entry.quietUntil = this.#now() + Math.max(RATE_WINDOW_MS, g.refillMs ?? FAILURE_BACKOFF_MS);
-          return;
-        }
-        this.#stats.taken++;
-        this.#stats.tokensTaken += g.granted;
-        if (g.grant !== null) entry.grants.push({ id: g.grant, granted: g.granted });
-        if (this.#closed) {
-          entry.tokens += g.granted;
-          this.#giveBack(entry);
-          return;
-        }
-        const at = this.#now();
-        // A rest still held from the previous grant joins this one and expires with it.
-        entry.tokens += g.granted;
-        entry.expiresAt = at + g.expiresInMs - EXPIRY_MARGIN_MS;
-        clearTimeout(entry.timer);
-        entry.timer = setTimeout(() => this.#giveBack(entry), Math.max(0, entry.expiresAt - at));
-        entry.timer.unref();
-      })
-      .catch(() => {
-        this.#stats.failed++;
-        entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
-      })
-      .finally(() => {
-        entry.taking = false;
-        this.#pending.delete(work);
-      });
-    this.#pending.add(work);
+    const body: GrantRequest = { policy: entry.policy, subject: entry.subject, amount };
+    if (this.#ttlMs !== MIN_TTL_MS) body.ttlMs = this.#ttlMs;
+    this.#takes.push({ entry, body });
+    this.#schedule();
   }
 
+  /** What the agent answered a take (undefined: no answer): the tokens join the entry's. */
+  #took(item: TakeItem, answer: ItemAnswer | undefined): void {
+    const { entry } = item;
+    entry.taking = false;
+    if (answer === undefined || answer.status !== 200) {
+      if (answer?.code === NOT_ALLOWED) this.#noGrants.add(entry.policy);
+      this.#stats.failed++;
+      entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
+      return;
+    }
+    const parsed = GrantResponse.safeParse(answer.json);
+    if (!parsed.success) {
+      // Tokens may have been taken: they are lost (fewer admissions, never more).
+      this.#stats.failed++;
+      entry.quietUntil = this.#now() + FAILURE_BACKOFF_MS;
+      return;
+    }
+    const g = parsed.data;
+    this.#grantable.add(entry.policy);
+    entry.limit = g.limit;
+    entry.bucketRemaining = g.remaining;
+    if (g.granted <= 0) {
+      this.#stats.empty++;
+      entry.quietUntil = this.#now() + Math.max(RATE_WINDOW_MS, g.refillMs ?? FAILURE_BACKOFF_MS);
+      return;
+    }
+    this.#stats.taken++;
+    this.#stats.tokensTaken += g.granted;
+    if (g.grant !== null) entry.grants.push({ id: g.grant, granted: g.granted });
+    if (this.#closed) {
+      entry.tokens += g.granted;
+      this.#giveBack(entry);
+      return;
+    }
+    const at = this.#now();
+    // A rest still held from the previous grant joins this one and expires with it.
+    entry.tokens += g.granted;
+    entry.expiresAt = at + g.expiresInMs - EXPIRY_MARGIN_MS;
+    clearTimeout(entry.timer);
+    entry.timer = setTimeout(() => this.#giveBack(entry), Math.max(0, entry.expiresAt - at));
+    entry.timer.unref();
+    this.#holders.add(entry);
+    if (this.#sweep === undefined) {
+      this.#sweep = setInterval(this.#sweepCold, MIN_COLD_MS);
+      this.#sweep.unref();
+    }
+  }
+
+  /** Hand back the rests of subjects gone cold: no check for COLD_INTERVALS of their intervals (at least 1 s). */
+  readonly #sweepCold = (): void => {
+    const now = this.#now();
+    for (const entry of this.#holders) {
+      const interval = entry.perSecond > 0 ? 1000 / entry.perSecond : 0;
+      if (now - entry.lastSeen >= Math.max(MIN_COLD_MS, COLD_INTERVALS * interval)) this.#giveBack(entry);
+    }
+    if (this.#holders.size === 0) {
+      clearInterval(this.#sweep);
+      this.#sweep = undefined;
+    }
+  };
+
   /**
-   * Hand back what `entry` holds (its grant expired, or the pool closes): one return per grant it came from, the
-   * newest first (the oldest tokens are spent first), each at most what that grant took.
+   * Hand back what `entry` holds (its grant expired, it went cold, or the pool closes): one return per grant it
+   * came from, the newest first (the oldest tokens are spent first), each at most what that grant took.
    */
   #giveBack(entry: Entry): void {
     clearTimeout(entry.timer);
     entry.timer = undefined;
     entry.expiresAt = 0;
+    this.#holders.delete(entry);
     let rest = Math.floor(entry.tokens * 1e6) / 1e6;
     const grants = entry.grants;
     entry.tokens = 0;
@@ -386,28 +465,74 @@ export class GrantPool {
     for (let i = grants.length - 1; i >= 0 && rest >= 1e-6; i--) {
       const amount = Math.round(Math.min(rest, grants[i]!.granted) * 1e6) / 1e6;
       rest = Math.round((rest - amount) * 1e6) / 1e6;
-      this.#return(entry, grants[i]!.id, amount);
+      if (amount >= 1e-6) {
+        const body = { policy: entry.policy, subject: entry.subject, grant: grants[i]!.id, amount };
+        this.#returns.push({ entry, body });
+        this.#schedule();
+      }
     }
     // Tokens no grant accounts for (none, unless the agent answered oddly) cannot be handed back.
     if (rest >= 1e-6) this.#stats.tokensLost += rest;
   }
 
-  #return(entry: Entry, grant: string, amount: number): void {
-    if (amount < 1e-6) return;
-    const body = { policy: entry.policy, subject: entry.subject, grant, amount };
-    const work = this.#send('/v1/grants/return', body)
-      .then(({ status, json }) => {
-        const credited = status === 200 ? (json as { credited?: unknown }).credited : undefined;
-        if (typeof credited === 'number') {
-          this.#stats.tokensReturned += credited;
-          this.#stats.tokensLost += Math.max(0, amount - credited);
-        } else this.#stats.tokensLost += amount;
-      })
-      .catch(() => {
-        this.#stats.tokensLost += amount;
-      })
-      .finally(() => this.#pending.delete(work));
-    this.#pending.add(work);
+  /** What the agent answered a return (undefined: no answer): credited, the rest lost. */
+  #returned(item: ReturnItem, answer: ItemAnswer | undefined): void {
+    const { amount } = item.body;
+    const credited =
+      answer?.status === 200 ? (answer.json as { credited?: unknown } | null)?.credited : undefined;
+    if (typeof credited === 'number') {
+      this.#stats.tokensReturned += credited;
+      this.#stats.tokensLost += Math.max(0, amount - credited);
+    } else this.#stats.tokensLost += amount;
+  }
+
+  #schedule(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    setImmediate(this.#flush);
+  }
+
+  /** Send this turn's takes and returns: one exchange per MAX_GRANT_ITEMS_PER_BATCH items, returns first. */
+  readonly #flush = (): void => {
+    this.#flushScheduled = false;
+    while (this.#takes.length + this.#returns.length > 0) {
+      const returns = this.#returns.splice(0, MAX_GRANT_ITEMS_PER_BATCH);
+      const takes = this.#takes.splice(0, MAX_GRANT_ITEMS_PER_BATCH - returns.length);
+      const work = this.#exchange(takes, returns).finally(() => this.#pending.delete(work));
+      this.#pending.add(work);
+    }
+  };
+
+  /** One exchange carrying `takes` and `returns` (or, to an agent without the batch route, one each). */
+  async #exchange(takes: TakeItem[], returns: ReturnItem[]): Promise<void> {
+    if (this.#single) return this.#singly(takes, returns);
+    let answer: ItemAnswer;
+    try {
+      answer = await this.#send('/v1/grants/batch', {
+        ...(takes.length > 0 ? { takes: takes.map((t) => t.body) } : {}),
+        ...(returns.length > 0 ? { returns: returns.map((r) => r.body) } : {}),
+      });
+    } catch {
+      for (const t of takes) this.#took(t, undefined);
+      for (const r of returns) this.#returned(r, undefined);
+      return;
+    }
+    if (answer.status === 404 && answer.code === NOT_FOUND) {
+      this.#single = true;
+      return this.#singly(takes, returns);
+    }
+    const items = answer.status === 200 ? batchAnswers(answer.json, takes.length, returns.length) : undefined;
+    takes.forEach((t, i) => this.#took(t, items?.takes[i]));
+    returns.forEach((r, i) => this.#returned(r, items?.returns[i]));
+  }
+
+  async #singly(takes: TakeItem[], returns: ReturnItem[]): Promise<void> {
+    const one = <T>(path: string, item: T & { body: object }, done: (a: ItemAnswer | undefined) => void) =>
+      this.#send(path, item.body).then(done, () => done(undefined));
+    await Promise.all([
+      ...returns.map((r) => one('/v1/grants/return', r, (a) => this.#returned(r, a))),
+      ...takes.map((t) => one('/v1/grants', t, (a) => this.#took(t, a))),
+    ]);
   }
 
   #denial(entry: Entry, retryAfterMs: number): GrantDecision {
@@ -442,6 +567,33 @@ export class GrantPool {
     if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
     return { allowed: true, retryAfterMs: 0, results: [result], headers, local: 'grant' };
   }
+}
+
+/**
+ * The per-item answers of a `POST /v1/grants/batch` answer, when it has one per item (`{status, body}` each, a
+ * problem's `code` read out); undefined otherwise (every item then counts as unanswered).
+ */
+function batchAnswers(
+  json: unknown,
+  takes: number,
+  returns: number,
+): { takes: ItemAnswer[]; returns: ItemAnswer[] } | undefined {
+  if (typeof json !== 'object' || json === null) return undefined;
+  const side = (list: unknown, n: number): ItemAnswer[] | undefined => {
+    if (!Array.isArray(list) || list.length !== n) return undefined;
+    const out: ItemAnswer[] = [];
+    for (const a of list as unknown[]) {
+      if (typeof a !== 'object' || a === null) return undefined;
+      const { status, body } = a as { status?: unknown; body?: unknown };
+      if (typeof status !== 'number') return undefined;
+      const code = (body as { code?: unknown } | null)?.code;
+      out.push({ status, json: body, code: typeof code === 'string' ? code : undefined });
+    }
+    return out;
+  };
+  const t = side((json as { takes?: unknown }).takes, takes);
+  const r = side((json as { returns?: unknown }).returns, returns);
+  return t === undefined || r === undefined ? undefined : { takes: t, returns: r };
 }
 
 /** A denial's headers: `r=` the agent's last count of whole tokens left (fewer than the cost), `t=` the wait. */

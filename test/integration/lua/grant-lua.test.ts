@@ -4,13 +4,17 @@ import { encodeRequest, parseReply, scriptArguments, type BucketCheck } from '..
 import { transferBucket } from '../../../core/models/transfer.js';
 import {
   grantArguments,
+  grantBatchArguments,
+  parseBatchReply,
   parseReturnReply,
   parseTakeReply,
   returnOnModel,
   takeOnModel,
   type EncodedGrant,
+  type GrantOp,
 } from '../../../core/models/grant.js';
 import { grantRecordKey } from '../../../core/keys.js';
+import { RedisGrantStore } from '../../../regional-agent/grants/grant-store.js';
 import { BucketModel, MICRO } from '../../../core/models/token-bucket.js';
 import { tokenBucketWithClockArg, withClockArg } from '../../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../../harness/fixtures.js';
@@ -177,6 +181,106 @@ describe('lua/grant.lua on a real Redis agrees exactly with core/models/grant.ts
     );
   });
 
+  it('a batch of takes in one call never takes more than the bucket holds: 12 takes of 3 from 10 give 3+3+3+1', async () => {
+    const key = `rl:v1:{${uniquePrefix('grant-b')}}:p`;
+    const ops: GrantOp[] = Array.from({ length: 12 }, (_, i) => ({
+      mode: 'take',
+      grant: {
+        key,
+        record: grantRecordKey(key, idOf(i)),
+        bucket: transferBucket(bucketOf(key, 10, 0)),
+        amount: 3 * MICRO,
+      },
+    }));
+    const { keys, argv } = grantBatchArguments(ops);
+    const got = parseBatchReply(
+      await scripts.qpGrantAt(keys.length, ...keys, ...argv, String(EPOCH)),
+      ops.map((o) => o.mode),
+    );
+    expect(got.map((r) => (r as { granted: number }).granted / MICRO)).toEqual([
+      3, 3, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    // Only the four takes that gave tokens are recorded, each with what it took.
+    for (let i = 0; i < 12; i++) {
+      const record = await redis.hget(grantRecordKey(key, idOf(i)), 'a');
+      expect(record).toBe(i < 3 ? String(3 * MICRO) : i === 3 ? String(MICRO) : null);
+    }
+  });
+
+  it('random batches of takes and returns over a few buckets: one call answers as the model run in order', async () => {
+    const op = fc.record({
+      mode: fc.constantFrom('take' as const, 'return' as const),
+      bucket: fc.integer({ min: 0, max: 2 }),
+      amount: fc.integer({ min: 1, max: 6_000_000 }),
+      // A return names the grant of the op at this index (a take of this batch or of an earlier one), or none.
+      of: fc.integer({ min: -1, max: 20 }),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.array(op, { minLength: 1, maxLength: 20 }), { minLength: 1, maxLength: 3 }),
+        fc.integer({ min: 1, max: 20 }),
+        async (batches, capacity) => {
+          const tag = uniquePrefix('grant-bp');
+          const model = new BucketModel();
+          let now = EPOCH;
+          for (const [b, batch] of batches.entries()) {
+            now += 50_000;
+            const ops: GrantOp[] = batch.map((o, i) => {
+              const key = `rl:v1:{${tag}}:p${o.bucket}`;
+              const id =
+                o.mode === 'take' ? `${b}.${i}` : o.of < 0 ? 'forged' : `${Math.max(0, b - 1)}.${o.of}`;
+              return {
+                mode: o.mode,
+                grant: {
+                  key,
+                  record: grantRecordKey(key, id.padEnd(22, '_')),
+                  bucket: transferBucket(bucketOf(key, capacity, 1)),
+                  amount: o.amount,
+                },
+              };
+            });
+            const { keys, argv } = grantBatchArguments(ops);
+            const got = parseBatchReply(
+              await scripts.qpGrantAt(keys.length, ...keys, ...argv, String(now)),
+              ops.map((o) => o.mode),
+            );
+            const want = ops.map((o) =>
+              o.mode === 'take' ? takeOnModel(model, o.grant, now) : returnOnModel(model, o.grant, now),
+            );
+            expect(got).toEqual(want);
+          }
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
+  it('the grant store sends the takes and returns of one turn in one script call, each answered on its own', async () => {
+    const store = new RedisGrantStore(redis);
+    const key = `rl:v1:{${uniquePrefix('grant-store')}}:p`;
+    const grant = (i: number, amount: number): EncodedGrant => ({
+      key,
+      record: grantRecordKey(key, idOf(i)),
+      bucket: transferBucket(bucketOf(key, 10, 0)),
+      amount: amount * MICRO,
+    });
+    const takes = await Promise.all(Array.from({ length: 5 }, (_, i) => store.take(grant(i, 3))));
+    expect(store.calls).toBe(1);
+    expect(takes.map((t) => t.granted / MICRO)).toEqual([3, 3, 3, 1, 0]);
+    // Two returns of the same grant in one turn: the first is credited, the second finds no record.
+    const back = await Promise.all([
+      store.giveBack(grant(0, 3)),
+      store.giveBack(grant(0, 3)),
+      store.take(grant(9, 2)),
+    ]);
+    expect(store.calls).toBe(2);
+    expect(back).toEqual([
+      { credited: 3 * MICRO, dropped: 0, tokens: 3 * MICRO, known: true },
+      { credited: 0, dropped: 3 * MICRO, tokens: 0, known: false },
+      { granted: 2 * MICRO, remaining: 1 * MICRO, refillMs: -1 },
+    ]);
+  });
+
   it('refuses bad arguments before it reads or writes anything', async () => {
     const key = `rl:v1:{${uniquePrefix('grant-bad')}}:p`;
     const record = grantRecordKey(key, idOf(0));
@@ -200,6 +304,17 @@ describe('lua/grant.lua on a real Redis agrees exactly with core/models/grant.ts
       /QP_BADARG/,
     );
     await expect(scripts.qpGrantAt(1, key, ...good, String(EPOCH))).rejects.toThrow(/QP_BADARG/);
-    expect(await redis.exists(key, record)).toBe(0);
+    // A batch: 9 arguments and 2 keys per operation, and a bad second operation refuses the whole call, the
+    // first operation (a good take) included.
+    const other = grantRecordKey(key, idOf(1));
+    await expect(scripts.qpGrantAt(3, key, record, key, ...good, ...good, String(EPOCH))).rejects.toThrow(
+      /QP_BADARG/,
+    );
+    const badSecond = [...good];
+    badSecond[1] = '0';
+    await expect(
+      scripts.qpGrantAt(4, key, record, key, other, ...good, ...badSecond, String(EPOCH)),
+    ).rejects.toThrow(/QP_BADARG/);
+    expect(await redis.exists(key, record, other)).toBe(0);
   });
 });

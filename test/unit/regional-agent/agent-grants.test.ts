@@ -146,3 +146,98 @@ describe('POST /v1/grants and /v1/grants/return', () => {
     expect(d.body).toMatchObject({ results: [{ remaining: 99 }] });
   });
 });
+
+describe('POST /v1/grants/batch', () => {
+  type Answer = { status: number; body: Record<string, unknown> };
+  const answers = (body: Record<string, unknown>, side: 'takes' | 'returns') => body[side] as Answer[];
+
+  it('takes of many subjects in one exchange, each answered on its own; a refusal fails no other', async () => {
+    const { post } = agent();
+    const b = await post('/v1/grants/batch', {
+      takes: [
+        { policy: 'hot', subject: 'a', amount: 4 },
+        { policy: 'hot', subject: 'b', amount: 50, ttlMs: 3000 },
+        { policy: 'log', subject: 'a', amount: 1 },
+        { policy: 'nope', subject: 'a', amount: 1 },
+        { policy: 'small', subject: 'a', amount: 1 },
+      ],
+    });
+    expect(b.status).toBe(200);
+    const takes = answers(b.body, 'takes');
+    expect(answers(b.body, 'returns')).toEqual([]);
+    expect(takes.map((t) => t.status)).toEqual([200, 200, 400, 404, 200]);
+    expect(takes[0]!.body).toMatchObject({ granted: 4, remaining: 96, expiresInMs: 1000 });
+    // A tenth of the bucket at most, held as long as asked.
+    expect(takes[1]!.body).toMatchObject({ granted: 10, remaining: 90, expiresInMs: 3000 });
+    expect(takes[2]!.body).toMatchObject({ code: 'AGT_ERR_GRANT_NOT_ALLOWED', status: 400 });
+    expect(takes[3]!.body).toMatchObject({ code: 'AGT_ERR_UNKNOWN_POLICY', status: 404 });
+    expect(takes[4]!.body).toMatchObject({ granted: 1, remaining: 4 });
+    expect((await post('/v1/decisions', { policy: 'hot', subject: 'a' })).body).toMatchObject({
+      results: [{ remaining: 95 }],
+    });
+  });
+
+  it('a batch of takes of one subject never takes more than the bucket holds', async () => {
+    const { post } = agent();
+    const takes = Array.from({ length: 4 }, () => ({ policy: 'small', subject: 's', amount: 1 }));
+    const first = answers((await post('/v1/grants/batch', { takes })).body, 'takes');
+    // A tenth of 5 is 1 token a grant: 4 takes of 1 from 5.
+    expect(first.map((t) => t.body['granted'])).toEqual([1, 1, 1, 1]);
+    const second = answers((await post('/v1/grants/batch', { takes })).body, 'takes');
+    expect(second.map((t) => t.body['granted'])).toEqual([1, 0, 0, 0]);
+    expect(second.map((t) => t.body['grant'] === null)).toEqual([false, true, true, true]);
+  });
+
+  it('returns go first and credit at most their grant, once; an unknown one is refused alone', async () => {
+    const { post } = agent();
+    const g = await post('/v1/grants', { policy: 'hot', subject: 'r', amount: 10 });
+    const grant = g.body['grant'] as string;
+    const forged = 'AAAAAAAAAAAAAAAAAAAAAA';
+    const b = await post('/v1/grants/batch', {
+      takes: [{ policy: 'hot', subject: 'r', amount: 10 }],
+      returns: [
+        { policy: 'hot', subject: 'r', grant, amount: 25 },
+        { policy: 'hot', subject: 'r', grant, amount: 3 },
+        { policy: 'hot', subject: 'r', grant: forged, amount: 3 },
+      ],
+    });
+    expect(b.status).toBe(200);
+    const returns = answers(b.body, 'returns');
+    expect(returns[0]).toEqual({ status: 200, body: { policy: 'hot', credited: 10, dropped: 15 } });
+    expect(returns.slice(1).map((r) => [r.status, r.body['code']])).toEqual([
+      [404, 'AGT_ERR_UNKNOWN_GRANT'],
+      [404, 'AGT_ERR_UNKNOWN_GRANT'],
+    ]);
+    // The return came back before the take: 100 again, then 10 taken.
+    expect(answers(b.body, 'takes')[0]).toMatchObject({ status: 200, body: { granted: 10, remaining: 90 } });
+  });
+
+  it('a malformed batch is refused whole with AGT_ERR_INVALID_GRANT and changes nothing', async () => {
+    const { post } = agent();
+    const good = { policy: 'hot', subject: 'm', amount: 5 };
+    const id = 'AAAAAAAAAAAAAAAAAAAAAA';
+    for (const body of [
+      {},
+      { takes: [] },
+      { takes: [], returns: [] },
+      { takes: [good, { ...good, amount: 0 }] },
+      { takes: [good, { ...good, ttlMs: 5001 }] },
+      { takes: [good, { ...good, ttlMs: 99 }] },
+      { takes: [good], returns: [{ policy: 'hot', subject: 'm', amount: 1 }] },
+      { takes: [good], extra: 1 },
+      { takes: Array.from({ length: 129 }, () => good) },
+      {
+        takes: Array.from({ length: 100 }, () => good),
+        returns: Array.from({ length: 29 }, () => ({ ...good, grant: id })),
+      },
+      { decisions: [good] },
+    ]) {
+      const r = await post('/v1/grants/batch', body);
+      expect(r.status, JSON.stringify(body).slice(0, 80)).toBe(400);
+      expect(r.body['code']).toBe('AGT_ERR_INVALID_GRANT');
+    }
+    expect((await post('/v1/decisions', { policy: 'hot', subject: 'm' })).body).toMatchObject({
+      results: [{ remaining: 99 }],
+    });
+  });
+});

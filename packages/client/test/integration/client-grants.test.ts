@@ -58,11 +58,32 @@ async function hammer(clients: AgentClient[], policy: string, subject: string): 
 // A generous timeout: the test counts admissions, and a take whose answer is lost loses its tokens. Grants of
 // any size (`minTokens: 1`): a bucket of 100 gets none with the default of 16, and grants are what is tested.
 const newClient = () => new AgentClient({ baseUrl: agent.url, timeoutMs: 2000, grants: { minTokens: 1 } });
+// Grants sized for 5 s of a subject's rate and held that long: handed back when the subject goes cold or expires.
+const longClient = () =>
+  new AgentClient({ baseUrl: agent.url, timeoutMs: 2000, grants: { minTokens: 1, horizonMs: 5000 } });
+
+async function post(path: string, body: object) {
+  const res = await fetch(`${agent.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+/** What a dry run of one more token says would be left of `subject`'s bucket: its tokens less 1. */
+async function left(subject: string): Promise<number> {
+  const d = await post('/v1/decisions', { policy: 'hot', subject, dryRun: true });
+  return (d.body['results'] as { remaining: number }[])[0]!.remaining;
+}
+
+type Item = { status: number; body: Record<string, unknown> };
 
 describe('local grants: exact when demand exceeds supply', () => {
-  it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit at most 100 and at least 97`, async () => {
-    const clients = Array.from({ length: CLIENTS }, newClient);
-    const admitted = await hammer(clients, 'hot', 'tenant-1');
+  /** CLIENTS × CALLERS callers on `subject` through `make`'s clients: at most 100 admitted, at least 97. */
+  async function exact(make: () => AgentClient, subject: string) {
+    const clients = Array.from({ length: CLIENTS }, make);
+    const admitted = await hammer(clients, 'hot', subject);
     const total = admitted.reduce((a, b) => a + b, 0);
     const stats = clients.map((c) => c.grantStats()!);
     expect(total).toBeLessThanOrEqual(100);
@@ -70,6 +91,11 @@ describe('local grants: exact when demand exceeds supply', () => {
     // Grants did decide here: some admissions never asked the agent.
     expect(stats.reduce((n, s) => n + s.local, 0)).toBeGreaterThan(0);
     expect(stats.reduce((n, s) => n + s.taken, 0)).toBeGreaterThan(0);
+    return { clients, stats };
+  }
+
+  it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit at most 100 and at least 97`, async () => {
+    const { clients, stats } = await exact(newClient, 'tenant-1');
     // Less than one request's worth is held once demand has drained the bucket (a refill's fraction of a token
     // may be granted; it is handed back on expiry).
     expect(stats.reduce((n, s) => n + s.held, 0)).toBeLessThan(1);
@@ -79,6 +105,51 @@ describe('local grants: exact when demand exceeds supply', () => {
     expect(again).toMatchObject({ allowed: false, local: 'grant', results: [{ remaining: 0, limit: 100 }] });
     expect(Number(again.headers['Retry-After'])).toBeGreaterThan(900);
     for (const c of clients) c.close();
+  });
+
+  it(`${CLIENTS} clients × ${CALLERS} callers with grants held 5 s: still at most 100 and at least 97`, async () => {
+    const { clients } = await exact(longClient, 'tenant-7');
+    for (const c of clients) c.close();
+  });
+
+  it('a batch of takes never takes more than the bucket holds; its returns credit each grant at most once', async () => {
+    const subject = 'tenant-6';
+    const takes = Array.from({ length: 15 }, () => ({ policy: 'hot', subject, amount: 10 }));
+    const batch = await post('/v1/grants/batch', { takes });
+    expect(batch.status).toBe(200);
+    const answers = batch.body['takes'] as Item[];
+    // A tenth of the bucket a grant: ten grants of 10 empty it, the other five get nothing.
+    expect(answers.map((a) => a.body['granted'])).toEqual([...Array<number>(10).fill(10), 0, 0, 0, 0, 0]);
+    expect(answers.map((a) => a.body['remaining'])).toEqual([
+      90, 80, 70, 60, 50, 40, 30, 20, 10, 0, 0, 0, 0, 0, 0,
+    ]);
+    const grant = answers[0]!.body['grant'] as string;
+    // The same grant handed back twice in one batch, and a forged one: credited once, at most what it took.
+    const back = await post('/v1/grants/batch', {
+      returns: [
+        { policy: 'hot', subject, grant, amount: 6 },
+        { policy: 'hot', subject, grant, amount: 6 },
+        { policy: 'hot', subject, grant: 'AAAAAAAAAAAAAAAAAAAAAA', amount: 10 },
+        { policy: 'hot', subject, grant: answers[1]!.body['grant'], amount: 50 },
+      ],
+    });
+    const returns = back.body['returns'] as Item[];
+    expect(returns.map((r) => [r.status, r.body['credited'] ?? r.body['code']])).toEqual([
+      [200, 6],
+      [404, 'AGT_ERR_UNKNOWN_GRANT'],
+      [404, 'AGT_ERR_UNKNOWN_GRANT'],
+      [200, 10],
+    ]);
+    expect(await left(subject)).toBe(15);
+    // A malformed batch changes nothing.
+    const bad = await post('/v1/grants/batch', {
+      takes: [
+        { policy: 'hot', subject, amount: 10 },
+        { policy: 'hot', subject, amount: 0 },
+      ],
+    });
+    expect(bad).toMatchObject({ status: 400, body: { code: 'AGT_ERR_INVALID_GRANT' } });
+    expect(await left(subject)).toBe(15);
   });
 
   it('a grant never handed back (a crashed process) only takes admissions away', async () => {
@@ -98,20 +169,7 @@ describe('local grants: exact when demand exceeds supply', () => {
   });
 
   it('a return credits only a grant the agent gave, at most its rest, once (no grant-return mint)', async () => {
-    const post = async (path: string, body: object) => {
-      const res = await fetch(`${agent.url}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-    };
     const subject = 'tenant-4';
-    /** What a dry run of one more token says would be left: the bucket's tokens less 1. */
-    const left = async () => {
-      const d = await post('/v1/decisions', { policy: 'hot', subject, dryRun: true });
-      return (d.body['results'] as { remaining: number }[])[0]!.remaining;
-    };
     const take = await post('/v1/grants', { policy: 'hot', subject, amount: 10 });
     expect(take.body).toMatchObject({ granted: 10, limit: 100, remaining: 90 });
     const grant = take.body['grant'] as string;
@@ -136,13 +194,13 @@ describe('local grants: exact when demand exceeds supply', () => {
       const r = await post('/v1/grants/return', { policy: 'hot', subject, amount: 10, ...bad });
       expect(r).toMatchObject({ status: 400, body: { code: 'AGT_ERR_INVALID_GRANT' } });
     }
-    expect(await left()).toBe(89);
+    expect(await left(subject)).toBe(89);
     // Honest: 4 of the 10 spent, the rest of 6 handed back is credited; the same return again credits nothing.
     const honest = await post('/v1/grants/return', { policy: 'hot', subject, grant, amount: 6 });
     expect(honest).toEqual({ status: 200, body: { policy: 'hot', credited: 6, dropped: 0 } });
     const again = await post('/v1/grants/return', { policy: 'hot', subject, grant, amount: 6 });
     expect(again).toMatchObject({ status: 404, body: { code: 'AGT_ERR_UNKNOWN_GRANT' } });
-    expect(await left()).toBe(95);
+    expect(await left(subject)).toBe(95);
     // More than a grant took is never credited: a grant of 10 handed back as 1,000 credits 10.
     const next = await post('/v1/grants', { policy: 'hot', subject, amount: 10 });
     expect(next.body).toMatchObject({ granted: 10, remaining: 86 });
@@ -153,7 +211,7 @@ describe('local grants: exact when demand exceeds supply', () => {
       amount: 1000,
     });
     expect(over).toEqual({ status: 200, body: { policy: 'hot', credited: 10, dropped: 990 } });
-    expect(await left()).toBe(95);
+    expect(await left(subject)).toBe(95);
   });
 
   it('a counter kind is never granted: every decision goes to the agent, exactly 100 admitted', async () => {

@@ -12,38 +12,59 @@ const allowed: Decision = {
 /** A grant id as the agent draws them (22 base64url characters), for take number `n`. */
 const idOf = (n: number) => `g${n}`.padEnd(22, '_');
 
+type Answer = Awaited<ReturnType<GrantTransport>>;
+
 /**
- * A transport that grants what is asked (up to `stock`) and records every call. Like the agent, it binds a return
- * to its grant: at most what that grant took is credited, once; an unknown id answers 404.
+ * The agent's `POST /v1/grants/batch` over a handler of the single routes: returns first, then takes, each
+ * answered on its own. `exchanges` records every exchange's body.
+ */
+function batched(single: (path: string, body: object) => Answer) {
+  const exchanges: { takes?: object[]; returns?: object[] }[] = [];
+  const send: GrantTransport = (path, body) => {
+    if (path !== '/v1/grants/batch') return Promise.resolve(single(path, body));
+    const b = body as { takes?: object[]; returns?: object[] };
+    exchanges.push(b);
+    const item = (a: Answer) => ({ status: a.status, body: a.json });
+    const returns = (b.returns ?? []).map((r) => item(single('/v1/grants/return', r)));
+    const takes = (b.takes ?? []).map((t) => item(single('/v1/grants', t)));
+    return Promise.resolve({ status: 200, json: { takes, returns } });
+  };
+  return { send, exchanges };
+}
+
+/**
+ * A transport that grants what is asked (up to `stock`) and records every take and return. Like the agent, it
+ * binds a return to its grant: at most what that grant took is credited, once; an unknown id answers 404.
  */
 function agent(stock: number, code?: string) {
   const calls: { path: string; body: Record<string, unknown> }[] = [];
   const records = new Map<string, number>();
-  const send: GrantTransport = (path, body) => {
+  const single = (path: string, body: object): Answer => {
     calls.push({ path, body: body as Record<string, unknown> });
-    if (code !== undefined) return Promise.resolve({ status: 400, json: { code }, code });
+    if (code !== undefined) return { status: 400, json: { code }, code };
     if (path === '/v1/grants') {
       const granted = Math.min(stock, (body as { amount: number }).amount);
       stock -= granted;
       const grant = granted > 0 ? idOf(records.size + calls.length) : null;
       if (grant !== null) records.set(grant, granted);
-      return Promise.resolve({
+      return {
         status: 200,
         json: { policy: 'p', granted, limit: 100, remaining: stock, refillMs: 0, expiresInMs: 1000, grant },
-      });
+      };
     }
     const { grant, amount } = body as { grant: string; amount: number };
     const recorded = records.get(grant);
     if (recorded === undefined) {
       const unknown = 'AGT_ERR_UNKNOWN_GRANT';
-      return Promise.resolve({ status: 404, json: { code: unknown }, code: unknown });
+      return { status: 404, json: { code: unknown }, code: unknown };
     }
     records.delete(grant);
     const credited = Math.min(amount, recorded);
     stock += credited;
-    return Promise.resolve({ status: 200, json: { policy: 'p', credited, dropped: amount - credited } });
+    return { status: 200, json: { policy: 'p', credited, dropped: amount - credited } };
   };
-  return { send, calls, stock: () => stock };
+  const { send, exchanges } = batched(single);
+  return { send, calls, exchanges, stock: () => stock };
 }
 
 let clock = 1_750_000_000_000;
@@ -61,7 +82,8 @@ function run(pool: GrantPool, n: number, body = { policy: 'p', subject: 's' }) {
   return local;
 }
 
-const flush = () => new Promise((r) => setTimeout(r, 0));
+/** Past the pool's end-of-turn flush and its exchange's answer. */
+const flush = () => new Promise((r) => setTimeout(() => setImmediate(r), 0));
 
 describe('GrantPool', () => {
   it('a cold subject is never granted', () => {
@@ -283,13 +305,13 @@ describe('GrantPool', () => {
         headers: {},
       };
     };
-    const send: GrantTransport = (path, body) => {
+    const { send } = batched((path, body) => {
       refill();
       const amount = (body as { amount: number }).amount;
       if (path === '/v1/grants') {
         const granted = Math.min(Math.floor(tokens), amount, 1);
         tokens -= granted;
-        return Promise.resolve({
+        return {
           status: 200,
           json: {
             policy: 'p',
@@ -300,11 +322,11 @@ describe('GrantPool', () => {
             expiresInMs: 60_000,
             grant: granted > 0 ? idOf(Math.round(clock)) : null,
           },
-        });
+        };
       }
       tokens = Math.min(capacity, tokens + amount);
-      return Promise.resolve({ status: 200, json: { policy: 'p', credited: amount, dropped: 0 } });
-    };
+      return { status: 200, json: { policy: 'p', credited: amount, dropped: 0 } };
+    });
     const pool = new GrantPool(send, { hotPerSecond: 1e9 }, now);
     const start = clock;
     let local = 0;
@@ -336,5 +358,140 @@ describe('GrantPool', () => {
     expect(admitted + local).toBeLessThanOrEqual(capacity + ((clock - start) * 2) / 1000);
     expect(cached).toBeGreaterThan(100);
     await pool.close();
+  });
+});
+
+describe('GrantPool: takes and returns travel in batches', () => {
+  /** One check of each of `n` subjects, hot at once, then observed admitted: each wants a grant. */
+  const wantGrants = (pool: GrantPool, n: number, from = 0) => {
+    for (let i = from; i < from + n; i++) {
+      const body = { policy: 'p', subject: `s${i}` };
+      clock += 300;
+      pool.trySpend(body);
+      clock += 300;
+      if (pool.trySpend(body) === undefined) pool.observe(body, allowed);
+    }
+  };
+
+  it('the takes of one turn leave in one exchange, and the returns at close in one more', async () => {
+    const a = agent(10_000);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    wantGrants(pool, 30);
+    await flush();
+    expect(a.exchanges.length).toBe(1);
+    expect(a.exchanges[0]!.takes).toHaveLength(30);
+    expect(a.exchanges[0]!.returns).toBeUndefined();
+    expect(pool.stats()).toMatchObject({ taken: 30, held: 300, failed: 0 });
+    await pool.close();
+    expect(a.exchanges.length).toBe(2);
+    expect(a.exchanges[1]!.returns).toHaveLength(30);
+    expect(a.exchanges[1]!.takes).toBeUndefined();
+    expect(pool.stats()).toMatchObject({ held: 0, tokensReturned: 300, tokensLost: 0 });
+    expect(a.stock()).toBe(10_000);
+  });
+
+  it('at most 128 items an exchange: 200 takes in one turn leave in two', async () => {
+    const a = agent(100_000);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    wantGrants(pool, 200);
+    await flush();
+    expect(a.exchanges.map((e) => e.takes?.length)).toEqual([128, 72]);
+    expect(pool.stats().taken).toBe(200);
+    await pool.close();
+  });
+
+  it('one item refused fails no other; a policy refused is never asked again', async () => {
+    const a = agent(1000);
+    const refusing = batched((path, body) => {
+      if ((body as { subject: string }).subject === 's1') {
+        const code = 'AGT_ERR_GRANT_NOT_ALLOWED';
+        return { status: 400, json: { code }, code };
+      }
+      return {
+        status: 200,
+        json: {
+          policy: 'p',
+          granted: 5,
+          limit: 100,
+          remaining: 90,
+          refillMs: 0,
+          expiresInMs: 1000,
+          grant: idOf(Number((body as { subject: string }).subject.slice(1))),
+        },
+      };
+    });
+    const pool = new GrantPool(refusing.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    wantGrants(pool, 3);
+    await flush();
+    expect(refusing.exchanges[0]!.takes).toHaveLength(3);
+    expect(pool.stats()).toMatchObject({ taken: 2, failed: 1, held: 10 });
+    expect(a.calls).toEqual([]);
+    await pool.close();
+  });
+
+  it('an exchange not answered fails its takes (backed off) and loses its returns, never more', async () => {
+    let up = true;
+    const a = agent(1000);
+    const send: GrantTransport = (path, body) =>
+      up ? a.send(path, body) : Promise.reject(new Error('connection refused'));
+    const pool = new GrantPool(send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    wantGrants(pool, 2);
+    await flush();
+    expect(pool.stats()).toMatchObject({ taken: 2, held: 20 });
+    up = false;
+    wantGrants(pool, 2, 2);
+    await flush();
+    // s2 and s3 asked in one exchange and got no answer: both failed, nothing held for them.
+    expect(pool.stats()).toMatchObject({ taken: 2, failed: 2, held: 20 });
+    await pool.close();
+    expect(pool.stats()).toMatchObject({ held: 0, tokensReturned: 0, tokensLost: 20 });
+    // The agent kept what it gave: fewer admissions, never more.
+    expect(a.stock()).toBe(980);
+  });
+
+  it('an agent without the batch route gets takes and returns one by one, from then on', async () => {
+    const a = agent(1000);
+    let batches = 0;
+    const send: GrantTransport = (path, body) => {
+      if (path === '/v1/grants/batch') {
+        batches++;
+        const code = 'AGT_ERR_NOT_FOUND';
+        return Promise.resolve({ status: 404, json: { code }, code });
+      }
+      return a.send(path, body);
+    };
+    const pool = new GrantPool(send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    wantGrants(pool, 3);
+    await flush();
+    expect(pool.stats()).toMatchObject({ taken: 3, held: 30 });
+    await pool.close();
+    expect(batches).toBe(1);
+    expect(a.calls.map((c) => c.path)).toEqual([
+      ...Array<string>(3).fill('/v1/grants'),
+      ...Array<string>(3).fill('/v1/grants/return'),
+    ]);
+    expect(pool.stats()).toMatchObject({ held: 0, tokensReturned: 30 });
+  });
+
+  it('a longer horizon asks to hold the grant that long (at most 5 s); a cold subject hands its rest back early', async () => {
+    const a = agent(1000);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 4000 }, now);
+    wantGrants(pool, 1);
+    await flush();
+    expect(a.exchanges[0]!.takes).toEqual([{ policy: 'p', subject: 's0', amount: 10, ttlMs: 4000 }]);
+    expect(pool.stats().held).toBe(10);
+    // No check of s0 for 10 s of the pool's clock: at the next sweep (each second) its rest goes back.
+    clock += 10_000;
+    await new Promise((r) => setTimeout(r, 1100));
+    await flush();
+    expect(a.exchanges[1]!.returns).toEqual([expect.objectContaining({ subject: 's0', amount: 10 })]);
+    expect(pool.stats()).toMatchObject({ held: 0, tokensReturned: 10 });
+    const long = agent(1000);
+    const capped = new GrantPool(long.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 60_000 }, now);
+    wantGrants(capped, 1);
+    await flush();
+    expect(long.exchanges[0]!.takes).toEqual([expect.objectContaining({ ttlMs: 5000 })]);
+    await pool.close();
+    await capped.close();
   });
 });
