@@ -1,10 +1,13 @@
 /**
- * `npx tsx bench/profile-agent.ts [--seconds 10] [--rate 1500] [--redis-core 1] [--top 30] [--keep]`
+ * `npx tsx bench/profile-agent.ts [--seconds 10] [--rate 1500] [--redis-core 1] [--top 30] [--keep] [--batch N]
+ *   [--no-prof]`
  *
  * The agent process (regional-agent/main.ts) under the http suite's load, profiled with `node --cpu-prof`: it
  * prints the agent's and Redis's CPU per decision over the measured run, then where the agent's time went in
  * that run (self time and inclusive time per function, and self time per package), as shares of its non-idle
- * samples. `--rate 0` loads it closed-loop (64 connections) instead of at a fixed rate.
+ * samples. `--rate 0` loads it closed-loop (64 connections) instead of at a fixed rate. `--batch N` sends
+ * `POST /v1/decisions/batch` of N decisions each instead (closed-loop on 8 connections, as the http suite's batched
+ * figure; figures stay per decision). `--no-prof` runs the agent without the profiler (the CPU figures alone).
  *
  * The agent is pinned to core 1 and the load generator to core 0, as in the bench. Redis goes on core 1 too by
  * default (as in the bench); `--redis-core 0` moves it to the other core: V8's profiler samples wall time, so
@@ -120,11 +123,15 @@ async function main(): Promise<void> {
       'redis-core': { type: 'string', default: '1' },
       top: { type: 'string', default: '30' },
       keep: { type: 'boolean', default: false },
+      batch: { type: 'string', default: '0' },
+      'no-prof': { type: 'boolean', default: false },
     },
   });
   const seconds = Number(values.seconds);
   const rate = Number(values.rate);
   const top = Number(values.top);
+  const batch = Number(values.batch);
+  const profiled = !values['no-prof'];
   await using redis = await processBackend.startRedis();
   const pin = canPin();
   if (pin) {
@@ -139,27 +146,37 @@ async function main(): Promise<void> {
     // Exit at once on SIGTERM, so the profile ends right after the measured run.
     { ...benchAgentEnv(redis.url, policiesFile, port), QP_DRAIN_DELAY_MS: '0' },
     pin,
-    ['--cpu-prof', '--cpu-prof-dir', dir],
+    profiled ? ['--cpu-prof', '--cpu-prof-dir', dir] : [],
   );
   try {
     await waitForPort('127.0.0.1', port, 30_000);
     const url = `http://127.0.0.1:${port}`;
-    const body = (i: number) => JSON.stringify({ policy: 'writes', subject: `tenant-${i % 10_000}` });
-    await load(url, 3, body);
+    const single = (i: number) => JSON.stringify({ policy: 'writes', subject: `tenant-${i % 10_000}` });
+    const body =
+      batch > 0
+        ? (i: number) =>
+            `{"decisions":[${Array.from({ length: batch }, (_, j) => single(i * batch + j)).join(',')}]}`
+        : single;
+    const run = (s: number, r?: number) =>
+      batch > 0 ? load(url, s, body, undefined, '/v1/decisions/batch', 8) : load(url, s, body, r);
+    await run(3);
     const rPid = redisPid(redis.host, redis.port);
     const before = [cpuMs(agent.pid!), cpuMs(rPid)];
     const started = Date.now();
-    const run = await load(url, seconds, body, rate > 0 ? rate : undefined);
+    const measured = await run(seconds, rate > 0 ? rate : undefined);
+    const decisions = measured.total * Math.max(1, batch);
     const after = [cpuMs(agent.pid!), cpuMs(rPid)];
     const per = (i: number) =>
       before[i] === undefined || after[i] === undefined
         ? 'n/a'
-        : (((after[i] - before[i]) * 1000) / run.total).toFixed(1);
+        : (((after[i] - before[i]) * 1000) / decisions).toFixed(1);
+    const how = batch > 0 ? `batches of ${batch}` : rate > 0 ? `at ${rate}/s` : 'closed loop';
     console.log(
-      `${Math.round(run.rps)} decisions/s (${rate > 0 ? `at ${rate}/s` : 'closed loop'}), p99 ${run.p99} ms, ` +
-        `${run.non2xx} non-2xx; CPU per decision: agent ${per(0)} µs, Redis ${per(1)} µs`,
+      `${Math.round(measured.rps * Math.max(1, batch))} decisions/s (${how}), p99 ${measured.p99} ms, ` +
+        `${measured.non2xx} non-2xx; CPU per decision: agent ${per(0)} µs, Redis ${per(1)} µs`,
     );
     await stopServer(agent);
+    if (!profiled) return;
     const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
     if (file === undefined) throw new Error('the agent wrote no profile');
     const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Profile;

@@ -1,12 +1,25 @@
 /**
- * `npx tsx bench/profile-service.ts [--seconds 8] [--kind quotaplane|nogrants] [--tenants zipf|uniform] [--top 25]`
+ * `npx tsx bench/profile-service.ts [--seconds 8] [--kind quotaplane|nogrants] [--tenants zipf|uniform] [--top 25]
+ *   [--no-prof] [--keep DIR]`
  *
  * The service bench's protected service (bench/service.bench.ts) and its agent under the same closed-loop load
  * (64 connections, Zipf or uniform tenants), both profiled with `node --cpu-prof`: CPU per request of the
  * service, the agent and Redis, then each process's top self-time functions and packages (shares of non-idle
- * samples, by bench/profile-agent.ts's summary).
+ * samples, by bench/profile-agent.ts's summary). `--no-prof` runs both without the profiler (the CPU figures
+ * alone, without its overhead); `--keep DIR` copies the .cpuprofile files there (for DevTools or speedscope).
+ *
+ * With everything on one core, a process that writes to a socket often loses the core to the reader it woke:
+ * the profiler counts that wait as busy time in `writev`/`writeUtf8String`, so those shares overstate CPU.
  */
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,6 +39,8 @@ const { values } = parseArgs({
     kind: { type: 'string', default: 'quotaplane' },
     tenants: { type: 'string', default: 'zipf' },
     top: { type: 'string', default: '25' },
+    'no-prof': { type: 'boolean', default: false },
+    keep: { type: 'string' },
   },
 });
 const seconds = Number(values.seconds);
@@ -43,6 +58,9 @@ writeFileSync(
   policiesFile,
   JSON.stringify({ policies: { service: { capacity: 100, refillPerSecond: 100 / 60 } } }),
 );
+function profFlags(into: string): string[] {
+  return values['no-prof'] ? [] : ['--cpu-prof', '--cpu-prof-dir', into];
+}
 const [agentPort, port] = await Promise.all([freePort(), freePort()]);
 const agentDir = join(dir, 'agent');
 const serviceDir = join(dir, 'service');
@@ -58,7 +76,7 @@ const agent = spawnServer(
     QP_DRAIN_DELAY_MS: '0',
   },
   pin,
-  ['--cpu-prof', '--cpu-prof-dir', agentDir],
+  profFlags(agentDir),
 );
 const service = spawnServer(
   [
@@ -74,7 +92,7 @@ const service = spawnServer(
   ],
   {},
   pin,
-  ['--cpu-prof', '--cpu-prof-dir', serviceDir],
+  profFlags(serviceDir),
 );
 try {
   await Promise.all([agentPort, port].map((p) => waitForPort('127.0.0.1', p, 30_000)));
@@ -123,12 +141,18 @@ try {
     // Courtesy figures only.
   }
   await Promise.all([stopServer(service), stopServer(agent)]);
-  for (const [name, d] of [
-    ['service', serviceDir],
-    ['agent', agentDir],
-  ] as const) {
+  for (const [name, d] of values['no-prof']
+    ? []
+    : ([
+        ['service', serviceDir],
+        ['agent', agentDir],
+      ] as const)) {
     const file = readdirSync(d).find((f) => f.endsWith('.cpuprofile'));
     if (file === undefined) continue;
+    if (values.keep !== undefined) {
+      mkdirSync(values.keep, { recursive: true });
+      copyFileSync(join(d, file), join(values.keep, `${name}.cpuprofile`));
+    }
     const profile = JSON.parse(readFileSync(join(d, file), 'utf8')) as Parameters<typeof summarize>[0];
     const s = summarize(profile, profile.endTime - elapsed * 1000 - 1_000_000, profile.endTime);
     console.log(`\n== ${name}: ${Math.round(s.busyMs)} ms busy`);

@@ -60,6 +60,13 @@ Rules (the reference model in core/models/token-bucket.ts follows them operation
 local ARGV = ARGV
 local KEYS = KEYS
 
+-- An integer below 2^53 as the digits Redis would write for it (%.17g), formatted as an integer: the same string
+-- at a fraction of the cost. Any other number is returned as it is, for Redis to convert.
+local function digits(v)
+  if v % 1 == 0 and v > -9e15 and v < 9e15 then return fmt('%d', v) end
+  return v
+end
+
 -- The slow path: say exactly what is wrong with ARGV[i].
 local function badarg(i, what, lo, integer)
   local v = tonumber(ARGV[i])
@@ -89,6 +96,9 @@ local q_first, q_n, q_dry, q_ttl, q_idem, q_max, q_guard = {}, {}, {}, {}, {}, {
 local b_key, b_cap, b_rate, b_cost, b_ttl, b_fb, b_fr, b_fc, b_cost_arg = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local a = 2
 local k = 0
+-- The requests of one call mostly share their parameters: each distinct ARGV string is converted once, and each
+-- distinct TTL formatted once for PEXPIRE.
+local nums, ttls = {}, {}
 local j = 0
 for r = 1, g do
   local n, flags, ttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -119,7 +129,12 @@ for r = 1, g do
   if a + width * n > argc then return fail('expected ' .. (a + width * n) .. ' arguments, got ' .. argc) end
   q_first[r] = j + 1; q_n[r] = n; q_dry[r] = flags % 2 == 1; q_ttl[r] = ttl
   for i = 1, n do
-    local cap, rate, cost, bttl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    local s1, s2, s3, s4 = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+    local cap, rate, cost, bttl = nums[s1], nums[s2], nums[s3], nums[s4]
+    if not cap then cap = tonumber(s1); nums[s1] = cap end
+    if not rate then rate = tonumber(s2); nums[s2] = rate end
+    if not cost then cost = tonumber(s3); nums[s3] = cost end
+    if not bttl then bttl = tonumber(s4); nums[s4] = bttl end
     if not (cap and cap >= 0 and cap < huge and cap % 1 == 0) then return badarg(a + 1, 'capacity', 0, true) end
     if not (rate and rate >= 0 and rate < huge) then return badarg(a + 2, 'rate', 0, false) end
     if not (cost and cost >= 1 and cost < huge and cost % 1 == 0) then return badarg(a + 3, 'cost', 1, true) end
@@ -132,7 +147,9 @@ for r = 1, g do
       if not (fc and fc >= 0 and fc < huge and fc % 1 == 0) then return badarg(a + 7, 'floor capacity', 0, true) end
     end
     j = j + 1
-    b_key[j] = k + i; b_cap[j] = cap; b_rate[j] = rate; b_cost[j] = cost; b_ttl[j] = bttl
+    local ttl = ttls[s4]
+    if not ttl then ttl = digits(bttl); ttls[s4] = ttl end
+    b_key[j] = k + i; b_cap[j] = cap; b_rate[j] = rate; b_cost[j] = cost; b_ttl[j] = ttl
     b_fb[j] = fb; b_fr[j] = fr; b_fc[j] = fc; b_cost_arg[j] = ARGV[a + 3]
     a = a + width
   end
@@ -178,13 +195,15 @@ for r = 1, g do
     for b = first, last do
       local cap = b_cap[b]
       local h = call('HMGET', KEYS[b_key[b]], 'tk', 'fr', 'ts', 'rt', 'cp')
+      -- fr, rt and cp are read twice (refill, then `same`): converted once.
+      if h[1] then h[2], h[4], h[5] = tonumber(h[2]), tonumber(h[4]), tonumber(h[5]) end
       s_absent[b] = not h[1] and guard % (bit * 2) >= bit
       if s_absent[b] then missing = true end
       bit = bit * 2
       local tokens, carry, ts = refill(h, now, cap, b_rate[b], b_fb[b], b_fr[b], b_fc[b])
       -- same: the stored rate and capacity equal the new ones and there is no carry to clear, so a write
       -- needs only tk, ts (and fr when there is a carry): fewer fields to convert and store.
-      local same = h[1] and tonumber(h[4]) == b_rate[b] and tonumber(h[5]) == cap and tonumber(h[2]) == 0 or false
+      local same = h[1] and h[4] == b_rate[b] and h[5] == cap and h[2] == 0 or false
       local fits = tokens >= b_cost[b]
       if not fits then allowed = false end
       s_tokens[b] = tokens; s_carry[b] = carry; s_ts[b] = ts; s_fits[b] = fits; s_same[b] = same
@@ -219,12 +238,13 @@ for r = 1, g do
         if not dry then
           -- Numbers reach Redis as exact round-trip decimals (Redis converts Lua numbers with %.17g).
           local key = KEYS[b_key[b]]
+          local tk, ts = digits(remaining), digits(s_ts[b])
           if not s_same[b] then
-            call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', s_ts[b], 'rt', rate, 'cp', cap)
+            call('HSET', key, 'tk', tk, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
           elseif carry == 0 then
-            call('HSET', key, 'tk', remaining, 'ts', s_ts[b])
+            call('HSET', key, 'tk', tk, 'ts', ts)
           else
-            call('HSET', key, 'tk', remaining, 'ts', s_ts[b], 'fr', carry)
+            call('HSET', key, 'tk', tk, 'ts', ts, 'fr', carry)
           end
           call('PEXPIRE', key, b_ttl[b])
         end

@@ -50,6 +50,11 @@ export function groupChecks(
   slotOf: (key: string) => number,
   include?: ReadonlySet<Check>,
 ): CheckGroup[] {
+  // The common case, one token-bucket check: its group, without the maps that sort several by slot.
+  const only = checks.length === 1 ? checks[0] : undefined;
+  if (only?.prepared.route === 'store' && (include === undefined || include.has(only))) {
+    return [{ kind: 'store', checks: [only as Check<StoreCheck>], slotSubject: only.prepared.subject }];
+  }
   const groups: CheckGroup[] = [];
   const bySlot = new Map<number, StoreGroup>();
   const logsBySlot = new Map<number, LogGroup>();

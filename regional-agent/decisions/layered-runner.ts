@@ -37,9 +37,12 @@ export type LayeredRunnerDeps = StoreGroupDeps &
  */
 export class LayeredRunner {
   readonly #deps: LayeredRunnerDeps;
+  /** The store's slot of a key, made once rather than per request. */
+  readonly #slotOf: (key: string) => number;
 
   constructor(deps: LayeredRunnerDeps) {
     this.#deps = deps;
+    this.#slotOf = (key) => deps.store.slotOf(key);
   }
 
   /** Throws AGT_ERR_IDEMPOTENCY_CONFLICT, or AGT_ERR_OVERLOADED when the home region shed the request. */
@@ -56,7 +59,7 @@ export class LayeredRunner {
       if (p.route === 'fail' && !this.#deps.failures.fail(c, p.cause, dryRun)) denied = true;
     }
 
-    const groups = groupChecks(checks, (key) => this.#deps.store.slotOf(key));
+    const groups = groupChecks(checks, this.#slotOf);
     // Every group of a several-group request keeps its record under the caller's key bound to the whole request
     // (fingerprinted before any reroute to shared buckets changes the checks, so a retry finds the same records).
     // A group's record fingerprints only that group's checks, so under the caller's plain key a one-group request
@@ -92,7 +95,7 @@ export class LayeredRunner {
           // loop goes on from there. A shared check is never missing, so this happens at most once per check.
           denied = this.#reroute(run.reroute, dryRun) || denied;
           const pending = new Set<Check>(groups.slice(next).flatMap((g): Check[] => g.checks));
-          const regrouped = groupChecks(checks, (key) => this.#deps.store.slotOf(key), pending);
+          const regrouped = groupChecks(checks, this.#slotOf, pending);
           groups.splice(next, groups.length - next, ...regrouped);
           next--;
           continue;

@@ -14,6 +14,7 @@ import type { Admission } from '../resilience/admission.js';
 import { decisionResponse } from './decision-reply.js';
 import { COMMON_PROBLEMS, problems } from './docs.js';
 import { errorProblem } from './problem.js';
+import { hasOwnKey } from '../../core/own-keys.js';
 import type { RateLimitDraft } from './rate-limit-headers.js';
 
 const schema = {
@@ -60,6 +61,15 @@ export function batchElements(body: unknown): unknown[] {
   if (Array.isArray(decisions) && decisions.length > MAX_DECISIONS_PER_BATCH) {
     throw new AgentErrors.AGT_ERR_BATCH_TOO_LARGE(MAX_DECISIONS_PER_BATCH, decisions.length);
   }
+  // What BatchRequest accepts, checked by hand (zod would walk and copy every element): an object whose only key
+  // is a non-empty `decisions` array. Anything else goes to zod, which says what is wrong.
+  if (
+    Array.isArray(decisions) &&
+    decisions.length >= 1 &&
+    hasOwnKey(body as object, 'decisions') &&
+    Object.keys(body as object).length === 1
+  )
+    return decisions as unknown[];
   const parsed = BatchRequest.safeParse(body);
   if (parsed.success) return parsed.data.decisions;
   const list = parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`);

@@ -719,7 +719,15 @@ export class AgentClient {
       if ('error' in whole && whole.error instanceof AgentUnavailableError) throw whole.error;
       return batch.map(() => whole);
     }
-    const answers = fastAnswers(json, batch.length) ?? BatchResponse.safeParse(json).data?.answers;
+    const fast = fastAnswers(json, batch.length);
+    // The fast check passed every 200 element's decision already: only the problem elements are read again.
+    if (fast !== undefined)
+      return fast.map((a) =>
+        a.status === 200
+          ? { decision: a.body as DecisionResponse }
+          : this.#outcome(a.status, a.body, undefined, false),
+      );
+    const answers = BatchResponse.safeParse(json).data?.answers;
     if (answers === undefined || answers.length !== batch.length) {
       throw new AgentUnavailableError('bad_body', 'unexpected batch body');
     }
