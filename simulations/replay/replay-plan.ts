@@ -299,7 +299,7 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
     // `renewed`; its request waits no longer, regional-agent/leases/lease-holder.ts). Compression shortens the
     // interval, not the links: below a link's round trip the agents across it never hold a lease, and within a few
     // ms of it the links' jitter and the processes' own delays, which the prediction has none of, decide who does.
-    const longest = Math.max(...STACK_REGIONS.map((r) => farthestRoundTrip(roundTrips!, r)));
+    const longest = Math.max(...STACK_REGIONS.map((r) => farthestRoundTrip(roundTrips, r)));
     const needed = linkAllowanceMs(longest);
     const interval = wallOf['reportIntervalMs'];
     if (interval < needed) {
