@@ -7,7 +7,7 @@
 import { errors, type NatsConnection } from '@nats-io/nats-core';
 import type { LoanAnswer } from '../../core/borrowing/planner.js';
 import { DEFAULT_KV_NAMESPACE } from '../../core/wire/kv.js';
-import { LoanReply, loanSubject, type LoanRequest } from '../../core/wire/loan.js';
+import { LoanReply, loanSubject } from '../../core/wire/loan.js';
 import { loanAnswer } from '../../core/borrowing/lender.js';
 import { onTheWire, WireTimeoutError } from '../resilience/wire-timeout.js';
 import type { LoanAsker } from './borrower.js';
