@@ -8,11 +8,11 @@
  * with --geo: the largest K whose report interval, 333 ms of wall time, carries a renewal across 220 ms), inside a
  * stack start and stop (about 80 s in all).
  *
- * Measured (2026-12-06, the machine shared at a load of 5-15, six runs each): step-shift 0.969-0.971 against
- * 0.972258, homed-tenants 0.954-0.965 against 0.964979. At K = 10 it failed (0.767 against 0.973538): a lender
- * settled at its safe share had its grants clipped to its issued share and the rest lost (fixed,
- * core/lease/agent-lease.ts `regionCeilings`), and a 100 ms report interval cannot carry renewals across 150-220 ms
- * links (now refused). docs/simulations.md ("On the geo topology") has the figures.
+ * Measured (2026-12-06, eleven runs each, the machine shared at a load of 0.7-15): step-shift 0.969-0.972 against
+ * 0.972258, homed-tenants 0.954-0.965 against 0.964979 (0.963-0.964 at a load under 2). At K = 10 it failed
+ * (0.767 against 0.973538): a lender settled at its safe share had its grants clipped to its issued share and the
+ * rest lost (fixed, core/lease/agent-lease.ts `regionCeilings`), and a 100 ms report interval cannot carry
+ * renewals across 150-220 ms links (now refused). docs/simulations.md ("On the geo topology") has the figures.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
