@@ -5,7 +5,12 @@
 import { parseArgs } from 'node:util';
 import { DEFAULT_ROUND_TRIPS } from '../core/distance.js';
 import { SimConfigError } from './errors.js';
-import { DEFAULT_COMPRESSION, MAX_COMPRESSION, REPLAY_MODES } from './replay/replay-plan.js';
+import {
+  DEFAULT_COMPRESSION,
+  DEFAULT_GEO_COMPRESSION,
+  MAX_COMPRESSION,
+  REPLAY_MODES,
+} from './replay/replay-plan.js';
 import { findScenario, scenarios } from './scenarios/catalogue.js';
 import type { Scenario } from './scenario.js';
 import { describeSettings, isSettingName, REGION_NAMES, type SettingName } from './settings.js';
@@ -81,7 +86,8 @@ export function usage(): string {
     '  --real-stack           also replay the arrivals, time-compressed, against a real three-region stack',
     '                         (npm start on free loopback ports) and print its metrics beside the prediction;',
     `                         strategies ${Object.keys(REPLAY_MODES).join(', ')} (default dynamic); see docs/simulations.md`,
-    `  --compress K           real stack: K scenario seconds per wall second, integer 1-${MAX_COMPRESSION} (default ${DEFAULT_COMPRESSION})`,
+    `  --compress K           real stack: K scenario seconds per wall second, integer 1-${MAX_COMPRESSION} (default ${DEFAULT_COMPRESSION},`,
+    `                         ${DEFAULT_GEO_COMPRESSION} with --geo)`,
     '  --attach FILE          real stack: use the running stack whose launcher wrote FILE (QP_STACK_STATE_FILE);',
     '                         its admin token in QP_ADMIN_TOKEN; implies --real-stack',
     '  --geo                  real stack: the geo topology (npm start -- --geo), regions a WAN apart; the',
@@ -181,7 +187,7 @@ export function parseCli(argv: readonly string[]): ParsedCli {
     ? {
         compression: integer(
           '--compress',
-          values.compress ?? String(DEFAULT_COMPRESSION),
+          values.compress ?? String(values.geo === true ? DEFAULT_GEO_COMPRESSION : DEFAULT_COMPRESSION),
           1,
           MAX_COMPRESSION,
         ),

@@ -263,9 +263,12 @@ export class AgentLease implements ShareView {
     if (record === undefined) return undefined;
     const unit = ownValue(record.overrides, subject) ?? record.default;
     const out = new Map<string, number>();
-    for (const [region, share] of Object.entries(unit.shares)) out.set(region, share);
-    for (const [region, share] of Object.entries(unit.pending))
-      out.set(region, Math.max(out.get(region) ?? 0, share));
+    const atLeast = (region: string, share: number) => out.set(region, Math.max(out.get(region) ?? 0, share));
+    for (const [region, share] of Object.entries(unit.shares)) atLeast(region, share);
+    for (const [region, share] of Object.entries(unit.pending)) atLeast(region, share);
+    // A region whose lease lapsed longer than the grace ago decides with its safe share, whatever it was issued
+    // (in-force.ts): the coordinator holds that share back for it, and it lends from it.
+    for (const [region, share] of Object.entries(record.safe)) atLeast(region, share);
     return ownRecordOf(out);
   }
 

@@ -44,8 +44,9 @@ export interface ShareView {
    */
   regionShares?(policy: string, subject: string): Readonly<Record<string, number>> | undefined;
   /**
-   * Optional: the most each region may be deciding with for `subject` of `policy` (the larger of its issued and
-   * pending share), for a borrower to bound what a lender could have given. Undefined when unknown.
+   * Optional: the most each region may be deciding with for `subject` of `policy` (the largest of its issued,
+   * pending and safe share: a region settled after its lease lapsed decides with its safe share), for a borrower
+   * to bound what a lender could have given. Undefined when unknown.
    */
   regionCeilings?(policy: string, subject: string): Readonly<Record<string, number>> | undefined;
 }

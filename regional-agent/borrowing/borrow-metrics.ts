@@ -11,6 +11,8 @@ export interface BorrowMetrics {
   lentTokens: Counter<'policy'>;
   /** Optional (older registries): grants believed only in part or not at all (core/borrowing/loan-bounds.ts). */
   distrustedGrants?: Counter<'lender' | 'problem'>;
+  /** Optional: grants that arrived after their borrow stopped waiting, credited all the same. */
+  lateGrants?: Counter<'lender'>;
 }
 
 export function borrowMetrics(registry: Registry, planner: BorrowPlanner): BorrowMetrics {
@@ -72,6 +74,12 @@ export function borrowMetrics(registry: Registry, planner: BorrowPlanner): Borro
       name: 'quotaplane_loan_grants_distrusted_total',
       help: 'Loan grants believed only in part (over_bound: more than the lender’s share could have held) or not at all (over_asked: more than asked), by lender and problem.',
       labelNames: ['lender', 'problem'],
+      registers,
+    }),
+    lateGrants: new Counter({
+      name: 'quotaplane_loan_grants_late_total',
+      help: 'Loan grants that arrived after their borrow stopped waiting (the lender had taken the tokens), credited to the bucket all the same, by lender.',
+      labelNames: ['lender'],
       registers,
     }),
   };

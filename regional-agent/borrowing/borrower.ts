@@ -35,8 +35,17 @@ import type {
 import type { BorrowMetrics } from './borrow-metrics.js';
 import type { TransferStore } from './transfer-store.js';
 
-/** Sends one loan request to a lender region and resolves how it was answered, by `deadlineAt` at the latest. */
-export type LoanAsker = (lender: string, request: LoanRequest, deadlineAt: number) => Promise<LoanAnswer>;
+/**
+ * Sends one loan request to a lender region and resolves how it was answered, by `deadlineAt` at the latest. A
+ * grant that arrives after the answer resolved `timeout` (the lender debited its bucket, the reply crossed the
+ * link too slowly) is handed to `late` when given, so that its tokens are credited instead of lost.
+ */
+export type LoanAsker = (
+  lender: string,
+  request: LoanRequest,
+  deadlineAt: number,
+  late?: (answer: Extract<LoanAnswer, { kind: 'grant' }>) => void,
+) => Promise<LoanAnswer>;
 
 export interface BorrowerOptions {
   region: string;
@@ -217,17 +226,20 @@ export class Borrower implements ShortfallHandler {
     const { policy } = check;
     const { cost: _cost, ...bucketParams } = check.bucket;
     const bucket = transferBucket(bucketParams);
+    const credit = (amount: number) => this.#o.store.credit({ key: check.bucket.key, bucket, amount });
     const result = await runBorrow(
       this.#o.planner,
       need,
       {
         now: () => this.#o.clock.now(),
         ask: (ask: LoanAsk, until: number) =>
-          this.#ask(ask, need, check.policy.version, until).then((answer) => {
+          this.#ask(ask, need, check.policy.version, until, (late, sentAt) => {
+            void this.#creditLate(ask, need, late, sentAt, credit);
+          }).then((answer) => {
             this.#o.metrics?.loanRequests.inc({ lender: ask.lender, answer: answer.kind });
             return answer;
           }),
-        credit: (amount: number) => this.#o.store.credit({ key: check.bucket.key, bucket, amount }),
+        credit,
       },
       askUntil,
     );
@@ -242,13 +254,53 @@ export class Borrower implements ShortfallHandler {
     return result;
   }
 
-  async #ask(ask: LoanAsk, need: BorrowNeed, version: number, until: number): Promise<LoanAnswer> {
+  async #ask(
+    ask: LoanAsk,
+    need: BorrowNeed,
+    version: number,
+    until: number,
+    late: (answer: Extract<LoanAnswer, { kind: 'grant' }>, sentAt: number) => void,
+  ): Promise<LoanAnswer> {
     const answerMs = oneWayAllowanceMs(this.#o.roundTripMs?.(ask.lender) ?? 0);
     const request = loanRequest(need, ask, version, until, this.#o.clock.now(), answerMs);
     if (request === undefined) return { kind: 'late' };
     const sentAt = this.#monotonic();
-    const answer = await this.#o.ask(ask.lender, request, until);
+    const answer = await this.#o.ask(ask.lender, request, until, (grant) => late(grant, sentAt));
     return answer.kind === 'grant' ? this.#believe(ask, need, answer, sentAt) : answer;
+  }
+
+  /**
+   * A grant that came after its borrow stopped waiting for it: the lender took the tokens, so they are credited
+   * to the bucket all the same (as far as the grant is believed; what finds no room is dropped, as any credit's).
+   * A late `spend` is not: the lender charged the cost of a request that was answered without it.
+   */
+  async #creditLate(
+    ask: LoanAsk,
+    need: BorrowNeed,
+    answer: Extract<LoanAnswer, { kind: 'grant' }>,
+    sentAt: number,
+    credit: (amount: number) => Promise<{ credited: number; dropped: number }>,
+  ): Promise<void> {
+    if (ask.mode === 'spend') return;
+    const believed = this.#believe(ask, need, answer, sentAt);
+    const amount = believed.kind === 'grant' ? believed.grant.grantedMicros : 0;
+    if (amount <= 0) return;
+    const m = this.#o.metrics;
+    m?.lateGrants?.inc({ lender: ask.lender });
+    let outcome: { credited: number; dropped: number };
+    try {
+      outcome = await credit(amount);
+    } catch {
+      // The store failed: the tokens are lost, which is safe.
+      m?.droppedTokens.inc({ policy: need.policy }, amount / MICRO);
+      return;
+    }
+    if (outcome.credited > 0) {
+      this.#noteCredit(need.policy, need.subject);
+      m?.borrowedTokens.inc({ policy: need.policy }, outcome.credited / MICRO);
+      this.#o.imported?.(need.policy, outcome.credited / MICRO);
+    }
+    if (outcome.dropped > 0) m?.droppedTokens.inc({ policy: need.policy }, outcome.dropped / MICRO);
   }
 
   /**

@@ -35,6 +35,12 @@ import { ideal } from '../strategies/ideal.js';
 
 /** Default compression: the simulator's default 300 s scenario becomes 30 s of wall time. */
 export const DEFAULT_COMPRESSION = 10;
+/**
+ * Default compression with `--geo`: the largest K whose report interval (1000 ms / K of wall time) still carries a
+ * heartbeat and its renewal across the default matrix's longest link with the margin every wait gets
+ * (`linkAllowanceMs`: 1.25 × 220 = 275 ms). 150 s of scenario take 50 s of wall time.
+ */
+export const DEFAULT_GEO_COMPRESSION = 3;
 /** Largest compression the CLI accepts (the protocol's minimum timers refuse most values above 20 anyway). */
 export const MAX_COMPRESSION = 100;
 /** Longest replay of one strategy, wall seconds: a replay is a check, not a soak test. */
@@ -288,6 +294,21 @@ export function planReplay(o: ReplayOptions): ReplayPlan {
   stackEnv['QP_COORDINATOR_OVERRIDE_TTL_MS'] = String(overrideTtlMs);
   stackEnv['QP_COORDINATOR_MAX_OVERRIDES'] = String(user.maxOverrides);
 
+  if (roundTrips !== undefined && wallOf['reportIntervalMs'] !== undefined) {
+    // An agent takes a renewal only within one report interval of its heartbeat (core/lease/agent-lease.ts
+    // `renewed`; its request waits no longer, regional-agent/leases/lease-holder.ts). Compression shortens the
+    // interval, not the links: below a link's round trip the agents across it never hold a lease, and within a few
+    // ms of it the links' jitter and the processes' own delays, which the prediction has none of, decide who does.
+    const longest = Math.max(...STACK_REGIONS.map((r) => farthestRoundTrip(roundTrips, r)));
+    const needed = linkAllowanceMs(longest);
+    const interval = wallOf['reportIntervalMs'];
+    if (interval < needed) {
+      const most = Math.floor(user.reportIntervalMs / needed);
+      throw new SimConfigError(
+        `--compress ${K} turns reportIntervalMs=${user.reportIntervalMs} into ${interval} ms of wall time, shorter than the ${needed} ms a heartbeat's renewal needs across the longest link (1.25 × ${longest} ms): the agents there could not renew their leases; ${most >= 1 ? `use --compress ≤ ${most} or` : 'use'} a longer reportIntervalMs`,
+      );
+    }
+  }
   if (roundTrips !== undefined) {
     // The agents' decisions wait the deadline plus the farthest link's allowance (regional-agent/start.ts: a
     // refusal's borrow and a top-up alike; strict forwarding by its home's round trip): the prediction's deadline

@@ -205,3 +205,29 @@ describe('steadyClock', () => {
     expect(steady.now()).toBe(1_000_501);
   });
 });
+
+describe('agent lease: the ceilings a borrower bounds its lenders by', () => {
+  it('each region at the largest of its issued, pending and safe share: a region settled after its lease lapsed lends from its safe share', () => {
+    const { lease, apply } = setup();
+    // eu issued 0.1 of a policy whose safe split is 0.5/0.5: with its lease lapsed past the grace it decides
+    // (and lends) with 0.5, so a grant of up to half the burst from eu is a true one.
+    apply(0.9);
+    expect(lease.regionCeilings('p', 't')).toEqual({ us: 0.9, eu: 0.5 });
+    // A pending shrink still in force counts at its old share.
+    lease.applyRecord(
+      'p',
+      {
+        policy: 'p',
+        version: 1,
+        epoch: 2,
+        safe: { us: 0.5, eu: 0.5 },
+        idleTtlSeconds: 60,
+        default: { shares: { us: 0.3, eu: 0.1 }, pending: { us: 0.9 }, epoch: 2 },
+        overrides: {},
+        updatedAt: 0,
+      },
+      2,
+    );
+    expect(lease.regionCeilings('p', 't')).toEqual({ us: 0.9, eu: 0.5 });
+  });
+});

@@ -10,6 +10,7 @@ import { captureArrivals } from '../../../../simulations/replay/arrivals.js';
 import {
   compressedPolicy,
   DEFAULT_COMPRESSION,
+  DEFAULT_GEO_COMPRESSION,
   MAX_COMPRESSION,
   MAX_WALL_RATE,
   MAX_WALL_SECONDS,
@@ -424,9 +425,13 @@ describe('planReplay refusals', () => {
 });
 
 describe('planReplay --geo', () => {
+  // At K = 10 the default 1000 ms report interval is 100 ms of wall time, shorter than a renewal across 220 ms:
+  // 3000 ms (300 wall) with a lease and grace to match, as the services require of them.
+  const longReports = ['--set', 'reportIntervalMs=3000', '--set', 'leaseMs=12000', '--set', 'graceMs=24000'];
+
   it('starts the geo topology and gives the prediction the same round trips, times K, on its links', () => {
-    const loopback = plan('--scenario', 'step-shift', '--real-stack');
-    const p = plan('--scenario', 'step-shift', '--real-stack', '--geo');
+    const loopback = plan('--scenario', 'step-shift', '--real-stack', '--compress', '10', ...longReports);
+    const p = plan('--scenario', 'step-shift', '--real-stack', '--geo', '--compress', '10', ...longReports);
     expect(p.roundTrips).toBe('us-eu=70,us-ap=150,eu-ap=220');
     expect(loopback.roundTrips).toBeUndefined();
     expect(p.stackEnv).toEqual({
@@ -443,6 +448,55 @@ describe('planReplay --geo', () => {
     expect(p.settings.forwardTimeoutMs).toBe(5250);
     expect(loopback.settings.forwardTimeoutMs).toBe(2500);
     expect({ ...p.settings, links: '', forwardTimeoutMs: 2500 }).toEqual(loopback.settings);
+  });
+
+  it('replays at K = 3 by default, the largest whose report interval carries a renewal across the longest link', () => {
+    expect(DEFAULT_GEO_COMPRESSION).toBe(3);
+    const p = plan('--scenario', 'step-shift', '--real-stack', '--geo');
+    expect(p.compression).toBe(3);
+    // 1000 / 3 = 333 ms of wall time ≥ 1.25 × 220 = 275 ms; the prediction runs the rounded 333 × 3.
+    expect(p.wall.reportIntervalMs).toBe(333);
+    expect(p.settings.reportIntervalMs).toBe(999);
+    expect(p.settings.links).toBe('us-eu=105/0/0,us-ap=225/0/0,eu-ap=330/0/0');
+    expect(p.settings.forwardTimeoutMs).toBe((250 + 275) * 3);
+    // Loopback keeps K = 10.
+    expect(plan('--scenario', 'step-shift', '--real-stack').compression).toBe(DEFAULT_COMPRESSION);
+  });
+
+  it('refuses a K whose report interval is shorter than a renewal across the longest link: the agents there would never hold a lease', () => {
+    expect(refusal('--scenario', 'step-shift', '--real-stack', '--geo', '--compress', '4')).toBe(
+      "--compress 4 turns reportIntervalMs=1000 into 250 ms of wall time, shorter than the 275 ms a heartbeat's renewal needs across the longest link (1.25 × 220 ms): the agents there could not renew their leases; use --compress ≤ 3 or a longer reportIntervalMs",
+    );
+    expect(refusal('--scenario', 'step-shift', '--real-stack', '--geo', '--compress', '10')).toMatch(
+      /^--compress 10 turns reportIntervalMs=1000 into 100 ms of wall time, shorter than the 275 ms/,
+    );
+    // A nearer matrix allows more.
+    expect(
+      plan(
+        '--scenario',
+        'step-shift',
+        '--real-stack',
+        '--geo',
+        '--compress',
+        '10',
+        '--round-trips',
+        'us-eu=40,us-ap=60,eu-ap=80',
+      ).compression,
+    ).toBe(10);
+    expect(
+      refusal(
+        '--scenario',
+        'step-shift',
+        '--real-stack',
+        '--geo',
+        '--compress',
+        '1',
+        '--round-trips',
+        'us-eu=70,us-ap=150,eu-ap=900',
+      ),
+    ).toMatch(
+      /1125 ms a heartbeat's renewal needs across the longest link \(1\.25 × 900 ms\).*; use a longer reportIntervalMs$/,
+    );
   });
 
   it('takes --round-trips, scaled by --compress', () => {
