@@ -139,6 +139,21 @@ export function oneWayAllowanceMs(roundTripMs: number): number {
   return roundTripMs > 0 ? Math.ceil((roundTripMs / 2) * (1 + LINK_MARGIN)) : 0;
 }
 
+/**
+ * Why a report interval cannot carry lease renewals across a round trip of `roundTripMs`, or undefined when it
+ * can: an agent ignores a renewal that comes back later than one interval after its heartbeat, so a coordinator
+ * whose region is that far away renews nothing (the lease lapses to the safe share).
+ */
+export function reportIntervalProblem(reportIntervalMs: number, roundTripMs: number): string | undefined {
+  const needed = linkAllowanceMs(roundTripMs);
+  if (reportIntervalMs >= needed) return undefined;
+  return (
+    `the report interval (${reportIntervalMs} ms) is shorter than 1.25 round trips to the farthest region ` +
+    `(${needed} ms for ${roundTripMs} ms): renewals from a coordinator that far come back after the interval and ` +
+    `are ignored; raise QP_REPORT_INTERVAL_MS to at least ${needed}`
+  );
+}
+
 /** The longest round trip from `region` to any region the matrix names with it, ms (0: none). */
 export function farthestRoundTrip(roundTrips: RoundTrips, region: string): number {
   let most = 0;

@@ -11,6 +11,7 @@ import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from 'pino';
 import { systemClock } from '../core/clock.js';
+import { farthestRoundTrip } from '../core/distance.js';
 import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
 import type { PolicySource } from './policies/policy-source.js';
 import type { ShareView } from '../core/shares/shares.js';
@@ -95,6 +96,8 @@ export async function connectCoordination(
     namespace,
     credentialTag: natsCredentialTag(config.natsNkeyFile),
     usage,
+    farthestRoundTripMs:
+      config.roundTrips === undefined ? 0 : farthestRoundTrip(config.roundTrips, config.region),
     renewalBounds: {
       maxLeaseMs: config.maxLeaseMs,
       maxGraceMs: config.maxGraceMs,

@@ -13,6 +13,7 @@ import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { monotonicOf, type Clock } from '../../core/clock.js';
+import { reportIntervalProblem } from '../../core/distance.js';
 import { AgentLease } from '../../core/lease/agent-lease.js';
 import type { RenewalBounds } from '../../core/lease/trust-checks.js';
 import {
@@ -49,6 +50,11 @@ export interface LeaseHolderOptions {
   skewMs?: number;
   /** Heartbeats until the coordinator says otherwise, ms. Default: the lease settings'. */
   reportIntervalMs?: number;
+  /**
+   * Round trip to the farthest region this agent knows (`QP_ROUND_TRIPS`), ms: a coordinator's report interval
+   * shorter than 1.25 of it is logged as a warning (core/distance.ts reportIntervalProblem). Default 0: none.
+   */
+  farthestRoundTripMs?: number;
   /** Deadline of one heartbeat request or KV call, ms. Default DEFAULT_NATS_TIMEOUT_MS (core/wire/kv.ts). */
   timeoutMs?: number;
   /** Serve safely (lapsed mode) when no renewal came this long after start. Default DEFAULT_STARTUP_WAIT_MS. */
@@ -93,6 +99,8 @@ export class LeaseHolder {
   #loaded = false;
   /** Highest coordinator epoch seen in a renewal or a record: anything older comes from a deposed coordinator. */
   #leaderEpoch = 0;
+  /** The last report interval checked against the farthest link (warned about once each). */
+  #checkedInterval: number | undefined;
   #firstLoad: (() => void) | undefined;
 
   constructor(options: LeaseHolderOptions) {
@@ -234,6 +242,7 @@ export class LeaseHolder {
         );
         return;
       }
+      this.#warnIfTooShort(reply.reportIntervalMs);
       this.#interval = reply.reportIntervalMs;
       this.#metrics?.heartbeats.inc({ outcome: outcome === 'accepted' ? 'renewed' : 'stale_reply' });
     } catch {
@@ -260,6 +269,14 @@ export class LeaseHolder {
   }
 
   /** True for an epoch older than one already seen (absent counts as 0); otherwise remembers it. */
+  /** Says so once per interval the coordinator sets when it cannot carry a renewal across the farthest link. */
+  #warnIfTooShort(intervalMs: number): void {
+    if (intervalMs === this.#checkedInterval) return;
+    this.#checkedInterval = intervalMs;
+    const problem = reportIntervalProblem(intervalMs, this.#options.farthestRoundTripMs ?? 0);
+    if (problem !== undefined) this.#options.log?.warn({ reportIntervalMs: intervalMs }, problem);
+  }
+
   #staleEpoch(epoch: number | undefined): boolean {
     const e = epoch ?? 0;
     if (e < this.#leaderEpoch) return true;

@@ -9,6 +9,7 @@ import {
   oneWayAllowanceMs,
   missingPairs,
   parseRoundTrips,
+  reportIntervalProblem,
   roundTripOf,
   RoundTripsText,
 } from '../../../core/distance.js';
@@ -94,5 +95,17 @@ describe('timings at a distance', () => {
     expect(loanRequest(need, ask, 1, 1500, 1000)).toMatchObject({ deadlineAtMs: 1500 });
     // Less time left than the answer needs to come back: nothing is asked (the answer would be `late`).
     expect(loanRequest(need, ask, 1, 1100, 1000, 138)).toBeUndefined();
+  });
+
+  it('finds a report interval too short to carry a renewal across the farthest link, and says what would do', () => {
+    // The default 1000 ms carries 220 ms; the replay's 100 ms at K = 10 does not; 275 ms is exactly enough.
+    expect(reportIntervalProblem(1000, 220)).toBeUndefined();
+    expect(reportIntervalProblem(275, 220)).toBeUndefined();
+    expect(reportIntervalProblem(100, 0)).toBeUndefined();
+    expect(reportIntervalProblem(100, 220)).toBe(
+      'the report interval (100 ms) is shorter than 1.25 round trips to the farthest region (275 ms for 220 ms): ' +
+        'renewals from a coordinator that far come back after the interval and are ignored; raise ' +
+        'QP_REPORT_INTERVAL_MS to at least 275',
+    );
   });
 });
