@@ -262,13 +262,24 @@ export class AgentLease implements ShareView {
     const record = this.#records.get(policy)?.record;
     if (record === undefined) return undefined;
     const unit = ownValue(record.overrides, subject) ?? record.default;
-    const out = new Map<string, number>();
-    const atLeast = (region: string, share: number) => out.set(region, Math.max(out.get(region) ?? 0, share));
-    for (const [region, share] of Object.entries(unit.shares)) atLeast(region, share);
-    for (const [region, share] of Object.entries(unit.pending)) atLeast(region, share);
+    // What each region holds for certain: its issued share, or its old one during a shrink not yet acknowledged.
+    const held = new Map<string, number>();
+    const atLeast = (m: Map<string, number>, region: string, share: number) =>
+      m.set(region, Math.max(m.get(region) ?? 0, share));
+    for (const [region, share] of Object.entries(unit.shares)) atLeast(held, region, share);
+    for (const [region, share] of Object.entries(unit.pending)) atLeast(held, region, share);
+    let heldSum = 0;
+    for (const share of held.values()) heldSum += share;
+    const out = new Map(held);
     // A region whose lease lapsed longer than the grace ago decides with its safe share, whatever it was issued
-    // (in-force.ts): the coordinator holds that share back for it, and it lends from it.
-    for (const [region, share] of Object.entries(record.safe)) atLeast(region, share);
+    // (in-force.ts), and lends from it. The coordinator counts that region at its safe share only while it may
+    // be lapsed, keeping Σ claim ≤ 1 with every other region's claim at least what it holds: so a lapsed region's
+    // safe share fits in the room the others leave, and a lender whose lease is valid (which the borrower cannot
+    // tell) is never believed above that room (docs/protocol.md, "Claims").
+    for (const [region, safe] of Object.entries(record.safe)) {
+      const room = 1 - (heldSum - (held.get(region) ?? 0));
+      atLeast(out, region, Math.max(0, Math.min(safe, room)));
+    }
     return ownRecordOf(out);
   }
 

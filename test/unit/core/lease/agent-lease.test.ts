@@ -207,27 +207,37 @@ describe('steadyClock', () => {
 });
 
 describe('agent lease: the ceilings a borrower bounds its lenders by', () => {
-  it('each region at the largest of its issued, pending and safe share: a region settled after its lease lapsed lends from its safe share', () => {
-    const { lease, apply } = setup();
-    // eu issued 0.1 of a policy whose safe split is 0.5/0.5: with its lease lapsed past the grace it decides
-    // (and lends) with 0.5, so a grant of up to half the burst from eu is a true one.
-    apply(0.9);
-    expect(lease.regionCeilings('p', 't')).toEqual({ us: 0.9, eu: 0.5 });
-    // A pending shrink still in force counts at its old share.
-    lease.applyRecord(
-      'p',
-      {
-        policy: 'p',
-        version: 1,
-        epoch: 2,
-        safe: { us: 0.5, eu: 0.5 },
-        idleTtlSeconds: 60,
-        default: { shares: { us: 0.3, eu: 0.1 }, pending: { us: 0.9 }, epoch: 2 },
-        overrides: {},
-        updatedAt: 0,
-      },
-      2,
-    );
-    expect(lease.regionCeilings('p', 't')).toEqual({ us: 0.9, eu: 0.5 });
+  it('a region at its safe share only within the room the others hold leave: a lapsed lender lends from it, a valid one is not believed above its issued share', () => {
+    const { lease } = setup();
+    let epoch = 0;
+    const ceilings = (shares: Record<string, number>, pending: Record<string, number> = {}) => {
+      epoch++;
+      lease.applyRecord(
+        'p',
+        {
+          policy: 'p',
+          version: 1,
+          epoch,
+          safe: { us: 0.5, eu: 0.5 },
+          idleTtlSeconds: 60,
+          default: { shares, pending, epoch },
+          overrides: {},
+          updatedAt: 0,
+        },
+        epoch,
+      );
+      return lease.regionCeilings('p', 't');
+    };
+    // us holds 0.75, eu 0.25, of a policy whose safe split is 0.5/0.5. The coordinator counts eu at its safe
+    // share only while eu may be lapsed, and us could then hold no more than 0.5: with us at 0.75, eu decides
+    // with 0.25, and a grant from eu above that (a forged or faulty one) is not believed.
+    expect(ceilings({ us: 0.75, eu: 0.25 })).toEqual({ us: 0.75, eu: 0.25 });
+    // us at 0.25 and eu issued 0.125 while it may be lapsed: the room is 0.75, so eu's safe 0.5 counts in full
+    // (and us's too: the room eu leaves it is 0.875).
+    expect(ceilings({ us: 0.25, eu: 0.125 })).toEqual({ us: 0.5, eu: 0.5 });
+    // A shrink not yet acknowledged counts at its old share, for its region and for the room it leaves.
+    expect(ceilings({ us: 0.25, eu: 0.125 }, { us: 0.75 })).toEqual({ us: 0.75, eu: 0.25 });
+    // The room never goes below nothing.
+    expect(ceilings({ us: 1, eu: 0 })).toEqual({ us: 1, eu: 0 });
   });
 });
