@@ -227,6 +227,9 @@ export class Borrower implements ShortfallHandler {
     const { cost: _cost, ...bucketParams } = check.bucket;
     const bucket = transferBucket(bucketParams);
     const credit = (amount: number) => this.#o.store.credit({ key: check.bucket.key, bucket, amount });
+    // The share this borrow's bucket parameters belong to: a late grant is credited only while it still holds.
+    const shareEpoch = () => this.#o.shares.shareFor(policy.name, check.subject)?.epoch;
+    const askedUnder = shareEpoch();
     const result = await runBorrow(
       this.#o.planner,
       need,
@@ -234,7 +237,7 @@ export class Borrower implements ShortfallHandler {
         now: () => this.#o.clock.now(),
         ask: (ask: LoanAsk, until: number) =>
           this.#ask(ask, need, check.policy.version, until, (late, sentAt) => {
-            void this.#creditLate(ask, need, late, sentAt, credit);
+            void this.#creditLate(ask, need, late, sentAt, credit, () => shareEpoch() === askedUnder);
           }).then((answer) => {
             this.#o.metrics?.loanRequests.inc({ lender: ask.lender, answer: answer.kind });
             return answer;
@@ -280,12 +283,20 @@ export class Borrower implements ShortfallHandler {
     answer: Extract<LoanAnswer, { kind: 'grant' }>,
     sentAt: number,
     credit: (amount: number) => Promise<{ credited: number; dropped: number }>,
+    sameShare: () => boolean,
   ): Promise<void> {
     if (ask.mode === 'spend') return;
     const believed = this.#believe(ask, need, answer, sentAt);
     const amount = believed.kind === 'grant' ? believed.grant.grantedMicros : 0;
     if (amount <= 0) return;
     const m = this.#o.metrics;
+    if (!sameShare()) {
+      // Past the decision, outside the enter/acknowledge protocol that keeps an on-time credit to the share in
+      // force: under a newer share the bucket parameters taken at the refusal no longer hold (a refill at the old
+      // rate across a shrink and regrowth would mint tokens), so the grant is dropped, which is safe.
+      m?.droppedTokens.inc({ policy: need.policy }, amount / MICRO);
+      return;
+    }
     m?.lateGrants?.inc({ lender: ask.lender });
     let outcome: { credited: number; dropped: number };
     try {

@@ -24,8 +24,9 @@ type Grant = Extract<LoanAnswer, { kind: 'grant' }>;
 function setup() {
   const clock = new ManualClock(1_750_000_000_000);
   const policy = parsePolicy({ name: 'api', capacity: 10, refillPerSecond: 1 });
+  const epoch = { now: 1 };
   const shares: ShareView = {
-    shareFor: () => ({ share: 0.5, epoch: 1 }),
+    shareFor: () => ({ share: 0.5, epoch: epoch.now }),
     enter: () => () => undefined,
     regionShares: () => ({ us: 0.5, eu: 0.5 }),
     regionCeilings: () => ({ us: 0.5, eu: 0.5 }),
@@ -67,7 +68,7 @@ function setup() {
     grant: { grantedMicros, remainingMicros: 0, refillMs: 1000 },
     rttMs: 400,
   });
-  return { borrower, credits, asked, refuse, grant, late: () => late, clock };
+  return { borrower, credits, asked, refuse, grant, late: () => late, clock, epoch };
 }
 
 describe('Borrower: a grant that arrives after the borrow stopped waiting', () => {
@@ -92,5 +93,16 @@ describe('Borrower: a grant that arrives after the borrow stopped waiting', () =
     late()!(grant(5_000_001));
     await new Promise((resolve) => setImmediate(resolve));
     expect(credits).toEqual([]);
+  });
+
+  it('is dropped when the share has moved since the ask: the bucket parameters of the refusal no longer hold', async () => {
+    const { borrower, credits, refuse, grant, late, epoch } = setup();
+    await refuse();
+    // A shrink and regrowth came meanwhile: crediting with the old share's rate and no floor would mint tokens.
+    epoch.now = 2;
+    late()!(grant(3_000_000));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(credits).toEqual([]);
+    expect(borrower.generation('api', 'alice')).toBe(0);
   });
 });
