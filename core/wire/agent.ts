@@ -22,6 +22,12 @@ export const MAX_WIRE_SUBJECT_LENGTH = 1024;
  * its default timeout above it.
  */
 export const ANSWER_WITHIN_HEADER = 'quotaplane-answer-within-ms';
+/**
+ * What a caller should assume of an agent it has not heard from yet, ms: the default decision deadline (250) plus
+ * the allowance of a link not yet measured (1.25 × 250 ms, core/distance.ts UNMEASURED_ROUND_TRIP_MS), as the
+ * agent itself assumes for a far home before its first answer.
+ */
+export const FIRST_ANSWER_WITHIN_MS = 563;
 
 const PolicyField = z.string().min(1).max(MAX_WIRE_POLICY_LENGTH);
 const SubjectField = z.string().min(1).max(MAX_WIRE_SUBJECT_LENGTH);

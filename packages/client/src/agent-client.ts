@@ -19,6 +19,7 @@ import type { Socket } from 'node:net';
 import CircuitBreaker from 'opossum';
 import {
   ANSWER_WITHIN_HEADER,
+  FIRST_ANSWER_WITHIN_MS,
   DecisionResponse,
   Problem,
   checksOf,
@@ -108,8 +109,9 @@ export interface AgentClientOptions {
    * `QP_DECISION_DEADLINE_MS`), so a healthy agent's slow path (borrowing from another region, a strict policy's
    * home) is an answer, not a timeout. Unset, the timeout follows the agent: every answer says how long the agent
    * may take (`quotaplane-answer-within-ms`: its deadline plus its farthest link's allowance, so a strict check
-   * forwarded to a home 220 ms away may take 525 ms), and the client waits that plus 50 ms, never less than 300.
-   * Set, it is used as given.
+   * forwarded to a home 220 ms away may take 525 ms), and the client waits that plus 50 ms, never less than 300;
+   * before its first answer, 613 ms (what the agent assumes of a far link it has not measured: 250 + 1.25 × 250,
+   * plus 50). A new connection is given 300 ms. Set, it is used as given for both.
    */
   timeoutMs?: number;
   /**
@@ -319,6 +321,8 @@ export class AgentClient {
   /** The timeout in force, ms: `timeoutMs` as given, or following the agent's `quotaplane-answer-within-ms`. */
   #timeoutMs: number;
   readonly #timeoutFollowsAgent: boolean;
+  /** Longest wait for a new connection, ms: `timeoutMs` as given, else 300 (the agent's bound is about answers). */
+  readonly #connectTimeoutMs: number;
   readonly #mode: FailureMode;
   readonly #policies: Readonly<Record<string, PolicyFailureOptions>>;
   readonly #fallbackBucket: FallbackBucket | undefined;
@@ -359,8 +363,11 @@ export class AgentClient {
     this.#batchUrl = new URL('/v1/decisions/batch', options.baseUrl);
     if (this.#url.protocol !== 'http:')
       throw new TypeError('the agent listens on plain http on a private network');
-    this.#timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    // Before the agent has said its bound, assume what it assumes of a far link it has not measured yet, so the
+    // first exchange of a cold burst (a strict check forwarded across a link) is not given up on.
+    this.#timeoutMs = options.timeoutMs ?? FIRST_ANSWER_WITHIN_MS + ANSWER_MARGIN_MS;
     this.#timeoutFollowsAgent = options.timeoutMs === undefined;
+    this.#connectTimeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.#mode = options.onUnavailable ?? 'closed';
     this.#policies = options.policies ?? {};
     this.#fallbackBucket = options.fallback;
@@ -870,9 +877,10 @@ export class AgentClient {
       let settled = false;
       const arm = (phase: 'connect' | 'answer', rearmed = false) => {
         clearTimeout(timer);
-        const due = performance.now() + this.#timeoutMs;
+        const waitMs = phase === 'connect' ? this.#connectTimeoutMs : this.#timeoutMs;
+        const due = performance.now() + waitMs;
         timer = setTimeout(() => {
-          if (!rearmed && performance.now() - due > this.#timeoutMs / 2) {
+          if (!rearmed && performance.now() - due > waitMs / 2) {
             arm(phase, true);
             return;
           }
@@ -880,17 +888,11 @@ export class AgentClient {
             if (settled || (phase === 'connect' && req.socket?.connecting !== true)) return;
             req.destroy(
               phase === 'connect'
-                ? new AgentUnavailableError(
-                    'connection',
-                    `no connection to the agent within ${this.#timeoutMs} ms`,
-                  )
-                : new AgentUnavailableError(
-                    'timeout',
-                    `no answer from the agent within ${this.#timeoutMs} ms`,
-                  ),
+                ? new AgentUnavailableError('connection', `no connection to the agent within ${waitMs} ms`)
+                : new AgentUnavailableError('timeout', `no answer from the agent within ${waitMs} ms`),
             );
           });
-        }, this.#timeoutMs);
+        }, waitMs);
       };
       req.once('socket', (socket: Socket) => {
         if (!socket.connecting) return;

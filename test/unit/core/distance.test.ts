@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { loanRequest } from '../../../core/borrowing/borrow.js';
-import { AgentConfig } from '../../../regional-agent/config.js';
+import { FIRST_ANSWER_WITHIN_MS } from '../../../core/wire/agent.js';
+import { AgentConfig, DEFAULT_DECISION_DEADLINE_MS } from '../../../regional-agent/config.js';
 import {
   DEFAULT_ROUND_TRIPS,
   farthestRoundTrip,
@@ -12,6 +13,7 @@ import {
   reportIntervalProblem,
   roundTripOf,
   RoundTripsText,
+  UNMEASURED_ROUND_TRIP_MS,
 } from '../../../core/distance.js';
 
 describe('round-trip matrix', () => {
@@ -106,6 +108,12 @@ describe('timings at a distance', () => {
       'the report interval (100 ms) is shorter than 1.25 round trips to the farthest region (275 ms for 220 ms): ' +
         'renewals from a coordinator that far come back after the interval and are ignored; raise ' +
         'QP_REPORT_INTERVAL_MS to at least 275',
+    );
+  });
+
+  it("gives a caller that has not heard from an agent the agent's own first assumption: deadline + unmeasured link", () => {
+    expect(FIRST_ANSWER_WITHIN_MS).toBe(
+      DEFAULT_DECISION_DEADLINE_MS + linkAllowanceMs(UNMEASURED_ROUND_TRIP_MS),
     );
   });
 });
