@@ -347,13 +347,15 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       eu.disconnect();
     }
 
+    // A listener that started after this instant is another test's, on a port the stack freed.
+    const stoppedAt = uptimeSeconds();
     run.signal('SIGTERM');
     const exit = await within(run.exited, 90_000, 'the launcher exits after SIGTERM');
     expect(exit.code).toBe(0);
     expect(run.output()).toContain('SIGTERM: stopping the stack');
     expect(run.output()).toContain('stack stopped');
     expect(leftovers(state)).toEqual([]);
-    expect(await takenOf(portsOf(state))).toEqual([]);
+    expect(await takenOf(portsOf(state), stoppedAt)).toEqual([]);
     expect(existsSync(state.dataDir)).toBe(false);
     expect(existsSync(env['QP_STACK_STATE_FILE']!)).toBe(false);
     expect(existsSync(env['QP_STACK_ENV_FILE']!)).toBe(false);
@@ -366,6 +368,9 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     const state = await ready(run, env['QP_STACK_STATE_FILE']!);
     dirs.push(state.dataDir);
     const ap = state.processes.find((p) => p.name === 'agent ap')!;
+    // A listener that started after this instant is another test's, on a port the stack freed (CI on
+    // 2026-12-06 saw one such port taken after the stack had stopped).
+    const stoppedAt = uptimeSeconds();
     process.kill(ap.pid!, 'SIGKILL');
 
     const exit = await within(run.exited, 90_000, 'the launcher exits after a process died');
@@ -374,7 +379,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     expect(run.output()).toContain(`logs kept in ${state.dataDir}/logs`);
     expect(existsSync(join(state.dataDir, 'logs', 'agent-ap.log'))).toBe(true);
     expect(leftovers(state)).toEqual([]);
-    expect(await takenOf(portsOf(state))).toEqual([]);
+    expect(await takenOf(portsOf(state), stoppedAt)).toEqual([]);
   });
 
   it('stops what it started when SIGTERM comes during the start', async () => {
@@ -438,6 +443,8 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       'the parent exits once the stack is ready',
     );
     expect(parentExit).toBe(0);
+    // The stack stops from here on: a listener that started later is another test's.
+    const stoppedAt = uptimeSeconds();
     const state = JSON.parse(readFileSync(join(dir, 'state.json'), 'utf8')) as StackState;
     expect(leftovers(state, { launcher: true }).length).toBeGreaterThanOrEqual(5);
     // The launcher sees its parent gone within 500 ms and stops the stack in order: agents, coordinator, servers.
@@ -448,7 +455,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     ).catch((error: Error) => {
       throw new Error(`${error.message}: ${leftovers(state, { launcher: true }).join(', ')}`);
     });
-    expect(await takenOf(portsOf(state))).toEqual([]);
+    expect(await takenOf(portsOf(state), stoppedAt)).toEqual([]);
   });
 
   it('names a taken port and the variable that moves it, and starts nothing', async () => {
