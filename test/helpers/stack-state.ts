@@ -3,7 +3,7 @@
  * processes it started. Tests check both are gone after it stops.
  */
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import type { StackState } from '../../scripts/stack/launcher.js';
 import { isPortFree } from '../../scripts/stack/ports.js';
 import { STACK_ID_VAR } from '../../scripts/stack/services.js';
@@ -73,13 +73,21 @@ export function uptimeSeconds(): number {
   return Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]);
 }
 
-/** Seconds since boot at which the process that listens on 127.0.0.1:`port` started; undefined if unknown. */
-function listenerStartedAt(port: number): number | undefined {
+/** The process listening on 127.0.0.1:`port`: `none` when no socket listens there, its pid when `ss` names it. */
+function listenerOf(port: number): { pid: number | undefined } | 'none' {
   try {
     const line = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'latin1' });
+    if (line.trim() === '') return 'none';
     const pid = /pid=(\d+)/.exec(line)?.[1];
-    if (pid === undefined) return undefined;
-    // Field 22 of /proc/PID/stat (after the parenthesised name): start time in clock ticks since boot (100 a second).
+    return { pid: pid === undefined ? undefined : Number(pid) };
+  } catch {
+    return { pid: undefined };
+  }
+}
+
+/** Seconds since boot at which process `pid` started (field 22 of /proc/PID/stat, 100 ticks a second). */
+function startedAt(pid: number): number | undefined {
+  try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'latin1').split(') ')[1]!.split(' ');
     return Number(fields[19]) / 100;
   } catch {
@@ -87,18 +95,38 @@ function listenerStartedAt(port: number): number | undefined {
   }
 }
 
+/** Whether `pid` is one of a stack's: it carries the stack id in its environment, or runs in its data directory. */
+function ownedBy(pid: number, owner: { stackId: string; dataDir: string }): boolean {
+  try {
+    const environ = readFileSync(`/proc/${pid}/environ`, 'latin1');
+    if (environ.split('\0').includes(`${STACK_ID_VAR}=${owner.stackId}`)) return true;
+    // Redis rewrites its environment for its title: it is known by its working directory, the stack's.
+    return readlinkSync(`/proc/${pid}/cwd`).startsWith(owner.dataDir);
+  } catch {
+    return true;
+  }
+}
+
 /**
- * The ports of `ports` that something still listens on. With `startedBefore` (seconds since boot, taken before
- * the stack was told to stop), a port whose listener started after that instant is not counted: on a machine
- * running tests in parallel, another test may take a port the stack has freed. A listener that cannot be
- * identified is counted.
+ * The ports of `ports` that a process still listens on. A port only bound by a connection (a local port the
+ * kernel gave an outgoing socket) is not counted. On a machine running tests in parallel another test may take a
+ * port the stack has freed, or one it had not yet bound: with `startedBefore` (seconds since boot, taken before
+ * the stack was told to stop) a listener that started after that instant is not counted, and with `owner` one
+ * that is not the stack's (neither its id in the environment nor its data directory as working directory). A
+ * listener that cannot be identified is counted.
  */
-export async function takenOf(ports: readonly number[], startedBefore?: number): Promise<number[]> {
+export async function takenOf(
+  ports: readonly number[],
+  startedBefore?: number,
+  owner?: { stackId: string; dataDir: string },
+): Promise<number[]> {
   const free = await Promise.all(ports.map((p) => isPortFree('127.0.0.1', p)));
   return ports.filter((p, i) => {
     if (free[i]) return false;
-    if (startedBefore === undefined) return true;
-    const started = listenerStartedAt(p);
-    return started === undefined || started <= startedBefore;
+    const listener = listenerOf(p);
+    if (listener === 'none') return false;
+    if (listener.pid === undefined) return true;
+    if (startedBefore !== undefined && (startedAt(listener.pid) ?? 0) > startedBefore) return false;
+    return owner === undefined || ownedBy(listener.pid, owner);
   });
 }

@@ -355,7 +355,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     expect(run.output()).toContain('SIGTERM: stopping the stack');
     expect(run.output()).toContain('stack stopped');
     expect(leftovers(state)).toEqual([]);
-    expect(await takenOf(portsOf(state), stoppedAt)).toEqual([]);
+    expect(await takenOf(portsOf(state), stoppedAt, state)).toEqual([]);
     expect(existsSync(state.dataDir)).toBe(false);
     expect(existsSync(env['QP_STACK_STATE_FILE']!)).toBe(false);
     expect(existsSync(env['QP_STACK_ENV_FILE']!)).toBe(false);
@@ -379,7 +379,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     expect(run.output()).toContain(`logs kept in ${state.dataDir}/logs`);
     expect(existsSync(join(state.dataDir, 'logs', 'agent-ap.log'))).toBe(true);
     expect(leftovers(state)).toEqual([]);
-    expect(await takenOf(portsOf(state), stoppedAt)).toEqual([]);
+    expect(await takenOf(portsOf(state), stoppedAt, state)).toEqual([]);
   });
 
   it('stops what it started when SIGTERM comes during the start', async () => {
@@ -408,7 +408,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
       .filter(([k]) => k.endsWith('_PORT'))
       .map(([, v]) => Number(v));
     expect(fixed).toHaveLength(STACK_PORT_VARS.length);
-    expect(await takenOf(fixed, stoppedAt)).toEqual([]);
+    expect(await takenOf(fixed, stoppedAt, { stackId: stackId![1]!, dataDir: stackId![2]! })).toEqual([]);
     expect(carryingId(stackId![1]!)).toEqual([]);
     expect(existsSync(stackId![2]!)).toBe(false);
   });
@@ -455,7 +455,7 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     ).catch((error: Error) => {
       throw new Error(`${error.message}: ${leftovers(state, { launcher: true }).join(', ')}`);
     });
-    expect(await takenOf(portsOf(state), stoppedAt)).toEqual([]);
+    expect(await takenOf(portsOf(state), stoppedAt, state)).toEqual([]);
   });
 
   it('names a taken port and the variable that moves it, and starts nothing', async () => {
