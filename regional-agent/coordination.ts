@@ -131,7 +131,7 @@ export async function connectCoordination(
     usage,
     forwarder,
     holder,
-    notReady: () => (holder.ready() ? [] : ['no lease from the coordinator yet']),
+    notReady: () => holder.notReady(),
     serveStrict: (service, admission) => {
       responder = new StrictResponder({
         nc,

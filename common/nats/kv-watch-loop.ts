@@ -27,6 +27,40 @@ export interface KvWatchLoopOptions {
   /** A fresh session for each (re)load. */
   session: () => KvWatchSession;
   onFailure: (error: unknown) => void;
+  /**
+   * The initial load is given up (the watch stopped, reported through `onFailure`, tried again) when no entry
+   * arrives for this long before it completes, ms. Default: twice `timeoutMs`, at least 2 s.
+   */
+  stallMs?: number;
+  /** Opens the bucket and its watch (tests give a double; by default JetStream's KV). */
+  open?: (bucket: string, timeoutMs: number) => Promise<OpenedWatch>;
+}
+
+/** A bucket's watch as the loop uses it: how many values the bucket held, its last sequence, the entries. */
+export interface OpenedWatch {
+  values: number;
+  lastSeq: number;
+  watch: AsyncIterable<KvWatchEntry> & { stop(): void };
+}
+
+/** The initial load did not complete: no entry for `stallMs`. */
+export class InitialLoadStalled extends Error {
+  constructor(bucket: string, entries: number, values: number, stallMs: number) {
+    super(
+      `the initial load of ${bucket} stalled: ${String(entries)} entries of about ${String(values)} in, none for ${String(stallMs)} ms; watching again`,
+    );
+    this.name = 'InitialLoadStalled';
+  }
+}
+
+function openKv(nc: NatsConnection): (bucket: string, timeoutMs: number) => Promise<OpenedWatch> {
+  return async (bucket, timeoutMs) => {
+    const js = jetstream(nc, { timeout: timeoutMs });
+    const kv = await new Kvm(js).open(bucket, { bindOnly: true, timeout: timeoutMs });
+    const status = await kv.status();
+    const watch = await kv.watch();
+    return { values: status.values, lastSeq: status.streamInfo.state.last_seq, watch };
+  };
 }
 
 export class KvWatchLoop {
@@ -36,9 +70,15 @@ export class KvWatchLoop {
   #wake: (() => void) | undefined;
   #closed = false;
   readonly #loop: Promise<void>;
+  readonly #open: (bucket: string, timeoutMs: number) => Promise<OpenedWatch>;
+  #loads = 0;
+  #stalls = 0;
+  #loading: { since: number; entries: number; values: number } | undefined;
+  #lastFailure: string | undefined;
 
   constructor(options: KvWatchLoopOptions) {
     this.#options = options;
+    this.#open = options.open ?? openKv(options.nc);
     // The client's status stream is a QueuedIterator (stop() ends it), typed as a plain AsyncIterable.
     this.#status = options.nc.status();
     void this.#followStatus();
@@ -47,6 +87,17 @@ export class KvWatchLoop {
 
   get closed(): boolean {
     return this.#closed;
+  }
+
+  /** Where the loop stands, for a readiness message: loading (how far, how long) or how many loads completed. */
+  describe(): string {
+    const stalls =
+      (this.#stalls === 0 ? '' : `, ${String(this.#stalls)} stalled`) +
+      (this.#lastFailure === undefined ? '' : `, last failure: ${this.#lastFailure}`);
+    const loading = this.#loading;
+    if (loading === undefined)
+      return `${String(this.#loads)} loads of ${this.#options.bucket} completed${stalls}`;
+    return `loading ${this.#options.bucket} for ${String(Date.now() - loading.since)} ms: ${String(loading.entries)} entries of about ${String(loading.values)}, ${String(this.#loads)} loads completed${stalls}`;
   }
 
   async close(): Promise<void> {
@@ -59,14 +110,13 @@ export class KvWatchLoop {
   }
 
   async #run(): Promise<void> {
-    const { nc, bucket, timeoutMs, retryMs, maxRetryMs } = this.#options;
+    const { bucket, timeoutMs, retryMs, maxRetryMs } = this.#options;
+    const stallMs = this.#options.stallMs ?? Math.max(2 * timeoutMs, 2000);
     let delay = retryMs;
     while (!this.#closed) {
+      let stall: NodeJS.Timeout | undefined;
       try {
-        const js = jetstream(nc, { timeout: timeoutMs });
-        const kv = await new Kvm(js).open(bucket, { bindOnly: true, timeout: timeoutMs });
-        const status = await kv.status();
-        const watch = await kv.watch();
+        const { values, lastSeq, watch } = await this.#open(bucket, timeoutMs);
         this.#watch = watch;
         if (this.#closed) {
           watch.stop();
@@ -74,21 +124,51 @@ export class KvWatchLoop {
         }
         const session = this.#options.session();
         let initial = true;
-        // An empty bucket sends nothing: the load is complete at once.
-        if (status.values === 0) {
+        const loading = { since: Date.now(), entries: 0, values };
+        let stalled = false;
+        const complete = (revision: number): void => {
           initial = false;
-          session.loaded(status.streamInfo.state.last_seq);
+          clearTimeout(stall);
+          this.#loading = undefined;
+          this.#loads += 1;
+          session.loaded(Math.max(revision, lastSeq));
+        };
+        // No entry for `stallMs` before the load completes: stop and watch again (a consumer that never
+        // delivers, or a pending count that never reaches zero, must not keep the caller loading forever).
+        const armStall = (): void => {
+          clearTimeout(stall);
+          stall = setTimeout(() => {
+            stalled = true;
+            watch.stop();
+          }, stallMs);
+        };
+        // An empty bucket sends nothing: the load is complete at once.
+        if (values === 0) complete(lastSeq);
+        else {
+          this.#loading = loading;
+          armStall();
         }
         for await (const entry of watch) {
           session.entry(entry, initial);
-          if (initial && entry.delta === 0) {
-            initial = false;
-            session.loaded(Math.max(entry.revision, status.streamInfo.state.last_seq));
-          }
+          if (!initial) continue;
+          loading.entries += 1;
+          // The load is complete at the entry after which nothing is pending, or at the last of the entries the
+          // consumer held when it was made (the library's count: `isUpdate` from that entry on), whichever is first.
+          if (entry.delta === 0 || entry.isUpdate) complete(entry.revision);
+          else armStall();
         }
-        if (!initial) delay = retryMs;
+        clearTimeout(stall);
+        if (initial) {
+          this.#loading = undefined;
+          if (stalled) {
+            this.#stalls += 1;
+            throw new InitialLoadStalled(bucket, loading.entries, values, stallMs);
+          }
+        } else delay = retryMs;
       } catch (error) {
+        clearTimeout(stall);
         if (this.#closed) break;
+        this.#lastFailure = error instanceof Error ? error.message : String(error);
         this.#options.onFailure(error);
       }
       if (this.#closed) break;

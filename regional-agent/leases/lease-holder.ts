@@ -29,7 +29,7 @@ import {
   RenewalReply,
   type ProtocolSubjects,
 } from '../../core/wire/protocol.js';
-import { KvWatchLoop, type KvWatchSession } from '../../common/nats/kv-watch-loop.js';
+import { InitialLoadStalled, KvWatchLoop, type KvWatchSession } from '../../common/nats/kv-watch-loop.js';
 import type { UsageRecorder } from '../reporting/usage-recorder.js';
 
 export interface LeaseHolderOptions {
@@ -69,6 +69,7 @@ interface HolderMetrics {
   heartbeats: Counter<'outcome'>;
   acks: Counter;
   reloads: Counter;
+  watchFailures: Counter<'kind'>;
   badRecords: Counter;
   refusedRecords: Counter;
   staleRecords: Counter;
@@ -134,8 +135,10 @@ export class LeaseHolder {
       retryMs: 250,
       maxRetryMs: 5000,
       session: () => this.#session(),
-      onFailure: (error) =>
-        this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying'),
+      onFailure: (error) => {
+        this.#metrics?.watchFailures.inc({ kind: error instanceof InitialLoadStalled ? 'stalled' : 'error' });
+        this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying');
+      },
     });
     this.#beat();
     await first;
@@ -144,6 +147,16 @@ export class LeaseHolder {
   /** Ready to decide (renewed, or serving safely after the startup wait with the coordinator unreachable). */
   ready(): boolean {
     return this.#loaded && this.lease.ready();
+  }
+
+  /** Why it is not ready, in words (empty when ready): the lease, the allocation records' first load, or both. */
+  notReady(): string[] {
+    return [
+      ...(this.lease.ready() ? [] : ['no lease from the coordinator yet']),
+      ...(this.#loaded
+        ? []
+        : [`allocation records not loaded yet (${this.#loop?.describe() ?? 'watch not started'})`]),
+    ];
   }
 
   /** Say goodbye (the coordinator stops counting this agent) and stop. */
@@ -374,6 +387,12 @@ function holderMetrics(registry: Registry): HolderMetrics {
     reloads: new Counter({
       name: 'quotaplane_agent_allocation_loads_total',
       help: 'Full loads of the allocation records (the first, then one per recovery).',
+      registers,
+    }),
+    watchFailures: new Counter({
+      name: 'quotaplane_agent_allocation_watch_failures_total',
+      help: 'Watches of the allocation records given up and started again, by kind (stalled: the first load stopped arriving before it completed; error: opening or following the watch failed).',
+      labelNames: ['kind'],
       registers,
     }),
     badRecords: new Counter({
