@@ -37,6 +37,10 @@ export { DEMAND_SNAPSHOT_MAX_AGE_MS };
  */
 export const SNAPSHOT_START_MS = 2000;
 
+/** First wait before the bucket is tried again after a failed open, ms; it doubles up to MAX_OPEN_RETRY_MS. */
+const OPEN_RETRY_MS = 1000;
+const MAX_OPEN_RETRY_MS = 60_000;
+
 /** `promise`'s value, or `undefined` once `ms` passed first (the promise goes on). */
 async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
@@ -52,15 +56,15 @@ async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined
 
 export class DemandSnapshots {
   readonly #context: EngineContext;
-  /**
-   * Undefined until the bucket is open, and for good when it cannot be (e.g. a server configuration from before
-   * it): none is kept then.
-   */
+  /** Undefined until the bucket is open (tried again in the background until it is): none is kept meanwhile. */
   #kv: KV | undefined;
   /** The keys the bucket held when it opened, and a view through its leader, for `load` (kv-read.ts). */
   #opened: OpenedBucket | undefined;
   readonly #metrics: Pick<ProtocolMetrics, 'snapshots'>;
   #writing: Promise<void> = Promise.resolve();
+  #failedOpens = 0;
+  #retry: NodeJS.Timeout | undefined;
+  #closed = false;
 
   private constructor(
     context: EngineContext,
@@ -73,41 +77,66 @@ export class DemandSnapshots {
   }
 
   /**
-   * Create (or bind to) the bucket. A failure (a NATS server configuration generated before the bucket existed
-   * refuses it to the coordinator's credentials) is logged and counted (`unavailable`): the engine runs without
-   * snapshots, as it did before them.
+   * Create (or bind to) the bucket. A failure (JetStream still electing, or a NATS server configuration generated
+   * before the bucket existed, which refuses it to the coordinator's credentials) is logged and counted
+   * (`unavailable`) once, and the bucket is tried again in the background (every second, doubling to a minute)
+   * until it opens: the engine runs without snapshots meanwhile, as it did before them, and writes them from then on.
    */
   static async open(
     context: EngineContext,
     metrics: Pick<ProtocolMetrics, 'snapshots'>,
   ): Promise<DemandSnapshots> {
-    const { nc, names, config } = context;
-    const replicas = config.replicas ?? 1;
     const self = new DemandSnapshots(context, undefined, metrics);
-    const opening = (async () => {
-      // No account check (JetStream was checked when the store opened): none of this needs the meta leader once
-      // the bucket exists.
-      const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs, checkAPI: false }));
-      const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs, checkAPI: false });
-      const opened = await openBucket(kvm, jsm, names.demand, { ...DEMAND_BUCKET_OPTIONS, replicas });
-      self.#kv = opened.kv;
-      self.#opened = opened;
-      return true;
-    })().catch((error: unknown) => {
-      metrics.snapshots.inc({ outcome: 'unavailable' });
-      context.log.warn(
-        { err: error, bucket: names.demand },
-        'protocol: the demand snapshot bucket cannot be opened; running without demand snapshots',
-      );
-      return false;
-    });
+    const opening = self.#tryOpen(OPEN_RETRY_MS);
     if ((await within(opening, SNAPSHOT_START_MS)) === undefined) {
       context.log.warn(
-        { bucket: names.demand, waitedMs: SNAPSHOT_START_MS },
+        { bucket: context.names.demand, waitedMs: SNAPSHOT_START_MS },
         'protocol: the demand snapshot bucket is not open yet; starting without snapshots, writing them once it is',
       );
     }
     return self;
+  }
+
+  /** One attempt to open the bucket; after a failure, the next one `delayMs` later (until closed). */
+  async #tryOpen(delayMs: number): Promise<boolean> {
+    const { nc, names, config, log } = this.#context;
+    try {
+      // No account check (JetStream was checked when the store opened): none of this needs the meta leader once
+      // the bucket exists.
+      const kvm = new Kvm(jetstream(nc, { timeout: config.natsTimeoutMs, checkAPI: false }));
+      const jsm = await jetstreamManager(nc, { timeout: config.natsTimeoutMs, checkAPI: false });
+      const opened = await openBucket(kvm, jsm, names.demand, {
+        ...DEMAND_BUCKET_OPTIONS,
+        replicas: config.replicas ?? 1,
+      });
+      if (this.#closed) return false;
+      this.#kv = opened.kv;
+      this.#opened = opened;
+      if (this.#failedOpens > 0) {
+        log.info(
+          { bucket: names.demand, failedAttempts: this.#failedOpens },
+          'protocol: the demand snapshot bucket is open; writing snapshots from now on',
+        );
+      }
+      return true;
+    } catch (error) {
+      if (this.#closed) return false;
+      this.#failedOpens += 1;
+      if (this.#failedOpens === 1) {
+        this.#metrics.snapshots.inc({ outcome: 'unavailable' });
+        log.warn(
+          { err: error, bucket: names.demand },
+          'protocol: the demand snapshot bucket cannot be opened; running without demand snapshots and trying again',
+        );
+      } else
+        log.debug(
+          { err: error, bucket: names.demand },
+          'protocol: the demand snapshot bucket still cannot be opened',
+        );
+      this.#retry = setTimeout(() => void this.#tryOpen(Math.min(2 * delayMs, MAX_OPEN_RETRY_MS)), delayMs);
+      this.#retry.unref();
+      return false;
+    }
   }
 
   /**
@@ -191,8 +220,10 @@ export class DemandSnapshots {
     });
   }
 
-  /** Wait for the writes under way. */
+  /** Stop trying to open the bucket and wait for the writes under way. */
   async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#retry);
     await this.#writing;
   }
 }

@@ -5,7 +5,7 @@
  * and ignored. Values are compared, not timings: the successor's snapshot is what it restored, aged by exactly
  * the time between the two.
  */
-import { jetstream } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
@@ -95,5 +95,49 @@ describe('demand snapshots across a coordinator crash (real NATS and Redis)', ()
     expect(after.unmet).toEqual(before.unmet);
     expect(after.target).toEqual(before.target);
     expect(after.beyondForMs! - before.beyondForMs!).toBe(after.takenAt - before.takenAt);
+  }, 60_000);
+
+  it('a coordinator that cannot open the snapshot bucket keeps trying, and writes snapshots once it can', async () => {
+    const other = await startProtocolStack({
+      agentsPerRegion: 1,
+      snapshotIntervalMs: 500,
+    });
+    const client = await connect({ servers: other.nats.url });
+    try {
+      await other.createPolicy('writes', { capacity: 30, refillPerSecond: 60 });
+      other.setDemand('us', 80);
+      const demand = kvNames(other.namespace).demand;
+      const jsm = await jetstreamManager(client);
+      // The bucket is gone and a stream of another name holds its subjects: creating it fails until that goes.
+      await other.killCoordinator();
+      await jsm.streams.delete(`KV_${demand}`);
+      await jsm.streams.add({ name: `blocker-${other.namespace}`, subjects: [`$KV.${demand}.>`] });
+      await other.startCoordinator();
+      expect(await metric(other, 'unavailable')).toBe(1);
+      await expect(jsm.streams.info(`KV_${demand}`)).rejects.toThrow();
+
+      await jsm.streams.delete(`blocker-${other.namespace}`);
+      let kv: KV | undefined;
+      await eventually(
+        async () => {
+          try {
+            const opened = await new Kvm(jetstream(client)).open(demand, { bindOnly: true });
+            if ((await stored(opened, 'writes')) !== undefined) kv = opened;
+          } catch {
+            // Not created yet.
+          }
+          return kv !== undefined;
+        },
+        20_000,
+        'a snapshot written once the bucket could be created',
+        100,
+      );
+      expect((await stored(kv!, 'writes'))?.demand['us']).toBeGreaterThan(0);
+      // Counted once, however many attempts it took.
+      expect(await metric(other, 'unavailable')).toBe(1);
+    } finally {
+      await client.close();
+      await other[Symbol.asyncDispose]();
+    }
   }, 60_000);
 });
