@@ -75,6 +75,11 @@ interface LapseTally {
   lent: number;
   /** Late grants credited by the borrowers (quotaplane_loan_grants_late_total). */
   lateGrants: number;
+  /**
+   * Grants the borrowers believed only in part or not at all (quotaplane_loan_grants_distrusted_total): a lapsed
+   * lender's grant is believed up to its safe share within the room the others' held shares leave.
+   */
+  distrusted: number;
   /** Steps during which a borrower's share epoch of a case policy moved (a rebalance during the lapse). */
   epochMoved: number;
   /** Steps whose lean moved the lender's share before its lapse. */
@@ -86,6 +91,7 @@ const newTally = (): LapseTally => ({
   steps: 0,
   lent: 0,
   lateGrants: 0,
+  distrusted: 0,
   epochMoved: 0,
   leaned: 0,
   stalls: 0,
@@ -284,6 +290,7 @@ describe('conservation on the real stack (sampled cases)', () => {
           }
           const lentBefore = await total([lender], 'quotaplane_lent_tokens_total');
           const lateBefore = await total(borrowers, 'quotaplane_loan_grants_late_total');
+          const distrustedBefore = await total(borrowers, 'quotaplane_loan_grants_distrusted_total');
           let stall: Promise<void> | undefined;
           for (let round = 0; round < step.rounds; round++) {
             if (round > 0) await sleep(Math.min(step.gapMs, 300));
@@ -306,6 +313,8 @@ describe('conservation on the real stack (sampled cases)', () => {
           tally.steps++;
           tally.lent += (await total([lender], 'quotaplane_lent_tokens_total')) - lentBefore;
           tally.lateGrants += (await total(borrowers, 'quotaplane_loan_grants_late_total')) - lateBefore;
+          tally.distrusted +=
+            (await total(borrowers, 'quotaplane_loan_grants_distrusted_total')) - distrustedBefore;
           if (epochs() !== epochsBefore) tally.epochMoved++;
           if (step.heal) await heal(lender);
         }
