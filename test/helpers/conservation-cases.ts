@@ -87,7 +87,29 @@ export type Step =
   | { op: 'batch'; calls: Call[] }
   | { op: 'restart'; region: Region }
   | { op: 'freeze'; region: Region; on: boolean }
-  | { op: 'cut'; region: Region; on: boolean };
+  | { op: 'cut'; region: Region; on: boolean }
+  /**
+   * `region`'s lease lapses past its grace period: its agents' heartbeats no longer reach the coordinator (loans,
+   * records and decisions still flow), so they decide and lend at the region's safe share. Once they do, the
+   * calls (bursts from the other regions, which drain their buckets and borrow from it) run `rounds` times,
+   * `gapMs` apart, while the coordinator moves the others' shares as it sees fit (the share epoch may move
+   * during the lapse). `stallAfterMs`: that long into the first round NATS stalls for longer than a borrower
+   * waits, so grants already lent arrive after their borrow stopped waiting (late grants). `heal`: renewals come
+   * back at the end of the step; otherwise the region stays lapsed until it restarts or the case ends. `lean`:
+   * before the lapse, bursts of this call (from the lapsing region, or from the others) until the rebalancer
+   * moved the lapsing region's share off its safe share, so that the coordinator answers the lapse with a move
+   * (it shrinks a share above the safe one to it, or the others to make room for the safe share).
+   */
+  | {
+      op: 'lapse';
+      region: Region;
+      lean?: Call | undefined;
+      calls: Call[];
+      rounds: number;
+      gapMs: number;
+      stallAfterMs?: number | undefined;
+      heal: boolean;
+    };
 
 export interface Case {
   policies: PolicySpec[];
@@ -302,11 +324,62 @@ function stepOf(names: readonly string[]): fc.Arbitrary<Step> {
       weight: 1,
       arbitrary: fc.record({ region, on: fc.boolean() }).map((f) => ({ op: 'cut' as const, ...f })),
     },
+    { weight: 1, arbitrary: lapseOf(names) },
   );
 }
 
-/** A generated case: 1-3 policies over every feature, borrowing on or off, and up to `maxSteps` steps. */
-export function arbitraryCase(maxSteps = 10): fc.Arbitrary<Case> {
+type LapseStep = Extract<Step, { op: 'lapse' }>;
+
+/**
+ * A lapse step: calls sent only from the other regions, in bursts of 3 or more (the lapsed region lends). The
+ * first is one plain check of `p0`'s subject `a` from both other regions, in bursts of 6 to 12: above what a
+ * region's share of the largest generated capacity holds, so a borrowing policy borrows.
+ */
+function lapseOf(names: readonly string[]): fc.Arbitrary<LapseStep> {
+  return fc
+    .record({
+      region,
+      burst: fc.integer({ min: 6, max: 12 }),
+      calls: fc.array(callOf(names), { maxLength: 1 }),
+      rounds: fc.integer({ min: 1, max: 4 }),
+      gapMs: fc.constantFrom(0, 100, 300),
+      stallAfterMs: sometimes(fc.constantFrom(5, 20, 50), 3),
+      heal: fc.boolean(),
+      lean: fc.constantFrom(undefined, 'toward', 'away'),
+    })
+    .map(({ burst, calls, lean, ...l }): LapseStep => {
+      const others = REGIONS.filter((r) => r !== l.region);
+      const plain = (regions: Region[], repeat: number): Call => ({
+        regions,
+        checks: [{ policy: names[0]!, subject: 'a', cost: 1 }],
+        dryRun: false,
+        repeat,
+      });
+      return {
+        op: 'lapse',
+        ...l,
+        lean: lean === undefined ? undefined : plain(lean === 'toward' ? [l.region] : others, 6),
+        calls: [
+          plain(others, burst),
+          ...calls.map((c) => {
+            const regions = c.regions.filter((r) => r !== l.region);
+            return { ...c, regions: regions.length > 0 ? regions : others, repeat: Math.max(c.repeat, 3) };
+          }),
+        ],
+      };
+    });
+}
+
+/** The kinds that borrow (and lend): a lapse case's first policy is one of them, in `regional` mode. */
+const BORROWING_KINDS = KIND_NAMES.filter((k) => kindOf(k).borrows);
+
+/**
+ * A generated case: 1-2 policies over every feature, borrowing on or off, and up to `maxSteps` steps. `lapse`:
+ * one of the steps (at a drawn place among them) is a lease lapse past the grace period, whatever else is drawn,
+ * and the first policy is a regional one of a kind that borrows, unsharded and without a subject-creation cap
+ * (so that the other regions borrow from the lapsed one; the other policy and steps are drawn as ever).
+ */
+export function arbitraryCase(maxSteps = 10, options: { lapse?: boolean } = {}): fc.Arbitrary<Case> {
   return fc
     .record({
       count: fc.integer({ min: 1, max: 2 }),
@@ -314,12 +387,41 @@ export function arbitraryCase(maxSteps = 10): fc.Arbitrary<Case> {
     })
     .chain(({ count, borrowing }) => {
       const names = ['p0', 'p1', 'p2'].slice(0, count);
+      const drawn = fc.array(stepOf(names), { minLength: 1, maxLength: maxSteps });
+      const steps =
+        options.lapse === true
+          ? fc
+              .tuple(fc.array(stepOf(names), { maxLength: maxSteps - 1 }), lapseOf(names), fc.nat())
+              .map(([rest, lapse, at]) => rest.toSpliced(at % (rest.length + 1), 0, lapse))
+          : drawn;
+      const policies = fc.tuple(...names.map((n) => policySpec(n)));
       return fc.record({
-        policies: fc.tuple(...names.map((n) => policySpec(n))),
+        policies:
+          options.lapse === true
+            ? fc
+                .tuple(policies, fc.constantFrom(...BORROWING_KINDS))
+                .map(([[first, ...rest], kind]) => [lapseLender(first!, kind), ...rest])
+            : policies,
         borrowing: fc.constant(borrowing),
-        steps: fc.array(stepOf(names), { minLength: 1, maxLength: maxSteps }),
+        steps,
       });
     });
+}
+
+/** `spec` as a regional policy of borrowing kind `kind`, unsharded and uncapped, its other draws kept valid. */
+function lapseLender(spec: PolicySpec, kind: KindName): PolicySpec {
+  const k = kindOf(kind);
+  return {
+    ...spec,
+    kind,
+    mode: 'regional',
+    homeRegion: undefined,
+    shards: undefined,
+    newSubjects: undefined,
+    refillPerSecond: k.rate === 'declared' ? (spec.refillPerSecond ?? 0.5) : undefined,
+    windowSeconds: k.window !== undefined ? (spec.windowSeconds ?? 10) : undefined,
+    onStoreFailure: spec.onStoreFailure === 'local' && !k.emergencyBucket ? 'closed' : spec.onStoreFailure,
+  };
 }
 
 /** One admitted (or refunded) charge a run saw, at the time its answer came (epoch ms). */

@@ -4,6 +4,7 @@
  * (test/helpers/model-world.ts). Answers what was admitted, for the global checker.
  */
 import {
+  type Call,
   type Case,
   callBody,
   policyOf,
@@ -30,29 +31,38 @@ export async function runOnModels(c: Case, seed: number): Promise<RunRecord> {
   const record = newRecord();
   const frozen = new Set<string>();
   const cut = new Set<string>();
+  /** The calls, all at once; again `rounds` times, `gapMs` apart. */
+  const traffic = async (step: { calls: Call[]; rounds: number; gapMs: number }): Promise<void> => {
+    const failing = frozen.size > 0 || cut.size > 0;
+    for (let round = 0; round < step.rounds; round++) {
+      if (round > 0) {
+        await settle();
+        world.clock.advance(step.gapMs);
+      }
+      await Promise.all(
+        step.calls.flatMap((call) =>
+          call.regions.flatMap((region) =>
+            Array.from({ length: call.repeat }, async () => {
+              const answer = await world.decide(region, callBody(call));
+              recordAnswer(record, specs, call, answer, world.clock.now(), failing, region);
+            }),
+          ),
+        ),
+      );
+    }
+  };
   try {
     for (const step of c.steps) {
       switch (step.op) {
-        case 'traffic': {
-          const failing = frozen.size > 0 || cut.size > 0;
-          for (let round = 0; round < step.rounds; round++) {
-            if (round > 0) {
-              await settle();
-              world.clock.advance(step.gapMs);
-            }
-            await Promise.all(
-              step.calls.flatMap((call) =>
-                call.regions.flatMap((region) =>
-                  Array.from({ length: call.repeat }, async () => {
-                    const answer = await world.decide(region, callBody(call));
-                    recordAnswer(record, specs, call, answer, world.clock.now(), failing, region);
-                  }),
-                ),
-              ),
-            );
-          }
+        case 'traffic':
+          await traffic(step);
           break;
-        }
+        // The models hold no lease (their shares are the world's table): a lapse is the integration tier's, and
+        // here only its bursts run (the lean's five times, 200 ms apart: the models have no rebalancer to wait for).
+        case 'lapse':
+          if (step.lean !== undefined) await traffic({ calls: [step.lean], rounds: 5, gapMs: 200 });
+          await traffic(step);
+          break;
         case 'advance':
           world.clock.advance(step.ms);
           break;

@@ -115,6 +115,14 @@ export async function metric(agentUrl: string, pattern: RegExp): Promise<number>
   return m === null ? 0 : Number(m[1]);
 }
 
+/** The sum of every sample of metric `name` (all its label sets) an agent exposes, 0 when absent. */
+export async function metricTotal(agentUrl: string, name: string): Promise<number> {
+  const text = await (await fetch(`${agentUrl}/metrics`)).text();
+  let sum = 0;
+  for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))) sum += Number(m[1]);
+  return sum;
+}
+
 /**
  * What an agent's store calls came to, for a failure message: the decide calls by outcome and the breaker's
  * transitions (`decide/timeout`, `decide/circuit_open`, `breaker/open`…), counted since the agent started.
