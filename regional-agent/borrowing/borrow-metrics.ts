@@ -6,7 +6,7 @@ export interface BorrowMetrics {
   borrows: Counter<'policy' | 'kind' | 'outcome'>;
   loanRequests: Counter<'lender' | 'answer'>;
   borrowedTokens: Counter<'policy'>;
-  droppedTokens: Counter<'policy'>;
+  droppedTokens: Counter<'policy' | 'reason'>;
   loansServed: Counter<'from' | 'outcome'>;
   lentTokens: Counter<'policy'>;
   /** Optional (older registries): grants believed only in part or not at all (core/borrowing/loan-bounds.ts). */
@@ -54,8 +54,8 @@ export function borrowMetrics(registry: Registry, planner: BorrowPlanner): Borro
     }),
     droppedTokens: new Counter({
       name: 'quotaplane_borrow_tokens_dropped_total',
-      help: 'Borrowed tokens that found no room in the bucket (or were lost to a failed credit): gone, never minted again.',
-      labelNames: ['policy'],
+      help: 'Borrowed tokens not credited here: gone, never minted again. By reason: no_room (the bucket was full), credit_failed (the store failed the credit; a borrow whose credit failed counts all its drops here), share_moved (a grant that arrived after the borrower stopped waiting, when the share had moved since the ask).',
+      labelNames: ['policy', 'reason'],
       registers,
     }),
     loansServed: new Counter({

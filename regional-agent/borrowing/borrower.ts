@@ -253,7 +253,10 @@ export class Borrower implements ShortfallHandler {
       m?.borrowedTokens.inc({ policy: policy.name }, result.credited / MICRO);
       this.#o.imported?.(policy.name, result.credited / MICRO);
     }
-    if (result.dropped > 0) m?.droppedTokens.inc({ policy: policy.name }, result.dropped / MICRO);
+    if (result.dropped > 0) {
+      const reason = result.creditFailed ? 'credit_failed' : 'no_room';
+      m?.droppedTokens.inc({ policy: policy.name, reason }, result.dropped / MICRO);
+    }
     return result;
   }
 
@@ -294,7 +297,7 @@ export class Borrower implements ShortfallHandler {
       // Past the decision, outside the enter/acknowledge protocol that keeps an on-time credit to the share in
       // force: under a newer share the bucket parameters taken at the refusal no longer hold (a refill at the old
       // rate across a shrink and regrowth would mint tokens), so the grant is dropped, which is safe.
-      m?.droppedTokens.inc({ policy: need.policy }, amount / MICRO);
+      m?.droppedTokens.inc({ policy: need.policy, reason: 'share_moved' }, amount / MICRO);
       return;
     }
     m?.lateGrants?.inc({ lender: ask.lender });
@@ -303,7 +306,7 @@ export class Borrower implements ShortfallHandler {
       outcome = await credit(amount);
     } catch {
       // The store failed: the tokens are lost, which is safe.
-      m?.droppedTokens.inc({ policy: need.policy }, amount / MICRO);
+      m?.droppedTokens.inc({ policy: need.policy, reason: 'credit_failed' }, amount / MICRO);
       return;
     }
     if (outcome.credited > 0) {
@@ -311,7 +314,9 @@ export class Borrower implements ShortfallHandler {
       m?.borrowedTokens.inc({ policy: need.policy }, outcome.credited / MICRO);
       this.#o.imported?.(need.policy, outcome.credited / MICRO);
     }
-    if (outcome.dropped > 0) m?.droppedTokens.inc({ policy: need.policy }, outcome.dropped / MICRO);
+    if (outcome.dropped > 0) {
+      m?.droppedTokens.inc({ policy: need.policy, reason: 'no_room' }, outcome.dropped / MICRO);
+    }
   }
 
   /**

@@ -17,6 +17,8 @@ import { parsePolicy } from '../../../../core/policy/policy.js';
 import { sizedBucket } from '../../../../core/shares/share-sizing.js';
 import type { ShareView } from '../../../../core/shares/shares.js';
 import type { LoanRequest } from '../../../../core/wire/loan.js';
+import { Registry } from 'prom-client';
+import { borrowMetrics } from '../../../../regional-agent/borrowing/borrow-metrics.js';
 import { Borrower } from '../../../../regional-agent/borrowing/borrower.js';
 
 type Grant = Extract<LoanAnswer, { kind: 'grant' }>;
@@ -34,9 +36,13 @@ function setup() {
   const credits: EncodedCredit[] = [];
   const asked: LoanRequest[] = [];
   let late: ((answer: Grant) => void) | undefined;
+  const planner = new BorrowPlanner(DEFAULT_BORROW_PLANNER);
+  const registry = new Registry();
+  const metrics = borrowMetrics(registry, planner);
   const borrower = new Borrower({
     region: 'us',
-    planner: new BorrowPlanner(DEFAULT_BORROW_PLANNER),
+    planner,
+    metrics,
     shares,
     store: {
       lend: () => Promise.reject(new Error('not a lender here')),
@@ -68,12 +74,17 @@ function setup() {
     grant: { grantedMicros, remainingMicros: 0, refillMs: 1000 },
     rttMs: 400,
   });
-  return { borrower, credits, asked, refuse, grant, late: () => late, clock, epoch };
+  /** Tokens counted in quotaplane_borrow_tokens_dropped_total, by reason. */
+  const dropped = async () =>
+    Object.fromEntries(
+      (await metrics.droppedTokens.get()).values.map((v) => [String(v.labels['reason']), v.value]),
+    );
+  return { borrower, credits, asked, refuse, grant, late: () => late, clock, epoch, dropped };
 }
 
 describe('Borrower: a grant that arrives after the borrow stopped waiting', () => {
   it('is credited to the bucket, and the next decision of the subject sees it', async () => {
-    const { borrower, credits, asked, refuse, grant, late } = setup();
+    const { borrower, credits, asked, refuse, grant, late, dropped } = setup();
     const outcome = await refuse();
     // The one lender did not answer in time: the refusal stands.
     expect(outcome.covered).toBe(false);
@@ -85,6 +96,7 @@ describe('Borrower: a grant that arrives after the borrow stopped waiting', () =
     await new Promise((resolve) => setImmediate(resolve));
     expect(credits.map((c) => [c.key, c.amount])).toEqual([[bucketKey(1, 'alice', 'api'), 3_000_000]]);
     expect(borrower.generation('api', 'alice')).toBe(1);
+    expect(await dropped()).toEqual({});
   });
 
   it('is believed as an answer in time would be: above what was asked, nothing is credited', async () => {
@@ -96,7 +108,7 @@ describe('Borrower: a grant that arrives after the borrow stopped waiting', () =
   });
 
   it('is dropped when the share has moved since the ask: the bucket parameters of the refusal no longer hold', async () => {
-    const { borrower, credits, refuse, grant, late, epoch } = setup();
+    const { borrower, credits, refuse, grant, late, epoch, dropped } = setup();
     await refuse();
     // A shrink and regrowth came meanwhile: crediting with the old share's rate and no floor would mint tokens.
     epoch.now = 2;
@@ -104,5 +116,7 @@ describe('Borrower: a grant that arrives after the borrow stopped waiting', () =
     await new Promise((resolve) => setImmediate(resolve));
     expect(credits).toEqual([]);
     expect(borrower.generation('api', 'alice')).toBe(0);
+    // Counted as lent but not credited, and why.
+    expect(await dropped()).toEqual({ share_moved: 3 });
   });
 });
