@@ -42,6 +42,7 @@ Rules: a missing bucket is full (a return to it drops everything and it stays mi
 -- @include prelude
 -- @include args
 -- @include refill
+-- @include take
 
 local g = argc / 9
 if not (argc >= 9 and argc % 9 == 0) then return fail('expected 9 arguments per operation, got ' .. argc) end
@@ -95,21 +96,8 @@ local function take(op)
   local cap, rate = b.cap, b.rate
   local h = call('HMGET', key, 'tk', 'fr', 'ts', 'rt', 'cp')
   local tokens, carry, ts, _ceiling = refill(h, now, cap, rate, b.fb, b.fr, b.fc)
-
-  local granted = min(amount, tokens)
-  if granted < 0 then granted = 0 end
-  local remaining = tokens - granted
-
-  local refill_ms
-  if cap <= 0 then
-    refill_ms = -1
-  else
-    refill_ms = ms(micros_until(remaining, carry, min(amount, cap), rate))
-  end
-
+  local granted, remaining, refill_ms = take_tokens(key, b, tokens, carry, ts, min(amount, tokens), amount, false)
   if granted > 0 then
-    call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
-    call('PEXPIRE', key, b.ttl)
     call('HSET', record, 'k', key, 'a', granted)
     call('PEXPIRE', record, op.record_ttl)
   end

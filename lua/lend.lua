@@ -31,6 +31,7 @@ Rules: a missing bucket is full; the bucket is written (with its TTL) only when 
 -- @include prelude
 -- @include args
 -- @include refill
+-- @include take
 
 local bad = arity(9, 1)
 if bad then return bad end
@@ -57,18 +58,6 @@ elseif mode == 3 then
 else
   granted = min(amount, tokens)
 end
-if granted < 0 then granted = 0 end
-local remaining = tokens - granted
-
-local refill_ms
-if cap <= 0 or (mode == 2 and amount > cap) then
-  refill_ms = -1
-else
-  refill_ms = ms(micros_until(remaining, carry, min(amount, cap), rate))
-end
-
-if granted > 0 then
-  call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)
-  call('PEXPIRE', key, b.ttl)
-end
-return { granted, remaining, refill_ms }
+-- A spend above the capacity can never be charged.
+local given, remaining, refill_ms = take_tokens(key, b, tokens, carry, ts, granted, amount, mode == 2 and amount > cap)
+return { given, remaining, refill_ms }

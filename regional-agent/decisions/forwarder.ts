@@ -56,7 +56,8 @@ export interface Forwarder {
   linkAllowanceMs?(homeRegion: string): number;
   /**
    * The largest `linkAllowanceMs` of any home this agent knows a round trip to (configured, or measured from an
-   * answer), ms: how much longer than its local deadline a decision here may take (0: none known).
+   * answer), ms: how much longer than its local deadline a decision here may take (0: none known). Read on every
+   * decision request: a kept value, not a walk over the links.
    */
   farthestAllowanceMs?(): number;
 }

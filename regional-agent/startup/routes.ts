@@ -30,9 +30,18 @@ export function decisionRoutes({ deps, config, core, state }: RouteContext): Fas
   const headers = { legacyHeaders: config.legacyHeaders, rateLimitDraft: config.rateLimitHeaders };
   const assertServing = state.assertServing;
   // How long a decision here may take: the local deadline plus the farthest link's allowance (docs/agent.md,
-  // "Timeouts"); a client's timeout must be longer, or it fails decisions the agent makes and charges.
-  const answerWithin = (): string =>
-    String(config.decisionDeadlineMs + (deps.forwarder?.farthestAllowanceMs?.() ?? 0));
+  // "Timeouts"); a client's timeout must be longer, or it fails decisions the agent makes and charges. Every
+  // request reads the forwarder's kept allowance; the header's text is rebuilt only when that changed.
+  let allowance = 0;
+  let header = String(config.decisionDeadlineMs);
+  const answerWithin = (): string => {
+    const now = deps.forwarder?.farthestAllowanceMs?.() ?? 0;
+    if (now !== allowance) {
+      allowance = now;
+      header = String(config.decisionDeadlineMs + now);
+    }
+    return header;
+  };
   return (scope) => {
     scope.addHook('onRequest', (_request, reply, done) => {
       reply.header(ANSWER_WITHIN_HEADER, answerWithin());

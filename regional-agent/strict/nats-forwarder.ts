@@ -80,12 +80,21 @@ export class NatsForwarder implements Forwarder {
   readonly #lastAnswer = new Map<string, number>();
   /** Round trips measured to each home (answered requests, smoothed), ms. */
   readonly #measured = new Map<string, number>();
+  /** The longest round trip the configured matrix names from this region, ms (0: none). */
+  readonly #configuredFarthest: number;
+  /**
+   * farthestAllowanceMs, kept: every decision request reads it (its answer's header), and it changes only when a
+   * measured round trip does.
+   */
+  #farthestAllowance: number;
   /** Decisions waiting for their home's next batch, by home. */
   readonly #queues = new Map<string, Queued[]>();
 
   constructor(options: NatsForwarderOptions) {
     this.#options = options;
     this.#namespace = options.namespace ?? DEFAULT_KV_NAMESPACE;
+    this.#configuredFarthest = farthestRoundTrip(options.roundTrips ?? new Map(), options.region);
+    this.#farthestAllowance = linkAllowanceMs(this.#configuredFarthest);
     if (options.registry !== undefined) {
       const registers = [options.registry];
       this.#decisions = new Counter({
@@ -181,8 +190,7 @@ export class NatsForwarder implements Forwarder {
     this.#decisions?.inc({ home: homeRegion, outcome: 'ok' });
     const took = performance.now() - started;
     this.#seconds?.observe({ home: homeRegion }, took / 1000);
-    const before = this.#measured.get(homeRegion);
-    this.#measured.set(homeRegion, before === undefined ? took : before + RTT_WEIGHT * (took - before));
+    this.#measure(homeRegion, took);
     return { results: reply.results, replayed: reply.replayed === true };
   }
 
@@ -203,9 +211,16 @@ export class NatsForwarder implements Forwarder {
 
   /** The largest allowance of any home with a configured or measured round trip, ms (0: none known). */
   farthestAllowanceMs(): number {
-    let most = farthestRoundTrip(this.#options.roundTrips ?? new Map(), this.#options.region);
-    for (const home of this.#measured.keys()) most = Math.max(most, this.roundTripMs(home));
-    return linkAllowanceMs(most);
+    return this.#farthestAllowance;
+  }
+
+  /** Fold an answer from `home` that took `took` ms into its measured round trip, and the farthest allowance. */
+  #measure(home: string, took: number): void {
+    const before = this.#measured.get(home);
+    this.#measured.set(home, before === undefined ? took : before + RTT_WEIGHT * (took - before));
+    let most = this.#configuredFarthest;
+    for (const measured of this.#measured.keys()) most = Math.max(most, this.roundTripMs(measured));
+    this.#farthestAllowance = linkAllowanceMs(most);
   }
 
   /**

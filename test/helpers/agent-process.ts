@@ -6,6 +6,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
+import type { RedisServer } from '../harness/backend.js';
+import { backend } from '../harness/fixtures.js';
 import { freePort } from '../harness/ports.js';
 import { eventually } from './wait.js';
 
@@ -20,11 +23,13 @@ export interface AgentProcess extends AsyncDisposable {
   resume(): void;
 }
 
-export async function startAgentProcess(options: {
+export interface AgentProcessOptions {
   redisUrl: string;
   policies: Record<string, Record<string, unknown>>;
   env?: Record<string, string>;
-}): Promise<AgentProcess> {
+}
+
+export async function startAgentProcess(options: AgentProcessOptions): Promise<AgentProcess> {
   const dir = mkdtempSync(join(tmpdir(), 'qp-agent-'));
   const policiesFile = join(dir, 'policies.json');
   writeFileSync(policiesFile, JSON.stringify({ policies: options.policies }));
@@ -76,5 +81,38 @@ export async function startAgentProcess(options: {
     pause: () => void child.kill('SIGSTOP'),
     resume: () => void child.kill('SIGCONT'),
     [Symbol.asyncDispose]: stop,
+  };
+}
+
+/**
+ * A test file's agent process on a Redis of the file's own (a test may freeze or stop either): both started before
+ * the file's tests and stopped after them (the `beforeAll` and `afterAll` registered here). Read `agent` and
+ * `redis` within the tests.
+ */
+export function agentProcessOnOwnRedis(options: Omit<AgentProcessOptions, 'redisUrl'>): {
+  readonly agent: AgentProcess;
+  readonly redis: RedisServer;
+} {
+  let redis: RedisServer | undefined;
+  let agent: AgentProcess | undefined;
+  beforeAll(async () => {
+    redis = await backend().startRedis();
+    agent = await startAgentProcess({ redisUrl: redis.url, ...options });
+  }, 60_000);
+  afterAll(async () => {
+    await agent?.[Symbol.asyncDispose]();
+    await redis?.[Symbol.asyncDispose]();
+  });
+  const started = <T>(value: T | undefined, what: string): T => {
+    if (value === undefined) throw new Error(`${what} starts before the file's tests`);
+    return value;
+  };
+  return {
+    get agent() {
+      return started(agent, 'the agent');
+    },
+    get redis() {
+      return started(redis, 'Redis');
+    },
   };
 }

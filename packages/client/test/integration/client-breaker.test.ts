@@ -5,11 +5,10 @@
  * cannot; a fail-open answer says what it is. An overloaded agent (503 AGT_ERR_OVERLOADED, Retry-After) is
  * answered by the failure mode, counted, and does not open the breaker.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AgentClient, type BreakerState, type Decision } from '@quotaplane/client';
-import type { RedisServer } from '../../../../test/harness/backend.js';
-import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { agentProcessOnOwnRedis } from '../../../../test/helpers/agent-process.js';
 import { eventually } from '../../../../test/helpers/wait.js';
 
 const TIMEOUT_MS = 400;
@@ -21,49 +20,37 @@ async function timed(call: () => Promise<Decision>): Promise<{ decision: Decisio
   return { decision, ms: performance.now() - started };
 }
 
-let redis: RedisServer;
-let agent: AgentProcess;
-
-beforeAll(async () => {
-  redis = await backend().startRedis();
-  agent = await startAgentProcess({
-    redisUrl: redis.url,
-    policies: {
-      work: { capacity: 1000, refillPerSecond: 100 },
-      small: { capacity: 5, refillPerSecond: 0.001 },
-    },
-    env: {
-      // The overload test freezes Redis: admitted decisions wait for it rather than fail at once.
-      QP_MAX_IN_FLIGHT: '2',
-      QP_OVERLOAD_RETRY_AFTER_MS: '3000',
-      QP_STORE_TIMEOUT_MS: '8000',
-      QP_DECISION_DEADLINE_MS: '9000',
-    },
-  });
-}, 60_000);
-
-afterAll(async () => {
-  await agent?.[Symbol.asyncDispose]();
-  await redis?.[Symbol.asyncDispose]();
+const own = agentProcessOnOwnRedis({
+  policies: {
+    work: { capacity: 1000, refillPerSecond: 100 },
+    small: { capacity: 5, refillPerSecond: 0.001 },
+  },
+  env: {
+    // The overload test freezes Redis: admitted decisions wait for it rather than fail at once.
+    QP_MAX_IN_FLIGHT: '2',
+    QP_OVERLOAD_RETRY_AFTER_MS: '3000',
+    QP_STORE_TIMEOUT_MS: '8000',
+    QP_DECISION_DEADLINE_MS: '9000',
+  },
 });
 
 describe('the client breaker against a frozen agent (SIGSTOP)', () => {
   it('stops waiting after repeated timeouts, probes when half-open, and closes once the agent answers', async () => {
     const states: BreakerState[] = [];
     const closed = new AgentClient({
-      baseUrl: agent.url,
+      baseUrl: own.agent.url,
       timeoutMs: TIMEOUT_MS,
       breaker: { volumeThreshold: 3, errorPercent: 50, resetMs: RESET_MS },
       onBreakerChange: (s) => states.push(s),
     });
     const open = new AgentClient({
-      baseUrl: agent.url,
+      baseUrl: own.agent.url,
       timeoutMs: TIMEOUT_MS,
       onUnavailable: 'open',
       breaker: { volumeThreshold: 3, errorPercent: 50, resetMs: 60_000 },
     });
     const local = new AgentClient({
-      baseUrl: agent.url,
+      baseUrl: own.agent.url,
       timeoutMs: TIMEOUT_MS,
       onUnavailable: 'local',
       fallback: { capacity: 4, refillPerSecond: 0.001 },
@@ -71,7 +58,7 @@ describe('the client breaker against a frozen agent (SIGSTOP)', () => {
     });
     const subject = uniquePrefix('frozen');
     try {
-      agent.pause();
+      own.agent.pause();
       // Three calls wait out the timeout each; then the breaker is open.
       for (let i = 0; i < 3; i++) {
         const { decision, ms } = await timed(() => closed.check('work', subject));
@@ -150,7 +137,7 @@ describe('the client breaker against a frozen agent (SIGSTOP)', () => {
       expect(closed.breakerState).toBe('open');
       expect((await closed.check('work', subject)).failure).toBe('breaker_open');
     } finally {
-      agent.resume();
+      own.agent.resume();
     }
     // Thawed: the next probe is answered by the agent and the breaker closes.
     await eventually(() => closed.breakerState === 'half_open', RESET_MS * 4, 'half-open after SIGCONT');
@@ -170,12 +157,12 @@ describe('the client breaker against a frozen agent (SIGSTOP)', () => {
 describe('an overloaded agent (503 AGT_ERR_OVERLOADED)', () => {
   it('is answered by the failure mode with the agent Retry-After, counted, and does not open the breaker', async () => {
     const client = new AgentClient({
-      baseUrl: agent.url,
+      baseUrl: own.agent.url,
       timeoutMs: 15_000,
       breaker: { volumeThreshold: 1, errorPercent: 1, resetMs: 60_000 },
     });
     const subject = uniquePrefix('crowd');
-    await redis.pause();
+    await own.redis.pause();
     let held: Promise<Decision>[] = [];
     let shed: Decision[];
     try {
@@ -183,7 +170,7 @@ describe('an overloaded agent (503 AGT_ERR_OVERLOADED)', () => {
       held = [client.check('small', subject), client.check('small', subject)];
       await eventually(
         async () => {
-          const ready = (await (await fetch(`${agent.url}/readyz`)).json()) as { inFlight?: number };
+          const ready = (await (await fetch(`${own.agent.url}/readyz`)).json()) as { inFlight?: number };
           return ready.inFlight === 2;
         },
         10_000,
@@ -192,7 +179,7 @@ describe('an overloaded agent (503 AGT_ERR_OVERLOADED)', () => {
       // …so the next ones are shed at once.
       shed = [await client.check('small', subject), await client.check('small', subject)];
     } finally {
-      await redis.resume();
+      await own.redis.resume();
     }
     for (const d of shed) {
       expect(d).toMatchObject({

@@ -6,34 +6,20 @@
  * only takes admissions away. Counter kinds and strict policies never get grants. A return is bound to its take: a
  * forged grant id credits nothing, a second return of one grant credits nothing, an honest rest is credited.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AgentClient } from '../../src/index.js';
-import type { RedisServer } from '../../../../test/harness/backend.js';
-import { backend } from '../../../../test/harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { agentProcessOnOwnRedis } from '../../../../test/helpers/agent-process.js';
 
 const CLIENTS = 4;
 const CALLERS = 8;
 const PER_CALLER = 20;
 
-let redis: RedisServer;
-let agent: AgentProcess;
-
-beforeAll(async () => {
-  redis = await backend().startRedis();
-  agent = await startAgentProcess({
-    redisUrl: redis.url,
-    policies: {
-      // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
-      hot: { capacity: 100, refillPerSecond: 0.001 },
-      exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
-    },
-  });
-}, 60_000);
-
-afterAll(async () => {
-  await agent?.[Symbol.asyncDispose]();
-  await redis?.[Symbol.asyncDispose]();
+const own = agentProcessOnOwnRedis({
+  policies: {
+    // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
+    hot: { capacity: 100, refillPerSecond: 0.001 },
+    exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
+  },
 });
 
 /** `clients` × CALLERS callers, each deciding PER_CALLER times back to back; returns admissions per client. */
@@ -57,13 +43,14 @@ async function hammer(clients: AgentClient[], policy: string, subject: string): 
 
 // A generous timeout: the test counts admissions, and a take whose answer is lost loses its tokens. Grants of
 // any size (`minTokens: 1`): a bucket of 100 gets none with the default of 16, and grants are what is tested.
-const newClient = () => new AgentClient({ baseUrl: agent.url, timeoutMs: 2000, grants: { minTokens: 1 } });
+const newClient = () =>
+  new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000, grants: { minTokens: 1 } });
 // Grants sized for 5 s of a subject's rate and held that long: handed back when the subject goes cold or expires.
 const longClient = () =>
-  new AgentClient({ baseUrl: agent.url, timeoutMs: 2000, grants: { minTokens: 1, horizonMs: 5000 } });
+  new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000, grants: { minTokens: 1, horizonMs: 5000 } });
 
 async function post(path: string, body: object) {
-  const res = await fetch(`${agent.url}${path}`, {
+  const res = await fetch(`${own.agent.url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -154,7 +141,7 @@ describe('local grants: exact when demand exceeds supply', () => {
 
   it('a grant never handed back (a crashed process) only takes admissions away', async () => {
     // The "crashed" process: it took 10 tokens and will never spend or return them.
-    const res = await fetch(`${agent.url}/v1/grants`, {
+    const res = await fetch(`${own.agent.url}/v1/grants`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ policy: 'hot', subject: 'tenant-2', amount: 10 }),

@@ -8,39 +8,26 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AgentClient, AgentRequestError, type Decision } from '@quotaplane/client';
 import { quotaplane } from '@quotaplane/client/fastify';
-import type { RedisServer } from '../../../../test/harness/backend.js';
-import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { agentProcessOnOwnRedis } from '../../../../test/helpers/agent-process.js';
 import { tcpProxy } from '../../../../test/helpers/tcp-proxy.js';
 import { eventually } from '../../../../test/helpers/wait.js';
 
 const BURST = 2000;
 
-let redis: RedisServer;
-let agent: AgentProcess;
-
-beforeAll(async () => {
-  redis = await backend().startRedis();
-  agent = await startAgentProcess({
-    redisUrl: redis.url,
-    // The agent's own store calls get generous timeouts: these tests count what the client does with its answers
-    // on a shared machine; the client's own options stay its defaults.
-    env: { QP_STORE_TIMEOUT_MS: '2000', QP_DECISION_DEADLINE_MS: '3000' },
-    policies: {
-      burst: { capacity: 500, refillPerSecond: 0.001, onStoreFailure: 'closed' },
-      hundred: { capacity: 100, refillPerSecond: 0.001 },
-      wide: { capacity: 1000, refillPerSecond: 0.01 },
-      open: { capacity: 1000, refillPerSecond: 0.01, onStoreFailure: 'open' },
-    },
-  });
-}, 60_000);
-
-afterAll(async () => {
-  await agent?.[Symbol.asyncDispose]();
-  await redis?.[Symbol.asyncDispose]();
+const own = agentProcessOnOwnRedis({
+  // The agent's own store calls get generous timeouts: these tests count what the client does with its answers
+  // on a shared machine; the client's own options stay its defaults.
+  env: { QP_STORE_TIMEOUT_MS: '2000', QP_DECISION_DEADLINE_MS: '3000' },
+  policies: {
+    burst: { capacity: 500, refillPerSecond: 0.001, onStoreFailure: 'closed' },
+    hundred: { capacity: 100, refillPerSecond: 0.001 },
+    wide: { capacity: 1000, refillPerSecond: 0.01 },
+    open: { capacity: 1000, refillPerSecond: 0.01, onStoreFailure: 'open' },
+  },
 });
 
 /** A service as docs/agent.md shows it: default client options, the subject from a header. */
@@ -119,7 +106,7 @@ describe('a burst through the plugin with default options', () => {
       timeout: 60_000,
     },
     async () => {
-      const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 2000 });
+      const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000 });
       const { app, url } = await service(client);
       try {
         const answers = await burstFromOutside(`${url}/work`, uniquePrefix('burst'), BURST);
@@ -164,7 +151,7 @@ describe('a burst through the plugin with default options', () => {
 describe('time in the queue is not agent time', () => {
   it('decisions queued far longer than the timeout are all decided, none counted as a failure', async () => {
     // Each exchange takes about 60 ms on the wire (30 ms each way); one at a time, the 40th waits ~2.4 s.
-    const target = new URL(agent.url);
+    const target = new URL(own.agent.url);
     await using proxy = await tcpProxy({ host: target.hostname, port: Number(target.port) }, { delayMs: 30 });
     const client = new AgentClient({
       baseUrl: `http://127.0.0.1:${proxy.port}`,
@@ -187,7 +174,7 @@ describe('exchanges in flight', () => {
   const turn = () => new Promise((resolve) => setImmediate(resolve));
 
   it('decisions wait for the exchange in flight and leave together when it returns', async () => {
-    const target = new URL(agent.url);
+    const target = new URL(own.agent.url);
     await using proxy = await tcpProxy(
       { host: target.hostname, port: Number(target.port) },
       { delayMs: 200 },
@@ -210,7 +197,7 @@ describe('exchanges in flight', () => {
   });
 
   it('a slow exchange does not hold the others: past slowMs another starts beside it', async () => {
-    const target = new URL(agent.url);
+    const target = new URL(own.agent.url);
     // Each exchange takes about 2 s on the wire; another may start 50 ms after the one in flight.
     await using proxy = await tcpProxy(
       { host: target.hostname, port: Number(target.port) },
@@ -234,7 +221,7 @@ describe('exchanges in flight', () => {
   });
 
   it('a whole batch waiting leaves at once, up to maxExchanges', async () => {
-    const target = new URL(agent.url);
+    const target = new URL(own.agent.url);
     await using proxy = await tcpProxy(
       { host: target.hostname, port: Number(target.port) },
       { delayMs: 200 },
@@ -261,7 +248,7 @@ describe('exchanges in flight', () => {
 
 describe('coalesced decisions through the batch route', () => {
   it('500 racing callers on a bucket of 100 admit exactly 100', async () => {
-    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 5000 });
+    const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 5000 });
     const subject = uniquePrefix('race');
     const decisions = await Promise.all(Array.from({ length: 500 }, () => client.check('hundred', subject)));
     expect(decisions.filter((d) => d.allowed)).toHaveLength(100);
@@ -271,7 +258,7 @@ describe('coalesced decisions through the batch route', () => {
   });
 
   it('keeps layered checks all-or-nothing and independent requests independent', async () => {
-    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 5000 });
+    const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 5000 });
     const subject = uniquePrefix('layered');
     const layered = {
       checks: [
@@ -297,7 +284,7 @@ describe('coalesced decisions through the batch route', () => {
 
 describe("the client's own queue", () => {
   it('sheds beyond maxQueued: answered by the failure mode, counted apart, never a breaker failure', async () => {
-    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 5000, maxQueued: 10, maxSockets: 1 });
+    const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 5000, maxQueued: 10, maxSockets: 1 });
     const subject = uniquePrefix('shed');
     const decisions = await Promise.all(Array.from({ length: 100 }, () => client.check('wide', subject)));
     expect(decisions.filter((d) => d.allowed)).toHaveLength(10);
@@ -316,7 +303,7 @@ describe("the client's own queue", () => {
   });
 
   it('the plugin answers a shed as its policy fails: 503 LIMITER_BUSY closed, 200 open', async () => {
-    const client = new AgentClient({ baseUrl: agent.url, maxQueued: 0 });
+    const client = new AgentClient({ baseUrl: own.agent.url, maxQueued: 0 });
     const { app, url } = await service(client);
     try {
       const tenant = uniquePrefix('busy');
@@ -332,10 +319,10 @@ describe("the client's own queue", () => {
 
 describe('an agent that cannot answer still fails each policy as declared', () => {
   it('frozen (SIGSTOP): every request is answered while it is frozen, closed 503, open 200', async () => {
-    const client = new AgentClient({ baseUrl: agent.url });
+    const client = new AgentClient({ baseUrl: own.agent.url });
     const { app, url } = await service(client);
     const tenant = uniquePrefix('frozen');
-    agent.pause();
+    own.agent.pause();
     let thawed = false;
     try {
       const [closed, open] = await Promise.all([
@@ -353,17 +340,17 @@ describe('an agent that cannot answer still fails each policy as declared', () =
       );
     } finally {
       thawed = true;
-      agent.resume();
+      own.agent.resume();
       await app.close();
       client.close();
     }
   });
 
   it('stopped: closed 503, open 200, counted as connection failures', async () => {
-    const client = new AgentClient({ baseUrl: agent.url });
+    const client = new AgentClient({ baseUrl: own.agent.url });
     const { app, url } = await service(client);
     const tenant = uniquePrefix('stopped');
-    await agent[Symbol.asyncDispose]();
+    await own.agent[Symbol.asyncDispose]();
     try {
       const [closed, open] = await Promise.all([
         burst(`${url}/work`, tenant, 200),

@@ -5,46 +5,33 @@
  * agent still makes and charges: the service answers 503 for a request the limiter admitted. Here the agent's
  * deadline is 1 s and the agent is frozen (SIGSTOP) for 500 ms while a decision is asked.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AgentClient } from '@quotaplane/client';
-import type { RedisServer } from '../../../../test/harness/backend.js';
-import { backend, uniquePrefix } from '../../../../test/harness/fixtures.js';
-import { startAgentProcess, type AgentProcess } from '../../../../test/helpers/agent-process.js';
+import { uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { agentProcessOnOwnRedis } from '../../../../test/helpers/agent-process.js';
 
 const FROZEN_MS = 500;
 
-let redis: RedisServer;
-let agent: AgentProcess;
-
-beforeAll(async () => {
-  redis = await backend().startRedis();
-  agent = await startAgentProcess({
-    redisUrl: redis.url,
-    policies: { work: { capacity: 1000, refillPerSecond: 100 } },
-    env: { QP_DECISION_DEADLINE_MS: '1000', QP_STORE_TIMEOUT_MS: '900' },
-  });
-}, 60_000);
-
-afterAll(async () => {
-  await agent?.[Symbol.asyncDispose]();
-  await redis?.[Symbol.asyncDispose]();
+const own = agentProcessOnOwnRedis({
+  policies: { work: { capacity: 1000, refillPerSecond: 100 } },
+  env: { QP_DECISION_DEADLINE_MS: '1000', QP_STORE_TIMEOUT_MS: '900' },
 });
 
 /** Ask while the agent is frozen for FROZEN_MS; the answer once it runs again. */
 async function askFrozen(client: AgentClient, subject: string) {
-  agent.pause();
-  const thaw = setTimeout(() => agent.resume(), FROZEN_MS);
+  own.agent.pause();
+  const thaw = setTimeout(() => own.agent.resume(), FROZEN_MS);
   try {
     return await client.check('work', subject);
   } finally {
     clearTimeout(thaw);
-    agent.resume();
+    own.agent.resume();
   }
 }
 
 describe("the client's timeout follows the agent's answer bound", () => {
   it('learns 1,050 ms from the first answer and waits out an agent frozen for 500 ms', async () => {
-    const client = new AgentClient({ baseUrl: agent.url, grants: false });
+    const client = new AgentClient({ baseUrl: own.agent.url, grants: false });
     try {
       const subject = uniquePrefix('follows');
       // Before the first answer: what the agent assumes of a link it has not measured (250 + 313), plus 50.
@@ -62,7 +49,7 @@ describe("the client's timeout follows the agent's answer bound", () => {
   });
 
   it('a timeout given keeps its value: 300 ms fails the same frozen call by its failure mode', async () => {
-    const client = new AgentClient({ baseUrl: agent.url, timeoutMs: 300, grants: false });
+    const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 300, grants: false });
     try {
       const subject = uniquePrefix('fixed');
       expect((await client.check('work', subject)).allowed).toBe(true);

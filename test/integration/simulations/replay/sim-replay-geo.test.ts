@@ -82,48 +82,38 @@ function compare(rows: ReplayResult[], stderr: string): { predicted: number; rea
   return { predicted: predicted.utilisation!, real: real.utilisation! };
 }
 
-describe('npm run simulate -- --real-stack --geo', { timeout: 160_000 }, () => {
-  it('step-shift: the real stack delivers within 0.05 of the prediction on the same round trips', async () => {
-    const { rows, stderr } = await replay([
-      '--scenario',
-      'step-shift',
-      '--duration',
-      '150',
-      '--set',
-      'shiftAtS=40',
-      '--set',
-      'warmupS=40',
-      '--set',
-      'capacity=50',
-      '--seed',
-      '1',
-      '--compress',
-      '3',
-    ]);
-    const { predicted, real } = compare(rows, stderr);
-    // Exact: the simulator is deterministic (0.975245 on loopback at K = 10, sim-replay.test.ts).
-    expect(predicted).toBe(0.972258);
-    expect(Math.abs(real - predicted), `real ${real} against predicted ${predicted}`).toBeLessThanOrEqual(
-      0.05,
-    );
-  });
+/**
+ * Each scenario by name: its settings (`--set`, beyond duration, seed and K) and its prediction, exact: the
+ * simulator is deterministic (`loopback`: the prediction on loopback at K = 10, step-shift's in sim-replay.test.ts).
+ */
+const SCENARIOS: [string, { set: string[]; predicted: number; loopback: number }][] = [
+  [
+    'step-shift',
+    { set: ['shiftAtS=40', 'warmupS=40', 'capacity=50'], predicted: 0.972258, loopback: 0.975245 },
+  ],
+  ['homed-tenants', { set: [], predicted: 0.964979, loopback: 0.965482 }],
+];
 
-  it('homed-tenants: the real stack delivers within 0.05 of the prediction on the same round trips', async () => {
-    const { rows, stderr } = await replay([
-      '--scenario',
-      'homed-tenants',
-      '--duration',
-      '150',
-      '--seed',
-      '1',
-      '--compress',
-      '3',
-    ]);
-    const { predicted, real } = compare(rows, stderr);
-    // Exact (0.965482 on loopback at K = 10).
-    expect(predicted).toBe(0.964979);
-    expect(Math.abs(real - predicted), `real ${real} against predicted ${predicted}`).toBeLessThanOrEqual(
-      0.05,
-    );
-  });
+describe('npm run simulate -- --real-stack --geo', { timeout: 160_000 }, () => {
+  it.each(SCENARIOS)(
+    '%s: the real stack delivers within 0.05 of the prediction on the same round trips',
+    async (scenario, { set, predicted: expected, loopback }) => {
+      const { rows, stderr } = await replay([
+        '--scenario',
+        scenario,
+        '--duration',
+        '150',
+        ...set.flatMap((setting) => ['--set', setting]),
+        '--seed',
+        '1',
+        '--compress',
+        '3',
+      ]);
+      const { predicted, real } = compare(rows, stderr);
+      expect(predicted, `exact (${loopback} on loopback at K = 10)`).toBe(expected);
+      expect(Math.abs(real - predicted), `real ${real} against predicted ${predicted}`).toBeLessThanOrEqual(
+        0.05,
+      );
+    },
+  );
 });

@@ -73,6 +73,11 @@ describe('quotaplane-answer-within-ms', () => {
     expect((await app.inject(batch)).headers[ANSWER_WITHIN_HEADER]).toBe('525');
     allowance = 188;
     expect((await app.inject(batch)).headers[ANSWER_WITHIN_HEADER]).toBe('438');
+    expect((await app.inject(single)).headers[ANSWER_WITHIN_HEADER]).toBe('438');
+    allowance = 0;
+    expect((await app.inject(single)).headers[ANSWER_WITHIN_HEADER]).toBe('250');
+    allowance = 275;
+    expect((await app.inject(single)).headers[ANSWER_WITHIN_HEADER]).toBe('525');
   });
 
   it('is on refusals of the decision routes too, and not on health routes', async () => {

@@ -22,6 +22,10 @@ const shared = {
     line: 'local gained = max(0, now - ts) * r + tonumber(h[2])',
     scripts: ['credit', 'grant', 'lend', 'token_bucket'],
   },
+  take: {
+    line: "call('HSET', key, 'tk', remaining, 'fr', carry, 'ts', ts, 'rt', rate, 'cp', cap)",
+    scripts: ['grant', 'lend'],
+  },
   idempotency: {
     line: 'if not (bar and string.sub(record, 1, bar - 1) == fingerprint) then return false end',
     scripts: ['daily_budget', 'sliding_log', 'token_bucket'],

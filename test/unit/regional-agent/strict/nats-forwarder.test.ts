@@ -1,10 +1,10 @@
 /**
  * The forwarder's batching, on a stand-in NATS connection: decisions forwarded to one home by one task leave
  * together, and they leave when that task is done, not at the end of the event-loop turn behind every other
- * callback of the poll phase.
+ * callback of the poll phase. And the farthest link's allowance it keeps, as answers measure its round trips.
  */
 import type { NatsConnection } from '@nats-io/nats-core';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { NatsForwarder } from '../../../../regional-agent/strict/nats-forwarder.js';
 
 /** A connection that records each request and answers none (the forwarder then times out, unreachable). */
@@ -71,5 +71,74 @@ describe('NatsForwarder batching', () => {
     });
     // eu's farthest is ap, 220 ms: 1.25 times, rounded up.
     expect(named.farthestAllowanceMs()).toBe(275);
+  });
+
+  describe('as answers measure the round trips', () => {
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    /** A connection whose home answers every request `answerMs` ms later (timers faked: exact round trips). */
+    function answering(roundTrips?: Map<string, number>) {
+      const delay = { answerMs: 0 };
+      const result = {
+        policy: 'p',
+        allowed: true,
+        remaining: 1,
+        limit: 2,
+        resetMs: 0,
+        retryAfterMs: 0,
+        mode: 'strict',
+      };
+      const nc = {
+        isClosed: () => false,
+        isDraining: () => false,
+        request: () =>
+          new Promise((resolve) => {
+            setTimeout(() => resolve({ json: () => ({ results: [result] }) }), delay.answerMs);
+          }),
+      } as unknown as NatsConnection;
+      return { delay, forwarder: new NatsForwarder({ nc, region: 'eu', namespace: 'qp', roundTrips }) };
+    }
+
+    async function answered(
+      forwarder: NatsForwarder,
+      home: string,
+      answerMs: number,
+      delay: { answerMs: number },
+    ) {
+      delay.answerMs = answerMs;
+      const asked = forwarder.decide(home, request, 1000);
+      await vi.advanceTimersByTimeAsync(answerMs);
+      await asked;
+    }
+
+    it('follows the measured round trip of the farthest home, up and down', async () => {
+      vi.useFakeTimers();
+      const { delay, forwarder } = answering();
+      await answered(forwarder, 'ap', 200, delay);
+      // A first answer is the round trip: 200 ms, 1.25 times.
+      expect(forwarder.roundTripMs('ap')).toBe(200);
+      expect(forwarder.farthestAllowanceMs()).toBe(250);
+      // Smoothed: 200 + 0.2 × (100 − 200) = 180 ms.
+      await answered(forwarder, 'ap', 100, delay);
+      expect(forwarder.farthestAllowanceMs()).toBe(225);
+      // A nearer home does not lower it; a farther one raises it.
+      await answered(forwarder, 'us', 40, delay);
+      expect(forwarder.farthestAllowanceMs()).toBe(225);
+      await answered(forwarder, 'sa', 300, delay);
+      expect(forwarder.farthestAllowanceMs()).toBe(375);
+    });
+
+    it('keeps a configured round trip over what answers measure', async () => {
+      vi.useFakeTimers();
+      const { delay, forwarder } = answering(new Map([['ap eu', 220]]));
+      expect(forwarder.farthestAllowanceMs()).toBe(275);
+      await answered(forwarder, 'ap', 400, delay);
+      expect(forwarder.farthestAllowanceMs()).toBe(275);
+      // An unnamed home measured farther than the matrix's farthest takes over.
+      await answered(forwarder, 'us', 240, delay);
+      expect(forwarder.farthestAllowanceMs()).toBe(300);
+    });
   });
 });
