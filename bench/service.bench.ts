@@ -11,7 +11,7 @@
  * else: a 503 is the limiter failing the service), and CPU per request of everything on core 1 the contender
  * uses (service + agent + Redis, from /proc/<pid>/stat, over the same saturated run).
  *
- * Run as a script (`--serve quotaplane|nogrants|rlf|frl|none --port P --redis URL [--agent URL]`) it is one of the services.
+ * Run as a script (`--serve quotaplane|nogrants|inprocess|rlf|frl|none --port P --redis URL [--agent URL]`) it is one of the services.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -32,10 +32,11 @@ const POLICY = 'service';
 const CAPACITY = 100;
 const WINDOW_SECONDS = 60;
 
-type Contender = 'quotaplane' | 'nogrants' | 'rlf' | 'frl' | 'none';
+type Contender = 'quotaplane' | 'nogrants' | 'inprocess' | 'rlf' | 'frl' | 'none';
 const LABELS: Record<Contender, string> = {
   quotaplane: '@quotaplane/client (defaults)',
   nogrants: '@quotaplane/client, grants off',
+  inprocess: "the agent's bucket script in the service's process (a ceiling, not a product)",
   rlf: 'rate-limiter-flexible',
   frl: '@fastify/rate-limit',
   none: 'unprotected',
@@ -144,7 +145,20 @@ export const serviceSuite: BenchSuite = {
         policies: { [POLICY]: { capacity: CAPACITY, refillPerSecond: CAPACITY / WINDOW_SECONDS } },
       }),
     );
-    const names: Contender[] = ['quotaplane', 'nogrants', 'rlf', 'frl', 'none'];
+    // QP_BENCH_CEILING=1 adds `inprocess`: the service runs the agent's store (lua/token_bucket.lua through
+    // RedisBucketStore, coalesced per turn, a full share) itself, with no agent and none of the agent's work
+    // (policies, shares, failure modes, reports). No product decides that way; it measures what deciding in the
+    // service's process could cost at best with this bucket, the figure a design without the agent's hop would
+    // start from (docs/agent.md, "The protected request's floor").
+    const ceiling = process.env['QP_BENCH_CEILING'] === '1';
+    const names: Contender[] = [
+      'quotaplane',
+      'nogrants',
+      ...(ceiling ? (['inprocess'] as const) : []),
+      'rlf',
+      'frl',
+      'none',
+    ];
     const [agentPort, ...ports] = await Promise.all([freePort(), ...names.map(() => freePort())]);
     const port = Object.fromEntries(names.map((n, k) => [n, ports[k]!])) as Record<Contender, number>;
     const agentUrl = `http://127.0.0.1:${agentPort}`;
@@ -294,6 +308,25 @@ export const serviceSuite: BenchSuite = {
             details: { cpuUsPerRequest: Object.fromEntries(names.map((n) => [n, cpuUs(n)])) },
           });
         }
+        const ceilingCpu = ceiling ? cpuUs('inprocess') : undefined;
+        if (ceiling && ceilingCpu !== undefined && peerCpu !== undefined) {
+          out.push(
+            {
+              bench: `${what} requests/s, ${LABELS.inprocess}`,
+              ours: Math.round(rps('inprocess')),
+              peer: LABELS[best],
+              peerValue: Math.round(rps(best)),
+              ratio: ratio(rps('inprocess'), rps(best)),
+            },
+            {
+              bench: `${what} CPU µs per request, ${LABELS.inprocess} (ratio = it / peer)`,
+              ours: ceilingCpu,
+              peer: LABELS[cheaper],
+              peerValue: peerCpu,
+              ratio: ratio(ceilingCpu, peerCpu),
+            },
+          );
+        }
       }
       for (const n of ['quotaplane', 'nogrants'] as const) {
         try {
@@ -360,6 +393,41 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     await app.register(quotaplane, { client, subject: tenant });
     app.get('/work', { config: { quota: { policy: POLICY } } }, work);
     app.get('/_stats', () => ({ ...client.stats(), grants: client.grantStats() }));
+  } else if (kind === 'inprocess') {
+    const { Redis } = await import('ioredis');
+    const { RedisBucketStore } = await import('../regional-agent/redis/bucket-store.js');
+    const redis = new Redis(redisUrl);
+    closers.push(() => redis.disconnect());
+    const store = new RedisBucketStore(redis);
+    const ttlMs = Math.ceil((CAPACITY / (CAPACITY / WINDOW_SECONDS)) * 1000);
+    app.get(
+      '/work',
+      {
+        preHandler: async (request, reply) => {
+          const key = tenant(request);
+          if (key === undefined) return reply.code(400).send({ error: 'no tenant' });
+          const d = await store.decide({
+            checks: [
+              {
+                key: `rl:v1:{${key}}:${POLICY}`,
+                capacity: CAPACITY,
+                refillPerSecond: CAPACITY / WINDOW_SECONDS,
+                cost: 1,
+                ttlMs,
+              },
+            ],
+          });
+          reply.header('x-ratelimit-remaining', Math.floor(d.results[0]!.remaining));
+          if (!d.allowed) {
+            return reply
+              .code(429)
+              .header('retry-after', Math.ceil((d.retryAfterMs ?? 0) / 1000))
+              .send({ error: 'Too Many Requests' });
+          }
+        },
+      },
+      work,
+    );
   } else if (kind === 'rlf') {
     const { Redis } = await import('ioredis');
     const { RateLimiterRedis, RateLimiterRes } = await import('rate-limiter-flexible');
@@ -434,13 +502,13 @@ if (process.argv[1] === THIS_FILE) {
   const kind = values.serve as Contender | undefined;
   if (
     kind === undefined ||
-    !['quotaplane', 'nogrants', 'rlf', 'frl', 'none'].includes(kind) ||
+    !['quotaplane', 'nogrants', 'inprocess', 'rlf', 'frl', 'none'].includes(kind) ||
     values.port === undefined ||
     values.redis === undefined ||
     values.agent === undefined
   ) {
     console.error(
-      'usage: node --import tsx bench/service.bench.ts --serve quotaplane|nogrants|rlf|frl|none --port P --redis URL --agent URL',
+      'usage: node --import tsx bench/service.bench.ts --serve quotaplane|nogrants|inprocess|rlf|frl|none --port P --redis URL --agent URL',
     );
     process.exit(2);
   }
