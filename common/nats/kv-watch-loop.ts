@@ -36,7 +36,10 @@ export interface KvWatchLoopOptions {
   open?: (bucket: string, timeoutMs: number) => Promise<OpenedWatch>;
 }
 
-/** A bucket's watch as the loop uses it: how many values the bucket held, its last sequence, the entries. */
+/**
+ * A bucket's watch as the loop uses it: the entries, and how many values the bucket held and its last sequence, read
+ * once the watch's consumer existed.
+ */
 export interface OpenedWatch {
   values: number;
   lastSeq: number;
@@ -57,9 +60,15 @@ function openKv(nc: NatsConnection): (bucket: string, timeoutMs: number) => Prom
   return async (bucket, timeoutMs) => {
     const js = jetstream(nc, { timeout: timeoutMs });
     const kv = await new Kvm(js).open(bucket, { bindOnly: true, timeout: timeoutMs });
-    const status = await kv.status();
     const watch = await kv.watch();
-    return { values: status.values, lastSeq: status.streamInfo.state.last_seq, watch };
+    // Read after the watch's consumer exists: every message it will deliver up to this sequence was stored by then.
+    try {
+      const status = await kv.status();
+      return { values: status.values, lastSeq: status.streamInfo.state.last_seq, watch };
+    } catch (error) {
+      watch.stop();
+      throw error;
+    }
   };
 }
 
@@ -152,9 +161,13 @@ export class KvWatchLoop {
           session.entry(entry, initial);
           if (!initial) continue;
           loading.entries += 1;
-          // The load is complete at the entry after which nothing is pending, or at the last of the entries the
-          // consumer held when it was made (the library's count: `isUpdate` from that entry on), whichever is first.
-          if (entry.delta === 0 || entry.isUpdate) complete(entry.revision);
+          // The watch delivers in sequence order (the latest value of every key as its consumer was made, then every
+          // write since), so the load is complete at the first entry at or past the bucket's last sequence as read
+          // once the consumer existed: every value it held at its creation, and every write until that read, has
+          // come by then. Not earlier: a pending count of zero can rise again under concurrent writes, and the
+          // library's count (`isUpdate`) is reached too soon when its ordered consumer is recreated mid-load and
+          // delivers every revision after its cursor. An entry that never comes (removed meanwhile) is a stall.
+          if (entry.revision >= lastSeq) complete(entry.revision);
           else armStall();
         }
         clearTimeout(stall);
@@ -167,6 +180,7 @@ export class KvWatchLoop {
         } else delay = retryMs;
       } catch (error) {
         clearTimeout(stall);
+        this.#loading = undefined;
         if (this.#closed) break;
         this.#lastFailure = error instanceof Error ? error.message : String(error);
         this.#options.onFailure(error);

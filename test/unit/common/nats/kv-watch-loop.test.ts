@@ -1,7 +1,7 @@
 /**
- * The KV watch loop's initial load (common/nats/kv-watch-loop.ts): complete at the entry after which nothing is
- * pending or at the last entry the consumer held when it was made, whichever comes first; given up and tried again
- * when it stalls, so a watch that never finishes its load cannot keep an agent unready forever.
+ * The KV watch loop's initial load (common/nats/kv-watch-loop.ts): complete at the first entry at or past the
+ * bucket's last sequence (read before the watch), never earlier on a pending count or the library's count; given up
+ * and tried again when it stalls, so a watch that never finishes its load cannot keep an agent unready forever.
  */
 import type { KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
@@ -72,28 +72,28 @@ function loop(opens: OpenedWatch[], stallMs = 100) {
 }
 
 describe('KvWatchLoop initial load', () => {
-  it('completes at the entry after which nothing is pending', async () => {
+  it("completes at the entry at the bucket's last sequence", async () => {
     const { loaded, seen, failures } = loop([
-      { values: 2, lastSeq: 7, watch: watchOf([entry('a', 3, 1, false), entry('b', 5, 0, false)]) },
+      { values: 2, lastSeq: 5, watch: watchOf([entry('a', 3, 1, false), entry('b', 5, 0, false)]) },
     ]);
     await eventually(() => loaded.length > 0, 2000, 'the load completes');
-    expect(loaded).toEqual([7]);
+    expect(loaded).toEqual([5]);
     expect(seen).toEqual(['a@3 initial', 'b@5 initial']);
     expect(failures).toEqual([]);
   });
 
-  it('completes at the last entry the consumer held when its pending count never reaches zero', async () => {
-    // Updates kept arriving during the load: every initial entry says something is pending, but the library
-    // counted 3 at the consumer's creation and marks the third as the end of the initial values.
+  it('is not complete before the last sequence, whatever the pending count or the library count say', async () => {
+    // A consumer recreated mid-load counts every revision after its cursor towards the library's count, and a
+    // pending count reads zero between two writes: neither means every key's latest value has come.
     const { l, loaded, seen, failures } = loop([
       {
         values: 3,
         lastSeq: 9,
         watch: watchOf([
-          entry('a', 4, 3, false),
-          entry('b', 6, 2, false),
-          entry('c', 9, 1, true),
-          entry('a', 10, 1, true),
+          entry('a', 4, 0, false),
+          entry('b', 6, 1, true),
+          entry('c', 9, 0, true),
+          entry('a', 10, 0, true),
         ]),
       },
     ]);
@@ -104,6 +104,15 @@ describe('KvWatchLoop initial load', () => {
     expect(l.describe()).toBe('1 loads of allocations completed');
   });
 
+  it('completes at a later entry when the one at the last sequence was removed meanwhile', async () => {
+    const { loaded, seen } = loop([
+      { values: 2, lastSeq: 8, watch: watchOf([entry('a', 3, 0, true), entry('b', 11, 0, true)]) },
+    ]);
+    await eventually(() => loaded.length > 0, 2000, 'the load completes');
+    expect(loaded).toEqual([11]);
+    expect(seen).toEqual(['a@3 initial', 'b@11 initial']);
+  });
+
   it('an empty bucket is loaded at once', async () => {
     const { loaded } = loop([{ values: 0, lastSeq: 12, watch: watchOf([]) }]);
     await eventually(() => loaded.length > 0, 2000, 'the load completes');
@@ -111,7 +120,8 @@ describe('KvWatchLoop initial load', () => {
   });
 
   it('gives up a load that stalls, says so, and completes on the next watch', async () => {
-    const stuck = watchOf([entry('a', 3, 1, false)]);
+    // Pending zero and the library's count reached, yet the entry at the last sequence never comes.
+    const stuck = watchOf([entry('a', 3, 0, true)]);
     const { l, loaded, seen, failures, attempts } = loop([
       { values: 2, lastSeq: 5, watch: stuck },
       { values: 2, lastSeq: 5, watch: watchOf([entry('a', 3, 1, false), entry('b', 5, 0, false)]) },
