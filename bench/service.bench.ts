@@ -409,7 +409,8 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
           const d = await store.decide({
             checks: [
               {
-                key: `rl:v1:{${key}}:${POLICY}`,
+                // Its own keys: the agent keeps `rl:v1:{tenant}:service` on the same Redis for the client contenders.
+                key: `rl:v1:{ceiling-${key}}:${POLICY}`,
                 capacity: CAPACITY,
                 refillPerSecond: CAPACITY / WINDOW_SECONDS,
                 cost: 1,

@@ -120,7 +120,8 @@ export class DemandSnapshots {
       }
       return true;
     } catch (error) {
-      if (this.#closed) return false;
+      // Closed, or its connection is: no further attempt.
+      if (this.#closed || nc.isClosed()) return false;
       this.#failedOpens += 1;
       if (this.#failedOpens === 1) {
         this.#metrics.snapshots.inc({ outcome: 'unavailable' });

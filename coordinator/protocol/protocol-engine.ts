@@ -89,6 +89,28 @@ class ProtocolEngine implements ProtocolService {
   }
 
   static async start(context: EngineContext, options: ProtocolOptions): Promise<ProtocolEngine> {
+    // A start that fails ends the snapshot bucket's background attempts to open (demand-persistence.ts) with it,
+    // also when the bucket's step finishes after the failure.
+    let failed = false;
+    let snapshots: DemandSnapshots | undefined;
+    const opened = (s: DemandSnapshots): void => {
+      snapshots = s;
+      if (failed) void s.close();
+    };
+    try {
+      return await ProtocolEngine.#start(context, options, opened);
+    } catch (error) {
+      failed = true;
+      await snapshots?.close();
+      throw error;
+    }
+  }
+
+  static async #start(
+    context: EngineContext,
+    options: ProtocolOptions,
+    opened: (snapshots: DemandSnapshots) => void,
+  ): Promise<ProtocolEngine> {
     const { nc, config, clock, log } = context;
     const step = stepper(context.steps);
     const metrics = protocolMetrics(context.registry);
@@ -99,6 +121,7 @@ class ProtocolEngine implements ProtocolService {
       openAllocationBuckets(context),
       (async () => {
         const snapshots = await step('demand_bucket', () => DemandSnapshots.open(context, metrics));
+        opened(snapshots);
         return [snapshots, await step('demand_load', () => snapshots.load())] as const;
       })(),
       // Read when the store opened, just before: not read again (a write since would have dropped it).
