@@ -17,6 +17,17 @@ const WALL_CLOCK = [
   'packages/client/test/integration/client-cold-start.test.ts',
 ];
 
+// Files that never ask the test backend for a server: they run `npm start` (or the replay that starts it), whose
+// servers are the host's binaries on either backend (QP_STACK_SERVERS=auto). On the containers backend
+// (QP_TEST_BACKEND=containers, the second pass of .ci/run) they would repeat the first pass's work to the byte,
+// about 4 minutes; `npm start` with containerized servers is the CI's docker step's own check.
+const HOST_SERVERS_ONLY = [
+  'test/integration/scripts/stack/stack-launcher.test.ts',
+  'test/integration/docs/docs-examples.test.ts',
+  'test/integration/simulations/replay/sim-replay-geo.test.ts',
+];
+const skipOnContainers = process.env['QP_TEST_BACKEND'] === 'containers' ? HOST_SERVERS_ONLY : [];
+
 export default defineConfig({
   test: {
     testTimeout: 20_000,
@@ -41,7 +52,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts', 'packages/client/test/integration/**/*.test.ts'],
-          exclude: WALL_CLOCK,
+          exclude: [...WALL_CLOCK, ...skipOnContainers],
           globalSetup: ['test/harness/global-setup.ts'],
           sequence: { groupOrder: 0 },
         },
@@ -51,6 +62,7 @@ export default defineConfig({
         test: {
           name: 'wall-clock',
           include: WALL_CLOCK,
+          exclude: skipOnContainers,
           fileParallelism: false,
           sequence: { groupOrder: 1 },
         },
