@@ -170,16 +170,11 @@ export async function stopServer(child: ChildProcess): Promise<void> {
 /** The agent process, as `npm start` runs each region's. */
 export const AGENT_MAIN = fileURLToPath(new URL('../regional-agent/main.ts', import.meta.url));
 
-/**
- * The agent's environment in the benches: standalone on `policiesFile`, quiet logs. The peers wait for Redis
- * however long it takes; so does the agent here (a 5 s store timeout, no in-flight bound), so that every answer
- * measured is a real decision and none a fast failure-mode answer (the http suite checks).
- */
-export function benchAgentEnv(
+/** The agent with its shipped defaults, standalone on `policiesFile`, listening on `port`; only its logs are quiet. */
+export function defaultAgentEnv(
   redisUrl: string,
   policiesFile: string,
   port: number,
-  batching: 'batch' | 'auto' = 'batch',
 ): Record<string, string> {
   return {
     QP_REGION: 'bench',
@@ -188,6 +183,22 @@ export function benchAgentEnv(
     QP_PORT: String(port),
     QP_LOG_LEVEL: 'warn',
     QP_LOG_SAMPLE_RATE: '0',
+  };
+}
+
+/**
+ * The agent's environment in the http benches: `defaultAgentEnv`, except that, as the peers wait for Redis however
+ * long it takes, so does the agent here (a 5 s store timeout, no in-flight bound), so that every answer measured is
+ * a real decision and none a fast failure-mode answer (the http suite checks).
+ */
+export function benchAgentEnv(
+  redisUrl: string,
+  policiesFile: string,
+  port: number,
+  batching: 'batch' | 'auto' = 'batch',
+): Record<string, string> {
+  return {
+    ...defaultAgentEnv(redisUrl, policiesFile, port),
     QP_STORE_TIMEOUT_MS: '5000',
     QP_MAX_IN_FLIGHT: '100000',
     QP_STORE_BATCHING: batching,

@@ -20,8 +20,8 @@ import { parseArgs } from 'node:util';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { processBackend } from '../test/harness/process-backend.js';
 import { freePort, waitForPort } from '../test/harness/ports.js';
-import { AGENT_MAIN, spawnServer, stopServer } from './http.bench.js';
-import { tenantSequence } from './service.bench.js';
+import { AGENT_MAIN, defaultAgentEnv, spawnServer, stopServer } from './http.bench.js';
+import { tenantOf, tenantSequence } from './service.bench.js';
 import type * as ClientModule from '../packages/client/src/index.js';
 import type * as PluginModule from '../packages/client/src/fastify.js';
 
@@ -58,23 +58,7 @@ writeFileSync(
   JSON.stringify({ policies: { service: { capacity: 100, refillPerSecond: 100 / 60 } } }),
 );
 const agentPort = await freePort();
-const agent = spawnServer(
-  [AGENT_MAIN],
-  {
-    QP_REGION: 'bench',
-    QP_REDIS_URL: redis.url,
-    QP_POLICIES_FILE: policiesFile,
-    QP_PORT: String(agentPort),
-    QP_LOG_LEVEL: 'warn',
-    QP_LOG_SAMPLE_RATE: '0',
-    QP_DRAIN_DELAY_MS: '0',
-  },
-  false,
-);
-const tenant = (request: { headers: Record<string, unknown> }) => {
-  const t = request.headers['x-tenant-id'];
-  return typeof t === 'string' ? t : undefined;
-};
+const agent = spawnServer([AGENT_MAIN], defaultAgentEnv(redis.url, policiesFile, agentPort), false);
 const variants: { name: string; app: FastifyInstance; close: () => void; stats: () => unknown }[] = [];
 const free = Fastify();
 try {
@@ -85,7 +69,7 @@ try {
       ...(values.nogrants ? { grants: false as const } : {}),
     });
     const app = Fastify();
-    await app.register(m.plugin.quotaplane, { client, subject: tenant });
+    await app.register(m.plugin.quotaplane, { client, subject: tenantOf });
     app.get('/work', { config: { quota: { policy: 'service' } } }, () => ({ ok: true }));
     await app.ready();
     variants.push({

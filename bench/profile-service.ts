@@ -27,7 +27,16 @@ import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { processBackend } from '../test/harness/process-backend.js';
 import { freePort, waitForPort } from '../test/harness/ports.js';
-import { AGENT_MAIN, canPin, cpuMs, pinPid, redisPid, spawnServer, stopServer } from './http.bench.js';
+import {
+  AGENT_MAIN,
+  defaultAgentEnv,
+  canPin,
+  cpuMs,
+  pinPid,
+  redisPid,
+  spawnServer,
+  stopServer,
+} from './http.bench.js';
 import { summarize } from './profile-agent.js';
 import { tenantSequence } from './service.bench.js';
 
@@ -66,15 +75,7 @@ const agentDir = join(dir, 'agent');
 const serviceDir = join(dir, 'service');
 const agent = spawnServer(
   [AGENT_MAIN],
-  {
-    QP_REGION: 'bench',
-    QP_REDIS_URL: redis.url,
-    QP_POLICIES_FILE: policiesFile,
-    QP_PORT: String(agentPort),
-    QP_LOG_LEVEL: 'warn',
-    QP_LOG_SAMPLE_RATE: '0',
-    QP_DRAIN_DELAY_MS: '0',
-  },
+  defaultAgentEnv(redis.url, policiesFile, agentPort),
   pin,
   profFlags(agentDir),
 );

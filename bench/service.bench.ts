@@ -21,7 +21,16 @@ import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { processBackend } from '../test/harness/process-backend.js';
 import { freePort, waitForPort } from '../test/harness/ports.js';
-import { AGENT_MAIN, canPin, cpuMs, pinPid, redisPid, spawnServer, stopServer } from './http.bench.js';
+import {
+  AGENT_MAIN,
+  defaultAgentEnv,
+  canPin,
+  cpuMs,
+  pinPid,
+  redisPid,
+  spawnServer,
+  stopServer,
+} from './http.bench.js';
 import { alternate, median, type BenchSuite, type Comparison } from './lib.js';
 import type { GrantOptions } from '../packages/client/src/grants.js';
 
@@ -41,6 +50,12 @@ const LABELS: Record<Contender, string> = {
   frl: '@fastify/rate-limit',
   none: 'unprotected',
 };
+
+/** The tenant a bench request names (`x-tenant-id`), the subject every contender limits. */
+export function tenantOf(request: { headers: Record<string, unknown> }): string | undefined {
+  const t = request.headers['x-tenant-id'];
+  return typeof t === 'string' ? t : undefined;
+}
 
 /** A seeded PRNG (mulberry32), so every contender sees the same tenant sequence. */
 function random(seed: number): () => number {
@@ -162,19 +177,7 @@ export const serviceSuite: BenchSuite = {
     const [agentPort, ...ports] = await Promise.all([freePort(), ...names.map(() => freePort())]);
     const port = Object.fromEntries(names.map((n, k) => [n, ports[k]!])) as Record<Contender, number>;
     const agentUrl = `http://127.0.0.1:${agentPort}`;
-    // The agent with its shipped defaults, standalone on the policies file; only its logs are quiet.
-    const agent = spawnServer(
-      [AGENT_MAIN],
-      {
-        QP_REGION: 'bench',
-        QP_REDIS_URL: redis.url,
-        QP_POLICIES_FILE: policiesFile,
-        QP_PORT: String(agentPort),
-        QP_LOG_LEVEL: 'warn',
-        QP_LOG_SAMPLE_RATE: '0',
-      },
-      pin,
-    );
+    const agent = spawnServer([AGENT_MAIN], defaultAgentEnv(redis.url, policiesFile, agentPort), pin);
     const services = Object.fromEntries(
       names.map((n) => [
         n,
@@ -349,10 +352,6 @@ export const serviceSuite: BenchSuite = {
 async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: string): Promise<void> {
   const { default: Fastify } = await import('fastify');
   const app = Fastify();
-  const tenant = (request: { headers: Record<string, unknown> }) => {
-    const t = request.headers['x-tenant-id'];
-    return typeof t === 'string' ? t : undefined;
-  };
   const work = () => ({ ok: true });
   const closers: (() => void)[] = [];
   if (kind === 'quotaplane' || kind === 'nogrants') {
@@ -390,7 +389,7 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
         : { grants: false }),
     });
     closers.push(() => client.close());
-    await app.register(quotaplane, { client, subject: tenant });
+    await app.register(quotaplane, { client, subject: tenantOf });
     app.get('/work', { config: { quota: { policy: POLICY } } }, work);
     app.get('/_stats', () => ({ ...client.stats(), grants: client.grantStats() }));
   } else if (kind === 'inprocess') {
@@ -404,7 +403,7 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
       '/work',
       {
         preHandler: async (request, reply) => {
-          const key = tenant(request);
+          const key = tenantOf(request);
           if (key === undefined) return reply.code(400).send({ error: 'no tenant' });
           const d = await store.decide({
             checks: [
@@ -444,7 +443,7 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
       '/work',
       {
         preHandler: async (request, reply) => {
-          const key = tenant(request);
+          const key = tenantOf(request);
           if (key === undefined) return reply.code(400).send({ error: 'no tenant' });
           try {
             const r = await limiter.consume(key);
@@ -473,7 +472,7 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
           rateLimit: {
             max: CAPACITY,
             timeWindow: WINDOW_SECONDS * 1000,
-            keyGenerator: (request) => tenant(request) ?? 'anonymous',
+            keyGenerator: (request) => tenantOf(request) ?? 'anonymous',
           },
         },
       },
