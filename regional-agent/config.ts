@@ -24,7 +24,7 @@ import { defaultRenewalBounds } from '../core/lease/trust-checks.js';
 import { PolicyName, RegionName } from '../core/policy/policy.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
 import { RlsRules } from './grpc/descriptor-rules.js';
-import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from './http/rate-limit-headers.js';
+import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from '../core/wire/rate-limit-headers.js';
 
 const bool = z.union([
   z.boolean(),

@@ -81,15 +81,8 @@ export interface PreparedRequest {
   forwarded?: boolean | undefined;
 }
 
-/** The subject's budget behind a check that borrows: what its headers describe instead of the region's part. */
-export interface GlobalBudget {
-  /** The policy's capacity as the subject sees it (its class's), tokens. */
-  capacity: number;
-  /** The policy's refill as the subject sees it, tokens per second. */
-  refillPerSecond: number;
-  /** Borrowing could still fetch a token for this subject now (some other region is neither dry nor away). */
-  borrowable: boolean;
-}
+/** The subject's budget behind a borrowing check (core/wire/rate-limit-headers.ts). */
+export type { GlobalBudget } from '../../core/wire/rate-limit-headers.js';
 
 /** The decision, before it is put on the wire. */
 export interface DecisionOutcome {

@@ -16,7 +16,7 @@ import type { DecisionOutcome } from '../decisions/decision-service.js';
 import { decisionHeaders, violatedPolicies } from '../http/decision-reply.js';
 import { LIMITER_UNAVAILABLE } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, quotaExceededProblem } from '../http/problem.js';
-import type { RateLimitDraft } from '../http/rate-limit-headers.js';
+import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
 const UNITS: readonly (readonly [RlsUnit, number])[] = [
   ['SECOND', 1],

@@ -19,7 +19,7 @@ import type { AgentMetrics } from '../observability/metrics.js';
 import type { Admission } from '../resilience/admission.js';
 import type { DescriptorRules } from './descriptor-rules.js';
 import { rlsResponse } from './rls-response.js';
-import type { RateLimitDraft } from '../http/rate-limit-headers.js';
+import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
 /** gRPC status codes the service answers with (grpc-js `status`). */
 export const GrpcStatus = {

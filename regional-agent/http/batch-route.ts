@@ -15,7 +15,7 @@ import { decisionResponse } from './decision-reply.js';
 import { COMMON_PROBLEMS, problems } from './docs.js';
 import { errorProblem } from './problem.js';
 import { hasOwnKey } from '../../core/own-keys.js';
-import type { RateLimitDraft } from './rate-limit-headers.js';
+import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
 const schema = {
   summary: 'Decide many independent requests in one exchange (what the client coalesces)',

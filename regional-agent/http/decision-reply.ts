@@ -1,6 +1,10 @@
 import { wireCheckResult, type DecisionResponse } from '../../core/wire/agent.js';
 import type { DecisionOutcome } from '../decisions/decision-service.js';
-import { DEFAULT_RATE_LIMIT_DRAFT, rateLimitHeaders, type RateLimitDraft } from './rate-limit-headers.js';
+import {
+  DEFAULT_RATE_LIMIT_DRAFT,
+  rateLimitHeaders,
+  type RateLimitDraft,
+} from '../../core/wire/rate-limit-headers.js';
 
 /** The wire form of a decision, headers included. */
 export function decisionResponse(

@@ -3,7 +3,7 @@ import { DecisionRequest, DecisionResponse } from '../../core/wire/agent.js';
 import type { DecisionService } from '../decisions/decision-service.js';
 import { decisionResponse } from './decision-reply.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
-import type { RateLimitDraft } from './rate-limit-headers.js';
+import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
 const schema = {
   summary: 'Decide one check or layered checks (all-or-nothing)',

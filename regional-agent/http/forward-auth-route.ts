@@ -16,7 +16,7 @@ import type { ForwardAuthTrust } from './forward-auth-trust.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
 import { limiterUnavailableProblem, quotaExceededProblem, sendProblem } from './problem.js';
 import { z } from 'zod';
-import type { RateLimitDraft } from './rate-limit-headers.js';
+import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
 const REFUSALS = {
   ...COMMON_PROBLEMS,

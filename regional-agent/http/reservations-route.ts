@@ -17,7 +17,7 @@ import { AgentErrors, withProblems } from '../errors.js';
 import type { ReservationService } from '../reservations/reservation-service.js';
 import { decisionResponse } from './decision-reply.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
-import type { RateLimitDraft } from './rate-limit-headers.js';
+import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
 const SETTLE_PROBLEMS = problems({
   ...COMMON_PROBLEMS,

@@ -10,7 +10,7 @@ import {
   RATE_LIMIT_DRAFTS,
   rateLimitHeaders,
   type HeaderInput,
-} from '../../../../regional-agent/http/rate-limit-headers.js';
+} from '../../../../core/wire/rate-limit-headers.js';
 import { newCheck, type Check } from '../../../../regional-agent/decisions/check.js';
 import { summarize } from '../../../../regional-agent/decisions/outcome.js';
 import type { PreparedCheck } from '../../../../regional-agent/decisions/prepared.js';

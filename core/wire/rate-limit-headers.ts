@@ -17,8 +17,17 @@
  * cost 1), t derived from the policy's refill (ceil((q − r) / refillPerSecond)), never from the region's share.
  * Every other check describes its bucket as it is (its capacity, its tokens, its reset).
  */
-import type { CheckResult } from '../../core/wire/agent.js';
-import type { GlobalBudget } from '../decisions/prepared.js';
+import type { CheckResult } from './agent.js';
+
+/** The subject's budget behind a check whose bucket borrows (regional-agent/decisions/prepared.ts has its source). */
+export interface GlobalBudget {
+  /** The policy's capacity as the subject sees it (its class's), tokens. */
+  capacity: number;
+  /** The policy's refill as the subject sees it, tokens per second. */
+  refillPerSecond: number;
+  /** Borrowing could still fetch a token for this subject now (some other region is neither dry nor away). */
+  borrowable: boolean;
+}
 
 /** Which revision of draft-ietf-httpapi-ratelimit-headers the headers follow. */
 export const RATE_LIMIT_DRAFTS = ['draft-11', 'draft-10'] as const;
