@@ -10,6 +10,7 @@ import type { RegionalShare, ShareView } from '../../../../core/shares/shares.js
 import { DEFAULT_RATE_LIMIT_DRAFT } from '../../../../core/wire/rate-limit-headers.js';
 import type { ShortfallHandler } from '../../../../regional-agent/decisions/decision-service.js';
 import { buildApp, type AgentDeps } from '../../../../regional-agent/app.js';
+import { decisionRoute } from '../../../../regional-agent/http/admission-hook.js';
 import { AgentConfig } from '../../../../regional-agent/config.js';
 import { ModelDecisionStore } from '../../../../regional-agent/decisions/model-decision-store.js';
 import { AgentMetrics } from '../../../../regional-agent/observability/metrics.js';
@@ -167,6 +168,10 @@ describe('POST /v1/terms: the term', () => {
       1,
     );
     expect(await metric(/^quotaplane_terms_held (\S+)$/m)).toBe(2);
+  });
+
+  it('is admitted like the other routes that reach the decision path (route label terms)', () => {
+    expect(decisionRoute('/v1/terms')).toBe('terms');
   });
 
   it('sends the script source only when asked; its SHA1 is the scriptSha', async () => {
