@@ -20,6 +20,7 @@ import type { Forwarder } from './decisions/forwarder.js';
 import { DEFAULT_RLS_RULES, DescriptorRules } from './grpc/descriptor-rules.js';
 import { rlsService, type RlsService } from './grpc/rls-service.js';
 import type { AgentMetrics } from './observability/metrics.js';
+import type { RedisClock } from './redis/redis-clock.js';
 import type { ReservationService } from './reservations/reservation-service.js';
 import type { ReservationStore } from './reservations/reservation-store.js';
 import type { Admission } from './resilience/admission.js';
@@ -32,6 +33,7 @@ import {
   grantRoutes,
   healthAndMetricsRoutes,
   leaseRoutes,
+  termRoutes,
   type RouteContext,
 } from './startup/routes.js';
 import { policyWatchPlugin, serving } from './startup/serving.js';
@@ -59,6 +61,17 @@ export interface AgentDeps {
    * store.
    */
   reservations?: ReservationStore;
+  /**
+   * Redis TIME of this process's instants (regional-agent/redis/redis-clock.ts): a term's deadline. Without one
+   * the agent gives no terms (503 AGT_ERR_TERM_UNAVAILABLE).
+   */
+  redisClock?: Pick<RedisClock, 'toRedisMicros'>;
+  /**
+   * The restart hold, entered in the share view before any record was applied (coordination.ts); without one the
+   * app enters it itself when it is built. Left one term (`termMs` + margin) after the app is built. Given by an
+   * agent with a coordinator: closing then waits until every term has run out, before the goodbye.
+   */
+  startHold?: () => void;
   /** Closes what the caller opened for the agent, last on shutdown (after the policy source). */
   onClose?: () => Promise<void>;
   /**
@@ -69,7 +82,7 @@ export interface AgentDeps {
 }
 
 /** The configuration fields the app uses (everything but where Redis and the policies file are). */
-export type AgentAppConfig = Partial<Pick<AgentConfig, 'rateLimitHeaders'>> &
+export type AgentAppConfig = Partial<Pick<AgentConfig, 'rateLimitHeaders' | 'terms' | 'termMs'>> &
   Pick<
     AgentConfig,
     | 'region'
@@ -137,6 +150,7 @@ export function buildApp(deps: AgentDeps, config: AgentAppConfig): AgentApp {
   void app.register(decisionRoutes(routes));
   void app.register(grantRoutes(routes));
   void app.register(leaseRoutes(routes));
+  void app.register(termRoutes(routes));
   void app.register(healthAndMetricsRoutes(routes));
   void app.register(attachedListenersPlugin(listeners));
 

@@ -96,6 +96,14 @@ export const AGENT_VARIABLES: Readonly<Record<keyof typeof AgentConfig.shape, Va
     meaning:
       'which revision of draft-ietf-httpapi-ratelimit-headers `RateLimit` follows: `draft-11` or `draft-10` ([headers](#headers-draft-ietf-httpapi-ratelimit-headers-11-or--10))',
   },
+  terms: {
+    meaning:
+      '`on`: `POST /v1/terms` gives clients trusted with this Redis short terms to decide token buckets themselves; `off`: 404 `AGT_ERR_TERMS_OFF`',
+  },
+  termMs: {
+    meaning:
+      "longest term, 200..5000 ms (refused outside); acknowledgements of shrinks wait up to this long, so keep it well under the coordinator's acknowledgement deadline",
+  },
   host: { meaning: 'listen address' },
   port: { meaning: 'listen port (the local stack uses 7101-7103)' },
   grpcPort: { meaning: 'gRPC rate-limit service for Envoy (0: any free port); unset: none' },

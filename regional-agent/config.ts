@@ -25,6 +25,7 @@ import { PolicyName, RegionName } from '../core/policy/policy.js';
 import { DEFAULT_KV_NAMESPACE, KvNamespace } from '../core/wire/kv.js';
 import { RlsRules } from './grpc/descriptor-rules.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from '../core/wire/rate-limit-headers.js';
+import { DEFAULT_TERM_MS, MAX_TERM_MS, MIN_TERM_MS } from '../core/wire/term.js';
 
 const bool = z.union([
   z.boolean(),
@@ -214,6 +215,10 @@ export const AgentConfig = z
     legacyHeaders: bool.default(false),
     /** Which draft-ietf-httpapi-ratelimit-headers revision `RateLimit` and `Retry-After` follow. */
     rateLimitHeaders: z.enum(RATE_LIMIT_DRAFTS).default(DEFAULT_RATE_LIMIT_DRAFT),
+    /** `POST /v1/terms`: give clients trusted with this region's Redis terms to decide token buckets themselves. */
+    terms: z.enum(['on', 'off']).default('on'),
+    /** How long a term lasts at most, ms (shorter when the lease in force ends sooner). */
+    termMs: int(MIN_TERM_MS, MAX_TERM_MS).default(DEFAULT_TERM_MS),
     host: z.string().min(1).default('127.0.0.1'),
     port: int(0, 65_535).default(7101),
     /** Port of the gRPC rate-limit service (Envoy's RLS); unset: none; 0: any free port. */

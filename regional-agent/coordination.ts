@@ -37,6 +37,11 @@ export interface Coordination {
   usage: UsageRecorder;
   forwarder: Forwarder;
   holder: LeaseHolder;
+  /**
+   * The restart hold (regional-agent/terms/term-holds.ts): a decision entered in the lease before any record was
+   * applied, so no revision is acknowledged until it is left. The app leaves it one term after it starts.
+   */
+  startHold: () => void;
   /** Reasons not to be ready yet (no lease). */
   notReady(): string[];
   /** Start answering strict checks homed in this region, decided by `service`. */
@@ -107,6 +112,9 @@ export async function connectCoordination(
     registry,
     log,
   });
+  // Entered before the first record is applied (revision 0): terms a predecessor of this process gave may
+  // still be in use, so nothing is acknowledged until one term has passed (the app leaves it then).
+  const startHold = holder.lease.enter('');
   // The first load waits for the coordinator's bucket; the agent listens meanwhile, not ready.
   holder.start().catch((error: unknown) => log.error({ err: error }, 'lease holder failed to start'));
   const forwarder = new NatsForwarder({
@@ -131,6 +139,7 @@ export async function connectCoordination(
     usage,
     forwarder,
     holder,
+    startHold,
     notReady: () => holder.notReady(),
     serveStrict: (service, admission) => {
       responder = new StrictResponder({

@@ -113,6 +113,18 @@ export const AgentErrors = {
     'No grant %s of this policy and subject to hand back (never taken, expired, or already returned)',
     404,
   ),
+  AGT_ERR_INVALID_TERM: createError('AGT_ERR_INVALID_TERM', 'Invalid term request: %s', 400),
+  AGT_ERR_TERM_NOT_ALLOWED: createError('AGT_ERR_TERM_NOT_ALLOWED', 'Policy %s gives no terms: %s', 400),
+  AGT_ERR_TERM_UNAVAILABLE: createError(
+    'AGT_ERR_TERM_UNAVAILABLE',
+    'No term of policy %s now (%s): decide each request at the agent',
+    503,
+  ),
+  AGT_ERR_TERMS_OFF: createError(
+    'AGT_ERR_TERMS_OFF',
+    'This agent gives no terms (QP_TERMS=off): decide each request at the agent',
+    404,
+  ),
 } as const;
 
 export type AgentErrorCode = keyof typeof AgentErrors;

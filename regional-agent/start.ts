@@ -86,6 +86,8 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       shares: coordination?.shares ?? new StaticShareView({ ...config.staticShares }, config.defaultShare),
       log,
       metrics,
+      redisClock,
+      ...(coordination === undefined ? {} : { startHold: coordination.startHold }),
       notReady: () => [
         ...othersNotReady(),
         ...(warmed ? [] : ['warming up (dry-run decisions through the decision path)']),

@@ -226,18 +226,58 @@ export class AgentLease implements ShareView {
   shareFor(policy: string, subject: string): RegionalShare | undefined {
     const entry = this.#records.get(policy);
     if (entry === undefined) return undefined;
+    const override = ownValue(entry.record.overrides, subject);
+    return override === undefined
+      ? this.#unitShare(entry.record, entry.record.default, policy)
+      : this.#unitShare(entry.record, override, unitKey(policy, subject));
+  }
+
+  /** The share of `policy`'s default vector, whatever subjects have overrides (no subject is looked up). */
+  defaultShare(policy: string): RegionalShare | undefined {
+    const entry = this.#records.get(policy);
+    return entry === undefined ? undefined : this.#unitShare(entry.record, entry.record.default, policy);
+  }
+
+  /**
+   * How long the default unit's share of `policy` in force now cannot shrink without a new record, ms (monotonic,
+   * as the lease): `valid` lasts until the lease ends (then min(issued, safe), a shrink when safe < issued);
+   * `lapsed` only rises (to the issued share on a renewal, to the safe share after the grace); `settled` becomes
+   * the issued share on a renewal, at any moment: a shrink when issued < safe, so 0 then. Decisions that started
+   * settled are not held by anything when that renewal comes (the acknowledgement waits for revisions only): they
+   * are short, and the coordinator counts the region at its safe share until the agent's next heartbeat says it
+   * holds the renewal. A term is neither short nor seen by the coordinator, so it must not straddle that change.
+   */
+  stableForMs(policy: string, now = monotonicOf(this.#clock)): number {
+    const mode = this.mode(now);
+    const record = this.#records.get(policy)?.record;
+    if (record === undefined || mode === 'none') return 0;
+    if (mode === 'valid') return Math.max(0, this.#leaseUntil - now);
+    if (mode === 'lapsed') return Infinity;
+    const issued = ownValue(record.default.shares, this.region) ?? 0;
+    const safe = ownValue(record.safe, this.region) ?? 0;
+    return issued < safe ? 0 : Infinity;
+  }
+
+  /** Subjects of `policy` with an override in the record in force (empty without a record). */
+  overrideSubjects(policy: string): readonly string[] {
+    const record = this.#records.get(policy)?.record;
+    return record === undefined ? [] : Object.keys(record.overrides);
+  }
+
+  /** The share in force of one unit of `record` (`key`: its history key), or undefined before the first lease. */
+  #unitShare(
+    record: AllocationRecord,
+    unit: AllocationRecord['default'],
+    key: string,
+  ): RegionalShare | undefined {
     const now = this.#clock.now();
     const mode = this.#observeMode(monotonicOf(this.#clock));
     if (mode === 'none') return undefined;
-    const { record } = entry;
-    const override = ownValue(record.overrides, subject);
-    const unit = override ?? record.default;
     const share = inForceShare(
       ownValue(unit.shares, this.region) ?? 0,
       ownValue(record.safe, this.region) ?? 0,
       mode,
     );
-    const key = override === undefined ? policy : unitKey(policy, subject);
     const floor = this.#history.floor(key, share, record.idleTtlSeconds * 1000, now);
     const out: RegionalShare =
       floor === undefined ? { share, epoch: unit.epoch } : { share, epoch: unit.epoch, floor };

@@ -49,6 +49,23 @@ export interface ShareView {
    * to bound what a lender could have given. Undefined when unknown.
    */
   regionCeilings?(policy: string, subject: string): Readonly<Record<string, number>> | undefined;
+  /**
+   * Optional: the share of `policy`'s default unit (its vector without any subject's override): what a subject
+   * with no override is sized by. Undefined as `shareFor` is. A view without it gives no direct-decision terms.
+   */
+  defaultShare?(policy: string): RegionalShare | undefined;
+  /**
+   * Optional: how long, ms, the default unit's share of `policy` in force now is sure not to shrink by the passage
+   * of time alone (a new record is no such shrink: decisions in flight hold its acknowledgement, `enter`).
+   * Infinity when nothing but a record can shrink it; 0 when it may shrink at any moment. A view without it gives
+   * no direct-decision terms.
+   */
+  stableForMs?(policy: string): number;
+  /**
+   * Optional: the subjects of `policy` with a share of their own (an override), which are sized apart from the
+   * default unit. A view without it gives no direct-decision terms.
+   */
+  overrideSubjects?(policy: string): readonly string[];
 }
 
 const noop = (): void => undefined;
@@ -74,5 +91,18 @@ export class StaticShareView implements ShareView {
 
   enter(): () => void {
     return noop;
+  }
+
+  defaultShare(policy: string): RegionalShare | undefined {
+    return this.shareFor(policy);
+  }
+
+  /** Static shares never change while the process runs. */
+  stableForMs(): number {
+    return Infinity;
+  }
+
+  overrideSubjects(): readonly string[] {
+    return [];
   }
 }

@@ -7,13 +7,14 @@ import { errorProblem, sendProblem } from './problem.js';
 /**
  * The admission route a route pattern belongs to: every route that reaches the store or the decision path
  * (decisions and their batch, which enters as its first element: batch-route.ts admits the others one by one;
- * local grants, forward-auth, reservations, lease releases, explain). Health, readiness, metrics and docs are not
+ * local grants, terms, forward-auth, reservations, lease releases, explain). Health, readiness, metrics and docs are not
  * admitted: they must answer while the agent sheds.
  */
 export function decisionRoute(url: string | undefined): AdmissionRoute | undefined {
   if (url === undefined) return undefined;
   if (url === '/v1/decisions' || url === '/v1/decisions/batch') return 'http';
   if (url === '/v1/grants' || url === '/v1/grants/return' || url === '/v1/grants/batch') return 'grants';
+  if (url === '/v1/terms') return 'terms';
   if (url === '/v1/forward-auth' || url.startsWith('/v1/forward-auth/')) return 'forward_auth';
   if (url === '/v1/reservations' || url.startsWith('/v1/reservations/')) return 'reservations';
   if (url.startsWith('/v1/leases/')) return 'leases';

@@ -88,6 +88,11 @@ export function registerDocs(app: FastifyInstance): void {
         { name: 'decisions', description: 'Decisions for services' },
         { name: 'forward-auth', description: 'Decisions for proxies (nginx, Traefik, Envoy ext_authz)' },
         { name: 'explain', description: 'Why a subject would be admitted or refused (a dry run)' },
+        {
+          name: 'terms',
+          description:
+            "Direct decisions: a short term to decide a token bucket's checks in the client, on this Redis",
+        },
         { name: 'health', description: 'Probes and metrics' },
       ],
     },

@@ -23,6 +23,9 @@ export class AgentMetrics {
   readonly leaseReleases: Counter<'policy' | 'outcome'>;
   readonly grants: Counter<'policy' | 'outcome'>;
   readonly grantTokens: Counter<'policy' | 'flow'>;
+  readonly terms: Counter<'policy' | 'outcome'>;
+  readonly directTokens: Counter<'policy' | 'outcome'>;
+  readonly termsHeld: Gauge;
   readonly reservations: Counter<'outcome'>;
   readonly idempotency: Counter<'outcome'>;
   readonly subjectFlood: Counter<'policy' | 'answer'>;
@@ -110,6 +113,23 @@ export class AgentMetrics {
       name: 'quotaplane_grant_tokens_total',
       help: 'Tokens moved by local grants, by policy and flow (taken out to clients; returned; dropped: no room on return).',
       labelNames: ['policy', 'flow'],
+      registers,
+    });
+    this.terms = new Counter({
+      name: 'quotaplane_terms_total',
+      help: 'Direct-decision term requests of known policies, by policy and outcome (issued; not_allowed: the policy gives none; unavailable: none now, e.g. no lease, a lease about to lapse, no Redis TIME sample).',
+      labelNames: ['policy', 'outcome'],
+      registers,
+    });
+    this.directTokens = new Counter({
+      name: 'quotaplane_direct_decision_tokens_total',
+      help: 'Tokens clients decided themselves under terms, as they report them with their next term request (tokens, not decisions), by policy and outcome (admitted, refused).',
+      labelNames: ['policy', 'outcome'],
+      registers,
+    });
+    this.termsHeld = new Gauge({
+      name: 'quotaplane_terms_held',
+      help: 'Terms given and not run out yet (the restart hold counts as one): each holds acknowledgements of newer records.',
       registers,
     });
     this.leaseReleases = new Counter({

@@ -15,7 +15,16 @@ export type ShedCause = 'in_flight' | 'event_loop_delay';
 
 /** Where a decision request came in. */
 export type AdmissionRoute =
-  'http' | 'forward_auth' | 'grpc' | 'reservations' | 'leases' | 'explain' | 'strict' | 'loan' | 'grants';
+  | 'http'
+  | 'forward_auth'
+  | 'grpc'
+  | 'reservations'
+  | 'leases'
+  | 'explain'
+  | 'strict'
+  | 'loan'
+  | 'grants'
+  | 'terms';
 
 /** How often the event-loop delay is read (and its histogram reset). */
 const SAMPLE_MS = 100;

@@ -14,6 +14,10 @@ import { grantsRoute } from '../http/grants-route.js';
 import { healthRoutes } from '../http/health-routes.js';
 import { leasesRoute } from '../http/leases-route.js';
 import { reservationsRoute } from '../http/reservations-route.js';
+import { termsRoute } from '../http/terms-route.js';
+import { RESTART_HOLD_POLICY } from '../terms/term-issuer.js';
+import { TERM_MARGIN_MS, TermHolds } from '../terms/term-holds.js';
+import { DEFAULT_TERM_MS } from '../../core/wire/term.js';
 import type { DecisionCore } from './decision-core.js';
 import { trustedProxy } from './http-server.js';
 import type { Serving } from './serving.js';
@@ -104,6 +108,41 @@ export function leaseRoutes({ deps, config, core, state }: RouteContext): Fastif
       metrics: core.metrics,
       region: config.region,
       leaseKey: core.leaseKey,
+      assertServing: state.assertServing,
+    });
+    return Promise.resolve();
+  };
+}
+
+/**
+ * Direct-decision terms, and the holds that keep each one entered in the share view until it has run out. The
+ * restart hold is taken whether terms are on or off (a predecessor of this process may have given terms with
+ * them on): one term + margin from now, it holds every acknowledgement (at most that long after start; an agent
+ * waits longer than that for its first lease anyway). With a coordinator (`deps.startHold`), closing waits for
+ * every hold to run out before the coordinator is told goodbye (term-holds.ts).
+ */
+export function termRoutes({ deps, config, core, state }: RouteContext): FastifyPluginAsync {
+  const termMs = config.termMs ?? DEFAULT_TERM_MS;
+  const holds = new TermHolds({
+    gauge: core.metrics.termsHeld,
+    waitOnClose: deps.startHold !== undefined,
+  });
+  holds.hold(deps.startHold ?? deps.shares.enter(RESTART_HOLD_POLICY), termMs + TERM_MARGIN_MS);
+  return (scope) => {
+    scope.addHook('onClose', () => holds.close());
+    termsRoute(scope, {
+      policies: deps.policies,
+      shares: deps.shares,
+      holds,
+      metrics: core.metrics,
+      redisClock: deps.redisClock,
+      usage: deps.usage,
+      borrows: deps.shortfall !== undefined,
+      terms: config.terms ?? 'on',
+      termMs,
+      hmacSecret: config.hmacSecret,
+      legacyHeaders: config.legacyHeaders,
+      rateLimitDraft: config.rateLimitHeaders,
       assertServing: state.assertServing,
     });
     return Promise.resolve();

@@ -48,7 +48,10 @@ export interface AgentFixtureOptions {
    * timeout is `storeTimeoutMs`.
    */
   readonly config?: Readonly<Record<string, unknown>>;
-  /** A Redis clock for the store (deadlines carried into the scripts), sampled every `sampleEveryMs`. */
+  /**
+   * A Redis clock for the store (deadlines carried into the scripts) and the app (direct-decision terms' deadlines,
+   * as start.ts passes it), sampled every `sampleEveryMs`.
+   */
   readonly clock?: { readonly sampleEveryMs: number };
   /** Wrap the store (e.g. to count its calls). */
   readonly store?: (store: RedisDecisionStore) => DecisionStore;
@@ -123,6 +126,7 @@ export function agentOn(
   const agent = buildApp(
     {
       log: pino({ level: 'silent' }),
+      ...(clock === undefined ? {} : { redisClock: clock }),
       ...options.deps,
       store: options.store === undefined ? store : options.store(store),
       policies: 'length' in policies ? new StaticPolicySource([...policies]) : policies,

@@ -1,0 +1,490 @@
+/**
+ * `POST /v1/terms` (regional-agent/terms/): what a term says, who gets one, what it holds and for how long.
+ */
+import { createHash } from 'node:crypto';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ManualClock } from '../../../../core/clock.js';
+import { parsePolicy } from '../../../../core/policy/policy.js';
+import type { RegionalShare, ShareView } from '../../../../core/shares/shares.js';
+import { DEFAULT_RATE_LIMIT_DRAFT } from '../../../../core/wire/rate-limit-headers.js';
+import type { ShortfallHandler } from '../../../../regional-agent/decisions/decision-service.js';
+import { buildApp, type AgentDeps } from '../../../../regional-agent/app.js';
+import { decisionRoute } from '../../../../regional-agent/http/admission-hook.js';
+import { AgentConfig } from '../../../../regional-agent/config.js';
+import { ModelDecisionStore } from '../../../../regional-agent/decisions/model-decision-store.js';
+import { AgentMetrics } from '../../../../regional-agent/observability/metrics.js';
+import { StaticPolicySource } from '../../../../regional-agent/policies/static-policy-source.js';
+import { luaSource } from '../../../../regional-agent/redis/scripts.js';
+import { TermHolds } from '../../../../regional-agent/terms/term-holds.js';
+import { issueTerm, type TermIssuerOptions } from '../../../../regional-agent/terms/term-issuer.js';
+
+const OFFSET = 1_000_000;
+const SHA = createHash('sha1').update(luaSource('token_bucket')).digest('hex');
+
+const hot = parsePolicy({ name: 'hot', capacity: 100, refillPerSecond: 0.5 });
+const gold = { gold: { capacity: 50, refillPerSecond: 5 } };
+const policies = [
+  hot,
+  parsePolicy({ name: 'log', kind: 'sliding_log', capacity: 5, windowSeconds: 60 }),
+  parsePolicy({ name: 'strict', capacity: 100, refillPerSecond: 1, mode: 'strict', homeRegion: 'us' }),
+  parsePolicy({ name: 'sharded', capacity: 100, refillPerSecond: 1, shards: 4 }),
+  parsePolicy({ name: 'capped', capacity: 10, refillPerSecond: 1, newSubjects: { perMinute: 5 } }),
+  parsePolicy({ name: 'byip', capacity: 10, refillPerSecond: 1, subjectKind: 'ip' }),
+  parsePolicy({
+    name: 'classed',
+    capacity: 10,
+    refillPerSecond: 1,
+    classes: gold,
+    subjects: { vip: 'gold' },
+  }),
+  parsePolicy({
+    name: 'crowded',
+    capacity: 10,
+    refillPerSecond: 1,
+    classes: gold,
+    subjects: Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [`s${i}`, 'gold'])),
+  }),
+  parsePolicy({ name: 'nearby', capacity: 10, refillPerSecond: 1, mode: 'local' }),
+];
+
+/** A share view that counts what enters and leaves, with a share, a stability and overrides the test sets. */
+class CountingShares implements ShareView {
+  entered = 0;
+  left = 0;
+  share: RegionalShare | undefined = { share: 1, epoch: 0 };
+  stable = Infinity;
+  overrides: string[] = [];
+  shareFor(): RegionalShare | undefined {
+    return this.share;
+  }
+  defaultShare(): RegionalShare | undefined {
+    return this.share;
+  }
+  stableForMs(): number {
+    return this.stable;
+  }
+  overrideSubjects(): readonly string[] {
+    return this.overrides;
+  }
+  enter(): () => void {
+    this.entered++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.left++;
+    };
+  }
+}
+
+type Recorded = [string, string, number, boolean, number, number];
+
+function agent(
+  options: {
+    shares?: ShareView;
+    config?: Record<string, unknown>;
+    deps?: Partial<AgentDeps>;
+    noRedisClock?: boolean;
+  } = {},
+) {
+  const clock = new ManualClock(1_750_000_000_000);
+  const usage: Recorded[] = [];
+  const shares = options.shares ?? new CountingShares();
+  const built = buildApp(
+    {
+      store: new ModelDecisionStore(clock),
+      policies: new StaticPolicySource(policies),
+      shares,
+      log: pino({ level: 'silent' }),
+      clock,
+      random: () => 0,
+      ...(options.noRedisClock === true ? {} : { redisClock: { toRedisMicros: (m: number) => m + OFFSET } }),
+      usage: { record: (...args) => void usage.push(args) },
+      ...options.deps,
+    },
+    AgentConfig.parse({
+      region: 'us',
+      redisUrl: 'redis://127.0.0.1:1',
+      policiesFile: 'unused',
+      reservationSweepMs: 0,
+      termMs: 300,
+      ...options.config,
+    }),
+  );
+  const post = async (payload: unknown) => {
+    await built.ready;
+    const res = await built.app.inject({
+      method: 'POST',
+      url: '/v1/terms',
+      headers: { 'content-type': 'application/json' },
+      payload: typeof payload === 'string' ? payload : JSON.stringify(payload),
+    });
+    return { status: res.statusCode, body: res.json<Record<string, unknown>>() };
+  };
+  const metric = async (line: RegExp) => {
+    const text = (await built.app.inject({ method: 'GET', url: '/metrics' })).body;
+    return Number(line.exec(text)?.[1] ?? 0);
+  };
+  return { post, metric, built, usage, shares };
+}
+
+/** The problem an answer carries: its status, its code, and whether its detail names `detail`. */
+const problem = (answer: { status: number; body: Record<string, unknown> }, detail: string) => ({
+  status: answer.status,
+  code: answer.body['code'],
+  names: String(answer.body['detail']).includes(detail),
+});
+const notAllowed = { status: 400, code: 'AGT_ERR_TERM_NOT_ALLOWED', names: true };
+const unavailable = { status: 503, code: 'AGT_ERR_TERM_UNAVAILABLE', names: true };
+
+describe('POST /v1/terms: the term', () => {
+  it("a token bucket's term: sized as a subject with no override, the agent's script, a deadline in Redis time", async () => {
+    const { post, metric, shares } = agent();
+    const before = Math.floor((performance.timeOrigin + performance.now()) * 1000);
+    const term = await post({ policy: 'hot' });
+    const after = Math.floor((performance.timeOrigin + performance.now()) * 1000);
+    const { deadlineMicros: deadline, ...rest } = term.body;
+    expect(term.status).toBe(200);
+    expect(rest).toEqual({
+      policy: 'hot',
+      version: 1,
+      epoch: 0,
+      bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: hot.idleTtlSeconds * 1000 },
+      limit: 100,
+      window: 200,
+      mode: 'regional',
+      validForMs: 300,
+      refusals: 'final',
+      exclude: [],
+      headers: { draft: DEFAULT_RATE_LIMIT_DRAFT, legacy: false },
+      scriptSha: SHA,
+    });
+    expect(deadline).toBeGreaterThanOrEqual(before + 300_000 + OFFSET);
+    expect(deadline).toBeLessThanOrEqual(after + 300_000 + OFFSET);
+    // The restart hold, then the term.
+    expect(shares).toMatchObject({ entered: 2, left: 0 });
+    expect(await metric(/quotaplane_terms_total\{[^}]*policy="hot"[^}]*outcome="issued"[^}]*\} (\S+)/)).toBe(
+      1,
+    );
+    expect(await metric(/^quotaplane_terms_held (\S+)$/m)).toBe(2);
+  });
+
+  it('is admitted like the other routes that reach the decision path (route label terms)', () => {
+    expect(decisionRoute('/v1/terms')).toBe('terms');
+  });
+
+  it('sends the script source only when asked; its SHA1 is the scriptSha', async () => {
+    const { post } = agent();
+    const asked = await post({ policy: 'hot', script: true });
+    expect(asked.body['script']).toBe(luaSource('token_bucket'));
+    expect(
+      createHash('sha1')
+        .update(asked.body['script'] as string)
+        .digest('hex'),
+    ).toBe(asked.body['scriptSha']);
+    expect((await post({ policy: 'hot', script: false })).body).not.toHaveProperty('script');
+  });
+
+  it("sizes by the share in force with its floor and epoch; headers as the agent's; a local policy is whole", async () => {
+    const shares = new CountingShares();
+    shares.share = { share: 0.25, epoch: 7, lowest: 0.1 };
+    const { post } = agent({ shares, config: { legacyHeaders: true, rateLimitHeaders: 'draft-10' } });
+    const term = await post({ policy: 'hot' });
+    expect(term.body).toMatchObject({
+      epoch: 7,
+      bucket: {
+        capacity: 25,
+        refillPerSecond: 0.125,
+        floor: { beforeMicros: 1, capacity: 10, refillPerSecond: 0.05 },
+      },
+      limit: 25,
+      headers: { draft: 'draft-10', legacy: true },
+    });
+    const local = await post({ policy: 'nearby' });
+    expect(local.body).toMatchObject({
+      mode: 'local',
+      epoch: 0,
+      bucket: { capacity: 10, refillPerSecond: 1 },
+    });
+  });
+
+  it('excludes override subjects and subjects the policy names a class for', async () => {
+    const shares = new CountingShares();
+    shares.overrides = ['big', 'vip'];
+    const { post } = agent({ shares });
+    expect((await post({ policy: 'classed' })).body['exclude']).toEqual(['big', 'vip']);
+    expect((await post({ policy: 'hot' })).body['exclude']).toEqual(['big', 'vip']);
+  });
+
+  it("refusals go to the agent when it borrows for a regional policy (with the policy's budget), else final", async () => {
+    const shortfall: ShortfallHandler = { cover: () => Promise.resolve({ covered: false, reasons: [] }) };
+    const { post } = agent({ deps: { shortfall } });
+    expect((await post({ policy: 'hot' })).body).toMatchObject({
+      refusals: 'agent',
+      budget: { capacity: 100, refillPerSecond: 0.5 },
+    });
+    const local = await post({ policy: 'nearby' });
+    expect(local.body['refusals']).toBe('final');
+    expect(local.body).not.toHaveProperty('budget');
+  });
+});
+
+describe('POST /v1/terms: who gets none', () => {
+  it('refuses each policy that gives none, saying why; counts it', async () => {
+    const { post, metric, shares } = agent();
+    expect(problem(await post({ policy: 'log' }), 'sliding log policy')).toEqual(notAllowed);
+    expect(problem(await post({ policy: 'strict' }), 'strict')).toEqual(notAllowed);
+    expect(problem(await post({ policy: 'sharded' }), 'sharded')).toEqual(notAllowed);
+    expect(problem(await post({ policy: 'capped' }), 'subject-creation cap')).toEqual(notAllowed);
+    expect(problem(await post({ policy: 'byip' }), 'ip policy')).toEqual(notAllowed);
+    expect(problem(await post({ policy: 'crowded' }), '1025 subjects are decided apart')).toEqual(notAllowed);
+    expect(shares).toMatchObject({ entered: 1 }); // the restart hold only
+    expect(
+      await metric(/quotaplane_terms_total\{[^}]*policy="log"[^}]*outcome="not_allowed"[^}]*\} (\S+)/),
+    ).toBe(1);
+  });
+
+  it('an agent that hashes subjects gives none', async () => {
+    const { post } = agent({ config: { hmacSecret: 'a-secret-of-16-chars-or-more' } });
+    expect(problem(await post({ policy: 'hot' }), 'HMAC secret')).toEqual(notAllowed);
+  });
+
+  it('QP_TERMS=off: 404 AGT_ERR_TERMS_OFF, whatever the body', async () => {
+    const { post } = agent({ config: { terms: 'off' } });
+    expect(await post({ policy: 'hot' })).toMatchObject({ status: 404, body: { code: 'AGT_ERR_TERMS_OFF' } });
+    expect(await post({ nonsense: 1 })).toMatchObject({ status: 404, body: { code: 'AGT_ERR_TERMS_OFF' } });
+  });
+
+  it('unknown policies, prototype names included: 404 AGT_ERR_UNKNOWN_POLICY', async () => {
+    const { post, shares } = agent();
+    for (const policy of ['nope', '__proto__', 'constructor', 'toString', 'hasOwnProperty']) {
+      expect(await post({ policy }), policy).toMatchObject({
+        status: 404,
+        body: { code: 'AGT_ERR_UNKNOWN_POLICY' },
+      });
+    }
+    expect(shares).toMatchObject({ entered: 1 });
+  });
+
+  it('malformed bodies: 400 AGT_ERR_INVALID_TERM, nothing counted or held', async () => {
+    const { post, usage, shares } = agent();
+    const bodies: unknown[] = [
+      {},
+      [],
+      '"hot"',
+      null,
+      { policy: ['hot'] },
+      { policy: { name: 'hot' } },
+      { policy: '' },
+      { policy: 'hot', extra: 1 },
+      { policy: 'hot', script: 'yes' },
+      { policy: 'hot', usage: {} },
+      { policy: 'hot', usage: [['a', 1]] },
+      { policy: 'hot', usage: [['a', -1, 0]] },
+      { policy: 'hot', usage: [['a', 1.5, 0]] },
+      { policy: 'hot', usage: [[['a'], 1, 0]] },
+      { policy: 'hot', usage: [[{ a: 1 }, 1, 0]] },
+      { policy: 'hot', usage: Array.from({ length: 513 }, () => ['a', 1, 0]) },
+    ];
+    for (const body of bodies) {
+      expect(await post(body), JSON.stringify(body)).toMatchObject({
+        status: 400,
+        body: { code: 'AGT_ERR_INVALID_TERM' },
+      });
+    }
+    // A `__proto__` key (an own key once parsed): refused before the body reaches the route.
+    const proto = await post('{"policy":"hot","usage":[["a",1,0]],"__proto__":{"script":true}}');
+    expect(proto.status).toBe(400);
+    expect(usage).toEqual([]);
+    expect(shares).toMatchObject({ entered: 1 });
+  });
+});
+
+describe('POST /v1/terms: usage of the last term', () => {
+  it("each subject's admitted and refused tokens are counted as the decision path counts its own", async () => {
+    const { post, usage, metric } = agent();
+    const term = await post({
+      policy: 'hot',
+      usage: [
+        ['a', 5, 0],
+        ['b', 3, 2],
+        ['c', 0, 4],
+      ],
+    });
+    expect(term.status).toBe(200);
+    expect(usage).toEqual([
+      ['hot', 'a', 5, true, 1, 0.5],
+      ['hot', 'b', 3, true, 0, 0.5],
+      ['hot', 'b', 2, false, 0, 0.5],
+      ['hot', 'c', 4, false, 0, 0.5],
+    ]);
+    const tokens = (outcome: string) =>
+      metric(
+        new RegExp(
+          `quotaplane_direct_decision_tokens_total\\{[^}]*policy="hot"[^}]*outcome="${outcome}"[^}]*\\} (\\S+)`,
+        ),
+      );
+    expect(await tokens('admitted')).toBe(8);
+    expect(await tokens('refused')).toBe(6);
+  });
+
+  it("a subject the policy names a class for is counted at its class's rate; a local policy reports no usage", async () => {
+    const { post, usage } = agent();
+    await post({ policy: 'classed', usage: [['vip', 1, 0]] });
+    await post({ policy: 'nearby', usage: [['a', 1, 0]] });
+    expect(usage).toEqual([['classed', 'vip', 1, true, 1, 5]]);
+  });
+
+  it('an invalid subject refuses the whole request: 400 AGT_ERR_INVALID_SUBJECT, nothing counted', async () => {
+    const { post, usage, metric } = agent();
+    const refused = await post({
+      policy: 'hot',
+      usage: [
+        ['fine', 1, 0],
+        ['not fine', 1, 0],
+        ['h.looks-hashed', 1, 0],
+      ],
+    });
+    expect(refused).toMatchObject({ status: 400, body: { code: 'AGT_ERR_INVALID_SUBJECT' } });
+    expect(refused.body['errors']).toHaveLength(2);
+    expect(usage).toEqual([]);
+    expect(await metric(/quotaplane_direct_decision_tokens_total\{[^}]*\} (\S+)/)).toBe(0);
+  });
+});
+
+describe('POST /v1/terms: none now (503 AGT_ERR_TERM_UNAVAILABLE)', () => {
+  it('no lease, a lease about to end, no Redis clock or no sample: no term, nothing held', async () => {
+    const shares = new CountingShares();
+    const { post, metric } = agent({ shares });
+    shares.share = undefined;
+    expect(problem(await post({ policy: 'hot' }), 'no_lease')).toEqual(unavailable);
+    shares.share = { share: 1, epoch: 0 };
+    shares.stable = 199;
+    expect(problem(await post({ policy: 'hot' }), 'ends sooner than the shortest term')).toEqual(unavailable);
+    shares.stable = 200;
+    expect((await post({ policy: 'hot' })).body['validForMs']).toBe(200);
+    shares.stable = 250.9;
+    expect((await post({ policy: 'hot' })).body['validForMs']).toBe(250);
+    expect(shares.entered).toBe(3);
+    expect(await metric(/quotaplane_terms_total\{[^}]*outcome="unavailable"[^}]*\} (\S+)/)).toBe(2);
+
+    const unsynced = agent({ deps: { redisClock: { toRedisMicros: () => 0 } } });
+    expect(problem(await unsynced.post({ policy: 'hot' }), 'no Redis TIME sample')).toEqual(unavailable);
+    const clockless = agent({ noRedisClock: true });
+    expect(problem(await clockless.post({ policy: 'hot' }), 'no Redis TIME sample')).toEqual(unavailable);
+    expect(unsynced.shares).toMatchObject({ entered: 1 });
+  });
+
+  it('a share view that cannot bound a term gives none', async () => {
+    const bare: ShareView = { shareFor: () => ({ share: 1, epoch: 0 }), enter: () => () => undefined };
+    const { post } = agent({ shares: bare });
+    expect(problem(await post({ policy: 'hot' }), 'cannot bound')).toEqual(unavailable);
+  });
+});
+
+describe('term holds', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  function issuer(shares: CountingShares, holds = new TermHolds({ waitOnClose: true })) {
+    const options: TermIssuerOptions = {
+      policies: new StaticPolicySource(policies),
+      shares,
+      holds,
+      metrics: new AgentMetrics({ region: 'us', processMetrics: false }),
+      redisClock: { toRedisMicros: (m) => m + OFFSET },
+      usage: undefined,
+      borrows: false,
+      terms: 'on',
+      termMs: 1000,
+      hmacSecret: undefined,
+      legacyHeaders: false,
+      rateLimitDraft: undefined,
+      micros: () => 5_000_000,
+    };
+    return { issue: () => issueTerm(options, { policy: 'hot' }), holds };
+  }
+
+  it('a term is left validForMs + 20 ms after it was given, not before', () => {
+    vi.useFakeTimers();
+    const shares = new CountingShares();
+    const { issue, holds } = issuer(shares);
+    expect(issue()).toMatchObject({ validForMs: 1000, deadlineMicros: 5_000_000 + 1_000_000 + OFFSET });
+    expect(shares).toMatchObject({ entered: 1, left: 0 });
+    expect(holds.held).toBe(1);
+    vi.advanceTimersByTime(1019);
+    expect(shares.left).toBe(0);
+    vi.advanceTimersByTime(1);
+    expect(shares.left).toBe(1);
+    expect(holds.held).toBe(0);
+  });
+
+  it('validity is bounded by how long the share is sure to hold, and so is the hold', () => {
+    vi.useFakeTimers();
+    const shares = new CountingShares();
+    shares.stable = 450;
+    const { issue } = issuer(shares);
+    expect(issue()).toMatchObject({ validForMs: 450, deadlineMicros: 5_000_000 + 450_000 + OFFSET });
+    vi.advanceTimersByTime(469);
+    expect(shares.left).toBe(0);
+    vi.advanceTimersByTime(1);
+    expect(shares.left).toBe(1);
+  });
+
+  it('closing (with a coordinator) waits for every term to run out, leaving none early; then gives none', async () => {
+    vi.useFakeTimers();
+    const shares = new CountingShares();
+    const { issue, holds } = issuer(shares);
+    issue();
+    let closed = false;
+    const closing = holds.close().then(() => (closed = true));
+    await vi.advanceTimersByTimeAsync(1019);
+    expect(closed).toBe(false);
+    expect(shares.left).toBe(0);
+    await vi.advanceTimersByTimeAsync(1);
+    await closing;
+    expect(shares.left).toBe(1);
+    expect(() => issue()).toThrow(/shutting down/);
+  });
+
+  it('closing without a coordinator clears the holds and leaves nothing', async () => {
+    vi.useFakeTimers();
+    const shares = new CountingShares();
+    const { issue, holds } = issuer(shares, new TermHolds({ waitOnClose: false }));
+    issue();
+    await holds.close();
+    expect(holds.held).toBe(0);
+    vi.advanceTimersByTime(10_000);
+    expect(shares.left).toBe(0);
+  });
+
+  it('the restart hold: entered when the app is built, left termMs + 20 ms later, terms on or off', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    for (const terms of ['on', 'off']) {
+      const shares = new CountingShares();
+      const { built } = agent({ shares, config: { terms, termMs: 300 } });
+      expect(shares, terms).toMatchObject({ entered: 1, left: 0 });
+      vi.advanceTimersByTime(319);
+      expect(shares.left, terms).toBe(0);
+      vi.advanceTimersByTime(1);
+      expect(shares.left, terms).toBe(1);
+      vi.useRealTimers();
+      await built.close();
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    }
+  });
+
+  it("the coordinator's restart hold is the one held (no other entered), and closing waits for it", async () => {
+    const shares = new CountingShares();
+    let left = 0;
+    const { built } = agent({ shares, config: { termMs: 200 }, deps: { startHold: () => void left++ } });
+    expect(shares.entered).toBe(0);
+    await built.ready;
+    const started = performance.now();
+    await built.close();
+    expect(left).toBe(1);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(150);
+  });
+});
