@@ -95,6 +95,8 @@ interface Held {
   term: TermResponse;
   /** Monotonic ms: no call under this term is made from then on. */
   usableUntil: number;
+  /** Monotonic ms: `validForMs` after the request was sent, the instant `deadlineMicros` stands for. */
+  endsAt: number;
   /** Monotonic ms: the next term is asked for from then on. */
   renewAt: number;
   exclude: ReadonlySet<string>;
@@ -283,6 +285,7 @@ export class DirectDecider {
     state.held = {
       term,
       usableUntil: sentAt + term.validForMs - USE_MARGIN_MS,
+      endsAt: sentAt + term.validForMs,
       renewAt: sentAt + term.validForMs / 2,
       exclude: new Set(term.exclude),
       maxCost: term.maxCost ?? 1,
@@ -327,8 +330,17 @@ export class DirectDecider {
   }
 
   async #call(sha: string, chunk: readonly Waiting[]): Promise<void> {
+    // The call's own deadline too, in Redis time read off the term: its deadline stands for `endsAt`, so an instant
+    // t is about deadlineMicros − (endsAt − t). It runs late by at most the term request's round trip (the agent
+    // issued the term after this process sent the request), which only matters for a call given up on: one that
+    // timed out here may still be charged in Redis within that much, while its check went to the agent (fewer
+    // admissions, never more). The term's own deadline stays the bound that keeps the share.
+    const giveUpAt = this.#now() + this.#timeoutMs;
     let deadline = Infinity;
-    for (const w of chunk) deadline = Math.min(deadline, w.held.term.deadlineMicros);
+    for (const { held } of chunk) {
+      const own = held.term.deadlineMicros - Math.round((held.endsAt - giveUpAt) * 1000);
+      deadline = Math.min(deadline, held.term.deadlineMicros, Math.max(1, own));
+    }
     const { keys, argv } = scriptCall(
       chunk.map((w) => w.request),
       deadline,

@@ -107,10 +107,11 @@ describe('direct decisions in the client', () => {
     });
     expect(redis.calls).toHaveLength(1);
     expect(redis.calls[0]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
-    // One request, the term's deadline; capacity in micro-tokens, refill, cost 1 token, the idle TTL.
+    // One request; the call's own deadline (the term's 5 s of Redis time stands for 1,000 + 1,000 ms here, so
+    // now + the 100 ms timeout is 4.1 s); capacity in micro-tokens, refill, cost 1 token, the idle TTL.
     expect(redis.calls[0]!.argv).toEqual([
       '1',
-      '5000000',
+      '4100000',
       '1',
       '0',
       '0',
