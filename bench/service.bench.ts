@@ -11,7 +11,11 @@
  * else: a 503 is the limiter failing the service), and CPU per request of everything on core 1 the contender
  * uses (service + agent + Redis, from /proc/<pid>/stat, over the same saturated run).
  *
- * Run as a script (`--serve quotaplane|nogrants|inprocess|rlf|frl|none --port P --redis URL [--agent URL]`) it is one of the services.
+ * `direct` is the same client with `direct: { redis }` on the agent's Redis: single checks decided in the
+ * service's process under the agent's terms (docs/agent.md, "Direct decisions"). Each contender has tenants of
+ * its own, so no contender finds buckets another drained.
+ *
+ * Run as a script (`--serve quotaplane|nogrants|direct|inprocess|rlf|frl|none --port P --redis URL [--agent URL]`) it is one of the services.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -33,6 +37,7 @@ import {
 } from './http.bench.js';
 import { alternate, median, type BenchSuite, type Comparison } from './lib.js';
 import type { GrantOptions } from '../packages/client/src/grants.js';
+import type { DirectOptions } from '../packages/client/src/direct.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const TENANTS = 10_000;
@@ -41,10 +46,11 @@ const POLICY = 'service';
 const CAPACITY = 100;
 const WINDOW_SECONDS = 60;
 
-type Contender = 'quotaplane' | 'nogrants' | 'inprocess' | 'rlf' | 'frl' | 'none';
+type Contender = 'quotaplane' | 'nogrants' | 'direct' | 'inprocess' | 'rlf' | 'frl' | 'none';
 const LABELS: Record<Contender, string> = {
   quotaplane: '@quotaplane/client (defaults)',
   nogrants: '@quotaplane/client, grants off',
+  direct: '@quotaplane/client, direct decisions (direct: { redis })',
   inprocess: "the agent's bucket script in the service's process (a ceiling, not a product)",
   rlf: 'rate-limiter-flexible',
   frl: '@fastify/rate-limit',
@@ -169,6 +175,7 @@ export const serviceSuite: BenchSuite = {
     const names: Contender[] = [
       'quotaplane',
       'nogrants',
+      'direct',
       ...(ceiling ? (['inprocess'] as const) : []),
       'rlf',
       'frl',
@@ -192,7 +199,7 @@ export const serviceSuite: BenchSuite = {
       await Promise.all([agentPort, ...ports].map((p) => waitForPort('127.0.0.1', p, 120_000)));
       const url = (n: Contender) => `http://127.0.0.1:${port[n]}`;
       const pids = (n: Contender) =>
-        n === 'quotaplane' || n === 'nogrants'
+        n === 'quotaplane' || n === 'nogrants' || n === 'direct'
           ? [services[n].pid!, agent.pid!, rPid]
           : [services[n].pid!, rPid];
       const out: Comparison[] = [];
@@ -209,7 +216,9 @@ export const serviceSuite: BenchSuite = {
         const runs = Object.fromEntries(names.map((n) => [n, [] as Run[]])) as Record<Contender, Run[]>;
         const measure = (n: Contender) => async () => {
           const before = pids(n).map(cpuMs);
-          const r = await load(url(n), seconds, tenants, prefix);
+          // Tenants of its own per contender: the three clients of the agent decide on the agent's keys, and one
+          // contender's rounds must not drain the buckets another's then finds empty (cheap 429s).
+          const r = await load(url(n), seconds, tenants, `${prefix}${n}-`);
           const after = pids(n).map(cpuMs);
           // Per process (service, [agent,] Redis), µs per request.
           const split = after.map((a, k) =>
@@ -311,6 +320,40 @@ export const serviceSuite: BenchSuite = {
             details: { cpuUsPerRequest: Object.fromEntries(names.map((n) => [n, cpuUs(n)])) },
           });
         }
+        const directCpu = cpuUs('direct');
+        out.push(
+          {
+            bench: `${what} requests/s, ${LABELS.direct} (goal ≥ 1.3)`,
+            ours: Math.round(rps('direct')),
+            peer: LABELS[best],
+            peerValue: Math.round(rps(best)),
+            ratio: ratio(rps('direct'), rps(best)),
+            details: { directRuns: runs.direct.map((r) => Math.round(r.rps)) },
+          },
+          {
+            bench: `${what} requests/s vs unprotected, ${LABELS.direct} (goal ≥ 0.85)`,
+            ours: Math.round(rps('direct')),
+            peer: LABELS.none,
+            peerValue: Math.round(rps('none')),
+            ratio: ratio(rps('direct'), rps('none')),
+          },
+          {
+            bench: `${what} p99 ms, ${LABELS.direct} (ratio = peer / it, goal ≥ 1)`,
+            ours: p99('direct'),
+            peer: LABELS[best],
+            peerValue: p99(best),
+            ratio: ratio(p99(best), Math.max(p99('direct'), 1e-9)),
+          },
+        );
+        if (directCpu !== undefined && peerCpu !== undefined) {
+          out.push({
+            bench: `${what} CPU µs per request, service + agent + Redis, ${LABELS.direct} (ratio = it / peer, goal ≤ 0.75)`,
+            ours: directCpu,
+            peer: LABELS[cheaper],
+            peerValue: peerCpu,
+            ratio: ratio(directCpu, peerCpu),
+          });
+        }
         const ceilingCpu = ceiling ? cpuUs('inprocess') : undefined;
         if (ceiling && ceilingCpu !== undefined && peerCpu !== undefined) {
           out.push(
@@ -331,7 +374,7 @@ export const serviceSuite: BenchSuite = {
           );
         }
       }
-      for (const n of ['quotaplane', 'nogrants'] as const) {
+      for (const n of ['quotaplane', 'nogrants', 'direct'] as const) {
         try {
           const stats: unknown = await (await fetch(`${url(n)}/_stats`)).json();
           progress(`service: ${LABELS[n]}: client counts ${JSON.stringify(stats)}`);
@@ -354,7 +397,7 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
   const app = Fastify();
   const work = () => ({ ok: true });
   const closers: (() => void)[] = [];
-  if (kind === 'quotaplane' || kind === 'nogrants') {
+  if (kind === 'quotaplane' || kind === 'nogrants' || kind === 'direct') {
     // As docs/agent.md shows it, with the client's defaults.
     const { AgentClient } = await import('../packages/client/src/index.js');
     const { quotaplane } = await import('../packages/client/src/fastify.js');
@@ -377,12 +420,21 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
       ...(maxBatch === undefined ? {} : { maxBatch }),
       ...(slow === undefined || slow === '' ? {} : { slowMs: Number(slow) }),
     };
+    // `direct`: the defaults plus a Redis client on the agent's Redis (docs/agent.md, "Direct decisions").
+    let direct: DirectOptions | undefined;
+    if (kind === 'direct') {
+      const { Redis } = await import('ioredis');
+      const redis = new Redis(redisUrl);
+      closers.push(() => redis.disconnect());
+      direct = { redis };
+    }
     const client = new AgentClient({
       baseUrl: agentUrl,
+      ...(direct === undefined ? {} : { direct }),
       ...(timeout === undefined ? {} : { timeoutMs: timeout }),
       ...(exchanges === undefined ? {} : { maxExchanges: exchanges }),
       ...(Object.keys(coalesce).length === 0 ? {} : { coalesce }),
-      ...(kind === 'quotaplane'
+      ...(kind !== 'nogrants'
         ? Object.keys(grantOptions).length === 0
           ? {}
           : { grants: grantOptions }
@@ -391,7 +443,11 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
     closers.push(() => client.close());
     await app.register(quotaplane, { client, subject: tenantOf });
     app.get('/work', { config: { quota: { policy: POLICY } } }, work);
-    app.get('/_stats', () => ({ ...client.stats(), grants: client.grantStats() }));
+    app.get('/_stats', () => ({
+      ...client.stats(),
+      grants: client.grantStats(),
+      direct: client.directStats(),
+    }));
   } else if (kind === 'inprocess') {
     const { Redis } = await import('ioredis');
     const { RedisBucketStore } = await import('../regional-agent/redis/bucket-store.js');
@@ -502,13 +558,13 @@ if (process.argv[1] === THIS_FILE) {
   const kind = values.serve as Contender | undefined;
   if (
     kind === undefined ||
-    !['quotaplane', 'nogrants', 'inprocess', 'rlf', 'frl', 'none'].includes(kind) ||
+    !['quotaplane', 'nogrants', 'direct', 'inprocess', 'rlf', 'frl', 'none'].includes(kind) ||
     values.port === undefined ||
     values.redis === undefined ||
     values.agent === undefined
   ) {
     console.error(
-      'usage: node --import tsx bench/service.bench.ts --serve quotaplane|nogrants|inprocess|rlf|frl|none --port P --redis URL --agent URL',
+      'usage: node --import tsx bench/service.bench.ts --serve quotaplane|nogrants|direct|inprocess|rlf|frl|none --port P --redis URL --agent URL',
     );
     process.exit(2);
   }

@@ -25,7 +25,7 @@ export const DEFAULT_TERM_MS = 1_000;
 /** Most subjects one term may name as decided by the agent only (`exclude`); a policy with more gives no terms. */
 export const MAX_TERM_EXCLUDED = 1_024;
 /** Most subjects one renewal may report usage for. */
-export const MAX_TERM_USAGE = 512;
+export const MAX_TERM_USAGE = 2_048;
 
 /**
  * What a client decided under its last term of the policy, for one subject: whole tokens admitted and refused.
@@ -82,6 +82,10 @@ export const TermResponse = z.object({
   window: whole,
   /** The policy's mode as a decision reports it. */
   mode: z.enum(['regional', 'local']),
+  /** Most tokens one check of the policy may cost (`maxCost`); a costlier check goes to the agent, which refuses it. */
+  maxCost: z.number().min(0).optional(),
+  /** The reason a refusal for want of tokens carries (what the agent would say: `subject_exhausted` or `share_exhausted`). */
+  refusedReason: z.enum(['subject_exhausted', 'share_exhausted']).optional(),
   /** The term may be used for this long after the client sent its request, ms. */
   validForMs: z.number().int().min(1).max(MAX_TERM_MS),
   /** The same end in Redis TIME µs: every script call under the term carries it (it can only come early). */

@@ -36,6 +36,7 @@ import {
 } from '../../../core/models/reservation.js';
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
 import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
+import { DirectDecider, type DirectOptions, type DirectStats } from './direct.js';
 import { fastDecision } from './wire-check.js';
 
 /** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
@@ -154,6 +155,12 @@ export interface AgentClientOptions {
   onBreakerChange?: (state: BreakerState) => void;
   /** Local grants of hot subjects' tokens (grants.ts); `false` asks the agent for every decision. */
   grants?: GrantOptions | false;
+  /**
+   * Decide single checks of eligible policies in this process on the region's Redis, under terms the agent gives
+   * (direct.ts; docs/agent.md, "Direct decisions"). Only for a service trusted with the region's Redis: its
+   * credentials let it write any bucket. Off unless given.
+   */
+  direct?: DirectOptions;
 }
 
 export interface CoalesceOptions {
@@ -347,6 +354,7 @@ export class AgentClient {
   #inFlight = 0;
   #flushScheduled = false;
   readonly #grants: GrantPool | undefined;
+  readonly #direct: DirectDecider | undefined;
   readonly #stats = {
     decided: 0,
     failures: counts(AGENT_FAILURES),
@@ -403,14 +411,15 @@ export class AgentClient {
       maxSockets: Math.max(maxSockets, this.#maxInFlight + 1),
       scheduling: 'lifo',
     });
-    if (options.grants !== false) {
-      this.#grants = new GrantPool(async (path, body) => {
-        const answer = await this.#post(JSON.stringify(body), undefined, 'POST', new URL(path, this.#url));
-        const json = parseJson(answer.text);
-        const problem = Problem.safeParse(json);
-        return { status: answer.status, json, code: problem.success ? problem.data.code : undefined };
-      }, options.grants);
-    }
+    const postJson = async (path: string, body: unknown) => {
+      const answer = await this.#post(JSON.stringify(body), undefined, 'POST', new URL(path, this.#url));
+      const json = parseJson(answer.text);
+      const problem = Problem.safeParse(json);
+      return { status: answer.status, json, code: problem.success ? problem.data.code : undefined };
+    };
+    if (options.grants !== false) this.#grants = new GrantPool(postJson, options.grants);
+    if (options.direct !== undefined)
+      this.#direct = new DirectDecider((body) => postJson('/v1/terms', body), options.direct);
     if (options.breaker !== false) {
       const b = options.breaker ?? {};
       this.#breaker = new CircuitBreaker((batch: Pending[]) => this.#exchange(batch), {
@@ -447,6 +456,11 @@ export class AgentClient {
     return this.#grants?.stats();
   }
 
+  /** What direct decisions did since the client was made (undefined when they are off). */
+  directStats(): DirectStats | undefined {
+    return this.#direct?.stats();
+  }
+
   /** Counts since the client was made. */
   stats(): ClientStats {
     return {
@@ -472,6 +486,11 @@ export class AgentClient {
   async decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
     const local = this.#grants?.trySpend(body);
     if (local !== undefined) return local;
+    const direct = this.#direct?.decide(body);
+    if (direct !== undefined) {
+      const decided = await direct;
+      if (decided !== undefined) return decided;
+    }
     try {
       const answer = await this.#send(JSON.stringify(body), options.requestId);
       this.#stats.decided++;
@@ -606,6 +625,7 @@ export class AgentClient {
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
+    this.#direct?.close();
     const grants = this.#grants?.close();
     if (grants === undefined) this.#agent.destroy();
     else void grants.finally(() => this.#agent.destroy());

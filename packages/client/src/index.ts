@@ -24,6 +24,14 @@ export {
 export type { FallbackBucket } from './fallback.js';
 export type { GrantDecision, GrantOptions, GrantStats } from './grants.js';
 export {
+  DIRECT_MISSES,
+  type DirectDecision,
+  type DirectMiss,
+  type DirectOptions,
+  type DirectRedis,
+  type DirectStats,
+} from './direct.js';
+export {
   DecisionCheck,
   DecisionRequest,
   DecisionResponse,

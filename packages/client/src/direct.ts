@@ -1,0 +1,468 @@
+/**
+ * Direct decisions (docs/agent.md, "Direct decisions"): a service trusted with its region's Redis decides a
+ * policy's single checks in its own process, with the agent's own bucket script on the agent's own bucket keys,
+ * under a short **term** the agent gives (`POST /v1/terms`, core/wire/term.ts). The agent stays the one place
+ * that sizes buckets: a term carries the bucket its region enforces now (the share, its rate-history floor), the
+ * script's SHA, and how long it holds; the agent counts the term as a decision in flight until it lapses, so it
+ * acknowledges a shrink of its share only once no client can still decide with the old one.
+ *
+ * What this process keeps to:
+ * - A term is used only until `validForMs` after the request for it was *sent* (this process's monotonic clock),
+ *   and every script call carries the term's `deadlineMicros` (Redis time): a call that reaches Redis later
+ *   changes nothing (the script answers {-1}) and the check goes to the agent.
+ * - Only single checks with no class, no dry run and no idempotency key, of a whole cost the term allows, for a
+ *   subject that is its own normalized form and not excluded by the term, are decided here. Everything else, and
+ *   every check while no term is held, goes to the agent as before.
+ * - A refusal is the answer only when the term says refusals are final; otherwise (the policy borrows from other
+ *   regions) the refused check goes to the agent, which may cover it.
+ * - A script call that fails (no connection, a timeout, an error) sends its checks to the agent: a failure here
+ *   never becomes an answer. A timed-out call may still run in Redis before its deadline, charging a token the
+ *   agent then charges again: fewer admissions, never more. Three failed calls in a row pause direct decisions
+ *   for a second.
+ * - What the terms decided is reported with each renewal (admitted and refused tokens per subject), so the
+ *   coordinator sees this process's demand as it sees the agent's.
+ *
+ * Decisions of one event-loop turn leave as one script call (up to `maxBatch`), as the agent's own store sends
+ * them; at most `callsInFlight` calls are on the wire at once, later ones wait and leave together.
+ */
+import type { DecisionRequest } from '../../../core/wire/agent.js';
+import {
+  MAX_REQUESTS_PER_CALL,
+  decodeReply,
+  encodeRequest,
+  parseReplies,
+  scriptCall,
+} from '../../../core/wire/bucket.js';
+import { DeadlinePassedError } from '../../../core/wire/script.js';
+import { bucketKey } from '../../../core/keys.js';
+import { normalizeSubject } from '../../../core/subjects/subject.js';
+import { rateLimitHeaders } from '../../../core/wire/rate-limit-headers.js';
+import { MAX_TERM_USAGE, TermResponse, type TermRequest, type TermUsage } from '../../../core/wire/term.js';
+import type { EncodedReply, EncodedRequest } from '../../../core/models/token-bucket.js';
+import type { ClientCheckResult, Decision } from './agent-client.js';
+
+/**
+ * What direct decisions need of a Redis client: ioredis's `evalsha` and `eval` (an `ioredis` `Redis` on the
+ * region's Redis, the one its agent decides on, fits as it is). Not a Redis Cluster: a term's checks of one turn
+ * travel in one script call, which a cluster could not take across slots.
+ */
+export interface DirectRedis {
+  evalsha(sha: string, numKeys: number, ...args: string[]): Promise<unknown>;
+  eval(script: string, numKeys: number, ...args: string[]): Promise<unknown>;
+}
+
+/** How the client decides directly. */
+export interface DirectOptions {
+  /** A client of the region's Redis (the agent's own; see docs/agent.md on the trust this takes). */
+  redis: DirectRedis;
+  /** Longest wait for a script call's answer, ms; a call not answered by then sends its checks to the agent. Default 100. */
+  timeoutMs?: number;
+  /** Most checks in one script call, 1..256. Default 64. */
+  maxBatch?: number;
+  /** Most script calls on the wire at once. Default 4. */
+  callsInFlight?: number;
+}
+
+/** Why a check was sent to the agent instead of decided here. */
+export type DirectMiss = 'no_term' | 'not_direct' | 'refused' | 'failed' | 'late';
+export const DIRECT_MISSES: readonly DirectMiss[] = ['no_term', 'not_direct', 'refused', 'failed', 'late'];
+
+/** What direct decisions did since the client was made. */
+export interface DirectStats {
+  /** Checks decided here: admitted and refused. */
+  admitted: number;
+  refused: number;
+  /** Checks of a policy with terms sent to the agent, by why (`not_direct`: a class, a cost, an excluded subject…). */
+  toAgent: Record<DirectMiss, number>;
+  /** Terms taken, refused by the agent (the policy gives none: it is asked again after a minute), and failed. */
+  terms: { taken: number; notAllowed: number; failed: number };
+  /** Script calls made, and how many failed (the checks went to the agent). */
+  calls: number;
+  callsFailed: number;
+}
+
+/** A decision made here: `local` says so. */
+export interface DirectDecision extends Decision {
+  local: 'direct';
+}
+
+/** Sends a term request to the agent: the status, the parsed answer and a problem's code. */
+export type TermTransport = (
+  body: TermRequest,
+) => Promise<{ status: number; json: unknown; code: string | undefined }>;
+
+interface Held {
+  term: TermResponse;
+  /** Monotonic ms: no call under this term is made from then on. */
+  usableUntil: number;
+  /** Monotonic ms: `validForMs` after the request was sent, the instant `deadlineMicros` stands for. */
+  endsAt: number;
+  /** Monotonic ms: the next term is asked for from then on. */
+  renewAt: number;
+  exclude: ReadonlySet<string>;
+  maxCost: number;
+}
+
+interface PolicyState {
+  held: Held | undefined;
+  renewing: boolean;
+  /** Monotonic ms before which no term is asked for (after a refusal or a failure). */
+  notBefore: number;
+  failures: number;
+  /** Admitted and refused tokens per subject since the last renewal. */
+  usage: Map<string, [number, number]>;
+}
+
+interface Waiting {
+  held: Held;
+  subject: string;
+  request: EncodedRequest;
+  resolve: (decision: DirectDecision | undefined) => void;
+}
+
+/** Most subjects whose usage one policy counts between renewals (the rest of a flood goes uncounted). */
+const MAX_COUNTED_SUBJECTS = 16_384;
+/** Asked for again this long after the agent refused terms for a policy, ms. */
+const NOT_ALLOWED_RETRY_MS = 60_000;
+/** First wait after a failed term request, ms; doubles to FAILED_RETRY_MAX_MS. */
+const FAILED_RETRY_MS = 250;
+const FAILED_RETRY_MAX_MS = 10_000;
+/** A term is given up this long before it runs out: a call made then still reaches Redis well before its deadline. */
+const USE_MARGIN_MS = 20;
+/** Failed script calls in a row that pause direct decisions, and for how long, ms. */
+const PAUSE_AFTER_FAILURES = 3;
+const PAUSE_MS = 1000;
+
+export class DirectDecider {
+  readonly #send: TermTransport;
+  readonly #redis: DirectRedis;
+  readonly #timeoutMs: number;
+  readonly #maxBatch: number;
+  readonly #callsInFlight: number;
+  readonly #now: () => number;
+  readonly #policies = new Map<string, PolicyState>();
+  /** Sources of the scripts by SHA, once an agent sent one. */
+  readonly #sources = new Map<string, string>();
+  #waiting: Waiting[] = [];
+  #onTheWire = 0;
+  #flushScheduled = false;
+  #failuresInARow = 0;
+  #pausedUntil = 0;
+  #closed = false;
+  readonly #stats: DirectStats = {
+    admitted: 0,
+    refused: 0,
+    toAgent: { no_term: 0, not_direct: 0, refused: 0, failed: 0, late: 0 },
+    terms: { taken: 0, notAllowed: 0, failed: 0 },
+    calls: 0,
+    callsFailed: 0,
+  };
+
+  /** `now`: monotonic ms (tests pass their own clock). */
+  constructor(send: TermTransport, options: DirectOptions, now: () => number = () => performance.now()) {
+    this.#send = send;
+    this.#redis = options.redis;
+    this.#timeoutMs = options.timeoutMs ?? 100;
+    this.#maxBatch = options.maxBatch ?? 64;
+    this.#callsInFlight = options.callsInFlight ?? 4;
+    this.#now = now;
+    if (typeof this.#redis?.evalsha !== 'function' || typeof this.#redis.eval !== 'function')
+      throw new TypeError('direct: redis must be a Redis client with evalsha and eval (an ioredis Redis)');
+    if (!(this.#timeoutMs > 0 && this.#timeoutMs <= 10_000))
+      throw new TypeError('direct: timeoutMs must be > 0 and <= 10000');
+    if (!(Number.isInteger(this.#maxBatch) && this.#maxBatch >= 1 && this.#maxBatch <= MAX_REQUESTS_PER_CALL))
+      throw new TypeError(`direct: maxBatch must be an integer from 1 to ${MAX_REQUESTS_PER_CALL}`);
+    if (!(Number.isInteger(this.#callsInFlight) && this.#callsInFlight >= 1))
+      throw new TypeError('direct: callsInFlight must be an integer >= 1');
+  }
+
+  stats(): DirectStats {
+    return { ...this.#stats, toAgent: { ...this.#stats.toAgent }, terms: { ...this.#stats.terms } };
+  }
+
+  /**
+   * Decide `body` here, or undefined at once (ask the agent). The promise answers undefined too when the check
+   * turned out to need the agent (a failed call, a refusal that is not final, a term that ran out meanwhile).
+   */
+  decide(body: DecisionRequest): Promise<DirectDecision | undefined> | undefined {
+    if (this.#closed || 'checks' in body) return undefined;
+    if (body.class !== undefined || body.dryRun === true || body.idempotencyKey !== undefined) {
+      if (this.#policies.has(body.policy)) this.#stats.toAgent.not_direct++;
+      return undefined;
+    }
+    const now = this.#now();
+    const state = this.#state(body.policy);
+    const held = state.held;
+    if (held === undefined || now >= held.usableUntil) {
+      this.#renew(body.policy, state, now);
+      this.#stats.toAgent.no_term++;
+      return undefined;
+    }
+    if (now >= held.renewAt) this.#renew(body.policy, state, now);
+    const cost = body.cost ?? 1;
+    if (
+      now < this.#pausedUntil ||
+      !(Number.isInteger(cost) && cost >= 1 && cost <= held.maxCost) ||
+      held.exclude.has(body.subject) ||
+      !ownForm(body.subject)
+    ) {
+      this.#stats.toAgent[now < this.#pausedUntil ? 'failed' : 'not_direct']++;
+      return undefined;
+    }
+    const { term } = held;
+    const request = encodeRequest({
+      checks: [
+        {
+          key: bucketKey(term.version, body.subject, term.policy),
+          capacity: term.bucket.capacity,
+          refillPerSecond: term.bucket.refillPerSecond,
+          cost,
+          ttlMs: term.bucket.ttlMs,
+          ...(term.bucket.floor === undefined ? {} : { floor: term.bucket.floor }),
+        },
+      ],
+    });
+    return new Promise((resolve) => {
+      this.#waiting.push({ held, subject: body.subject, request, resolve });
+      if (!this.#flushScheduled) {
+        this.#flushScheduled = true;
+        setImmediate(this.#flush);
+      }
+    });
+  }
+
+  /** Stop deciding here; checks waiting for a call go to the agent, and no term is asked for again. */
+  close(): void {
+    this.#closed = true;
+    for (const w of this.#waiting.splice(0)) w.resolve(undefined);
+    // The usage of the last terms is not sent: a closing process's demand is about to be none.
+  }
+
+  #state(policy: string): PolicyState {
+    let state = this.#policies.get(policy);
+    if (state === undefined) {
+      state = { held: undefined, renewing: false, notBefore: 0, failures: 0, usage: new Map() };
+      this.#policies.set(policy, state);
+    }
+    return state;
+  }
+
+  /** Ask for the policy's next term in the background (one at a time, not before `notBefore`). */
+  #renew(policy: string, state: PolicyState, now: number): void {
+    if (state.renewing || now < state.notBefore || this.#closed) return;
+    state.renewing = true;
+    const usage = takeUsage(state);
+    const sentAt = now;
+    const body: TermRequest = { policy };
+    if (usage.length > 0) body.usage = usage;
+    // The script's source once per SHA: kept for a Redis that lost its script cache (EVAL instead of EVALSHA).
+    if (this.#sources.size === 0) body.script = true;
+    void this.#send(body)
+      .then(({ status, json, code }) => {
+        if (status === 200) {
+          const parsed = TermResponse.safeParse(json);
+          if (parsed.success) return this.#hold(state, parsed.data, sentAt);
+        }
+        if (status === 400 && code === 'AGT_ERR_TERM_NOT_ALLOWED') {
+          this.#stats.terms.notAllowed++;
+          state.held = undefined;
+          state.notBefore = this.#now() + NOT_ALLOWED_RETRY_MS;
+          return;
+        }
+        this.#failedTerm(state, usage);
+      })
+      .catch(() => this.#failedTerm(state, usage))
+      .finally(() => {
+        state.renewing = false;
+      });
+  }
+
+  #hold(state: PolicyState, term: TermResponse, sentAt: number): void {
+    if (term.script !== undefined) this.#sources.set(term.scriptSha, term.script);
+    this.#stats.terms.taken++;
+    state.failures = 0;
+    state.notBefore = 0;
+    state.held = {
+      term,
+      usableUntil: sentAt + term.validForMs - USE_MARGIN_MS,
+      endsAt: sentAt + term.validForMs,
+      renewAt: sentAt + term.validForMs / 2,
+      exclude: new Set(term.exclude),
+      maxCost: term.maxCost ?? 1,
+    };
+  }
+
+  /** A term request failed: its usage is kept for the next one, which waits a little longer each time. */
+  #failedTerm(state: PolicyState, usage: readonly TermUsage[]): void {
+    this.#stats.terms.failed++;
+    for (const [subject, admitted, refused] of usage) countUsage(state, subject, admitted, refused);
+    state.failures++;
+    state.notBefore =
+      this.#now() + Math.min(FAILED_RETRY_MAX_MS, FAILED_RETRY_MS * 2 ** (state.failures - 1));
+  }
+
+  readonly #flush = (): void => {
+    this.#flushScheduled = false;
+    this.#pump();
+  };
+
+  #pump(): void {
+    while (this.#waiting.length > 0 && this.#onTheWire < this.#callsInFlight) {
+      const now = this.#now();
+      const sha = this.#waiting[0]!.held.term.scriptSha;
+      const chunk: Waiting[] = [];
+      const rest: Waiting[] = [];
+      for (const w of this.#waiting) {
+        if (now >= w.held.usableUntil) {
+          this.#stats.toAgent.late++;
+          w.resolve(undefined);
+        } else if (chunk.length < this.#maxBatch && w.held.term.scriptSha === sha) chunk.push(w);
+        else rest.push(w);
+      }
+      this.#waiting = rest;
+      if (chunk.length === 0) continue;
+      this.#onTheWire++;
+      void this.#call(sha, chunk).finally(() => {
+        this.#onTheWire--;
+        if (this.#waiting.length > 0) this.#pump();
+      });
+    }
+  }
+
+  async #call(sha: string, chunk: readonly Waiting[]): Promise<void> {
+    // The call's own deadline too, in Redis time read off the term: its deadline stands for `endsAt`, so an instant
+    // t is about deadlineMicros − (endsAt − t). It runs late by at most the term request's round trip (the agent
+    // issued the term after this process sent the request), which only matters for a call given up on: one that
+    // timed out here may still be charged in Redis within that much, while its check went to the agent (fewer
+    // admissions, never more). The term's own deadline stays the bound that keeps the share.
+    const giveUpAt = this.#now() + this.#timeoutMs;
+    let deadline = Infinity;
+    for (const { held } of chunk) {
+      const own = held.term.deadlineMicros - Math.round((held.endsAt - giveUpAt) * 1000);
+      deadline = Math.min(deadline, held.term.deadlineMicros, Math.max(1, own));
+    }
+    const { keys, argv } = scriptCall(
+      chunk.map((w) => w.request),
+      deadline,
+    );
+    this.#stats.calls++;
+    let replies: EncodedReply[];
+    try {
+      const reply = await this.#run(sha, keys, argv);
+      replies = parseReplies(
+        reply,
+        chunk.map(() => 1),
+      );
+    } catch (error) {
+      const late = error instanceof DeadlinePassedError;
+      if (!late) {
+        this.#stats.callsFailed++;
+        if (++this.#failuresInARow >= PAUSE_AFTER_FAILURES) this.#pausedUntil = this.#now() + PAUSE_MS;
+      }
+      this.#stats.toAgent[late ? 'late' : 'failed'] += chunk.length;
+      for (const w of chunk) w.resolve(undefined);
+      return;
+    }
+    this.#failuresInARow = 0;
+    chunk.forEach((w, i) => w.resolve(this.#answer(w, replies[i]!)));
+  }
+
+  /** EVALSHA, or EVAL with the source when Redis lost its script cache; rejects after the timeout. */
+  async #run(sha: string, keys: readonly string[], argv: readonly string[]): Promise<unknown> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('direct: no answer from Redis in time')), this.#timeoutMs);
+    });
+    const call = async (): Promise<unknown> => {
+      try {
+        return await this.#redis.evalsha(sha, keys.length, ...keys, ...argv);
+      } catch (error) {
+        const source = this.#sources.get(sha);
+        if (source === undefined || !String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;
+        return this.#redis.eval(source, keys.length, ...keys, ...argv);
+      }
+    };
+    try {
+      return await Promise.race([call(), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** The decision for one check from its script reply, or undefined when a refusal must go to the agent. */
+  #answer(w: Waiting, reply: EncodedReply): DirectDecision | undefined {
+    const { term } = w.held;
+    const decision = decodeReply(reply);
+    const b = decision.results[0]!;
+    const cost = w.request.checks[0]!.cost / 1_000_000;
+    const state = this.#state(term.policy);
+    if (!decision.allowed && term.refusals === 'agent') {
+      this.#stats.toAgent.refused++;
+      return undefined;
+    }
+    countUsage(state, w.subject, decision.allowed ? cost : 0, decision.allowed ? 0 : cost);
+    this.#stats[decision.allowed ? 'admitted' : 'refused']++;
+    const result: ClientCheckResult = {
+      policy: term.policy,
+      allowed: decision.allowed,
+      remaining: b.remaining > 0 ? Math.floor(b.remaining) : 0,
+      limit: term.limit,
+      resetMs: b.resetMs,
+      retryAfterMs: b.retryAfterMs,
+      mode: term.mode,
+    };
+    if (b.retryAfterMs === null) result.reason = 'cost_exceeds_share';
+    else if (!decision.allowed && b.retryAfterMs > 0)
+      result.reason = term.refusedReason ?? 'subject_exhausted';
+    const budget = term.budget === undefined ? undefined : { ...term.budget, borrowable: false };
+    const headers = rateLimitHeaders(
+      decision.allowed,
+      [
+        {
+          result: { ...result, remaining: b.remaining, limit: term.bucket.capacity, mode: term.mode },
+          windowSeconds: term.window,
+          violated: !decision.allowed,
+          budget,
+        },
+      ],
+      term.headers.legacy,
+      term.headers.draft,
+    );
+    return {
+      allowed: decision.allowed,
+      retryAfterMs: decision.allowed ? 0 : b.retryAfterMs,
+      results: [result],
+      headers,
+      local: 'direct',
+    };
+  }
+}
+
+/** A subject the agent would keep as it is (no hashing configured: terms are given only then). */
+function ownForm(subject: string): boolean {
+  const normalized = normalizeSubject(subject);
+  return normalized.ok && normalized.subject === subject;
+}
+
+function countUsage(state: PolicyState, subject: string, admitted: number, refused: number): void {
+  const counts = state.usage.get(subject);
+  if (counts !== undefined) {
+    counts[0] += admitted;
+    counts[1] += refused;
+  } else if (state.usage.size < MAX_COUNTED_SUBJECTS) state.usage.set(subject, [admitted, refused]);
+}
+
+/**
+ * The usage to report, whole tokens, busiest subjects first (at most MAX_TERM_USAGE), and a clean slate. The
+ * subjects left out are the quietest of the interval: the coordinator moves shares by demand, which the busiest
+ * make, and the agent's own decisions still report every subject they see.
+ */
+function takeUsage(state: PolicyState): TermUsage[] {
+  let out: TermUsage[] = [];
+  for (const [subject, [admitted, refused]] of state.usage)
+    out.push([subject, Math.round(admitted), Math.round(refused)]);
+  state.usage.clear();
+  if (out.length > MAX_TERM_USAGE)
+    out = out.sort((a, b) => b[1] + b[2] - (a[1] + a[2])).slice(0, MAX_TERM_USAGE);
+  return out;
+}

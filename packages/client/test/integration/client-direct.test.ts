@@ -1,0 +1,135 @@
+/**
+ * Direct decisions against a real agent process and a real redis-server: clients with `direct: { redis }` decide
+ * single checks in their own process on the agent's buckets, under the agent's terms. N clients × M callers on
+ * one subject whose bucket holds 100 tokens and barely refills admit exactly 100 (every decision, here or at the
+ * agent, is one atomic script call on the same bucket). A direct answer says what the agent would say. A Redis
+ * that freezes sends the checks to the agent, which answers by its failure mode; a policy the agent gives no
+ * terms for is decided at the agent.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { AgentClient } from '../../src/index.js';
+import { agentProcessOnOwnRedis } from '../../../../test/helpers/agent-process.js';
+
+const CLIENTS = 4;
+const CALLERS = 8;
+const PER_CALLER = 20;
+
+const own = agentProcessOnOwnRedis({
+  policies: {
+    // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
+    hot: { capacity: 100, refillPerSecond: 0.001 },
+    exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
+  },
+});
+
+const opened: { client: AgentClient; redis: Redis }[] = [];
+afterEach(() => {
+  for (const { client, redis } of opened.splice(0)) {
+    client.close();
+    redis.disconnect();
+  }
+});
+
+function directClient(): AgentClient {
+  const redis = new Redis(own.redis.url, { maxRetriesPerRequest: 1 });
+  const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000, direct: { redis } });
+  opened.push({ client, redis });
+  return client;
+}
+
+/** Until `client` holds a term for `policy` (its first check asks for one), at most 5 s. */
+async function termFor(client: AgentClient, policy: string, subject = 'warm-up'): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const d = await client.decide({ policy, subject });
+    if ('local' in d && d.local === 'direct') return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`no term for ${policy} in 5 s`);
+}
+
+describe('direct decisions', () => {
+  it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit exactly 100; the rest are truthful 429s`, async () => {
+    const clients = Array.from({ length: CLIENTS }, directClient);
+    await Promise.all(clients.map((c) => termFor(c, 'hot')));
+    const answers = await Promise.all(
+      clients.flatMap((client) =>
+        Array.from({ length: CALLERS }, async () => {
+          const out = [];
+          for (let i = 0; i < PER_CALLER; i++)
+            out.push(await client.decide({ policy: 'hot', subject: 'tenant-1' }));
+          return out;
+        }),
+      ),
+    );
+    const all = answers.flat();
+    expect(all).toHaveLength(CLIENTS * CALLERS * PER_CALLER);
+    expect(all.filter((d) => d.allowed)).toHaveLength(100);
+    const refused = all.filter((d) => !d.allowed);
+    expect(
+      refused.every((d) => d.degraded === undefined && d.results[0]!.reason === 'subject_exhausted'),
+    ).toBe(true);
+    expect(refused.every((d) => Number(d.headers['Retry-After']) > 900)).toBe(true);
+    // Decided in the clients: no decision of this subject asked the agent.
+    const direct = clients.map((c) => c.directStats()!);
+    expect(direct.reduce((n, s) => n + s.admitted + s.refused, 0)).toBe(CLIENTS * CALLERS * PER_CALLER);
+    expect(clients.reduce((n, c) => n + c.stats().decided, 0)).toBeLessThanOrEqual(CLIENTS * 100);
+    // The agent decides on the same bucket: empty.
+    const res = await fetch(`${own.agent.url}/v1/decisions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ policy: 'hot', subject: 'tenant-1' }),
+    });
+    const body = (await res.json()) as { allowed: boolean; results: { remaining: number }[] };
+    expect(body).toMatchObject({ allowed: false, results: [{ remaining: 0 }] });
+  });
+
+  it('a direct answer says what the agent says: the same result and headers for the same bucket', async () => {
+    const client = directClient();
+    await termFor(client, 'hot');
+    const viaAgent = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000, grants: false });
+    try {
+      const a = await viaAgent.decide({ policy: 'hot', subject: 'same-a' });
+      const d = await client.decide({ policy: 'hot', subject: 'same-d' });
+      expect(d).toMatchObject({ local: 'direct' });
+      const { local: _, ...direct } = d as typeof d & { local: string };
+      expect(direct).toEqual(a);
+      expect(d.headers['RateLimit']).toMatch(/^"hot";r=99;t=\d+$/);
+    } finally {
+      viaAgent.close();
+    }
+  });
+
+  it('a frozen Redis sends the checks to the agent, which answers by its failure mode; direct decisions come back after', async () => {
+    const client = directClient();
+    await termFor(client, 'hot');
+    await own.redis.pause();
+    let answers;
+    try {
+      answers = await Promise.all(
+        Array.from({ length: 20 }, (_, i) => client.decide({ policy: 'hot', subject: `frozen-${i}` })),
+      );
+    } finally {
+      await own.redis.resume();
+    }
+    // Nothing was admitted on a call Redis never answered: every answer is the agent's failure-mode refusal.
+    expect(answers.filter((d) => d.allowed)).toHaveLength(0);
+    expect(answers.every((d) => !('local' in d))).toBe(true);
+    expect(client.directStats()!.callsFailed).toBeGreaterThanOrEqual(1);
+    await new Promise((r) => setTimeout(r, 1100));
+    await termFor(client, 'hot', 'thawed');
+    const after = await client.decide({ policy: 'hot', subject: 'thawed-2' });
+    expect(after).toMatchObject({ allowed: true, local: 'direct' });
+  });
+
+  it('a policy the agent gives no terms for (a sliding log) is decided at the agent', async () => {
+    const client = directClient();
+    for (let i = 0; i < 5; i++) {
+      const d = await client.decide({ policy: 'exact', subject: 'log-1' });
+      expect(d.allowed).toBe(true);
+      expect('local' in d).toBe(false);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(client.directStats()!.terms).toMatchObject({ taken: 0, notAllowed: 1 });
+  });
+});

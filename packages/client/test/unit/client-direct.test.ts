@@ -1,0 +1,315 @@
+/**
+ * Direct decisions' rules in the client, with a scripted agent and a scripted Redis (the integration suite runs
+ * them against a real agent and a real redis-server): when a term is used and when it is not, what goes to the
+ * agent and why, what a script call carries, what an answer says, and what a renewal reports.
+ */
+import { describe, expect, it } from 'vitest';
+import { DirectDecider, type DirectRedis } from '../../src/direct.js';
+import type { TermRequest, TermResponse } from '../../../../core/wire/term.js';
+
+const SHA = 'a'.repeat(40);
+
+function term(over: Partial<TermResponse> = {}): TermResponse {
+  return {
+    policy: 'writes',
+    version: 3,
+    epoch: 7,
+    bucket: { capacity: 10, refillPerSecond: 0.5, ttlMs: 60_000 },
+    limit: 10,
+    window: 20,
+    mode: 'regional',
+    validForMs: 1000,
+    deadlineMicros: 5_000_000,
+    refusals: 'final',
+    exclude: ['vip'],
+    headers: { draft: 'draft-11', legacy: false },
+    scriptSha: SHA,
+    script: 'return 1',
+    ...over,
+  };
+}
+
+/** A Redis whose script keeps whole tokens per key (no refill) and answers as lua/token_bucket.lua does. */
+class ScriptedRedis implements DirectRedis {
+  readonly calls: { keys: string[]; argv: string[]; how: 'evalsha' | 'eval' }[] = [];
+  readonly tokens = new Map<string, number>();
+  fail: Error | undefined;
+  noScript = false;
+  late = false;
+
+  evalsha(_sha: string, numKeys: number, ...args: string[]): Promise<unknown> {
+    if (this.noScript) return Promise.reject(new Error('NOSCRIPT No matching script.'));
+    return this.#run('evalsha', numKeys, args);
+  }
+
+  eval(_script: string, numKeys: number, ...args: string[]): Promise<unknown> {
+    return this.#run('eval', numKeys, args);
+  }
+
+  #run(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
+    const keys = args.slice(0, numKeys);
+    const argv = args.slice(numKeys);
+    this.calls.push({ keys, argv, how });
+    if (this.fail !== undefined) return Promise.reject(this.fail);
+    if (this.late) return Promise.resolve([-1]);
+    const out: number[] = [];
+    // ARGV: G, deadline, then per request: n=1, flags, idem_ttl, capacity, rate, cost, ttl.
+    keys.forEach((key, r) => {
+      const capacity = Number(argv[2 + r * 7 + 3]);
+      const cost = Number(argv[2 + r * 7 + 5]);
+      const have = this.tokens.get(key) ?? capacity;
+      const fits = have >= cost;
+      if (fits) this.tokens.set(key, have - cost);
+      out.push(fits ? 1 : 0, 0, fits ? 1 : 0, fits ? have - cost : have, fits ? 0 : 2000, 5000);
+    });
+    return Promise.resolve(out);
+  }
+}
+
+/** A decider over `redis` whose agent answers each term request with `answer`; the clock is `clock.now`. */
+function setup(answer: (body: TermRequest) => { status: number; json: unknown; code?: string }) {
+  const redis = new ScriptedRedis();
+  const asked: TermRequest[] = [];
+  const clock = { now: 1000 };
+  const decider = new DirectDecider(
+    (body) => {
+      asked.push(body);
+      const a = answer(body);
+      return Promise.resolve({ status: a.status, json: a.json, code: a.code });
+    },
+    { redis },
+    () => clock.now,
+  );
+  return { redis, asked, clock, decider };
+}
+
+const settle = () => new Promise((r) => setImmediate(r));
+const one = { policy: 'writes', subject: 'tenant-1' };
+
+describe('direct decisions in the client', () => {
+  it('asks the agent until a term is held, then decides on the term with its bucket, key and deadline', async () => {
+    const { redis, asked, decider } = setup(() => ({ status: 200, json: term() }));
+    expect(decider.decide(one)).toBeUndefined();
+    await settle();
+    expect(asked).toEqual([{ policy: 'writes', script: true }]);
+    const d = await decider.decide(one);
+    expect(d).toMatchObject({
+      allowed: true,
+      local: 'direct',
+      retryAfterMs: 0,
+      results: [
+        { policy: 'writes', allowed: true, remaining: 9, limit: 10, retryAfterMs: 0, mode: 'regional' },
+      ],
+    });
+    expect(d!.headers).toEqual({
+      'RateLimit-Policy': '"writes";q=10;w=20',
+      RateLimit: '"writes";r=9;t=5',
+    });
+    expect(redis.calls).toHaveLength(1);
+    expect(redis.calls[0]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
+    // One request; the call's own deadline (the term's 5 s of Redis time stands for 1,000 + 1,000 ms here, so
+    // now + the 100 ms timeout is 4.1 s); capacity in micro-tokens, refill, cost 1 token, the idle TTL.
+    expect(redis.calls[0]!.argv).toEqual([
+      '1',
+      '4100000',
+      '1',
+      '0',
+      '0',
+      '10000000',
+      '0.5',
+      '1000000',
+      '60000',
+    ]);
+    expect(decider.stats()).toMatchObject({ admitted: 1, refused: 0, toAgent: { no_term: 1 }, calls: 1 });
+  });
+
+  it('decides the checks of one turn in one script call', async () => {
+    const { redis, decider } = setup(() => ({ status: 200, json: term() }));
+    void decider.decide(one);
+    await settle();
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => decider.decide({ policy: 'writes', subject: `t-${i % 3}` })!),
+    );
+    expect(redis.calls).toHaveLength(1);
+    expect(redis.calls[0]!.argv[0]).toBe('12');
+    expect(answers.map((a) => a!.results[0]!.remaining)).toEqual([9, 9, 9, 8, 8, 8, 7, 7, 7, 6, 6, 6]);
+  });
+
+  it('a final refusal is answered here, as the agent would; a refusal the agent could cover goes to it', async () => {
+    const final = setup(() => ({
+      status: 200,
+      json: term({ bucket: { capacity: 1, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 1 }),
+    }));
+    void final.decider.decide(one);
+    await settle();
+    expect((await final.decider.decide(one))!.allowed).toBe(true);
+    const refused = await final.decider.decide(one);
+    expect(refused).toMatchObject({
+      allowed: false,
+      retryAfterMs: 2000,
+      local: 'direct',
+      results: [{ allowed: false, remaining: 0, limit: 1, retryAfterMs: 2000, reason: 'subject_exhausted' }],
+    });
+    expect(refused!.headers['Retry-After']).toBe('2');
+    const borrows = setup(() => ({
+      status: 200,
+      json: term({
+        bucket: { capacity: 1, refillPerSecond: 0.5, ttlMs: 60_000 },
+        refusals: 'agent',
+        budget: { capacity: 3, refillPerSecond: 1.5 },
+      }),
+    }));
+    void borrows.decider.decide(one);
+    await settle();
+    const admitted = await borrows.decider.decide(one);
+    // Headers of a bucket that borrows describe the subject's global budget.
+    expect(admitted!.headers['RateLimit-Policy']).toBe('"writes";q=3;w=20');
+    expect(await borrows.decider.decide(one)).toBeUndefined();
+    expect(borrows.decider.stats()).toMatchObject({ admitted: 1, refused: 0, toAgent: { refused: 1 } });
+  });
+
+  it('sends to the agent what a term does not cover: classes, costs above maxCost, excluded or unnormalized subjects, idempotency, dry runs, layered checks', async () => {
+    const { redis, decider } = setup(() => ({ status: 200, json: term({ maxCost: 2 }) }));
+    void decider.decide(one);
+    await settle();
+    const misses = [
+      { ...one, class: 'gold' },
+      { ...one, cost: 3 },
+      { ...one, cost: 1.5 },
+      { policy: 'writes', subject: 'vip' },
+      { policy: 'writes', subject: 'has space' },
+      { ...one, idempotencyKey: 'k' },
+      { ...one, dryRun: true },
+      { checks: [one] },
+    ];
+    for (const m of misses) expect(decider.decide(m as never)).toBeUndefined();
+    expect(decider.stats().toAgent.not_direct).toBe(7);
+    expect(await decider.decide({ ...one, cost: 2 })).toMatchObject({
+      allowed: true,
+      results: [{ remaining: 8 }],
+    });
+    expect(redis.calls).toHaveLength(1);
+  });
+
+  it('uses a term until validForMs after its request was sent, less a margin, and renews it from half way', async () => {
+    const { asked, clock, decider } = setup(() => ({ status: 200, json: term() }));
+    void decider.decide(one); // sent at 1000
+    clock.now = 1200;
+    await settle();
+    expect(decider.decide(one)).toBeDefined();
+    expect(asked).toHaveLength(1);
+    clock.now = 1500; // half way: the next term is asked for, this one still used
+    expect(decider.decide(one)).toBeDefined();
+    expect(asked).toHaveLength(2);
+    // The renewal never came back before the first term ran out: 1000 + 1000 - 20.
+    const slow = setup(() => ({ status: 200, json: term() }));
+    void slow.decider.decide(one);
+    await settle();
+    slow.clock.now = 1979;
+    expect(slow.decider.decide(one)).toBeDefined();
+    slow.clock.now = 1980;
+    expect(slow.decider.decide(one)).toBeUndefined();
+  });
+
+  it("a check queued past its term's end goes to the agent without a call", async () => {
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term() }));
+    void decider.decide(one);
+    await settle();
+    const pending = decider.decide(one);
+    clock.now = 5000;
+    expect(await pending).toBeUndefined();
+    expect(redis.calls).toHaveLength(0);
+    expect(decider.stats().toAgent.late).toBe(1);
+  });
+
+  it('a call the script refuses for its deadline, or that fails, sends its checks to the agent; three failures pause for a second', async () => {
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term({ validForMs: 5000 }) }));
+    void decider.decide(one);
+    await settle();
+    redis.late = true;
+    expect(await decider.decide(one)).toBeUndefined();
+    expect(decider.stats().toAgent.late).toBe(1);
+    redis.late = false;
+    redis.fail = new Error('connection lost');
+    for (let i = 0; i < 3; i++) expect(await decider.decide(one)).toBeUndefined();
+    expect(decider.stats()).toMatchObject({ calls: 4, callsFailed: 3, toAgent: { failed: 3 } });
+    redis.fail = undefined;
+    expect(decider.decide(one)).toBeUndefined(); // paused: no call
+    expect(redis.calls).toHaveLength(4);
+    clock.now += 1000;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+  });
+
+  it('a Redis that lost its script cache gets the source the agent sent (EVAL)', async () => {
+    const { redis, decider } = setup(() => ({ status: 200, json: term() }));
+    void decider.decide(one);
+    await settle();
+    redis.noScript = true;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls.map((c) => c.how)).toEqual(['eval']);
+  });
+
+  it('reports what a term decided with the next request, busiest subjects first; keeps it when the request fails', async () => {
+    let status = 200;
+    const { asked, clock, decider } = setup(() => ({ status, json: term() }));
+    void decider.decide(one);
+    await settle();
+    for (const subject of ['tenant-1', 'tenant-1', 't2']) await decider.decide({ policy: 'writes', subject });
+    status = 503;
+    clock.now = 1600;
+    void decider.decide(one);
+    await settle();
+    expect(asked[1]!.usage).toEqual([
+      ['tenant-1', 2, 0],
+      ['t2', 1, 0],
+    ]);
+    // Failed: asked again after 250 ms with the same usage and what came since (the check at 1,600 and this one;
+    // the one at 1,800 is still on its way to Redis when the request at 1,900 leaves).
+    await decider.decide(one);
+    status = 200;
+    clock.now = 1800;
+    void decider.decide(one);
+    clock.now = 1900;
+    void decider.decide(one);
+    await settle();
+    expect(asked).toHaveLength(3);
+    expect(asked[2]!.usage).toEqual([
+      ['tenant-1', 4, 0],
+      ['t2', 1, 0],
+    ]);
+  });
+
+  it('a policy the agent gives no terms for is asked again only after a minute', async () => {
+    const { asked, clock, decider } = setup(() => ({
+      status: 400,
+      json: { code: 'AGT_ERR_TERM_NOT_ALLOWED' },
+      code: 'AGT_ERR_TERM_NOT_ALLOWED',
+    }));
+    void decider.decide(one);
+    await settle();
+    clock.now = 50_000;
+    void decider.decide(one);
+    await settle();
+    expect(asked).toHaveLength(1);
+    expect(decider.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0 });
+    clock.now = 61_001;
+    void decider.decide(one);
+    expect(asked).toHaveLength(2);
+  });
+
+  it('an answer that is not a term is a failed request, never a term', async () => {
+    const { redis, decider } = setup(() => ({ status: 200, json: { ...term(), deadlineMicros: -1 } }));
+    void decider.decide(one);
+    await settle();
+    expect(decider.decide(one)).toBeUndefined();
+    expect(decider.stats().terms.failed).toBe(1);
+    expect(redis.calls).toHaveLength(0);
+  });
+
+  it('refuses options it cannot work with', () => {
+    const send = () => Promise.resolve({ status: 200, json: {}, code: undefined });
+    expect(() => new DirectDecider(send, { redis: {} as DirectRedis })).toThrow(/evalsha/);
+    expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), maxBatch: 0 })).toThrow(/maxBatch/);
+    expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), timeoutMs: 0 })).toThrow(/timeoutMs/);
+  });
+});
