@@ -16,8 +16,12 @@ import { z } from 'zod';
 import { MAX_WIRE_POLICY_LENGTH, MAX_WIRE_SUBJECT_LENGTH } from './agent.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from './rate-limit-headers.js';
 
-/** Longest term an agent gives, ms (`QP_TERM_MS` is bounded by it). */
-export const MAX_TERM_MS = 5_000;
+/**
+ * Longest term an agent gives, ms (`QP_TERM_MS` is bounded by it). Every shrink waits for the last term of the old
+ * record, and the coordinator gives a region about 3 s (with its default settings) to acknowledge one before it
+ * refuses its renewal: terms stay well inside that.
+ */
+export const MAX_TERM_MS = 2_000;
 /** Shortest term an agent gives, ms: shorter than this, renewals would cost more than the decisions they save. */
 export const MIN_TERM_MS = 200;
 /** The agent's term length by default, ms. */
@@ -25,7 +29,7 @@ export const DEFAULT_TERM_MS = 1_000;
 /** Most subjects one term may name as decided by the agent only (`exclude`); a policy with more gives no terms. */
 export const MAX_TERM_EXCLUDED = 1_024;
 /** Most subjects one renewal may report usage for. */
-export const MAX_TERM_USAGE = 2_048;
+export const MAX_TERM_USAGE = 1_024;
 
 /**
  * What a client decided under its last term of the policy, for one subject: whole tokens admitted and refused.

@@ -2,7 +2,6 @@
  * What the store groups share: how one group's call went (GroupRun), how a store's answer settles it, one slot
  * group's guarded script call, and why a check with no room is refused.
  */
-import type { DecisionReason } from '../../core/wire/agent.js';
 import type { Policy } from '../../core/policy/policy.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
@@ -18,7 +17,11 @@ import type { StoreCheck } from './prepared.js';
  * sized at a share of 1: `limit` reaches `whole`, the limit at share 1 in the same units), `share_exhausted` when
  * it is a part of it (the rest, in other regions, may be left).
  */
-export function ownBudgetReason(policy: Pick<Policy, 'mode'>, limit: number, whole: number): DecisionReason {
+export function ownBudgetReason(
+  policy: Pick<Policy, 'mode'>,
+  limit: number,
+  whole: number,
+): 'subject_exhausted' | 'share_exhausted' {
   return policy.mode !== 'regional' || limit >= whole ? 'subject_exhausted' : 'share_exhausted';
 }
 

@@ -10,6 +10,8 @@ import { COMMON_PROBLEMS, problems } from './docs.js';
 
 export interface TermsRouteOptions extends TermIssuerOptions {
   assertServing: () => void;
+  /** The largest body, bytes: a renewal carries up to MAX_TERM_USAGE subjects' usage. */
+  bodyLimit: number;
 }
 
 const refusals = {
@@ -39,6 +41,7 @@ export function termsRoute(app: FastifyInstance, options: TermsRouteOptions): vo
         body: TermRequest,
         response: { 200: TermResponse, ...problems(refusals) },
       },
+      bodyLimit: options.bodyLimit,
     },
     async (request, reply) => {
       if (options.terms === 'on') assertServing();

@@ -144,6 +144,8 @@ export function termRoutes({ deps, config, core, state }: RouteContext): Fastify
       legacyHeaders: config.legacyHeaders,
       rateLimitDraft: config.rateLimitHeaders,
       assertServing: state.assertServing,
+      // As a batch's: a renewal's usage is one subject's counts per entry, up to MAX_TERM_USAGE of them.
+      bodyLimit: config.bodyLimitBytes * 16,
     });
     return Promise.resolve();
   };

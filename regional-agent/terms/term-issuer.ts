@@ -13,6 +13,7 @@
  * - It is sized exactly as a decision of a subject with no override (check-router.ts `#route`); the subjects the
  *   agent sizes differently (an override share, a class named by subject) are listed in `exclude`.
  */
+import { ownBudgetReason } from '../decisions/group-run.js';
 import { createHash } from 'node:crypto';
 import { kindOf } from '../../core/kinds/index.js';
 import type { Policy } from '../../core/policy/policy.js';
@@ -193,6 +194,10 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
     mode: policy.mode === 'local' ? 'local' : 'regional',
     validForMs,
     deadlineMicros,
+    maxCost: policy.maxCost,
+    // What a refusal for want of tokens says at the agent (store-group.ts `unborrowedReason`); with borrowing the
+    // client sends refusals here instead.
+    refusedReason: ownBudgetReason(policy, bucket.capacity, policy.capacity),
     refusals: options.borrows && regional ? 'agent' : 'final',
     ...(options.borrows && regional
       ? { budget: { capacity: policy.capacity, refillPerSecond: policy.refillPerSecond } }

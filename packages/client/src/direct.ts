@@ -120,8 +120,12 @@ interface Waiting {
   resolve: (decision: DirectDecision | undefined) => void;
 }
 
+/** Most bytes of usage one renewal carries, at first: well within the agent's default body limit for terms (256 KiB). */
+const USAGE_BYTES = 65_536;
 /** Most subjects whose usage one policy counts between renewals (the rest of a flood goes uncounted). */
 const MAX_COUNTED_SUBJECTS = 16_384;
+/** Answers that mean no term will come for the policy from this agent for a while. */
+const NO_TERMS = new Set(['AGT_ERR_TERM_NOT_ALLOWED', 'AGT_ERR_TERMS_OFF', 'AGT_ERR_UNKNOWN_POLICY']);
 /** Asked for again this long after the agent refused terms for a policy, ms. */
 const NOT_ALLOWED_RETRY_MS = 60_000;
 /** First wait after a failed term request, ms; doubles to FAILED_RETRY_MAX_MS. */
@@ -147,6 +151,8 @@ export class DirectDecider {
   #onTheWire = 0;
   #flushScheduled = false;
   #failuresInARow = 0;
+  /** Most bytes of usage one renewal carries (halved when the agent finds a body too large). */
+  #usageBytes = USAGE_BYTES;
   #pausedUntil = 0;
   #closed = false;
   readonly #stats: DirectStats = {
@@ -251,7 +257,7 @@ export class DirectDecider {
   #renew(policy: string, state: PolicyState, now: number): void {
     if (state.renewing || now < state.notBefore || this.#closed) return;
     state.renewing = true;
-    const usage = takeUsage(state);
+    const usage = takeUsage(state, this.#usageBytes);
     const sentAt = now;
     const body: TermRequest = { policy };
     if (usage.length > 0) body.usage = usage;
@@ -263,15 +269,18 @@ export class DirectDecider {
           const parsed = TermResponse.safeParse(json);
           if (parsed.success) return this.#hold(state, parsed.data, sentAt);
         }
-        if (status === 400 && code === 'AGT_ERR_TERM_NOT_ALLOWED') {
+        // The agent's body limit is below what this process sent: send less usage from now on.
+        if (code === 'AGT_ERR_BODY_TOO_LARGE') this.#usageBytes = Math.max(1024, this.#usageBytes / 2);
+        // A policy that gives no terms here (or none at all, or an agent with terms off) is asked again later.
+        if (code !== undefined && NO_TERMS.has(code)) {
           this.#stats.terms.notAllowed++;
           state.held = undefined;
           state.notBefore = this.#now() + NOT_ALLOWED_RETRY_MS;
           return;
         }
-        this.#failedTerm(state, usage);
+        this.#failedTerm(state);
       })
-      .catch(() => this.#failedTerm(state, usage))
+      .catch(() => this.#failedTerm(state))
       .finally(() => {
         state.renewing = false;
       });
@@ -292,10 +301,13 @@ export class DirectDecider {
     };
   }
 
-  /** A term request failed: its usage is kept for the next one, which waits a little longer each time. */
-  #failedTerm(state: PolicyState, usage: readonly TermUsage[]): void {
+  /**
+   * A term request failed; the next waits a little longer each time. Its usage is not sent again: the agent counts
+   * it once the request is valid, term or no term (a 503 too), and a request whose answer was lost may have been
+   * counted, so a repeat could count it twice.
+   */
+  #failedTerm(state: PolicyState): void {
     this.#stats.terms.failed++;
-    for (const [subject, admitted, refused] of usage) countUsage(state, subject, admitted, refused);
     state.failures++;
     state.notBefore =
       this.#now() + Math.min(FAILED_RETRY_MAX_MS, FAILED_RETRY_MS * 2 ** (state.failures - 1));
@@ -453,16 +465,23 @@ function countUsage(state: PolicyState, subject: string, admitted: number, refus
 }
 
 /**
- * The usage to report, whole tokens, busiest subjects first (at most MAX_TERM_USAGE), and a clean slate. The
- * subjects left out are the quietest of the interval: the coordinator moves shares by demand, which the busiest
- * make, and the agent's own decisions still report every subject they see.
+ * The usage to report, whole tokens, busiest subjects first, at most MAX_TERM_USAGE of them and about `bytes` of
+ * JSON, and a clean slate. The subjects left out are the quietest of the interval: the coordinator moves shares by
+ * demand, which the busiest make, and the agent's own decisions still report every subject they see.
  */
-function takeUsage(state: PolicyState): TermUsage[] {
-  let out: TermUsage[] = [];
+function takeUsage(state: PolicyState, bytes: number): TermUsage[] {
+  const all: TermUsage[] = [];
   for (const [subject, [admitted, refused]] of state.usage)
-    out.push([subject, Math.round(admitted), Math.round(refused)]);
+    all.push([subject, Math.round(admitted), Math.round(refused)]);
   state.usage.clear();
-  if (out.length > MAX_TERM_USAGE)
-    out = out.sort((a, b) => b[1] + b[2] - (a[1] + a[2])).slice(0, MAX_TERM_USAGE);
+  if (all.length > 1) all.sort((a, b) => b[1] + b[2] - (a[1] + a[2]));
+  const out: TermUsage[] = [];
+  let size = 0;
+  for (const entry of all) {
+    // `["subject",n,m],`: a subject decided here is its own normalized form, which JSON never escapes.
+    size += entry[0].length + 30;
+    if (out.length >= MAX_TERM_USAGE || size > bytes) break;
+    out.push(entry);
+  }
   return out;
 }

@@ -21,7 +21,7 @@ beforeAll(async () => {
   agent = await agentFixture({
     policies: [direct],
     clock: { sampleEveryMs: 1000 },
-    config: { reservationSweepMs: 0, termMs: 5000 },
+    config: { reservationSweepMs: 0, termMs: 2000 },
   });
 });
 afterAll(async () => {
@@ -51,7 +51,7 @@ async function check(t: TermResponse, subject: string, deadlineMicros = t.deadli
 describe('direct decisions under a term, on a real Redis', () => {
   it("150 checks of the term's bucket (capacity 100, refill ~0) admit exactly 100; the agent then refuses the same subject", async () => {
     const t = await term();
-    expect(t).toMatchObject({ policy: 'direct', version, limit: 100, validForMs: 5000 });
+    expect(t).toMatchObject({ policy: 'direct', version, limit: 100, validForMs: 2000 });
     // The script the term names is the one it sent.
     expect(await agent.redis.script('LOAD', t.script!)).toBe(t.scriptSha);
     const subject = 'direct-a';

@@ -18,18 +18,18 @@ function problems(env: Record<string, string>, files: Record<string, string> = {
 }
 
 describe('agent configuration', () => {
-  it('direct-decision terms: on, 1000 ms by default; QP_TERM_MS within 200..5000; QP_TERMS on or off', () => {
+  it('direct-decision terms: on, 1000 ms by default; QP_TERM_MS within 200..2000; QP_TERMS on or off', () => {
     expect(loadConfig(base)).toMatchObject({ terms: 'on', termMs: 1000 });
-    expect(loadConfig({ ...base, QP_TERMS: 'off', QP_TERM_MS: '5000' })).toMatchObject({
+    expect(loadConfig({ ...base, QP_TERMS: 'off', QP_TERM_MS: '2000' })).toMatchObject({
       terms: 'off',
-      termMs: 5000,
+      termMs: 2000,
     });
     expect(problems({ ...base, QP_TERM_MS: '199' })).toEqual([
       'QP_TERM_MS (termMs): Too small: expected number to be >=200',
     ]);
-    expect(problems({ ...base, QP_TERM_MS: '5001', QP_TERMS: 'maybe' })).toEqual([
+    expect(problems({ ...base, QP_TERM_MS: '2001', QP_TERMS: 'maybe' })).toEqual([
       'QP_TERMS (terms): Invalid option: expected one of "on"|"off"',
-      'QP_TERM_MS (termMs): Too big: expected number to be <=5000',
+      'QP_TERM_MS (termMs): Too big: expected number to be <=2000',
     ]);
   });
 

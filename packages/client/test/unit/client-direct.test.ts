@@ -223,7 +223,7 @@ describe('direct decisions in the client', () => {
   });
 
   it('a call the script refuses for its deadline, or that fails, sends its checks to the agent; three failures pause for a second', async () => {
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term({ validForMs: 5000 }) }));
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term({ validForMs: 2000 }) }));
     void decider.decide(one);
     await settle();
     redis.late = true;
@@ -249,7 +249,7 @@ describe('direct decisions in the client', () => {
     expect(redis.calls.map((c) => c.how)).toEqual(['eval']);
   });
 
-  it('reports what a term decided with the next request, busiest subjects first; keeps it when the request fails', async () => {
+  it('reports what a term decided with the next request, once: a failed request is not sent again with it', async () => {
     let status = 200;
     const { asked, clock, decider } = setup(() => ({ status, json: term() }));
     void decider.decide(one);
@@ -263,8 +263,9 @@ describe('direct decisions in the client', () => {
       ['tenant-1', 2, 0],
       ['t2', 1, 0],
     ]);
-    // Failed: asked again after 250 ms with the same usage and what came since (the check at 1,600 and this one;
-    // the one at 1,800 is still on its way to Redis when the request at 1,900 leaves).
+    // Failed: asked again after 250 ms with only what came since (the check at 1,600 and this one; the one at
+    // 1,800 is still on its way to Redis when the request at 1,900 leaves). The agent counted the first usage
+    // if the request reached it, so it is never sent twice.
     await decider.decide(one);
     status = 200;
     clock.now = 1800;
@@ -273,29 +274,64 @@ describe('direct decisions in the client', () => {
     void decider.decide(one);
     await settle();
     expect(asked).toHaveLength(3);
-    expect(asked[2]!.usage).toEqual([
-      ['tenant-1', 4, 0],
-      ['t2', 1, 0],
-    ]);
+    expect(asked[2]!.usage).toEqual([['tenant-1', 2, 0]]);
   });
 
-  it('a policy the agent gives no terms for is asked again only after a minute', async () => {
-    const { asked, clock, decider } = setup(() => ({
-      status: 400,
-      json: { code: 'AGT_ERR_TERM_NOT_ALLOWED' },
-      code: 'AGT_ERR_TERM_NOT_ALLOWED',
-    }));
+  it('reports the busiest 1,024 subjects, and fewer after the agent found a body too large', async () => {
+    let status = 200;
+    const answer = () =>
+      status === 200
+        ? { status, json: term({ validForMs: 2000 }) }
+        : { status, json: { code: 'AGT_ERR_BODY_TOO_LARGE' }, code: 'AGT_ERR_BODY_TOO_LARGE' };
+    const { asked, clock, decider } = setup(answer);
     void decider.decide(one);
     await settle();
-    clock.now = 50_000;
+    // 1,100 subjects of 20 characters, subject i decided (i % 3) + 1 times.
+    const subject = (i: number) => `s-${String(i).padStart(18, '0')}`;
+    const checks = Array.from({ length: 1100 }, (_, i) =>
+      Array.from({ length: (i % 3) + 1 }, () => decider.decide({ policy: 'writes', subject: subject(i) })!),
+    ).flat();
+    await Promise.all(checks);
+    status = 413;
+    clock.now = 2000;
     void decider.decide(one);
     await settle();
-    expect(asked).toHaveLength(1);
-    expect(decider.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0 });
-    clock.now = 61_001;
+    const first = asked[1]!.usage!;
+    expect(first).toHaveLength(1024);
+    expect(first.slice(0, 3)).toEqual([
+      [subject(2), 3, 0],
+      [subject(5), 3, 0],
+      [subject(8), 3, 0],
+    ]);
+    // The next renewal carries at most 32 KiB: 50 bytes an entry here, so 655 of them.
+    for (let i = 0; i < 1100; i++) await decider.decide({ policy: 'writes', subject: subject(i) });
+    status = 200;
+    clock.now = 2300;
     void decider.decide(one);
-    expect(asked).toHaveLength(2);
+    await settle();
+    expect(asked[2]!.usage).toHaveLength(655);
   });
+
+  it.each([
+    [400, 'AGT_ERR_TERM_NOT_ALLOWED'],
+    [404, 'AGT_ERR_TERMS_OFF'],
+    [404, 'AGT_ERR_UNKNOWN_POLICY'],
+  ])(
+    'a policy the agent gives no terms for (%i %s) is asked again only after a minute',
+    async (status, code) => {
+      const { asked, clock, decider } = setup(() => ({ status, json: { code }, code }));
+      void decider.decide(one);
+      await settle();
+      clock.now = 50_000;
+      void decider.decide(one);
+      await settle();
+      expect(asked).toHaveLength(1);
+      expect(decider.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0 });
+      clock.now = 61_001;
+      void decider.decide(one);
+      expect(asked).toHaveLength(2);
+    },
+  );
 
   it('an answer that is not a term is a failed request, never a term', async () => {
     const { redis, decider } = setup(() => ({ status: 200, json: { ...term(), deadlineMicros: -1 } }));

@@ -8,6 +8,7 @@ import { ManualClock } from '../../../../core/clock.js';
 import { parsePolicy } from '../../../../core/policy/policy.js';
 import type { RegionalShare, ShareView } from '../../../../core/shares/shares.js';
 import { DEFAULT_RATE_LIMIT_DRAFT } from '../../../../core/wire/rate-limit-headers.js';
+import { MAX_TERM_USAGE } from '../../../../core/wire/term.js';
 import type { ShortfallHandler } from '../../../../regional-agent/decisions/decision-service.js';
 import { buildApp, type AgentDeps } from '../../../../regional-agent/app.js';
 import { decisionRoute } from '../../../../regional-agent/http/admission-hook.js';
@@ -155,6 +156,9 @@ describe('POST /v1/terms: the term', () => {
       window: 200,
       mode: 'regional',
       validForMs: 300,
+      maxCost: hot.maxCost,
+      // The whole policy's capacity in this region: a refusal is the subject's own budget.
+      refusedReason: 'subject_exhausted',
       refusals: 'final',
       exclude: [],
       headers: { draft: DEFAULT_RATE_LIMIT_DRAFT, legacy: false },
@@ -285,7 +289,7 @@ describe('POST /v1/terms: who gets none', () => {
       { policy: 'hot', usage: [['a', 1.5, 0]] },
       { policy: 'hot', usage: [[['a'], 1, 0]] },
       { policy: 'hot', usage: [[{ a: 1 }, 1, 0]] },
-      { policy: 'hot', usage: Array.from({ length: 513 }, () => ['a', 1, 0]) },
+      { policy: 'hot', usage: Array.from({ length: MAX_TERM_USAGE + 1 }, () => ['a', 1, 0]) },
     ];
     for (const body of bodies) {
       expect(await post(body), JSON.stringify(body)).toMatchObject({
