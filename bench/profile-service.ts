@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/profile-service.ts [--seconds 8] [--kind quotaplane|nogrants] [--tenants zipf|uniform] [--top 25]
+ * `npx tsx bench/profile-service.ts [--seconds 8] [--kind quotaplane|nogrants|direct] [--tenants zipf|uniform] [--top 25]
  *   [--no-prof] [--keep DIR]`
  *
  * The service bench's protected service (bench/service.bench.ts) and its agent under the same closed-loop load
@@ -75,7 +75,7 @@ const agentDir = join(dir, 'agent');
 const serviceDir = join(dir, 'service');
 const agent = spawnServer(
   [AGENT_MAIN],
-  defaultAgentEnv(redis.url, policiesFile, agentPort),
+  { ...defaultAgentEnv(redis.url, policiesFile, agentPort), QP_TERMS: 'on' },
   pin,
   profFlags(agentDir),
 );

@@ -184,7 +184,12 @@ export const serviceSuite: BenchSuite = {
     const [agentPort, ...ports] = await Promise.all([freePort(), ...names.map(() => freePort())]);
     const port = Object.fromEntries(names.map((n, k) => [n, ports[k]!])) as Record<Contender, number>;
     const agentUrl = `http://127.0.0.1:${agentPort}`;
-    const agent = spawnServer([AGENT_MAIN], defaultAgentEnv(redis.url, policiesFile, agentPort), pin);
+    // Terms on (off by default) for the `direct` contender; the other clients never ask for one.
+    const agent = spawnServer(
+      [AGENT_MAIN],
+      { ...defaultAgentEnv(redis.url, policiesFile, agentPort), QP_TERMS: 'on' },
+      pin,
+    );
     const services = Object.fromEntries(
       names.map((n) => [
         n,

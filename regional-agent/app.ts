@@ -65,7 +65,7 @@ export interface AgentDeps {
    * Redis TIME of this process's instants (regional-agent/redis/redis-clock.ts): a term's deadline. Without one
    * the agent gives no terms (503 AGT_ERR_TERM_UNAVAILABLE).
    */
-  redisClock?: Pick<RedisClock, 'toRedisMicros'>;
+  redisClock?: Pick<RedisClock, 'toRedisMicros' | 'toRedisMicrosNewest'>;
   /**
    * The restart hold, entered in the share view before any record was applied (coordination.ts); without one the
    * app enters it itself when it is built. Left one term (`termMs` + margin) after the app is built. Given by an

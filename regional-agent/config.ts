@@ -216,7 +216,9 @@ export const AgentConfig = z
     /** Which draft-ietf-httpapi-ratelimit-headers revision `RateLimit` and `Retry-After` follow. */
     rateLimitHeaders: z.enum(RATE_LIMIT_DRAFTS).default(DEFAULT_RATE_LIMIT_DRAFT),
     /** `POST /v1/terms`: give clients trusted with this region's Redis terms to decide token buckets themselves. */
-    terms: z.enum(['on', 'off']).default('on'),
+    // Off by default: a term's usage report is counted as this agent's demand, so only services trusted with the
+    // region's budget (and its Redis) should reach the route; an operator turns it on for them.
+    terms: z.enum(['on', 'off']).default('off'),
     /** How long a term lasts at most, ms (shorter when the lease in force ends sooner). */
     termMs: int(MIN_TERM_MS, MAX_TERM_MS).default(DEFAULT_TERM_MS),
     host: z.string().min(1).default('127.0.0.1'),

@@ -20,6 +20,8 @@ import type { DecisionService } from './decisions/decision-service.js';
 import type { Admission } from './resilience/admission.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { LeaseHolder } from './leases/lease-holder.js';
+import { DEFAULT_TERM_MS } from '../core/wire/term.js';
+import { TERM_MARGIN_MS } from './terms/term-holds.js';
 import type { AgentMetrics } from './observability/metrics.js';
 import { natsCredentials, natsCredentialTag } from './nats/credentials.js';
 import { KvPolicySource } from './policies/kv-policy-source.js';
@@ -68,7 +70,7 @@ export async function connectCoordination(
     | 'maxGraceMs'
     | 'maxReportIntervalMs'
   > &
-    Partial<Pick<AgentConfig, 'roundTrips'>>,
+    Partial<Pick<AgentConfig, 'roundTrips' | 'termMs'>>,
   log: Logger,
   metrics: AgentMetrics,
 ): Promise<Coordination> {
@@ -97,6 +99,10 @@ export async function connectCoordination(
     nc,
     region: config.region,
     instance: config.instance ?? `${hostname()}:${config.port}`,
+    // Not known to the coordinator until a predecessor's terms have run out: its first heartbeat under the same
+    // instance would make the coordinator forget the predecessor and settle the region's pending shrinks, which
+    // those terms may still be deciding under. Whether or not terms are on now: the predecessor may have had them.
+    firstHeartbeatAfterMs: (config.termMs ?? DEFAULT_TERM_MS) + TERM_MARGIN_MS,
     clock: systemClock,
     namespace,
     credentialTag: natsCredentialTag(config.natsNkeyFile),

@@ -239,23 +239,17 @@ export class AgentLease implements ShareView {
   }
 
   /**
-   * How long the default unit's share of `policy` in force now cannot shrink without a new record, ms (monotonic,
-   * as the lease): `valid` lasts until the lease ends (then min(issued, safe), a shrink when safe < issued);
-   * `lapsed` only rises (to the issued share on a renewal, to the safe share after the grace); `settled` becomes
-   * the issued share on a renewal, at any moment: a shrink when issued < safe, so 0 then. Decisions that started
-   * settled are not held by anything when that renewal comes (the acknowledgement waits for revisions only): they
-   * are short, and the coordinator counts the region at its safe share until the agent's next heartbeat says it
-   * holds the renewal. A term is neither short nor seen by the coordinator, so it must not straddle that change.
+   * How long the default unit's share of `policy` in force now cannot shrink without a new record, as far as a
+   * term may count on it, ms (monotonic, as the lease): while the lease is valid, until it ends (then
+   * min(issued, safe)); otherwise 0. A lapsed or settled agent gives no terms: a renewal brings the issued share in
+   * force at any moment, and a record applied meanwhile may have set it below what the agent holds now (the
+   * coordinator settles a lapsed region's shrinks without its acknowledgement and stops counting its safe share
+   * one heartbeat after the renewal). Decisions that started lapsed or settled are short; a term is not, and the
+   * coordinator does not see it.
    */
   stableForMs(policy: string, now = monotonicOf(this.#clock)): number {
-    const mode = this.mode(now);
-    const record = this.#records.get(policy)?.record;
-    if (record === undefined || mode === 'none') return 0;
-    if (mode === 'valid') return Math.max(0, this.#leaseUntil - now);
-    if (mode === 'lapsed') return Infinity;
-    const issued = ownValue(record.default.shares, this.region) ?? 0;
-    const safe = ownValue(record.safe, this.region) ?? 0;
-    return issued < safe ? 0 : Infinity;
+    if (!this.#records.has(policy) || this.mode(now) !== 'valid') return 0;
+    return Math.max(0, this.#leaseUntil - now);
   }
 
   /** Subjects of `policy` with an override in the record in force (empty without a record). */

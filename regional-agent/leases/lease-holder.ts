@@ -37,6 +37,13 @@ export interface LeaseHolderOptions {
   region: string;
   /** Stable, unique name of this agent process (e.g. host:port); a restart under the same name replaces it. */
   instance: string;
+  /**
+   * Wait this long after `start` before the first heartbeat, ms (default 0). A heartbeat under the same `instance`
+   * makes the coordinator forget this process's predecessor and settle its region's pending shrinks; terms the
+   * predecessor gave may be in use for one term after it stopped, so the agent waits one term (and its margin)
+   * before it is known (regional-agent/terms/term-holds.ts).
+   */
+  firstHeartbeatAfterMs?: number;
   clock: Clock;
   namespace?: string;
   /**
@@ -140,7 +147,11 @@ export class LeaseHolder {
         this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying');
       },
     });
-    this.#beat();
+    const wait = this.#options.firstHeartbeatAfterMs ?? 0;
+    if (wait > 0) {
+      this.#timer = setTimeout(() => this.#beat(), wait);
+      this.#timer.unref();
+    } else this.#beat();
     await first;
   }
 

@@ -36,6 +36,7 @@ export class RedisClock {
   readonly #keep: number;
   readonly #samples = new Map<string, number[]>();
   #offset: number | undefined;
+  #newestOffset: number | undefined;
   #timer: NodeJS.Timeout | undefined;
 
   constructor(redis: Redis | Cluster, options: RedisClockOptions = {}) {
@@ -83,11 +84,25 @@ export class RedisClock {
       }),
     );
     let offset: number | undefined;
+    let newest: number | undefined;
     for (const list of this.#samples.values()) {
       const best = Math.max(...list);
       offset = offset === undefined ? best : Math.min(offset, best);
+      const last = list[list.length - 1]!;
+      newest = newest === undefined ? last : Math.min(newest, last);
     }
     this.#offset = offset;
+    this.#newestOffset = newest;
+  }
+
+  /**
+   * As `toRedisMicros`, by each node's newest sample only: a Redis clock stepped back (or a failover to a node whose
+   * clock is behind) shows in the next sample, where the largest of ten would keep the old, later offset for up to
+   * ten samples. Earlier by up to one sample's round trip (at most MAX_SAMPLE_ROUND_TRIP_US): for deadlines that
+   * outlast a call, such as a direct-decision term's.
+   */
+  toRedisMicrosNewest(micros: number): number {
+    return this.#newestOffset === undefined ? 0 : Math.max(1, Math.floor(micros + this.#newestOffset));
   }
 
   close(): void {

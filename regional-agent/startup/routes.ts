@@ -138,7 +138,7 @@ export function termRoutes({ deps, config, core, state }: RouteContext): Fastify
       redisClock: deps.redisClock,
       usage: deps.usage,
       borrows: deps.shortfall !== undefined,
-      terms: config.terms ?? 'on',
+      terms: config.terms ?? 'off',
       termMs,
       hmacSecret: config.hmacSecret,
       legacyHeaders: config.legacyHeaders,

@@ -8,9 +8,11 @@
  * its terms. With a coordinator (`waitOnClose`), closing waits until every hold has run out, each leaving on its
  * own timer as it would have: the agent's goodbye, sent after this closes, makes the coordinator forget the agent
  * and settle its shrinks, which must not happen while a client may still decide with one of its terms. A close
- * cut short (the process killed) sends neither: the coordinator then waits for the lease, which no term outlives
- * (validity is bounded by it). Without a coordinator nothing acknowledges or says goodbye: closing clears the
- * timers and leaves nothing.
+ * cut short (the process killed) sends neither; a successor under the same instance name would make the
+ * coordinator forget it at its first heartbeat, so a starting agent sends that heartbeat only one term after it
+ * starts (regional-agent/coordination.ts, `firstHeartbeatAfterMs`); with no successor the coordinator waits for
+ * the lease, which no term outlives. Without a coordinator nothing acknowledges or says goodbye: closing clears
+ * the timers and leaves nothing.
  */
 import type { Gauge } from 'prom-client';
 

@@ -24,6 +24,7 @@ import { normalizeSubject } from '../../core/subjects/subject.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, type RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 import {
   MAX_TERM_EXCLUDED,
+  MAX_TERM_MS,
   MIN_TERM_MS,
   TermRequest,
   type TermBucket,
@@ -54,7 +55,7 @@ export interface TermIssuerOptions {
   holds: TermHolds;
   metrics: AgentMetrics;
   /** Redis TIME of this process's instants; none: no terms (503). */
-  redisClock: { toRedisMicros(micros: number): number } | undefined;
+  redisClock: { toRedisMicrosNewest(micros: number): number } | undefined;
   /** Where the usage clients report is counted, as the decision path counts its own (decision-recorder.ts). */
   usage: UsageSink | undefined;
   /** A shortfall handler (borrowing) is configured: a refused regional check may be covered by the agent. */
@@ -106,6 +107,23 @@ function usageSubjects(usage: readonly TermUsage[], hmacSecret: string | undefin
 }
 
 /**
+ * Refuse (400 AGT_ERR_INVALID_TERM) a report of more tokens admitted for one subject than one term could admit: a
+ * full bucket of the whole policy and its refill over the longest term. A client reports what it decided since
+ * its previous request, which covers at most one term; more is not a report but an attempt to pull demand.
+ */
+function admittedWithinATerm(policy: Policy, usage: readonly TermUsage[]): void {
+  const most = Math.ceil(policy.capacity + (policy.refillPerSecond * MAX_TERM_MS) / 1000);
+  const bad: string[] = [];
+  usage.forEach(([, admitted], i) => {
+    if (admitted > most)
+      bad.push(
+        `usage.${i}: ${admitted} tokens admitted, more than one term of ${policy.name} admits (${most})`,
+      );
+  });
+  if (bad.length > 0) throw withProblems(new AgentErrors.AGT_ERR_INVALID_TERM(bad.join('; ')), bad);
+}
+
+/**
  * Count what a client decided under its last term as the decision path counts its own decisions: tokens per
  * metric, and (regional policies only, as decision-recorder.ts) the usage the coordinator moves shares by.
  */
@@ -116,9 +134,15 @@ function recordUsage(
   subjects: readonly string[],
 ): void {
   const { metrics, usage: sink } = options;
+  let admittedTokens = 0;
+  let refusedTokens = 0;
+  for (const [, admitted, refused] of usage) {
+    admittedTokens += admitted;
+    refusedTokens += refused;
+  }
+  if (admittedTokens > 0) metrics.directTokens.labels(policy.name, 'admitted').inc(admittedTokens);
+  if (refusedTokens > 0) metrics.directTokens.labels(policy.name, 'refused').inc(refusedTokens);
   usage.forEach(([, admitted, refused], i) => {
-    if (admitted > 0) metrics.directTokens.labels(policy.name, 'admitted').inc(admitted);
-    if (refused > 0) metrics.directTokens.labels(policy.name, 'refused').inc(refused);
     if (sink === undefined || policy.mode !== 'regional') return;
     const subject = subjects[i]!;
     // The subject's own rate, its class's when the policy names one for it (it is excluded from terms, but a
@@ -147,6 +171,7 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
   const policy = policies.current().get(body.policy);
   if (policy === undefined) throw new AgentErrors.AGT_ERR_UNKNOWN_POLICY(body.policy);
   const usage = body.usage ?? [];
+  admittedWithinATerm(policy, usage);
   const subjects = usageSubjects(usage, hmacSecret);
   const name = policy.name;
   const exclude = [
@@ -179,7 +204,7 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
   const validForMs = Math.floor(Math.min(options.termMs, regional ? shares.stableForMs!(name) : Infinity));
   if (validForMs < MIN_TERM_MS) return unavailable('the lease in force ends sooner than the shortest term');
   const deadlineMicros =
-    options.redisClock?.toRedisMicros((options.micros ?? agentMicros)() + validForMs * 1000) ?? 0;
+    options.redisClock?.toRedisMicrosNewest((options.micros ?? agentMicros)() + validForMs * 1000) ?? 0;
   if (deadlineMicros <= 0) return unavailable('no Redis TIME sample yet');
   const bucket = termBucket(policy, share);
   options.holds.hold(shares.enter(name), validForMs + TERM_MARGIN_MS);

@@ -153,7 +153,10 @@ export interface AgentClientOptions {
   onFailure?: (error: AgentUnavailableError) => void;
   /** Told when the breaker opens, half-opens (a probe is let through) or closes. */
   onBreakerChange?: (state: BreakerState) => void;
-  /** Local grants of hot subjects' tokens (grants.ts); `false` asks the agent for every decision. */
+  /**
+   * Local grants of hot subjects' tokens (grants.ts); `false` asks the agent for every decision. Default on, off
+   * with `direct` (a direct decision already spends no exchange with the agent; a grant's take and return would).
+   */
   grants?: GrantOptions | false;
   /**
    * Decide single checks of eligible policies in this process on the region's Redis, under terms the agent gives
@@ -417,7 +420,8 @@ export class AgentClient {
       const problem = Problem.safeParse(json);
       return { status: answer.status, json, code: problem.success ? problem.data.code : undefined };
     };
-    if (options.grants !== false) this.#grants = new GrantPool(postJson, options.grants);
+    const grants = options.grants ?? (options.direct === undefined ? {} : false);
+    if (grants !== false) this.#grants = new GrantPool(postJson, grants);
     if (options.direct !== undefined)
       this.#direct = new DirectDecider((body) => postJson('/v1/terms', body), options.direct);
     if (options.breaker !== false) {
@@ -483,14 +487,16 @@ export class AgentClient {
    * Ask for a decision. Never throws for an agent that cannot answer (the failure mode answers, `degraded`
    * set); throws AgentRequestError when the agent refuses the request (4xx).
    */
-  async decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
+  decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
     const local = this.#grants?.trySpend(body);
-    if (local !== undefined) return local;
+    if (local !== undefined) return Promise.resolve(local);
     const direct = this.#direct?.decide(body);
-    if (direct !== undefined) {
-      const decided = await direct;
-      if (decided !== undefined) return decided;
-    }
+    if (direct === undefined) return this.#atAgent(body, options);
+    return direct.then((decided) => decided ?? this.#atAgent(body, options));
+  }
+
+  /** `decide` at the agent: its answer, or the failure mode's. */
+  async #atAgent(body: DecisionRequest, options: DecideOptions): Promise<Decision> {
     try {
       const answer = await this.#send(JSON.stringify(body), options.requestId);
       this.#stats.decided++;

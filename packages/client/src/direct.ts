@@ -38,7 +38,12 @@ import { bucketKey } from '../../../core/keys.js';
 import { normalizeSubject } from '../../../core/subjects/subject.js';
 import { rateLimitHeaders } from '../../../core/wire/rate-limit-headers.js';
 import { MAX_TERM_USAGE, TermResponse, type TermRequest, type TermUsage } from '../../../core/wire/term.js';
-import type { EncodedReply, EncodedRequest } from '../../../core/models/token-bucket.js';
+import {
+  MICRO,
+  type EncodedCheck,
+  type EncodedReply,
+  type EncodedRequest,
+} from '../../../core/models/token-bucket.js';
 import type { ClientCheckResult, Decision } from './agent-client.js';
 
 /**
@@ -101,6 +106,8 @@ interface Held {
   renewAt: number;
   exclude: ReadonlySet<string>;
   maxCost: number;
+  /** The term's bucket in the script's units, checked once (a check's own are its key and cost). */
+  encoded: EncodedCheck;
 }
 
 interface PolicyState {
@@ -122,6 +129,8 @@ interface Waiting {
 
 /** Most bytes of usage one renewal carries, at first: well within the agent's default body limit for terms (256 KiB). */
 const USAGE_BYTES = 65_536;
+/** Most policies decided directly by one client. */
+const MAX_POLICIES = 256;
 /** Most subjects whose usage one policy counts between renewals (the rest of a flood goes uncounted). */
 const MAX_COUNTED_SUBJECTS = 16_384;
 /** Answers that mean no term will come for the policy from this agent for a while. */
@@ -151,6 +160,8 @@ export class DirectDecider {
   #onTheWire = 0;
   #flushScheduled = false;
   #failuresInARow = 0;
+  /** Redis lacks a script whose source this process does not have: the next term request asks for it. */
+  #needSource = false;
   /** Most bytes of usage one renewal carries (halved when the agent finds a body too large). */
   #usageBytes = USAGE_BYTES;
   #pausedUntil = 0;
@@ -198,6 +209,7 @@ export class DirectDecider {
     }
     const now = this.#now();
     const state = this.#state(body.policy);
+    if (state === undefined) return undefined;
     const held = state.held;
     if (held === undefined || now >= held.usableUntil) {
       this.#renew(body.policy, state, now);
@@ -216,18 +228,11 @@ export class DirectDecider {
       return undefined;
     }
     const { term } = held;
-    const request = encodeRequest({
-      checks: [
-        {
-          key: bucketKey(term.version, body.subject, term.policy),
-          capacity: term.bucket.capacity,
-          refillPerSecond: term.bucket.refillPerSecond,
-          cost,
-          ttlMs: term.bucket.ttlMs,
-          ...(term.bucket.floor === undefined ? {} : { floor: term.bucket.floor }),
-        },
-      ],
-    });
+    const request: EncodedRequest = {
+      keys: [bucketKey(term.version, body.subject, term.policy)],
+      checks: [{ ...held.encoded, cost: cost * MICRO }],
+      dryRun: false,
+    };
     return new Promise((resolve) => {
       this.#waiting.push({ held, subject: body.subject, request, resolve });
       if (!this.#flushScheduled) {
@@ -244,9 +249,11 @@ export class DirectDecider {
     // The usage of the last terms is not sent: a closing process's demand is about to be none.
   }
 
-  #state(policy: string): PolicyState {
+  #state(policy: string): PolicyState | undefined {
     let state = this.#policies.get(policy);
     if (state === undefined) {
+      // Policy names come from the service's routes; past this many, the rest are decided at the agent.
+      if (this.#policies.size >= MAX_POLICIES) return undefined;
       state = { held: undefined, renewing: false, notBefore: 0, failures: 0, usage: new Map() };
       this.#policies.set(policy, state);
     }
@@ -262,12 +269,19 @@ export class DirectDecider {
     const body: TermRequest = { policy };
     if (usage.length > 0) body.usage = usage;
     // The script's source once per SHA: kept for a Redis that lost its script cache (EVAL instead of EVALSHA).
-    if (this.#sources.size === 0) body.script = true;
+    if (this.#sources.size === 0 || this.#needSource) body.script = true;
     void this.#send(body)
       .then(({ status, json, code }) => {
         if (status === 200) {
           const parsed = TermResponse.safeParse(json);
-          if (parsed.success) return this.#hold(state, parsed.data, sentAt);
+          if (parsed.success) {
+            try {
+              this.#hold(state, parsed.data, sentAt);
+              return;
+            } catch {
+              // A bucket the script would refuse: no term (counted as failed below).
+            }
+          }
         }
         // The agent's body limit is below what this process sent: send less usage from now on.
         if (code === 'AGT_ERR_BODY_TOO_LARGE') this.#usageBytes = Math.max(1024, this.#usageBytes / 2);
@@ -287,7 +301,24 @@ export class DirectDecider {
   }
 
   #hold(state: PolicyState, term: TermResponse, sentAt: number): void {
-    if (term.script !== undefined) this.#sources.set(term.scriptSha, term.script);
+    // The bucket in the script's units, validated once here as every store request is (throws for one the
+    // script would refuse: the term then counts as failed).
+    const [encoded] = encodeRequest({
+      checks: [
+        {
+          key: `rl:v${term.version}:{}:${term.policy}`,
+          capacity: term.bucket.capacity,
+          refillPerSecond: term.bucket.refillPerSecond,
+          cost: 1,
+          ttlMs: term.bucket.ttlMs,
+          ...(term.bucket.floor === undefined ? {} : { floor: term.bucket.floor }),
+        },
+      ],
+    }).checks;
+    if (term.script !== undefined) {
+      this.#sources.set(term.scriptSha, term.script);
+      this.#needSource = false;
+    }
     this.#stats.terms.taken++;
     state.failures = 0;
     state.notBefore = 0;
@@ -298,6 +329,7 @@ export class DirectDecider {
       renewAt: sentAt + term.validForMs / 2,
       exclude: new Set(term.exclude),
       maxCost: term.maxCost ?? 1,
+      encoded: encoded!,
     };
   }
 
@@ -389,8 +421,11 @@ export class DirectDecider {
       try {
         return await this.#redis.evalsha(sha, keys.length, ...keys, ...argv);
       } catch (error) {
+        const noScript = String((error as Error)?.message).startsWith('NOSCRIPT');
         const source = this.#sources.get(sha);
-        if (source === undefined || !String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;
+        // A script this process has no source of (an agent upgraded since): the next term brings it.
+        if (noScript && source === undefined) this.#needSource = true;
+        if (!noScript || source === undefined) throw error;
         return this.#redis.eval(source, keys.length, ...keys, ...argv);
       }
     };
@@ -406,8 +441,8 @@ export class DirectDecider {
     const { term } = w.held;
     const decision = decodeReply(reply);
     const b = decision.results[0]!;
-    const cost = w.request.checks[0]!.cost / 1_000_000;
-    const state = this.#state(term.policy);
+    const cost = w.request.checks[0]!.cost / MICRO;
+    const state = this.#policies.get(term.policy)!;
     if (!decision.allowed && term.refusals === 'agent') {
       this.#stats.toAgent.refused++;
       return undefined;

@@ -21,7 +21,7 @@ beforeAll(async () => {
   agent = await agentFixture({
     policies: [direct],
     clock: { sampleEveryMs: 1000 },
-    config: { reservationSweepMs: 0, termMs: 2000 },
+    config: { reservationSweepMs: 0, terms: 'on', termMs: 2000 },
   });
 });
 afterAll(async () => {

@@ -18,10 +18,10 @@ function problems(env: Record<string, string>, files: Record<string, string> = {
 }
 
 describe('agent configuration', () => {
-  it('direct-decision terms: on, 1000 ms by default; QP_TERM_MS within 200..2000; QP_TERMS on or off', () => {
-    expect(loadConfig(base)).toMatchObject({ terms: 'on', termMs: 1000 });
-    expect(loadConfig({ ...base, QP_TERMS: 'off', QP_TERM_MS: '2000' })).toMatchObject({
-      terms: 'off',
+  it('direct-decision terms: off, 1000 ms by default; QP_TERM_MS within 200..2000; QP_TERMS on or off', () => {
+    expect(loadConfig(base)).toMatchObject({ terms: 'off', termMs: 1000 });
+    expect(loadConfig({ ...base, QP_TERMS: 'on', QP_TERM_MS: '2000' })).toMatchObject({
+      terms: 'on',
       termMs: 2000,
     });
     expect(problems({ ...base, QP_TERM_MS: '199' })).toEqual([

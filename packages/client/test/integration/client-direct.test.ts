@@ -21,6 +21,8 @@ const own = agentProcessOnOwnRedis({
     hot: { capacity: 100, refillPerSecond: 0.001 },
     exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
   },
+  // Terms are off unless the operator turns them on for services trusted with the region's Redis.
+  env: { QP_TERMS: 'on' },
 });
 
 const opened: { client: AgentClient; redis: Redis }[] = [];

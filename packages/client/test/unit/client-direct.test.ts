@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DirectDecider, type DirectRedis } from '../../src/direct.js';
+import { AgentClient } from '../../src/agent-client.js';
 import type { TermRequest, TermResponse } from '../../../../core/wire/term.js';
 
 const SHA = 'a'.repeat(40);
@@ -340,6 +341,39 @@ describe('direct decisions in the client', () => {
     expect(decider.decide(one)).toBeUndefined();
     expect(decider.stats().terms.failed).toBe(1);
     expect(redis.calls).toHaveLength(0);
+  });
+
+  it('a script Redis lacks and this process has no source of (an upgraded agent) is asked for with the next term', async () => {
+    let sha = SHA;
+    const { redis, asked, clock, decider } = setup(() => ({
+      status: 200,
+      // The first agent sends its script's source; the upgraded one's term names another script, without it.
+      json: sha === SHA ? term() : { ...term({ scriptSha: sha }), script: undefined },
+    }));
+    void decider.decide(one);
+    await settle();
+    sha = 'b'.repeat(40);
+    clock.now = 1600;
+    void decider.decide(one); // renews: the new term names a script whose source never came
+    await settle();
+    redis.noScript = true;
+    expect(await decider.decide(one)).toBeUndefined();
+    expect(decider.stats().callsFailed).toBe(1);
+    clock.now = 2200;
+    void decider.decide(one);
+    await settle();
+    expect(asked.map((a) => a.script)).toEqual([true, undefined, true]);
+  });
+
+  it('a client deciding directly takes no grants unless asked to', () => {
+    const redis = new ScriptedRedis();
+    const direct = new AgentClient({ baseUrl: 'http://127.0.0.1:9', direct: { redis } });
+    const both = new AgentClient({ baseUrl: 'http://127.0.0.1:9', direct: { redis }, grants: {} });
+    expect(direct.grantStats()).toBeUndefined();
+    expect(both.grantStats()).toBeDefined();
+    expect(direct.directStats()).toMatchObject({ admitted: 0, refused: 0 });
+    direct.close();
+    both.close();
   });
 
   it('refuses options it cannot work with', () => {

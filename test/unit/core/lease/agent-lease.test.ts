@@ -303,7 +303,7 @@ describe('agent lease: terms hold acknowledgements', () => {
 });
 
 describe('agent lease: what bounds and sizes a term', () => {
-  it('stableForMs: the rest of a valid lease; a lapsed lease only rises; settled, 0 when a renewal would shrink', () => {
+  it('stableForMs: the rest of a valid lease; 0 once it lapsed or settled, whatever the shares', () => {
     const { clock, lease, apply } = setup();
     apply(0.6, { safe: 0.5 });
     expect(lease.stableForMs('p')).toBe(0); // no lease yet: nothing in force
@@ -316,15 +316,18 @@ describe('agent lease: what bounds and sizes a term', () => {
     expect(lease.stableForMs('p')).toBe(200);
     clock.advance(201);
     expect(lease.mode()).toBe('lapsed');
-    expect(lease.stableForMs('p')).toBe(Infinity);
+    // Lapsed at min(0.6, 0.5): a record applied meanwhile may lower the issued share, and a renewal brings it in
+    // force at any moment, with no acknowledgement waited for.
+    expect(lease.stableForMs('p')).toBe(0);
     clock.advance(12_000);
     expect(lease.mode()).toBe('settled');
-    // Settled at the safe share 0.5; issued 0.6 ≥ 0.5: a renewal is a rise.
-    expect(lease.stableForMs('p')).toBe(Infinity);
-    // Issued 0.4 < safe 0.5: a renewal (any moment) shrinks 0.5 → 0.4, which no acknowledgement waits for.
+    expect(lease.stableForMs('p')).toBe(0);
     apply(0.4, { safe: 0.5 });
     expect(lease.shareFor('p', 'a')?.share).toBe(0.5);
     expect(lease.stableForMs('p')).toBe(0);
+    // Renewed: valid again, for the new lease's length.
+    lease.renewed(leased, monotonicOf(clock));
+    expect(lease.stableForMs('p')).toBe(6000);
   });
 
   it('defaultShare is the default vector whatever subjects have overrides; overrideSubjects lists them', () => {

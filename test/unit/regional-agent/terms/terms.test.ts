@@ -100,7 +100,14 @@ function agent(
       log: pino({ level: 'silent' }),
       clock,
       random: () => 0,
-      ...(options.noRedisClock === true ? {} : { redisClock: { toRedisMicros: (m: number) => m + OFFSET } }),
+      ...(options.noRedisClock === true
+        ? {}
+        : {
+            redisClock: {
+              toRedisMicros: (m: number) => m + OFFSET,
+              toRedisMicrosNewest: (m: number) => m + OFFSET,
+            },
+          }),
       usage: { record: (...args) => void usage.push(args) },
       ...options.deps,
     },
@@ -109,6 +116,7 @@ function agent(
       redisUrl: 'redis://127.0.0.1:1',
       policiesFile: 'unused',
       reservationSweepMs: 0,
+      terms: 'on',
       termMs: 300,
       ...options.config,
     }),
@@ -290,6 +298,15 @@ describe('POST /v1/terms: who gets none', () => {
       { policy: 'hot', usage: [[['a'], 1, 0]] },
       { policy: 'hot', usage: [[{ a: 1 }, 1, 0]] },
       { policy: 'hot', usage: Array.from({ length: MAX_TERM_USAGE + 1 }, () => ['a', 1, 0]) },
+      // More admitted than one term of `hot` admits: a full bucket (100) and 2 s of its refill (0.5/s), 101.
+      {
+        policy: 'hot',
+        usage: [
+          ['a', 101, 0],
+          ['b', 102, 0],
+        ],
+      },
+      { policy: 'hot', usage: [['a', 1e9, 1]] },
     ];
     for (const body of bodies) {
       expect(await post(body), JSON.stringify(body)).toMatchObject({
@@ -373,7 +390,9 @@ describe('POST /v1/terms: none now (503 AGT_ERR_TERM_UNAVAILABLE)', () => {
     expect(shares.entered).toBe(3);
     expect(await metric(/quotaplane_terms_total\{[^}]*outcome="unavailable"[^}]*\} (\S+)/)).toBe(2);
 
-    const unsynced = agent({ deps: { redisClock: { toRedisMicros: () => 0 } } });
+    const unsynced = agent({
+      deps: { redisClock: { toRedisMicros: () => 0, toRedisMicrosNewest: () => 0 } },
+    });
     expect(problem(await unsynced.post({ policy: 'hot' }), 'no Redis TIME sample')).toEqual(unavailable);
     const clockless = agent({ noRedisClock: true });
     expect(problem(await clockless.post({ policy: 'hot' }), 'no Redis TIME sample')).toEqual(unavailable);
@@ -398,7 +417,7 @@ describe('term holds', () => {
       shares,
       holds,
       metrics: new AgentMetrics({ region: 'us', processMetrics: false }),
-      redisClock: { toRedisMicros: (m) => m + OFFSET },
+      redisClock: { toRedisMicrosNewest: (m) => m + OFFSET },
       usage: undefined,
       borrows: false,
       terms: 'on',
