@@ -15,6 +15,7 @@
 import { z } from 'zod';
 import { MAX_WIRE_POLICY_LENGTH, MAX_WIRE_SUBJECT_LENGTH } from './agent.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from './rate-limit-headers.js';
+import { subjectFingerprint } from '../subjects/subject.js';
 
 /**
  * Longest term an agent gives, ms (`QP_TERM_MS` is bounded by it). Every shrink waits for the last term of the old
@@ -22,6 +23,11 @@ import { DEFAULT_RATE_LIMIT_DRAFT, RATE_LIMIT_DRAFTS } from './rate-limit-header
  * refuses its renewal: terms stay well inside that.
  */
 export const MAX_TERM_MS = 2_000;
+/** The fingerprint of an HMAC secret a term names: the secret's HMAC of a fixed label, 12 characters. */
+export function termKeyFingerprint(hmacSecret: string): string {
+  return subjectFingerprint('quotaplane:term-key', hmacSecret);
+}
+
 /** Shortest term an agent gives, ms: shorter than this, renewals would cost more than the decisions they save. */
 export const MIN_TERM_MS = 200;
 /** The agent's term length by default, ms. */
@@ -107,6 +113,12 @@ export const TermResponse = z.object({
   budget: z.object({ capacity: z.number().min(0), refillPerSecond: z.number().min(0) }).optional(),
   /** Subjects decided by the agent only (an override share, a class given by subject). */
   exclude: z.array(z.string()).max(MAX_TERM_EXCLUDED),
+  /**
+   * Set when the agent keys subjects with an HMAC secret (`QP_HMAC_SECRET`): a fingerprint of that secret
+   * (core/wire/term.ts termKeyFingerprint). The client decides directly only with the same secret (its own option:
+   * the secret never travels), hashing each subject as the agent does.
+   */
+  hashed: z.object({ fingerprint: z.string().min(1).max(64) }).optional(),
   /** How the agent writes rate-limit headers (core/wire/rate-limit-headers.ts). */
   headers: z.object({
     draft: z.enum(RATE_LIMIT_DRAFTS).default(DEFAULT_RATE_LIMIT_DRAFT),

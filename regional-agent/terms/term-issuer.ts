@@ -30,6 +30,7 @@ import {
   type TermBucket,
   type TermResponse,
   type TermUsage,
+  termKeyFingerprint,
 } from '../../core/wire/term.js';
 import type { UsageSink } from '../decisions/decision-recorder.js';
 import { AgentErrors, withProblems } from '../errors.js';
@@ -73,7 +74,7 @@ export interface TermIssuerOptions {
  * Why `policy` gives no terms (undefined: it may), as the refusal's detail: only a token bucket decided whole by
  * this region's store for a subject as the client sends it.
  */
-export function termRefusal(policy: Policy, hmacSecret: string | undefined): string | undefined {
+export function termRefusal(policy: Policy): string | undefined {
   // Checked by name, not by a trait: the term hands out lua/token_bucket.lua, which decides this kind alone.
   if (policy.kind !== 'token_bucket')
     return `a ${policy.kind.replace('_', ' ')} policy is not decided by the token-bucket script`;
@@ -82,7 +83,6 @@ export function termRefusal(policy: Policy, hmacSecret: string | undefined): str
   if (policy.newSubjects !== undefined)
     return 'a policy with a subject-creation cap decides new subjects at the store';
   if (policy.subjectKind === 'ip') return 'an ip policy buckets client addresses by prefix at the agent';
-  if (hmacSecret !== undefined) return 'this agent keys subjects with an HMAC secret clients do not hold';
   return undefined;
 }
 
@@ -178,7 +178,7 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
     ...new Set([...(shares.overrideSubjects?.(name) ?? []), ...Object.keys(policy.subjects ?? {})]),
   ];
   const refusal =
-    termRefusal(policy, hmacSecret) ??
+    termRefusal(policy) ??
     (exclude.length > MAX_TERM_EXCLUDED
       ? `${exclude.length} subjects are decided apart (overrides and named subjects), more than a term lists (${MAX_TERM_EXCLUDED})`
       : undefined);
@@ -228,6 +228,7 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
       ? { budget: { capacity: policy.capacity, refillPerSecond: policy.refillPerSecond } }
       : {}),
     exclude,
+    ...(hmacSecret === undefined ? {} : { hashed: { fingerprint: termKeyFingerprint(hmacSecret) } }),
     headers: { draft: options.rateLimitDraft ?? DEFAULT_RATE_LIMIT_DRAFT, legacy: options.legacyHeaders },
     scriptSha: TOKEN_BUCKET_SHA,
     ...(body.script === true ? { script: SCRIPT } : {}),

@@ -11,7 +11,8 @@
  *   and every script call carries the term's `deadlineMicros` (Redis time): a call that reaches Redis later
  *   changes nothing (the script answers {-1}) and the check goes to the agent.
  * - Only single checks with no class, no dry run and no idempotency key, of a whole cost the term allows, for a
- *   subject that is its own normalized form and not excluded by the term, are decided here. Everything else, and
+ *   valid subject the term does not exclude, are decided here; subjects are keyed as the agent keys them (hashed
+ *   with its HMAC secret when the term names the secret's fingerprint and this process holds the same secret). Everything else, and
  *   every check while no term is held, goes to the agent as before.
  * - A refusal is the answer only when the term says refusals are final; otherwise (the policy borrows from other
  *   regions) the refused check goes to the agent, which may cover it.
@@ -37,7 +38,13 @@ import { DeadlinePassedError } from '../../../core/wire/script.js';
 import { bucketKey } from '../../../core/keys.js';
 import { normalizeSubject } from '../../../core/subjects/subject.js';
 import { rateLimitHeaders } from '../../../core/wire/rate-limit-headers.js';
-import { MAX_TERM_USAGE, TermResponse, type TermRequest, type TermUsage } from '../../../core/wire/term.js';
+import {
+  MAX_TERM_USAGE,
+  TermResponse,
+  termKeyFingerprint,
+  type TermRequest,
+  type TermUsage,
+} from '../../../core/wire/term.js';
 import {
   MICRO,
   type EncodedCheck,
@@ -66,6 +73,12 @@ export interface DirectOptions {
   maxBatch?: number;
   /** Most script calls on the wire at once. Default 4. */
   callsInFlight?: number;
+  /**
+   * The agent's subject HMAC secret (`QP_HMAC_SECRET`), when it keys subjects with one: each subject is hashed here
+   * as the agent hashes it. A term names the secret's fingerprint; without the same secret its policy is decided
+   * at the agent (counted in `terms.notAllowed`).
+   */
+  hmacSecret?: string;
 }
 
 /** Why a check was sent to the agent instead of decided here. */
@@ -106,6 +119,8 @@ interface Held {
   renewAt: number;
   exclude: ReadonlySet<string>;
   maxCost: number;
+  /** Subjects are keyed by their HMAC with the agent's secret (which this process holds too). */
+  hashed: boolean;
   /** The term's bucket in the script's units, checked once (a check's own are its key and cost). */
   encoded: EncodedCheck;
 }
@@ -153,6 +168,7 @@ export class DirectDecider {
   readonly #maxBatch: number;
   readonly #callsInFlight: number;
   readonly #now: () => number;
+  readonly #hmacSecret: string | undefined;
   readonly #policies = new Map<string, PolicyState>();
   /** Sources of the scripts by SHA, once an agent sent one. */
   readonly #sources = new Map<string, string>();
@@ -183,6 +199,7 @@ export class DirectDecider {
     this.#maxBatch = options.maxBatch ?? 64;
     this.#callsInFlight = options.callsInFlight ?? 4;
     this.#now = now;
+    this.#hmacSecret = options.hmacSecret;
     if (typeof this.#redis?.evalsha !== 'function' || typeof this.#redis.eval !== 'function')
       throw new TypeError('direct: redis must be a Redis client with evalsha and eval (an ioredis Redis)');
     if (!(this.#timeoutMs > 0 && this.#timeoutMs <= 10_000))
@@ -218,18 +235,20 @@ export class DirectDecider {
     }
     if (now >= held.renewAt) this.#renew(body.policy, state, now);
     const cost = body.cost ?? 1;
+    const subject = this.#keyed(held, body.subject);
     if (
       now < this.#pausedUntil ||
       !(Number.isInteger(cost) && cost >= 1 && cost <= held.maxCost) ||
+      subject === undefined ||
       held.exclude.has(body.subject) ||
-      !ownForm(body.subject)
+      held.exclude.has(subject)
     ) {
       this.#stats.toAgent[now < this.#pausedUntil ? 'failed' : 'not_direct']++;
       return undefined;
     }
     const { term } = held;
     const request: EncodedRequest = {
-      keys: [bucketKey(term.version, body.subject, term.policy)],
+      keys: [bucketKey(term.version, subject, term.policy)],
       checks: [{ ...held.encoded, cost: cost * MICRO }],
       dryRun: false,
     };
@@ -278,20 +297,17 @@ export class DirectDecider {
             try {
               this.#hold(state, parsed.data, sentAt);
               return;
-            } catch {
-              // A bucket the script would refuse: no term (counted as failed below).
+            } catch (error) {
+              // Another secret keys the agent's subjects: as a policy with no terms. Else a bucket the script
+              // would refuse: no term (counted as failed below).
+              if (error instanceof KeyMismatch) return this.#noTerms(state);
             }
           }
         }
         // The agent's body limit is below what this process sent: send less usage from now on.
         if (code === 'AGT_ERR_BODY_TOO_LARGE') this.#usageBytes = Math.max(1024, this.#usageBytes / 2);
         // A policy that gives no terms here (or none at all, or an agent with terms off) is asked again later.
-        if (code !== undefined && NO_TERMS.has(code)) {
-          this.#stats.terms.notAllowed++;
-          state.held = undefined;
-          state.notBefore = this.#now() + NOT_ALLOWED_RETRY_MS;
-          return;
-        }
+        if (code !== undefined && NO_TERMS.has(code)) return this.#noTerms(state);
         this.#failedTerm(state);
       })
       .catch(() => this.#failedTerm(state))
@@ -300,7 +316,20 @@ export class DirectDecider {
       });
   }
 
+  /** The subject as the agent keys it (hashed with the agent's secret when the term says so), or undefined. */
+  #keyed(held: Held, subject: string): string | undefined {
+    const normalized = normalizeSubject(subject, held.hashed ? { hmacSecret: this.#hmacSecret } : {});
+    if (!normalized.ok) return undefined;
+    return held.hashed || normalized.subject === subject ? normalized.subject : undefined;
+  }
+
   #hold(state: PolicyState, term: TermResponse, sentAt: number): void {
+    // Subjects hashed with a secret: only the same secret keys them as the agent does.
+    if (
+      term.hashed !== undefined &&
+      (this.#hmacSecret === undefined || termKeyFingerprint(this.#hmacSecret) !== term.hashed.fingerprint)
+    )
+      throw new KeyMismatch();
     // The bucket in the script's units, validated once here as every store request is (throws for one the
     // script would refuse: the term then counts as failed).
     const [encoded] = encodeRequest({
@@ -329,8 +358,16 @@ export class DirectDecider {
       renewAt: sentAt + term.validForMs / 2,
       exclude: new Set(term.exclude),
       maxCost: term.maxCost ?? 1,
+      hashed: term.hashed !== undefined,
       encoded: encoded!,
     };
+  }
+
+  /** No terms for this policy from this agent: asked again after a minute. */
+  #noTerms(state: PolicyState): void {
+    this.#stats.terms.notAllowed++;
+    state.held = undefined;
+    state.notBefore = this.#now() + NOT_ALLOWED_RETRY_MS;
   }
 
   /**
@@ -485,11 +522,8 @@ export class DirectDecider {
   }
 }
 
-/** A subject the agent would keep as it is (no hashing configured: terms are given only then). */
-function ownForm(subject: string): boolean {
-  const normalized = normalizeSubject(subject);
-  return normalized.ok && normalized.subject === subject;
-}
+/** A term names another secret than this process's (or this process has none). */
+class KeyMismatch extends Error {}
 
 function countUsage(state: PolicyState, subject: string, admitted: number, refused: number): void {
   const counts = state.usage.get(subject);

@@ -25,6 +25,13 @@ const own = agentProcessOnOwnRedis({
   env: { QP_TERMS: 'on' },
 });
 
+const SECRET = 'an-hmac-secret-of-the-region-1';
+// An agent that keys subjects with an HMAC secret, as `npm start` runs them.
+const hashing = agentProcessOnOwnRedis({
+  policies: { hot: { capacity: 100, refillPerSecond: 0.001 } },
+  env: { QP_TERMS: 'on', QP_HMAC_SECRET: SECRET },
+});
+
 const opened: { client: AgentClient; redis: Redis }[] = [];
 afterEach(() => {
   for (const { client, redis } of opened.splice(0)) {
@@ -33,9 +40,13 @@ afterEach(() => {
   }
 });
 
-function directClient(): AgentClient {
-  const redis = new Redis(own.redis.url, { maxRetriesPerRequest: 1 });
-  const client = new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000, direct: { redis } });
+function directClient(at = own, hmacSecret?: string): AgentClient {
+  const redis = new Redis(at.redis.url, { maxRetriesPerRequest: 1 });
+  const client = new AgentClient({
+    baseUrl: at.agent.url,
+    timeoutMs: 2000,
+    direct: { redis, ...(hmacSecret === undefined ? {} : { hmacSecret }) },
+  });
   opened.push({ client, redis });
   return client;
 }
@@ -52,7 +63,7 @@ async function termFor(client: AgentClient, policy: string, subject = 'warm-up')
 
 describe('direct decisions', () => {
   it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit exactly 100; the rest are truthful 429s`, async () => {
-    const clients = Array.from({ length: CLIENTS }, directClient);
+    const clients = Array.from({ length: CLIENTS }, () => directClient());
     await Promise.all(clients.map((c) => termFor(c, 'hot')));
     const decidedHere = () =>
       clients.reduce((n, c) => n + c.directStats()!.admitted + c.directStats()!.refused, 0);
@@ -100,6 +111,32 @@ describe('direct decisions', () => {
       const { local: _, ...direct } = d as typeof d & { local: string };
       expect(direct).toEqual(a);
       expect(d.headers['RateLimit']).toMatch(/^"hot";r=99;t=\d+$/);
+    } finally {
+      viaAgent.close();
+    }
+  });
+
+  it('an agent that hashes subjects: the same secret decides on its buckets, another decides nothing here', async () => {
+    const client = directClient(hashing, SECRET);
+    await termFor(client, 'hot');
+    const viaAgent = new AgentClient({ baseUrl: hashing.agent.url, timeoutMs: 2000, grants: false });
+    const wrong = directClient(hashing, 'another-secret-of-16-chars');
+    try {
+      // One subject, alternately here and at the agent: one bucket, counting down by one each time.
+      const seen: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        const d = await client.decide({ policy: 'hot', subject: 'user@example.com' });
+        expect(d).toMatchObject({ allowed: true, local: 'direct' });
+        const a = await viaAgent.decide({ policy: 'hot', subject: 'user@example.com' });
+        seen.push(d.results[0]!.remaining!, a.results[0]!.remaining!);
+      }
+      expect(seen).toEqual([99, 98, 97, 96, 95, 94]);
+      for (let i = 0; i < 3; i++) {
+        const d = await wrong.decide({ policy: 'hot', subject: 'user@example.com' });
+        expect('local' in d).toBe(false);
+        await new Promise((r) => setTimeout(r, 30));
+      }
+      expect(wrong.directStats()!.terms).toMatchObject({ taken: 0, notAllowed: 1 });
     } finally {
       viaAgent.close();
     }

@@ -6,7 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { DirectDecider, type DirectRedis } from '../../src/direct.js';
 import { AgentClient } from '../../src/agent-client.js';
-import type { TermRequest, TermResponse } from '../../../../core/wire/term.js';
+import { termKeyFingerprint, type TermRequest, type TermResponse } from '../../../../core/wire/term.js';
+import { normalizeSubject } from '../../../../core/subjects/subject.js';
 
 const SHA = 'a'.repeat(40);
 
@@ -363,6 +364,28 @@ describe('direct decisions in the client', () => {
     void decider.decide(one);
     await settle();
     expect(asked.map((a) => a.script)).toEqual([true, undefined, true]);
+  });
+
+  it('subjects hashed by the agent: keyed with the same secret, or the policy is decided at the agent', async () => {
+    const secret = 'a-secret-of-16-chars-or-more';
+    const hashed = term({ hashed: { fingerprint: termKeyFingerprint(secret) } });
+    const send = (json: unknown) => () => Promise.resolve({ status: 200, json, code: undefined });
+    const redis = new ScriptedRedis();
+    const keyed = new DirectDecider(send(hashed), { redis, hmacSecret: secret }, () => 1000);
+    void keyed.decide(one);
+    await settle();
+    expect(await keyed.decide(one)).toMatchObject({ allowed: true, local: 'direct' });
+    const key = normalizeSubject('tenant-1', { hmacSecret: secret });
+    expect(key.ok && redis.calls[0]!.keys).toEqual([`rl:v3:{${key.ok ? key.subject : ''}}:writes`]);
+    // A raw subject the agent would refuse without a secret is a subject like any other once hashed.
+    expect(await keyed.decide({ policy: 'writes', subject: 'has space' })).toMatchObject({ allowed: true });
+    for (const options of [{}, { hmacSecret: 'another-secret-of-16-chars' }]) {
+      const other = new DirectDecider(send(hashed), { redis: new ScriptedRedis(), ...options }, () => 1000);
+      void other.decide(one);
+      await settle();
+      expect(other.decide(one)).toBeUndefined();
+      expect(other.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0 });
+    }
   });
 
   it('a client deciding directly takes no grants unless asked to', () => {

@@ -8,7 +8,8 @@ import { ManualClock } from '../../../../core/clock.js';
 import { parsePolicy } from '../../../../core/policy/policy.js';
 import type { RegionalShare, ShareView } from '../../../../core/shares/shares.js';
 import { DEFAULT_RATE_LIMIT_DRAFT } from '../../../../core/wire/rate-limit-headers.js';
-import { MAX_TERM_USAGE } from '../../../../core/wire/term.js';
+import { MAX_TERM_USAGE, termKeyFingerprint } from '../../../../core/wire/term.js';
+import { normalizeSubject } from '../../../../core/subjects/subject.js';
 import type { ShortfallHandler } from '../../../../regional-agent/decisions/decision-service.js';
 import { buildApp, type AgentDeps } from '../../../../regional-agent/app.js';
 import { decisionRoute } from '../../../../regional-agent/http/admission-hook.js';
@@ -257,9 +258,16 @@ describe('POST /v1/terms: who gets none', () => {
     ).toBe(1);
   });
 
-  it('an agent that hashes subjects gives none', async () => {
-    const { post } = agent({ config: { hmacSecret: 'a-secret-of-16-chars-or-more' } });
-    expect(problem(await post({ policy: 'hot' }), 'HMAC secret')).toEqual(notAllowed);
+  it("an agent that hashes subjects names its secret's fingerprint, never the secret; usage subjects are hashed", async () => {
+    const secret = 'a-secret-of-16-chars-or-more';
+    const { post, usage } = agent({ config: { hmacSecret: secret } });
+    const term = await post({ policy: 'hot', usage: [['tenant-1', 2, 0]] });
+    expect(term.status).toBe(200);
+    expect(term.body['hashed']).toEqual({ fingerprint: termKeyFingerprint(secret) });
+    expect(JSON.stringify(term.body)).not.toContain(secret);
+    expect(usage.map((u) => u[1])).toEqual([
+      (normalizeSubject('tenant-1', { hmacSecret: secret }) as { subject: string }).subject,
+    ]);
   });
 
   it('QP_TERMS=off: 404 AGT_ERR_TERMS_OFF, whatever the body', async () => {
