@@ -202,7 +202,10 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
   const share = regional ? shares.defaultShare!(name) : FULL_SHARE;
   if (share === undefined) return unavailable('no_lease');
   const validForMs = Math.floor(Math.min(options.termMs, regional ? shares.stableForMs!(name) : Infinity));
-  if (validForMs < MIN_TERM_MS) return unavailable('the lease in force ends sooner than the shortest term');
+  if (validForMs < MIN_TERM_MS)
+    return unavailable(
+      'the lease is not valid now (lapsed, settled, or ending sooner than the shortest term)',
+    );
   const deadlineMicros =
     options.redisClock?.toRedisMicrosNewest((options.micros ?? agentMicros)() + validForMs * 1000) ?? 0;
   if (deadlineMicros <= 0) return unavailable('no Redis TIME sample yet');

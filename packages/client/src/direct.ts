@@ -131,6 +131,8 @@ interface PolicyState {
   /** Monotonic ms before which no term is asked for (after a refusal or a failure). */
   notBefore: number;
   failures: number;
+  /** The agent said it gives no terms for this policy (its checks are not direct until a term comes). */
+  noTerms: boolean;
   /** Admitted and refused tokens per subject since the last renewal. */
   usage: Map<string, [number, number]>;
 }
@@ -230,7 +232,8 @@ export class DirectDecider {
     const held = state.held;
     if (held === undefined || now >= held.usableUntil) {
       this.#renew(body.policy, state, now);
-      this.#stats.toAgent.no_term++;
+      // A policy the agent gives no terms for is not direct at all; otherwise its term is on its way.
+      this.#stats.toAgent[state.noTerms ? 'not_direct' : 'no_term']++;
       return undefined;
     }
     if (now >= held.renewAt) this.#renew(body.policy, state, now);
@@ -273,7 +276,14 @@ export class DirectDecider {
     if (state === undefined) {
       // Policy names come from the service's routes; past this many, the rest are decided at the agent.
       if (this.#policies.size >= MAX_POLICIES) return undefined;
-      state = { held: undefined, renewing: false, notBefore: 0, failures: 0, usage: new Map() };
+      state = {
+        held: undefined,
+        renewing: false,
+        notBefore: 0,
+        failures: 0,
+        noTerms: false,
+        usage: new Map(),
+      };
       this.#policies.set(policy, state);
     }
     return state;
@@ -351,6 +361,7 @@ export class DirectDecider {
     this.#stats.terms.taken++;
     state.failures = 0;
     state.notBefore = 0;
+    state.noTerms = false;
     state.held = {
       term,
       usableUntil: sentAt + term.validForMs - USE_MARGIN_MS,
@@ -366,6 +377,7 @@ export class DirectDecider {
   /** No terms for this policy from this agent: asked again after a minute. */
   #noTerms(state: PolicyState): void {
     this.#stats.terms.notAllowed++;
+    state.noTerms = true;
     state.held = undefined;
     state.notBefore = this.#now() + NOT_ALLOWED_RETRY_MS;
   }
