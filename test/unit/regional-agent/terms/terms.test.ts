@@ -390,7 +390,9 @@ describe('POST /v1/terms: none now (503 AGT_ERR_TERM_UNAVAILABLE)', () => {
     expect(problem(await post({ policy: 'hot' }), 'no_lease')).toEqual(unavailable);
     shares.share = { share: 1, epoch: 0 };
     shares.stable = 199;
-    expect(problem(await post({ policy: 'hot' }), 'ending sooner than the shortest term')).toEqual(unavailable);
+    expect(problem(await post({ policy: 'hot' }), 'ending sooner than the shortest term')).toEqual(
+      unavailable,
+    );
     shares.stable = 200;
     expect((await post({ policy: 'hot' })).body['validForMs']).toBe(200);
     shares.stable = 250.9;
