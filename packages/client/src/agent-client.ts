@@ -488,11 +488,16 @@ export class AgentClient {
    * set); throws AgentRequestError when the agent refuses the request (4xx).
    */
   decide(body: DecisionRequest, options: DecideOptions = {}): Promise<Decision> {
-    const local = this.#grants?.trySpend(body);
-    if (local !== undefined) return Promise.resolve(local);
-    const direct = this.#direct?.decide(body);
-    if (direct === undefined) return this.#atAgent(body, options);
-    return direct.then((decided) => decided ?? this.#atAgent(body, options));
+    // Not async (one promise fewer per decision), so anything thrown here is turned into a rejection by hand.
+    try {
+      const local = this.#grants?.trySpend(body);
+      if (local !== undefined) return Promise.resolve(local);
+      const direct = this.#direct?.decide(body);
+      if (direct === undefined) return this.#atAgent(body, options);
+      return direct.then((decided) => decided ?? this.#atAgent(body, options));
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
   }
 
   /** `decide` at the agent: its answer, or the failure mode's. */
