@@ -120,7 +120,9 @@ describe('direct decisions', () => {
       expect(again.retryAfterMs).toBeLessThanOrEqual(d.retryAfterMs!);
       await new Promise((r) => setTimeout(r, again.retryAfterMs!));
       const after = await client.decide(subject);
-      statuses.push(`${after.allowed ? 'admitted' : 'refused'} ${'local' in after ? String(after.local) : 'agent'}`);
+      statuses.push(
+        `${after.allowed ? 'admitted' : 'refused'} ${'local' in after ? String(after.local) : 'agent'}`,
+      );
     }
     expect(statuses).toEqual(Array(6).fill('admitted direct'));
     expect(client.directStats()!.recalled).toBeGreaterThanOrEqual(6);
