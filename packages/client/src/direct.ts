@@ -16,6 +16,12 @@
  *   every check while no term is held, goes to the agent as before.
  * - A refusal is the answer only when the term says refusals are final; otherwise (the policy borrows from other
  *   regions) the refused check goes to the agent, which may cover it.
+ * - A final refusal is remembered until its retry-after, measured from when its call was sent: while the term's
+ *   bucket stays the same, a bucket that could not pay a cost cannot pay it, or more, any sooner (other callers
+ *   only take tokens; a floor only slows refill), so later checks of that subject for as much or more are refused
+ *   here without a call. The retry-after stays the truth it was; only a refund, or another caller deciding with a
+ *   grown share, within it could have made a token come sooner (a refusal that would not have been, never an
+ *   admission that should not).
  * - A script call that fails (no connection, a timeout, an error) sends its checks to the agent: a failure here
  *   never becomes an answer. A timed-out call may still run in Redis before its deadline, charging a token the
  *   agent then charges again: fewer admissions, never more. Three failed calls in a row pause direct decisions
@@ -90,6 +96,8 @@ export interface DirectStats {
   /** Checks decided here: admitted and refused. */
   admitted: number;
   refused: number;
+  /** Of `refused`, those answered from a remembered refusal, with no script call (until its retry-after). */
+  recalled: number;
   /** Checks of a policy with terms sent to the agent, by why (`not_direct`: a class, a cost, an excluded subject…). */
   toAgent: Record<DirectMiss, number>;
   /** Terms taken, refused by the agent (the policy gives none: it is asked again after a minute), and failed. */
@@ -123,6 +131,25 @@ interface Held {
   hashed: boolean;
   /** The term's bucket in the script's units, checked once (a check's own are its key and cost). */
   encoded: EncodedCheck;
+  /** The bucket's identity (version, capacity, refill, floor): a remembered refusal holds under the same one. */
+  bucketId: string;
+}
+
+/** A final refusal of one subject, remembered until a token could have come for it. */
+interface Refusal {
+  /** Monotonic ms: refused here before then (the call's send time + the retry-after, less a millisecond). */
+  until: number;
+  /** Monotonic ms the retry-after said, from when the answer came: what a caller refused from memory is told. */
+  retryAt: number;
+  /** The cost refused: a check for as much or more is refused too. */
+  cost: number;
+  /** The bucket it was refused by (`Held.bucketId`). */
+  bucketId: string;
+  /** Monotonic ms its call was sent, the tokens left then, and when the bucket is full again at the most. */
+  at: number;
+  remaining: number;
+  fullAt: number;
+  reason: 'cost_exceeds_share' | NonNullable<ClientCheckResult['reason']>;
 }
 
 interface PolicyState {
@@ -135,11 +162,15 @@ interface PolicyState {
   noTerms: boolean;
   /** Admitted and refused tokens per subject since the last renewal. */
   usage: Map<string, [number, number]>;
+  /** Final refusals by keyed subject, each until its retry-after (at most MAX_REMEMBERED; dropped when run out). */
+  refusals: Map<string, Refusal>;
 }
 
 interface Waiting {
   held: Held;
   subject: string;
+  /** The subject as keyed (hashed when the agent hashes). */
+  keyed: string;
   request: EncodedRequest;
   resolve: (decision: DirectDecision | undefined) => void;
 }
@@ -150,6 +181,8 @@ const USAGE_BYTES = 65_536;
 const MAX_POLICIES = 256;
 /** Most subjects whose usage one policy counts between renewals (the rest of a flood goes uncounted). */
 const MAX_COUNTED_SUBJECTS = 16_384;
+/** Most refusals one policy remembers at once (past this, it forgets them all and starts again). */
+const MAX_REMEMBERED = 16_384;
 /** Answers that mean no term will come for the policy from this agent for a while. */
 const NO_TERMS = new Set(['AGT_ERR_TERM_NOT_ALLOWED', 'AGT_ERR_TERMS_OFF', 'AGT_ERR_UNKNOWN_POLICY']);
 /** Asked for again this long after the agent refused terms for a policy, ms. */
@@ -187,6 +220,7 @@ export class DirectDecider {
   readonly #stats: DirectStats = {
     admitted: 0,
     refused: 0,
+    recalled: 0,
     toAgent: { no_term: 0, not_direct: 0, refused: 0, failed: 0, late: 0 },
     terms: { taken: 0, notAllowed: 0, failed: 0 },
     calls: 0,
@@ -249,6 +283,12 @@ export class DirectDecider {
       this.#stats.toAgent[now < this.#pausedUntil ? 'failed' : 'not_direct']++;
       return undefined;
     }
+    const remembered = state.refusals.get(subject);
+    if (remembered !== undefined) {
+      if (now < remembered.until && cost >= remembered.cost && remembered.bucketId === held.bucketId)
+        return Promise.resolve(this.#recall(state, held, body.subject, remembered, cost, now));
+      if (now >= remembered.until) state.refusals.delete(subject);
+    }
     const { term } = held;
     const request: EncodedRequest = {
       keys: [bucketKey(term.version, subject, term.policy)],
@@ -256,7 +296,7 @@ export class DirectDecider {
       dryRun: false,
     };
     return new Promise((resolve) => {
-      this.#waiting.push({ held, subject: body.subject, request, resolve });
+      this.#waiting.push({ held, subject: body.subject, keyed: subject, request, resolve });
       if (!this.#flushScheduled) {
         this.#flushScheduled = true;
         setImmediate(this.#flush);
@@ -283,6 +323,7 @@ export class DirectDecider {
         failures: 0,
         noTerms: false,
         usage: new Map(),
+        refusals: new Map(),
       };
       this.#policies.set(policy, state);
     }
@@ -342,6 +383,7 @@ export class DirectDecider {
       throw new KeyMismatch();
     // The bucket in the script's units, validated once here as every store request is (throws for one the
     // script would refuse: the term then counts as failed).
+    const bucket = term.bucket;
     const [encoded] = encodeRequest({
       checks: [
         {
@@ -371,6 +413,7 @@ export class DirectDecider {
       maxCost: term.maxCost ?? 1,
       hashed: term.hashed !== undefined,
       encoded: encoded!,
+      bucketId: `${term.version}:${bucket.capacity}:${bucket.refillPerSecond}:${bucket.floor === undefined ? '' : JSON.stringify(bucket.floor)}`,
     };
   }
 
@@ -428,7 +471,8 @@ export class DirectDecider {
     // issued the term after this process sent the request), which only matters for a call given up on: one that
     // timed out here may still be charged in Redis within that much, while its check went to the agent (fewer
     // admissions, never more). The term's own deadline stays the bound that keeps the share.
-    const giveUpAt = this.#now() + this.#timeoutMs;
+    const sentAt = this.#now();
+    const giveUpAt = sentAt + this.#timeoutMs;
     let deadline = Infinity;
     for (const { held } of chunk) {
       const own = held.term.deadlineMicros - Math.round((held.endsAt - giveUpAt) * 1000);
@@ -457,7 +501,8 @@ export class DirectDecider {
       return;
     }
     this.#failuresInARow = 0;
-    chunk.forEach((w, i) => w.resolve(this.#answer(w, replies[i]!)));
+    const answeredAt = this.#now();
+    chunk.forEach((w, i) => w.resolve(this.#answer(w, replies[i]!, sentAt, answeredAt)));
   }
 
   /** EVALSHA, or EVAL with the source when Redis lost its script cache; rejects after the timeout. */
@@ -485,9 +530,14 @@ export class DirectDecider {
     }
   }
 
-  /** The decision for one check from its script reply, or undefined when a refusal must go to the agent. */
-  #answer(w: Waiting, reply: EncodedReply): DirectDecision | undefined {
-    const { term } = w.held;
+  /**
+   * The decision for one check from its script reply (its call sent at `sentAt`, answered at `answeredAt`), or
+   * undefined when a refusal must go to the agent. A final refusal is remembered for its subject until its
+   * retry-after.
+   */
+  #answer(w: Waiting, reply: EncodedReply, sentAt: number, answeredAt: number): DirectDecision | undefined {
+    const { held } = w;
+    const { term } = held;
     const decision = decodeReply(reply);
     const b = decision.results[0]!;
     const cost = w.request.checks[0]!.cost / MICRO;
@@ -496,28 +546,91 @@ export class DirectDecider {
       this.#stats.toAgent.refused++;
       return undefined;
     }
-    countUsage(state, w.subject, decision.allowed ? cost : 0, decision.allowed ? 0 : cost);
-    this.#stats[decision.allowed ? 'admitted' : 'refused']++;
+    const reason =
+      b.retryAfterMs === null
+        ? 'cost_exceeds_share'
+        : !decision.allowed && b.retryAfterMs > 0
+          ? (term.refusedReason ?? 'subject_exhausted')
+          : undefined;
+    if (!decision.allowed && reason !== undefined) {
+      // Until a token could have come: the script's retry-after runs from its own instant, after this call left
+      // (a millisecond less for its rounding up); a cost the bucket can never pay, for the rest of the term. A
+      // caller is told the later end, from when the answer came, as the script's own answer tells it.
+      const until = b.retryAfterMs === null ? held.usableUntil : sentAt + b.retryAfterMs - 1;
+      remember(state.refusals, w.keyed, {
+        until,
+        retryAt: answeredAt + (b.retryAfterMs ?? 0),
+        cost,
+        bucketId: held.bucketId,
+        at: sentAt,
+        remaining: b.remaining,
+        fullAt: sentAt + (b.resetMs ?? 0),
+        reason,
+      });
+    }
+    return this.#decision(
+      state,
+      held,
+      w.subject,
+      decision.allowed,
+      cost,
+      b.remaining,
+      b.resetMs,
+      b.retryAfterMs,
+      reason,
+    );
+  }
+
+  /** A check for as much as a remembered refusal, or more, before its retry-after: refused again, no call. */
+  #recall(
+    state: PolicyState,
+    held: Held,
+    subject: string,
+    r: Refusal,
+    cost: number,
+    now: number,
+  ): DirectDecision {
+    this.#stats.recalled++;
+    const retryAfterMs = r.reason === 'cost_exceeds_share' ? null : Math.max(1, Math.ceil(r.retryAt - now));
+    // At most what it held then, refilled since, and still short of the (whole) cost it refused.
+    const { capacity, refillPerSecond } = held.term.bucket;
+    const remaining = Math.min(capacity, r.cost - 1, r.remaining + (refillPerSecond * (now - r.at)) / 1000);
+    const resetMs = Math.max(0, Math.ceil(r.fullAt - now));
+    return this.#decision(state, held, subject, false, cost, remaining, resetMs, retryAfterMs, r.reason);
+  }
+
+  #decision(
+    state: PolicyState,
+    held: Held,
+    subject: string,
+    allowed: boolean,
+    cost: number,
+    remaining: number,
+    resetMs: number | null,
+    retryAfterMs: number | null,
+    reason: Refusal['reason'] | undefined,
+  ): DirectDecision {
+    const { term } = held;
+    countUsage(state, subject, allowed ? cost : 0, allowed ? 0 : cost);
+    this.#stats[allowed ? 'admitted' : 'refused']++;
     const result: ClientCheckResult = {
       policy: term.policy,
-      allowed: decision.allowed,
-      remaining: b.remaining > 0 ? Math.floor(b.remaining) : 0,
+      allowed,
+      remaining: remaining > 0 ? Math.floor(remaining) : 0,
       limit: term.limit,
-      resetMs: b.resetMs,
-      retryAfterMs: b.retryAfterMs,
+      resetMs,
+      retryAfterMs,
       mode: term.mode,
     };
-    if (b.retryAfterMs === null) result.reason = 'cost_exceeds_share';
-    else if (!decision.allowed && b.retryAfterMs > 0)
-      result.reason = term.refusedReason ?? 'subject_exhausted';
+    if (reason !== undefined) result.reason = reason;
     const budget = term.budget === undefined ? undefined : { ...term.budget, borrowable: false };
     const headers = rateLimitHeaders(
-      decision.allowed,
+      allowed,
       [
         {
-          result: { ...result, remaining: b.remaining, limit: term.bucket.capacity, mode: term.mode },
+          result: { ...result, remaining, limit: term.bucket.capacity, mode: term.mode },
           windowSeconds: term.window,
-          violated: !decision.allowed,
+          violated: !allowed,
           budget,
         },
       ],
@@ -525,13 +638,22 @@ export class DirectDecider {
       term.headers.draft,
     );
     return {
-      allowed: decision.allowed,
-      retryAfterMs: decision.allowed ? 0 : b.retryAfterMs,
+      allowed,
+      retryAfterMs: allowed ? 0 : retryAfterMs,
       results: [result],
       headers,
       local: 'direct',
     };
   }
+}
+
+/**
+ * Remember a refusal. Past MAX_REMEMBERED subjects the memory starts again empty: forgetting a refusal costs one
+ * script call, never a wrong answer, and a flood of distinct subjects costs no sweep.
+ */
+function remember(refusals: Map<string, Refusal>, subject: string, refusal: Refusal): void {
+  if (refusals.size >= MAX_REMEMBERED) refusals.clear();
+  refusals.set(subject, refusal);
 }
 
 /** A term names another secret than this process's (or this process has none). */

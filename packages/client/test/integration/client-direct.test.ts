@@ -19,6 +19,8 @@ const own = agentProcessOnOwnRedis({
   policies: {
     // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
     hot: { capacity: 100, refillPerSecond: 0.001 },
+    // Two tokens, one every 50 ms: a refusal's retry-after is short enough to wait out.
+    quick: { capacity: 2, refillPerSecond: 20 },
     exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
   },
   // Terms are off unless the operator turns them on for services trusted with the region's Redis.
@@ -98,6 +100,32 @@ describe('direct decisions', () => {
     });
     const body = (await res.json()) as { allowed: boolean; results: { remaining: number }[] };
     expect(body).toMatchObject({ allowed: false, results: [{ remaining: 0 }] });
+  });
+
+  it('a refusal is remembered until its retry-after, and a caller that waits the retry-after it is told is admitted', async () => {
+    const client = directClient();
+    await termFor(client, 'quick');
+    const subject = { policy: 'quick', subject: 'waits' };
+    const statuses: string[] = [];
+    for (let round = 0; round < 6; round++) {
+      // Drain what refilled, then ask until refused.
+      let d = await client.decide(subject);
+      while (d.allowed) d = await client.decide(subject);
+      const calls = client.directStats()!.calls;
+      // Asked again at once: refused from memory, no script call, told at most what the script said.
+      const again = await client.decide(subject);
+      expect(again).toMatchObject({ allowed: false, local: 'direct' });
+      expect(client.directStats()!.calls).toBe(calls);
+      expect(again.retryAfterMs).toBeGreaterThan(0);
+      expect(again.retryAfterMs).toBeLessThanOrEqual(d.retryAfterMs!);
+      await new Promise((r) => setTimeout(r, again.retryAfterMs!));
+      const after = await client.decide(subject);
+      statuses.push(
+        `${after.allowed ? 'admitted' : 'refused'} ${'local' in after ? String(after.local) : 'agent'}`,
+      );
+    }
+    expect(statuses).toEqual(Array(6).fill('admitted direct'));
+    expect(client.directStats()!.recalled).toBeGreaterThanOrEqual(6);
   });
 
   it('a direct answer says what the agent says: the same result and headers for the same bucket', async () => {

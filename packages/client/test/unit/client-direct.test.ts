@@ -62,7 +62,9 @@ class ScriptedRedis implements DirectRedis {
       const have = this.tokens.get(key) ?? capacity;
       const fits = have >= cost;
       if (fits) this.tokens.set(key, have - cost);
-      out.push(fits ? 1 : 0, 0, fits ? 1 : 0, fits ? have - cost : have, fits ? 0 : 2000, 5000);
+      // Refused: a token in 2 s, or never (-1) for a cost above the capacity.
+      const retry = fits ? 0 : cost > capacity ? -1 : 2000;
+      out.push(fits ? 1 : 0, 0, fits ? 1 : 0, fits ? have - cost : have, retry, 5000);
     });
     return Promise.resolve(out);
   }
@@ -168,6 +170,97 @@ describe('direct decisions in the client', () => {
     expect(admitted!.headers['RateLimit-Policy']).toBe('"writes";q=3;w=20');
     expect(await borrows.decider.decide(one)).toBeUndefined();
     expect(borrows.decider.stats()).toMatchObject({ admitted: 1, refused: 0, toAgent: { refused: 1 } });
+  });
+
+  it('remembers a final refusal until its retry-after: the same subject, for as much or more, is refused with no call', async () => {
+    const small = {
+      bucket: { capacity: 2, refillPerSecond: 0.5, ttlMs: 60_000 },
+      limit: 2,
+      validForMs: 2000,
+      maxCost: 2,
+    };
+    let answer = term(small);
+    const { redis, clock, decider, asked } = setup(() => ({ status: 200, json: answer }));
+    void decider.decide(one);
+    await settle();
+    for (const allowed of [true, true, false]) expect((await decider.decide(one))!.allowed).toBe(allowed);
+    expect(redis.calls).toHaveLength(3);
+    // Refused at 1,000 with a token in 2,000 ms: remembered until 2,999 (the call's send time + the retry-after,
+    // less a millisecond for its rounding).
+    clock.now = 1400;
+    const again = await decider.decide(one);
+    expect(again).toMatchObject({
+      allowed: false,
+      retryAfterMs: 1600,
+      local: 'direct',
+      results: [
+        {
+          allowed: false,
+          remaining: 0,
+          limit: 2,
+          retryAfterMs: 1600,
+          resetMs: 4600,
+          reason: 'subject_exhausted',
+        },
+      ],
+    });
+    expect(again!.headers['Retry-After']).toBe('2');
+    expect((await decider.decide({ ...one, cost: 2 }))!.allowed).toBe(false);
+    expect(redis.calls).toHaveLength(3);
+    // Another subject, and this subject's next check once the retry-after is near, go to Redis.
+    expect((await decider.decide({ policy: 'writes', subject: 'tenant-2' }))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(4);
+    clock.now = 1999; // the term is renewed from 2,000: still the same one
+    expect((await decider.decide(one))!.allowed).toBe(false);
+    expect(redis.calls).toHaveLength(4);
+    // Recalled: the script was not asked.
+    const { recalled, refused } = decider.stats();
+    expect({ recalled, refused }).toEqual({ recalled: 3, refused: 4 });
+    // A grown share (a new bucket in the next term; tokens refilled meanwhile) forgets it: the check goes to Redis.
+    answer = term({ ...small, bucket: { capacity: 4, refillPerSecond: 1, ttlMs: 60_000 }, limit: 4 });
+    clock.now = 2100;
+    void decider.decide(one);
+    await settle();
+    expect(asked).toHaveLength(2);
+    redis.tokens.clear();
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(5);
+    // Every refusal, recalled or not, counts as the subject's demand in the renewal's usage.
+    clock.now = 3200;
+    void decider.decide({ policy: 'writes', subject: 'tenant-3' });
+    await settle();
+    // The check at 2,100 that asked for the new term was still refused under the old one, from memory.
+    expect(asked[2]!.usage).toContainEqual(['tenant-1', 1, 1]);
+    expect(asked[1]!.usage).toContainEqual(['tenant-1', 2, 5]);
+  });
+
+  it('remembers a cost the bucket can never pay for the rest of the term; a smaller cost still goes to Redis', async () => {
+    const { redis, decider } = setup(() => ({ status: 200, json: term({ maxCost: 20 }) }));
+    void decider.decide(one);
+    await settle();
+    const never = await decider.decide({ ...one, cost: 11 });
+    expect(never!.results[0]).toMatchObject({
+      allowed: false,
+      retryAfterMs: null,
+      reason: 'cost_exceeds_share',
+    });
+    expect((await decider.decide({ ...one, cost: 12 }))!.results[0]!.reason).toBe('cost_exceeds_share');
+    expect(redis.calls).toHaveLength(1);
+    expect((await decider.decide({ ...one, cost: 10 }))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(2);
+  });
+
+  it('never remembers a refusal the agent could cover (the policy borrows)', async () => {
+    const { redis, decider } = setup(() => ({
+      status: 200,
+      json: term({ bucket: { capacity: 1, refillPerSecond: 0.5, ttlMs: 60_000 }, refusals: 'agent' }),
+    }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    for (let i = 0; i < 3; i++) expect(await decider.decide(one)).toBeUndefined();
+    expect(redis.calls).toHaveLength(4);
+    expect(decider.stats()).toMatchObject({ recalled: 0, toAgent: { refused: 3 } });
   });
 
   it('sends to the agent what a term does not cover: classes, costs above maxCost, excluded or unnormalized subjects, idempotency, dry runs, layered checks', async () => {
