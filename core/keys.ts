@@ -65,3 +65,12 @@ export function hashTag(key: string): string {
   if (close === -1 || close === open + 1) return key;
   return key.slice(open + 1, close);
 }
+
+/**
+ * Redis key of the latest instant until which a direct-decision term given by the agent instance `instance` (its
+ * `QP_INSTANCE`, or `host:port`) may be in use (lua/terms_until.lua): one per instance, so the replicas of a region
+ * sharing its Redis each keep their own.
+ */
+export function termsUntilKey(instance: string): string {
+  return `rl:terms-until:{${instance}}`;
+}

@@ -21,6 +21,7 @@ import { DEFAULT_RLS_RULES, DescriptorRules } from './grpc/descriptor-rules.js';
 import { rlsService, type RlsService } from './grpc/rls-service.js';
 import type { AgentMetrics } from './observability/metrics.js';
 import type { RedisClock } from './redis/redis-clock.js';
+import type { TermsUntil } from './terms/terms-until.js';
 import type { ReservationService } from './reservations/reservation-service.js';
 import type { ReservationStore } from './reservations/reservation-store.js';
 import type { Admission } from './resilience/admission.js';
@@ -67,11 +68,17 @@ export interface AgentDeps {
    */
   redisClock?: Pick<RedisClock, 'toRedisMicros' | 'toRedisMicrosNewest'>;
   /**
-   * The restart hold, entered in the share view before any record was applied (coordination.ts); without one the
-   * app enters it itself when it is built. Left one term (`termMs` + margin) after the app is built. Given by an
-   * agent with a coordinator: closing then waits until every term has run out, before the goodbye.
+   * Where each term's end is recorded in the region's Redis before it is answered (regional-agent/terms/
+   * terms-until.ts). Without one the agent gives no terms (503 AGT_ERR_TERM_UNAVAILABLE).
    */
-  startHold?: () => void;
+  termsUntil?: Pick<TermsUntil, 'cover'>;
+  /**
+   * The restart hold, given by an agent with a coordinator (coordination.ts): `leave` is a decision entered in the
+   * share view before any record was applied, so nothing is acknowledged until it is left, once `over` resolves
+   * (a predecessor's recorded terms have run out). Closing then waits until every term has run out, before the
+   * goodbye. Without one (no coordinator) nothing is held at start.
+   */
+  restartHold?: { leave: () => void; over: Promise<void> };
   /** Closes what the caller opened for the agent, last on shutdown (after the policy source). */
   onClose?: () => Promise<void>;
   /**

@@ -102,7 +102,7 @@ export const AGENT_VARIABLES: Readonly<Record<keyof typeof AgentConfig.shape, Va
   },
   termMs: {
     meaning:
-      "longest term, 200..5000 ms (refused outside); acknowledgements of shrinks wait up to this long, so keep it well under the coordinator's acknowledgement deadline",
+      "longest term, 200..2000 ms (refused outside); acknowledgements of shrinks wait up to this long, so keep it well under the coordinator's acknowledgement deadline",
   },
   host: { meaning: 'listen address' },
   port: { meaning: 'listen port (the local stack uses 7101-7103)' },

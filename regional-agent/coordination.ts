@@ -20,8 +20,7 @@ import type { DecisionService } from './decisions/decision-service.js';
 import type { Admission } from './resilience/admission.js';
 import type { Forwarder } from './decisions/forwarder.js';
 import { LeaseHolder } from './leases/lease-holder.js';
-import { DEFAULT_TERM_MS } from '../core/wire/term.js';
-import { TERM_MARGIN_MS } from './terms/term-holds.js';
+import { predecessorTermsOver, type TermsUntilStore } from './terms/terms-until.js';
 import type { AgentMetrics } from './observability/metrics.js';
 import { natsCredentials, natsCredentialTag } from './nats/credentials.js';
 import { KvPolicySource } from './policies/kv-policy-source.js';
@@ -40,10 +39,12 @@ export interface Coordination {
   forwarder: Forwarder;
   holder: LeaseHolder;
   /**
-   * The restart hold (regional-agent/terms/term-holds.ts): a decision entered in the lease before any record was
-   * applied, so no revision is acknowledged until it is left. The app leaves it one term after it starts.
+   * The restart hold (regional-agent/terms/term-holds.ts): `leave`, a decision entered in the lease before any
+   * record was applied, so no revision is acknowledged until it is left; the app leaves it once `over` resolves,
+   * when this instance's predecessor's recorded terms have run out (regional-agent/terms/terms-until.ts), which is
+   * also when the first heartbeat is sent.
    */
-  startHold: () => void;
+  restartHold: { leave: () => void; over: Promise<void> };
   /** Reasons not to be ready yet (no lease). */
   notReady(): string[];
   /** Start answering strict checks homed in this region, decided by `service`. */
@@ -53,6 +54,11 @@ export interface Coordination {
   serveLoans(store: TransferStore, admission: Admission, metrics: BorrowMetrics | undefined): void;
   /** Leave the strict and loan queue groups, say goodbye, drain NATS. */
   close(): Promise<void>;
+}
+
+/** This agent's stable name: `QP_INSTANCE`, or `host:port`. A restart under the same name replaces it. */
+export function agentInstance(config: Pick<AgentConfig, 'instance' | 'port'>): string {
+  return config.instance ?? `${hostname()}:${config.port}`;
 }
 
 export async function connectCoordination(
@@ -70,9 +76,11 @@ export async function connectCoordination(
     | 'maxGraceMs'
     | 'maxReportIntervalMs'
   > &
-    Partial<Pick<AgentConfig, 'roundTrips' | 'termMs'>>,
+    Partial<Pick<AgentConfig, 'roundTrips'>>,
   log: Logger,
   metrics: AgentMetrics,
+  /** This instance's record of its terms in the region's Redis (regional-agent/redis/terms-until-store.ts). */
+  termsUntil: Pick<TermsUntilStore, 'read'>,
 ): Promise<Coordination> {
   const nc = await connect({
     servers: [...(config.natsUrl ?? [])],
@@ -95,14 +103,16 @@ export async function connectCoordination(
     // A subject's refusals count as demand only within its own global rate (core/shares/usage-accounting.ts).
     limitPerSecond: (policy) => policies.current().get(policy)?.refillPerSecond,
   });
+  // Not known to the coordinator until a predecessor's terms have run out: its first heartbeat under the same
+  // instance would make the coordinator forget the predecessor and settle the region's pending shrinks, which
+  // those terms may still be deciding under. Whether or not terms are on now: the predecessor may have had them.
+  // How long is what the predecessor recorded in Redis before it answered each term (no wait when nothing is).
+  const over = predecessorTermsOver({ store: termsUntil, log });
   const holder: LeaseHolder = new LeaseHolder({
     nc,
     region: config.region,
-    instance: config.instance ?? `${hostname()}:${config.port}`,
-    // Not known to the coordinator until a predecessor's terms have run out: its first heartbeat under the same
-    // instance would make the coordinator forget the predecessor and settle the region's pending shrinks, which
-    // those terms may still be deciding under. Whether or not terms are on now: the predecessor may have had them.
-    firstHeartbeatAfterMs: (config.termMs ?? DEFAULT_TERM_MS) + TERM_MARGIN_MS,
+    instance: agentInstance(config),
+    firstHeartbeatAfter: over,
     clock: systemClock,
     namespace,
     credentialTag: natsCredentialTag(config.natsNkeyFile),
@@ -119,8 +129,8 @@ export async function connectCoordination(
     log,
   });
   // Entered before the first record is applied (revision 0): terms a predecessor of this process gave may
-  // still be in use, so nothing is acknowledged until one term has passed (the app leaves it then).
-  const startHold = holder.lease.enter('');
+  // still be in use, so nothing is acknowledged until they have run out (the app leaves it then).
+  const restartHold = { leave: holder.lease.enter(''), over };
   // The first load waits for the coordinator's bucket; the agent listens meanwhile, not ready.
   holder.start().catch((error: unknown) => log.error({ err: error }, 'lease holder failed to start'));
   const forwarder = new NatsForwarder({
@@ -145,7 +155,7 @@ export async function connectCoordination(
     usage,
     forwarder,
     holder,
-    startHold,
+    restartHold,
     notReady: () => holder.notReady(),
     serveStrict: (service, admission) => {
       responder = new StrictResponder({

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { StaticShareView } from '../core/shares/shares.js';
 import { buildApp, type AgentApp } from './app.js';
 import type { AgentConfig } from './config.js';
-import { connectCoordination, type Coordination } from './coordination.js';
+import { agentInstance, connectCoordination, type Coordination } from './coordination.js';
 import { listenRls } from './grpc/rls-server.js';
 import { AgentMetrics } from './observability/metrics.js';
 import { FilePolicySource } from './policies/file-policy-source.js';
@@ -18,6 +18,8 @@ import { RedisDecisionStore } from './redis/decision-store.js';
 import { ackReplicas } from './redis/scripts.js';
 import { RedisClock } from './redis/redis-clock.js';
 import { RedisTransferStore } from './redis/transfer-store.js';
+import { RedisTermsUntil } from './redis/terms-until-store.js';
+import { TermsUntil } from './terms/terms-until.js';
 import { BorrowPlanner } from '../core/borrowing/planner.js';
 import { systemClock } from '../core/clock.js';
 import { borrowMetrics, type BorrowMetrics } from './borrowing/borrow-metrics.js';
@@ -53,8 +55,15 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
   ];
   let warmed = config.warmUpRounds === 0;
   let closed = false;
+  // Each term's end, recorded before it is answered; read at start by an agent with a coordinator.
+  const termsUntilStore = new RedisTermsUntil(redis, {
+    instance: agentInstance(config),
+    timeoutMs: config.storeTimeoutMs,
+  });
   const coordination =
-    config.natsUrl === undefined ? undefined : await connectCoordination(config, log, metrics);
+    config.natsUrl === undefined
+      ? undefined
+      : await connectCoordination(config, log, metrics, termsUntilStore);
   const file =
     coordination === undefined
       ? new FilePolicySource(config.policiesFile!, {
@@ -87,7 +96,8 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       log,
       metrics,
       redisClock,
-      ...(coordination === undefined ? {} : { startHold: coordination.startHold }),
+      termsUntil: new TermsUntil(termsUntilStore),
+      ...(coordination === undefined ? {} : { restartHold: coordination.restartHold }),
       notReady: () => [
         ...othersNotReady(),
         ...(warmed ? [] : ['warming up (dry-run decisions through the decision path)']),

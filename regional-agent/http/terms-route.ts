@@ -35,7 +35,8 @@ export function termsRoute(app: FastifyInstance, options: TermsRouteOptions): vo
           'sent this request. `usage` reports what the previous term decided: it is counted once the request is ' +
           'valid and the policy gives terms, whether or not a term is given now, so never send it twice. 400 ' +
           '`AGT_ERR_TERM_NOT_ALLOWED`: the policy gives none (decide it at the agent); 503 ' +
-          '`AGT_ERR_TERM_UNAVAILABLE`: none now (no lease, a lease about to end, no Redis TIME sample); 404 ' +
+          '`AGT_ERR_TERM_UNAVAILABLE`: none now (no lease, a lease about to end, no Redis TIME sample, its end ' +
+          'not recorded in Redis); 404 ' +
           '`AGT_ERR_TERMS_OFF`: the agent gives none.',
         tags: ['terms'],
         body: TermRequest,
@@ -45,7 +46,7 @@ export function termsRoute(app: FastifyInstance, options: TermsRouteOptions): vo
     },
     async (request, reply) => {
       if (options.terms === 'on') assertServing();
-      return reply.send(issueTerm(options, request.body));
+      return reply.send(await issueTerm(options, request.body));
     },
   );
 }

@@ -38,12 +38,12 @@ export interface LeaseHolderOptions {
   /** Stable, unique name of this agent process (e.g. host:port); a restart under the same name replaces it. */
   instance: string;
   /**
-   * Wait this long after `start` before the first heartbeat, ms (default 0). A heartbeat under the same `instance`
+   * The first heartbeat waits until this settles (default: sent at `start`). A heartbeat under the same `instance`
    * makes the coordinator forget this process's predecessor and settle its region's pending shrinks; terms the
-   * predecessor gave may be in use for one term after it stopped, so the agent waits one term (and its margin)
-   * before it is known (regional-agent/terms/term-holds.ts).
+   * predecessor gave may be in use until the instant it recorded in Redis, so the agent is known only once that
+   * has passed (regional-agent/terms/terms-until.ts `predecessorTermsOver`).
    */
-  firstHeartbeatAfterMs?: number;
+  firstHeartbeatAfter?: Promise<unknown>;
   clock: Clock;
   namespace?: string;
   /**
@@ -147,11 +147,12 @@ export class LeaseHolder {
         this.#options.log?.warn({ err: error, bucket: this.#bucket }, 'allocation watch failed; retrying');
       },
     });
-    const wait = this.#options.firstHeartbeatAfterMs ?? 0;
-    if (wait > 0) {
-      this.#timer = setTimeout(() => this.#beat(), wait);
-      this.#timer.unref();
-    } else this.#beat();
+    const after = this.#options.firstHeartbeatAfter;
+    if (after === undefined) this.#beat();
+    else {
+      const beat = () => this.#beat();
+      after.then(beat, beat);
+    }
     await first;
   }
 

@@ -15,8 +15,7 @@ import { healthRoutes } from '../http/health-routes.js';
 import { leasesRoute } from '../http/leases-route.js';
 import { reservationsRoute } from '../http/reservations-route.js';
 import { termsRoute } from '../http/terms-route.js';
-import { RESTART_HOLD_POLICY } from '../terms/term-issuer.js';
-import { TERM_MARGIN_MS, TermHolds } from '../terms/term-holds.js';
+import { TermHolds } from '../terms/term-holds.js';
 import { DEFAULT_TERM_MS } from '../../core/wire/term.js';
 import type { DecisionCore } from './decision-core.js';
 import { trustedProxy } from './http-server.js';
@@ -115,19 +114,19 @@ export function leaseRoutes({ deps, config, core, state }: RouteContext): Fastif
 }
 
 /**
- * Direct-decision terms, and the holds that keep each one entered in the share view until it has run out. The
- * restart hold is taken whether terms are on or off (a predecessor of this process may have given terms with
- * them on): one term + margin from now, it holds every acknowledgement (at most that long after start; an agent
- * waits longer than that for its first lease anyway). With a coordinator (`deps.startHold`), closing waits for
+ * Direct-decision terms, and the holds that keep each one entered in the share view until it has run out. With a
+ * coordinator (`deps.restartHold`), the restart hold is taken whether terms are on or off (a predecessor of this
+ * process may have given terms with them on): it holds every acknowledgement until the predecessor's recorded
+ * terms have run out (regional-agent/terms/terms-until.ts; no wait when none is recorded), and closing waits for
  * every hold to run out before the coordinator is told goodbye (term-holds.ts).
  */
 export function termRoutes({ deps, config, core, state }: RouteContext): FastifyPluginAsync {
   const termMs = config.termMs ?? DEFAULT_TERM_MS;
   const holds = new TermHolds({
     gauge: core.metrics.termsHeld,
-    waitOnClose: deps.startHold !== undefined,
+    waitOnClose: deps.restartHold !== undefined,
   });
-  holds.hold(deps.startHold ?? deps.shares.enter(RESTART_HOLD_POLICY), termMs + TERM_MARGIN_MS);
+  if (deps.restartHold !== undefined) holds.holdUntil(deps.restartHold.leave, deps.restartHold.over);
   return (scope) => {
     scope.addHook('onClose', () => holds.close());
     termsRoute(scope, {
@@ -136,6 +135,7 @@ export function termRoutes({ deps, config, core, state }: RouteContext): Fastify
       holds,
       metrics: core.metrics,
       redisClock: deps.redisClock,
+      termsUntil: deps.termsUntil,
       usage: deps.usage,
       borrows: deps.shortfall !== undefined,
       terms: config.terms ?? 'off',

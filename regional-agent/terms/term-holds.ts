@@ -9,10 +9,11 @@
  * own timer as it would have: the agent's goodbye, sent after this closes, makes the coordinator forget the agent
  * and settle its shrinks, which must not happen while a client may still decide with one of its terms. A close
  * cut short (the process killed) sends neither; a successor under the same instance name would make the
- * coordinator forget it at its first heartbeat, so a starting agent sends that heartbeat only one term after it
- * starts (regional-agent/coordination.ts, `firstHeartbeatAfterMs`); with no successor the coordinator waits for
- * the lease, which no term outlives. Without a coordinator nothing acknowledges or says goodbye: closing clears
- * the timers and leaves nothing.
+ * coordinator forget it at its first heartbeat, so every term is recorded in Redis before it is answered, and a
+ * starting agent sends that heartbeat, and acknowledges anything, only once the recorded instant has passed
+ * (regional-agent/terms/terms-until.ts; the restart hold, `holdUntil`); with no successor the coordinator waits
+ * for the lease, which no term outlives. Without a coordinator nothing acknowledges or says goodbye: closing
+ * clears the timers and leaves nothing.
  */
 import type { Gauge } from 'prom-client';
 
@@ -20,7 +21,8 @@ import type { Gauge } from 'prom-client';
 export const TERM_MARGIN_MS = 20;
 
 export class TermHolds {
-  readonly #timers = new Set<NodeJS.Timeout>();
+  /** Each hold's way to end at once (its timer cleared, or its wait ignored), without leaving. */
+  readonly #holds = new Set<() => void>();
   readonly #gauge: Gauge | undefined;
   readonly #waitOnClose: boolean;
   #idle: (() => void) | undefined;
@@ -31,21 +33,43 @@ export class TermHolds {
     this.#waitOnClose = options.waitOnClose;
   }
 
-  /** Keep `leave` (a ShareView.enter's) uncalled for `ms`, then call it. */
-  hold(leave: () => void, ms: number): void {
-    const timer = setTimeout(() => {
-      this.#timers.delete(timer);
-      this.#gauge?.set(this.#timers.size);
+  /**
+   * Keep `leave` (a ShareView.enter's) uncalled for `ms`, then call it. Returns a release that leaves at once: only
+   * for a term never answered (its record in Redis failed), which no client can decide with.
+   */
+  hold(leave: () => void, ms: number): () => void {
+    const timer = setTimeout(() => release(), ms);
+    const stop = () => clearTimeout(timer);
+    const release = this.#add(leave, stop);
+    return release;
+  }
+
+  /** Keep `leave` uncalled until `over` settles (the restart hold: a predecessor's terms run out), then call it. */
+  holdUntil(leave: () => void, over: Promise<unknown>): void {
+    const release = this.#add(leave, () => undefined);
+    over.then(release, release);
+  }
+
+  /** Count a hold in; the returned release (once) counts it out and calls `leave`. */
+  #add(leave: () => void, stop: () => void): () => void {
+    let done = false;
+    const release = () => {
+      if (done || !this.#holds.has(stop)) return;
+      done = true;
+      stop();
+      this.#holds.delete(stop);
+      this.#gauge?.set(this.#holds.size);
       leave();
-      if (this.#timers.size === 0) this.#idle?.();
-    }, ms);
-    this.#timers.add(timer);
-    this.#gauge?.set(this.#timers.size);
+      if (this.#holds.size === 0) this.#idle?.();
+    };
+    this.#holds.add(stop);
+    this.#gauge?.set(this.#holds.size);
+    return release;
   }
 
   /** Terms (and the restart hold) not run out yet. */
   get held(): number {
-    return this.#timers.size;
+    return this.#holds.size;
   }
 
   /** True once `close` was called: give no more terms. */
@@ -60,11 +84,11 @@ export class TermHolds {
   close(): Promise<void> {
     this.#closing = true;
     if (!this.#waitOnClose) {
-      for (const timer of this.#timers) clearTimeout(timer);
-      this.#timers.clear();
+      for (const stop of this.#holds) stop();
+      this.#holds.clear();
       this.#gauge?.set(0);
     }
-    if (this.#timers.size === 0) return Promise.resolve();
+    if (this.#holds.size === 0) return Promise.resolve();
     return new Promise((resolve) => (this.#idle = resolve));
   }
 }

@@ -10,6 +10,8 @@
  *   to shrink by the passage of time alone (`ShareView.stableForMs`: the lease's end, while it is valid).
  * - Its end is also carried in Redis time (`deadlineMicros`, converted so that it can only come early): the
  *   script refuses a call that runs later, so a late call changes nothing.
+ * - It is answered only once its end (and the margin) is recorded in the region's Redis for this instance
+ *   (terms-until.ts): a successor under the same name waits for it before the coordinator forgets this process.
  * - It is sized exactly as a decision of a subject with no override (check-router.ts `#route`); the subjects the
  *   agent sizes differently (an override share, a class named by subject) are listed in `exclude`.
  */
@@ -39,6 +41,7 @@ import type { PolicySource } from '../policies/policy-source.js';
 import { agentMicros } from '../redis/redis-clock.js';
 import { luaSource } from '../redis/scripts.js';
 import { TERM_MARGIN_MS, type TermHolds } from './term-holds.js';
+import type { TermsUntil } from './terms-until.js';
 
 /** The script every direct check runs, and its SHA1 (EVALSHA), read once. */
 const SCRIPT = luaSource('token_bucket');
@@ -47,9 +50,6 @@ export const TOKEN_BUCKET_SHA = createHash('sha1').update(SCRIPT).digest('hex');
 /** A local policy's share: the whole budget, as the decision path sizes it (check-router.ts). */
 const FULL_SHARE: RegionalShare = Object.freeze({ share: 1, epoch: 0 });
 
-/** Where the restart hold is entered when the caller did not enter it itself: every policy's acknowledgements. */
-export const RESTART_HOLD_POLICY = '';
-
 export interface TermIssuerOptions {
   policies: PolicySource;
   shares: ShareView;
@@ -57,6 +57,8 @@ export interface TermIssuerOptions {
   metrics: AgentMetrics;
   /** Redis TIME of this process's instants; none: no terms (503). */
   redisClock: { toRedisMicrosNewest(micros: number): number } | undefined;
+  /** Where each term's end is recorded before it is answered (terms-until.ts); none: no terms (503). */
+  termsUntil: Pick<TermsUntil, 'cover'> | undefined;
   /** Where the usage clients report is counted, as the decision path counts its own (decision-recorder.ts). */
   usage: UsageSink | undefined;
   /** A shortfall handler (borrowing) is configured: a refused regional check may be covered by the agent. */
@@ -161,9 +163,10 @@ function recordUsage(
  * Give a term of the policy `input` names (and count the usage it reports). Throws 400 AGT_ERR_INVALID_TERM,
  * 404 AGT_ERR_UNKNOWN_POLICY, 400 AGT_ERR_INVALID_SUBJECT, 400 AGT_ERR_TERM_NOT_ALLOWED, 503
  * AGT_ERR_TERM_UNAVAILABLE, or 404 AGT_ERR_TERMS_OFF; nothing is counted or held unless the request is valid and
- * the policy gives terms.
+ * the policy gives terms. Resolves once the term's end is recorded in Redis (503 when that fails, the term's hold
+ * left at once: no client has it).
  */
-export function issueTerm(options: TermIssuerOptions, input: unknown): TermResponse {
+export async function issueTerm(options: TermIssuerOptions, input: unknown): Promise<TermResponse> {
   if (options.terms === 'off') throw new AgentErrors.AGT_ERR_TERMS_OFF();
   const body = parse(input);
   const { policies, shares, metrics, hmacSecret } = options;
@@ -209,8 +212,18 @@ export function issueTerm(options: TermIssuerOptions, input: unknown): TermRespo
   const deadlineMicros =
     options.redisClock?.toRedisMicrosNewest((options.micros ?? agentMicros)() + validForMs * 1000) ?? 0;
   if (deadlineMicros <= 0) return unavailable('no Redis TIME sample yet');
+  const termsUntil = options.termsUntil;
+  if (termsUntil === undefined) return unavailable('this agent cannot record its terms in Redis');
   const bucket = termBucket(policy, share);
-  options.holds.hold(shares.enter(name), validForMs + TERM_MARGIN_MS);
+  // Held from now, before the record is written: a shrink acknowledged meanwhile could not see this term.
+  const release = options.holds.hold(shares.enter(name), validForMs + TERM_MARGIN_MS);
+  try {
+    await termsUntil.cover(deadlineMicros + TERM_MARGIN_MS * 1000);
+  } catch {
+    // Never answered: no client decides with it, so it is held no longer.
+    release();
+    return unavailable('its end could not be recorded in Redis');
+  }
   metrics.terms.labels(name, 'issued').inc();
   return {
     policy: name,

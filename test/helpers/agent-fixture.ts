@@ -21,6 +21,9 @@ import { StaticPolicySource } from '../../regional-agent/policies/static-policy-
 import { connectRedis, whenReady, type RedisTarget } from '../../regional-agent/redis/connect.js';
 import { RedisDecisionStore } from '../../regional-agent/redis/decision-store.js';
 import { RedisClock } from '../../regional-agent/redis/redis-clock.js';
+import { RedisTermsUntil } from '../../regional-agent/redis/terms-until-store.js';
+import { agentInstance } from '../../regional-agent/coordination.js';
+import { TermsUntil } from '../../regional-agent/terms/terms-until.js';
 import type { RedisServer } from '../harness/backend.js';
 import { backend } from '../harness/fixtures.js';
 
@@ -50,7 +53,8 @@ export interface AgentFixtureOptions {
   readonly config?: Readonly<Record<string, unknown>>;
   /**
    * A Redis clock for the store (deadlines carried into the scripts) and the app (direct-decision terms' deadlines,
-   * as start.ts passes it), sampled every `sampleEveryMs`.
+   * as start.ts passes it), sampled every `sampleEveryMs`; with it, terms are recorded on this Redis under the
+   * config's instance (start.ts's RedisTermsUntil).
    */
   readonly clock?: { readonly sampleEveryMs: number };
   /** Wrap the store (e.g. to count its calls). */
@@ -126,7 +130,17 @@ export function agentOn(
   const agent = buildApp(
     {
       log: pino({ level: 'silent' }),
-      ...(clock === undefined ? {} : { redisClock: clock }),
+      ...(clock === undefined
+        ? {}
+        : {
+            redisClock: clock,
+            termsUntil: new TermsUntil(
+              new RedisTermsUntil(redis, {
+                instance: agentInstance(config),
+                timeoutMs: config.storeTimeoutMs,
+              }),
+            ),
+          }),
       ...options.deps,
       store: options.store === undefined ? store : options.store(store),
       policies: 'length' in policies ? new StaticPolicySource([...policies]) : policies,

@@ -213,8 +213,8 @@ describe('sizing buckets from the ShareView', () => {
     });
     store.mode = 'fail';
     await decision({ policy: 'closed', subject: 'a' });
-    // One more is entered when the app is built and still held: the restart hold of direct-decision terms.
-    expect(shares.entered).toBe(1 + 3);
+    // Nothing else entered: without a coordinator there is no restart hold.
+    expect(shares.entered).toBe(3);
     expect(shares.left).toBe(3);
   });
 

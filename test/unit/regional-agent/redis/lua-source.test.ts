@@ -37,8 +37,8 @@ const shared = {
 } as const;
 
 describe('luaSource', () => {
-  it('finds the twelve scripts', () => {
-    expect(scripts).toHaveLength(12);
+  it('finds the thirteen scripts', () => {
+    expect(scripts).toHaveLength(13);
   });
 
   for (const name of scripts) {

@@ -88,10 +88,13 @@ function agent(
     config?: Record<string, unknown>;
     deps?: Partial<AgentDeps>;
     noRedisClock?: boolean;
+    noTermsUntil?: boolean;
   } = {},
 ) {
   const clock = new ManualClock(1_750_000_000_000);
   const usage: Recorded[] = [];
+  /** The instants each term asked to be recorded, in order. */
+  const covered: number[] = [];
   const shares = options.shares ?? new CountingShares();
   const built = buildApp(
     {
@@ -110,6 +113,9 @@ function agent(
             },
           }),
       usage: { record: (...args) => void usage.push(args) },
+      ...(options.noTermsUntil === true
+        ? {}
+        : { termsUntil: { cover: (until: number) => Promise.resolve(void covered.push(until)) } }),
       ...options.deps,
     },
     AgentConfig.parse({
@@ -136,7 +142,7 @@ function agent(
     const text = (await built.app.inject({ method: 'GET', url: '/metrics' })).body;
     return Number(line.exec(text)?.[1] ?? 0);
   };
-  return { post, metric, built, usage, shares };
+  return { post, metric, built, usage, shares, covered };
 }
 
 /** The problem an answer carries: its status, its code, and whether its detail names `detail`. */
@@ -150,7 +156,7 @@ const unavailable = { status: 503, code: 'AGT_ERR_TERM_UNAVAILABLE', names: true
 
 describe('POST /v1/terms: the term', () => {
   it("a token bucket's term: sized as a subject with no override, the agent's script, a deadline in Redis time", async () => {
-    const { post, metric, shares } = agent();
+    const { post, metric, shares, covered } = agent();
     const before = Math.floor((performance.timeOrigin + performance.now()) * 1000);
     const term = await post({ policy: 'hot' });
     const after = Math.floor((performance.timeOrigin + performance.now()) * 1000);
@@ -175,12 +181,13 @@ describe('POST /v1/terms: the term', () => {
     });
     expect(deadline).toBeGreaterThanOrEqual(before + 300_000 + OFFSET);
     expect(deadline).toBeLessThanOrEqual(after + 300_000 + OFFSET);
-    // The restart hold, then the term.
-    expect(shares).toMatchObject({ entered: 2, left: 0 });
+    // The term alone (no restart hold without a coordinator), its end recorded with the margin first.
+    expect(shares).toMatchObject({ entered: 1, left: 0 });
+    expect(covered).toEqual([(deadline as number) + 20_000]);
     expect(await metric(/quotaplane_terms_total\{[^}]*policy="hot"[^}]*outcome="issued"[^}]*\} (\S+)/)).toBe(
       1,
     );
-    expect(await metric(/^quotaplane_terms_held (\S+)$/m)).toBe(2);
+    expect(await metric(/^quotaplane_terms_held (\S+)$/m)).toBe(1);
   });
 
   it('is admitted like the other routes that reach the decision path (route label terms)', () => {
@@ -252,7 +259,7 @@ describe('POST /v1/terms: who gets none', () => {
     expect(problem(await post({ policy: 'capped' }), 'subject-creation cap')).toEqual(notAllowed);
     expect(problem(await post({ policy: 'byip' }), 'ip policy')).toEqual(notAllowed);
     expect(problem(await post({ policy: 'crowded' }), '1025 subjects are decided apart')).toEqual(notAllowed);
-    expect(shares).toMatchObject({ entered: 1 }); // the restart hold only
+    expect(shares).toMatchObject({ entered: 0 });
     expect(
       await metric(/quotaplane_terms_total\{[^}]*policy="log"[^}]*outcome="not_allowed"[^}]*\} (\S+)/),
     ).toBe(1);
@@ -284,7 +291,7 @@ describe('POST /v1/terms: who gets none', () => {
         body: { code: 'AGT_ERR_UNKNOWN_POLICY' },
       });
     }
-    expect(shares).toMatchObject({ entered: 1 });
+    expect(shares).toMatchObject({ entered: 0 });
   });
 
   it('malformed bodies: 400 AGT_ERR_INVALID_TERM, nothing counted or held', async () => {
@@ -326,7 +333,7 @@ describe('POST /v1/terms: who gets none', () => {
     const proto = await post('{"policy":"hot","usage":[["a",1,0]],"__proto__":{"script":true}}');
     expect(proto.status).toBe(400);
     expect(usage).toEqual([]);
-    expect(shares).toMatchObject({ entered: 1 });
+    expect(shares).toMatchObject({ entered: 0 });
   });
 });
 
@@ -397,7 +404,7 @@ describe('POST /v1/terms: none now (503 AGT_ERR_TERM_UNAVAILABLE)', () => {
     expect((await post({ policy: 'hot' })).body['validForMs']).toBe(200);
     shares.stable = 250.9;
     expect((await post({ policy: 'hot' })).body['validForMs']).toBe(250);
-    expect(shares.entered).toBe(3);
+    expect(shares.entered).toBe(2);
     expect(await metric(/quotaplane_terms_total\{[^}]*outcome="unavailable"[^}]*\} (\S+)/)).toBe(2);
 
     const unsynced = agent({
@@ -406,7 +413,51 @@ describe('POST /v1/terms: none now (503 AGT_ERR_TERM_UNAVAILABLE)', () => {
     expect(problem(await unsynced.post({ policy: 'hot' }), 'no Redis TIME sample')).toEqual(unavailable);
     const clockless = agent({ noRedisClock: true });
     expect(problem(await clockless.post({ policy: 'hot' }), 'no Redis TIME sample')).toEqual(unavailable);
-    expect(unsynced.shares).toMatchObject({ entered: 1 });
+    expect(unsynced.shares).toMatchObject({ entered: 0 });
+  });
+
+  it('a term is answered only once its end is recorded; a failed record refuses it and changes nothing', async () => {
+    let fail = false;
+    let finish!: () => void;
+    const pending: Promise<void>[] = [];
+    const shares = new CountingShares();
+    const { post, metric } = agent({
+      shares,
+      deps: {
+        termsUntil: {
+          cover: () => {
+            if (fail) return Promise.reject(new Error('READONLY'));
+            const p = new Promise<void>((resolve) => (finish = resolve));
+            pending.push(p);
+            return p;
+          },
+        },
+      },
+    });
+    let answered = false;
+    const asked = post({ policy: 'hot' }).then((a) => ((answered = true), a));
+    while (pending.length === 0) await new Promise((r) => setTimeout(r, 1));
+    await new Promise((r) => setTimeout(r, 10));
+    // Held already (a shrink acknowledged meanwhile must wait for it), not answered.
+    expect(answered).toBe(false);
+    expect(shares).toMatchObject({ entered: 1, left: 0 });
+    finish();
+    expect((await asked).status).toBe(200);
+
+    fail = true;
+    expect(problem(await post({ policy: 'hot' }), 'could not be recorded in Redis')).toEqual(unavailable);
+    // The refused term's hold was left at once; the first term's is still held.
+    expect(shares).toMatchObject({ entered: 2, left: 1 });
+    expect(await metric(/^quotaplane_terms_held (\S+)$/m)).toBe(1);
+    expect(await metric(/quotaplane_terms_total\{[^}]*outcome="issued"[^}]*\} (\S+)/)).toBe(1);
+    expect(await metric(/quotaplane_terms_total\{[^}]*outcome="unavailable"[^}]*\} (\S+)/)).toBe(1);
+  });
+
+  it('an agent with nowhere to record its terms gives none', async () => {
+    const shares = new CountingShares();
+    const { post } = agent({ shares, noTermsUntil: true });
+    expect(problem(await post({ policy: 'hot' }), 'cannot record its terms')).toEqual(unavailable);
+    expect(shares).toMatchObject({ entered: 0 });
   });
 
   it('a share view that cannot bound a term gives none', async () => {
@@ -435,16 +486,17 @@ describe('term holds', () => {
       hmacSecret: undefined,
       legacyHeaders: false,
       rateLimitDraft: undefined,
+      termsUntil: { cover: () => Promise.resolve() },
       micros: () => 5_000_000,
     };
     return { issue: () => issueTerm(options, { policy: 'hot' }), holds };
   }
 
-  it('a term is left validForMs + 20 ms after it was given, not before', () => {
+  it('a term is left validForMs + 20 ms after it was given, not before', async () => {
     vi.useFakeTimers();
     const shares = new CountingShares();
     const { issue, holds } = issuer(shares);
-    expect(issue()).toMatchObject({ validForMs: 1000, deadlineMicros: 5_000_000 + 1_000_000 + OFFSET });
+    expect(await issue()).toMatchObject({ validForMs: 1000, deadlineMicros: 5_000_000 + 1_000_000 + OFFSET });
     expect(shares).toMatchObject({ entered: 1, left: 0 });
     expect(holds.held).toBe(1);
     vi.advanceTimersByTime(1019);
@@ -454,12 +506,12 @@ describe('term holds', () => {
     expect(holds.held).toBe(0);
   });
 
-  it('validity is bounded by how long the share is sure to hold, and so is the hold', () => {
+  it('validity is bounded by how long the share is sure to hold, and so is the hold', async () => {
     vi.useFakeTimers();
     const shares = new CountingShares();
     shares.stable = 450;
     const { issue } = issuer(shares);
-    expect(issue()).toMatchObject({ validForMs: 450, deadlineMicros: 5_000_000 + 450_000 + OFFSET });
+    expect(await issue()).toMatchObject({ validForMs: 450, deadlineMicros: 5_000_000 + 450_000 + OFFSET });
     vi.advanceTimersByTime(469);
     expect(shares.left).toBe(0);
     vi.advanceTimersByTime(1);
@@ -470,7 +522,7 @@ describe('term holds', () => {
     vi.useFakeTimers();
     const shares = new CountingShares();
     const { issue, holds } = issuer(shares);
-    issue();
+    await issue();
     let closed = false;
     const closing = holds.close().then(() => (closed = true));
     await vi.advanceTimersByTimeAsync(1019);
@@ -479,45 +531,64 @@ describe('term holds', () => {
     await vi.advanceTimersByTimeAsync(1);
     await closing;
     expect(shares.left).toBe(1);
-    expect(() => issue()).toThrow(/shutting down/);
+    await expect(issue()).rejects.toThrow(/shutting down/);
   });
 
   it('closing without a coordinator clears the holds and leaves nothing', async () => {
     vi.useFakeTimers();
     const shares = new CountingShares();
     const { issue, holds } = issuer(shares, new TermHolds({ waitOnClose: false }));
-    issue();
+    await issue();
     await holds.close();
     expect(holds.held).toBe(0);
     vi.advanceTimersByTime(10_000);
     expect(shares.left).toBe(0);
   });
 
-  it('the restart hold: entered when the app is built, left termMs + 20 ms later, terms on or off', async () => {
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+  it('without a coordinator nothing is held at start, terms on or off', async () => {
     for (const terms of ['on', 'off']) {
       const shares = new CountingShares();
-      const { built } = agent({ shares, config: { terms, termMs: 300 } });
-      expect(shares, terms).toMatchObject({ entered: 1, left: 0 });
-      vi.advanceTimersByTime(319);
-      expect(shares.left, terms).toBe(0);
-      vi.advanceTimersByTime(1);
-      expect(shares.left, terms).toBe(1);
-      vi.useRealTimers();
+      const { built, metric } = agent({ shares, config: { terms, termMs: 300 } });
+      await built.ready;
+      expect(shares, terms).toMatchObject({ entered: 0, left: 0 });
+      expect(await metric(/^quotaplane_terms_held (\S+)$/m), terms).toBe(0);
       await built.close();
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
     }
   });
 
-  it("the coordinator's restart hold is the one held (no other entered), and closing waits for it", async () => {
-    const shares = new CountingShares();
+  it("the coordinator's restart hold is held until the predecessor's terms are over, terms on or off; closing waits for it", async () => {
+    for (const terms of ['on', 'off']) {
+      const shares = new CountingShares();
+      let left = 0;
+      let over!: () => void;
+      const restartHold = { leave: () => void left++, over: new Promise<void>((r) => (over = r)) };
+      const { built, metric } = agent({ shares, config: { terms }, deps: { restartHold } });
+      await built.ready;
+      expect(shares.entered, terms).toBe(0);
+      expect(await metric(/^quotaplane_terms_held (\S+)$/m), terms).toBe(1);
+      let closed = false;
+      const closing = built.close().then(() => (closed = true));
+      await new Promise((r) => setTimeout(r, 20));
+      expect({ left, closed }, terms).toEqual({ left: 0, closed: false });
+      over();
+      await closing;
+      expect(left, terms).toBe(1);
+    }
+  });
+
+  it('a release leaves a hold at once, once; a hold until a promise leaves when it settles, rejected or not', async () => {
+    const holds = new TermHolds({ waitOnClose: true });
     let left = 0;
-    const { built } = agent({ shares, config: { termMs: 200 }, deps: { startHold: () => void left++ } });
-    expect(shares.entered).toBe(0);
-    await built.ready;
-    const started = performance.now();
-    await built.close();
-    expect(left).toBe(1);
-    expect(performance.now() - started).toBeGreaterThanOrEqual(150);
+    const release = holds.hold(() => void left++, 60_000);
+    let fail!: (e: Error) => void;
+    holds.holdUntil(() => void left++, new Promise((_, reject) => (fail = reject)));
+    expect(holds.held).toBe(2);
+    release();
+    release();
+    expect({ left, held: holds.held }).toEqual({ left: 1, held: 1 });
+    const closing = holds.close();
+    fail(new Error('read failed'));
+    await closing;
+    expect({ left, held: holds.held }).toEqual({ left: 2, held: 0 });
   });
 });
