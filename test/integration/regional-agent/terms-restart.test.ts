@@ -95,6 +95,14 @@ describe('terms across a restart, on a real Redis', () => {
     const issued = /quotaplane_terms_total\{[^}]*outcome="issued"[^}]*\} (\S+)/;
     const unavailable = /quotaplane_terms_total\{[^}]*outcome="unavailable"[^}]*\} (\S+)/;
     const before = { issued: await metric(url, issued), unavailable: await metric(url, unavailable) };
+    // The agent writes only an instant above the one it last wrote: a term ending before the earlier tests' record
+    // (a lease with less left than a term) would need no write. Past that record, every term needs one.
+    const prior = Number((await redis.get(key)) ?? 0);
+    for (;;) {
+      const [seconds, micros] = await redis.time();
+      if (Number(seconds) * 1_000_000 + Number(micros) > prior) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
     // A key of another type: the script's GET fails (WRONGTYPE), as any failed write would.
     await redis.del(key);
     await redis.hset(key, 'not', 'a string');
