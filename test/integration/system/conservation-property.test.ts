@@ -15,19 +15,26 @@
  * the lease and the grace, 5.5 s here).
  *
  * A third sample draws term cases (`arbitraryCase(…, { terms: true })`): `QP_PROPERTY_TERM_RUNS` of them (default
- * 3, about 35-45 s). The agents give terms (`QP_TERMS=on`, `QP_TERM_MS` = `QP_PROPERTY_TERM_MS`, default 1,000),
+ * 3, about 40-50 s). The agents give terms (`QP_TERMS=on`, `QP_TERM_MS` = `QP_PROPERTY_TERM_MS`, default 1,000),
  * and every agent has a direct client (`AgentClient` with `direct`, on the region's Redis): calls marked `direct`
- * go through it, and in a term case each region's clients decide `p0`'s subject `a` every 100 ms throughout (a
- * flow light enough to move no share by itself, frequent enough to keep a term held). Each case holds a lapse of
- * one region and a crash of its agent after a lean away from it (a shrink of its share, which its terms keep
- * unacknowledged for up to a term): the agent's NATS connection closes (no goodbye), its HTTP answers 503, its
- * successor takes its instance name, and its clients keep deciding under the terms they hold. What the clients
- * decide counts as any answer (its allowed flag); every term the agents give counts in the checker as a share in
- * force of its region until it has run out (validity + TERM_MARGIN_MS), whatever the agent acknowledges or whether
- * it still runs. The sample fails unless clients decided under terms in every case and, after some crash, a
- * client decided under the crashed agent's term once the successor had started. Dropping the term's hold in the
- * share view (term-issuer.ts) fails it at the first shrink under a term (the shares in force sum above 1); see the
- * commit that added the sample for what a successor's early first heartbeat does.
+ * go through it, and in a term case each region's clients decide `p0`'s subject `a` every 100 ms throughout (the
+ * same flow everywhere, so it moves no share by itself; frequent enough to keep a term held). Each case holds a
+ * lapse of one region and a crash of its agent right after a lean away from it moved its share (a shrink, which
+ * its terms keep unacknowledged for up to a term): the agent's NATS connection closes (no goodbye), its HTTP
+ * answers 503, its successor takes its instance name, and its clients keep deciding under the terms they hold (the
+ * successor's own clients come once those have run out). What the clients decide counts as any answer (its
+ * allowed flag); every term the agents give counts in the checker as a share in force of its region until it has
+ * run out (validity + TERM_MARGIN_MS), whatever the agent acknowledges or whether it still runs. The sample fails
+ * unless clients decided under terms in every case and, after some crash, a client decided under the crashed
+ * agent's term once the successor had started.
+ *
+ * What it catches (seed 25): a term not held in the share view (term-issuer.ts without `holds.hold`) at the first
+ * shrink under a term (shares in force summed above 1); a successor that heartbeats at once and acknowledges at
+ * once (coordination.ts `firstHeartbeatAfterMs` 0 and routes.ts without the restart hold), at a crash in a pending
+ * shrink. Either of those two alone is covered by the other here (the successor's restart hold keeps its first
+ * acknowledgement back for a term, and a late first heartbeat keeps the predecessor registered as long), so
+ * neither alone fails the sample. The admission windows alone caught none of these: an over-admission needs the
+ * grown regions' buckets to refill into the room within the term, which a few tokens a second do not.
  */
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
@@ -490,15 +497,19 @@ describe('conservation on the real stack (sampled cases)', () => {
           if (step.crash === true && agent !== undefined) {
             termTally.crashes++;
             const old = [...(directs.get(step.region) ?? [])];
+            const crashedAt = Date.now();
             await crash(agent);
             // The successor takes the crashed agent's instance name, as a restarted process does.
             const successor = await stack.startAgent(step.region, agent.instance);
             const atStart = old.map(decidedDirectly);
             instrument(successor);
-            openDirect(successor);
             retired.push(...old);
             if (frozen.size === 0) await leased(c.policies);
-            else await sleep(TERM_MS);
+            // The successor's clients come once the crashed agent's terms have run out: its own terms would hold
+            // its acknowledgements back, and with them the grows an early settlement of the crashed agent's
+            // shrinks lets the coordinator give the others.
+            await sleep(TERM_MS + TERM_MARGIN_MS - (Date.now() - crashedAt));
+            openDirect(successor);
             // A client of the crashed agent decided under its term after the successor had started.
             if (old.some((d, i) => decidedDirectly(d) > atStart[i]!)) termTally.acrossRestart++;
           } else {
