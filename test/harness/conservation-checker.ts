@@ -39,6 +39,28 @@ export class ConservationChecker {
     for (const policy of this.#inForce.remove(agentId)) this.#check(policy, 0);
   }
 
+  /**
+   * A term given in `region` under `share` of `policy` (regional-agent/terms/term-issuer.ts): clients may decide
+   * with that share for `ms` (its validity and the agent's margin), whatever the agent that gave it holds or
+   * acknowledges meanwhile, and whether or not that agent still runs. Counted as one more agent of the region
+   * holding the share in force until then.
+   */
+  holdTerm(region: string, policy: string, share: number, ms: number, at: number): void {
+    let index = this.#regions.indexOf(region);
+    if (index < 0) index = this.#regions.push(region) - 1;
+    const id = `term-${++this.#terms}`;
+    this.#inForce.add(id, index);
+    this.#watched.add(id);
+    this.terms++;
+    this.#inForce.set(id, policy, undefined, share);
+    this.#check(policy, at);
+    setTimeout(() => this.unwatch(id), ms).unref();
+  }
+
+  /** Terms counted (holdTerm). */
+  terms = 0;
+  #terms = 0;
+
   /** Throw with every violation seen, if any. */
   assertHeld(): void {
     if (this.violations.length > 0) {

@@ -51,6 +51,13 @@ export interface Call {
   dryRun: boolean;
   /** Sent this many times at once from each region (a burst that drains buckets and races borrows). */
   repeat: number;
+  /**
+   * Sent through the region's direct client (`AgentClient` with `direct`, docs/agent.md "Direct decisions"),
+   * which decides it on the region's Redis under a term where it can (a single check with no class, dry run or
+   * key) and asks the agent otherwise. Drawn only in term cases (`arbitraryCase(…, { terms: true })`); the models
+   * decide it as any other call (a direct decision is the agent's script on the agent's bucket).
+   */
+  direct?: boolean | undefined;
 }
 
 export type Step =
@@ -85,7 +92,13 @@ export type Step =
     }
   /** The calls of each region sent as one `POST /v1/decisions/batch` per region (independent decisions). */
   | { op: 'batch'; calls: Call[] }
-  | { op: 'restart'; region: Region }
+  /**
+   * The region's agent stops and a new one starts. `crash` (term cases): it vanishes without a goodbye and
+   * without waiting for its terms to run out (a process killed), and its successor takes its instance name, while
+   * clients keep deciding under its last terms; `lean` first, as a lapse's: bursts of these calls until the
+   * rebalancer moved the region's share, so the crash comes while a shrink of it may still be unacknowledged.
+   */
+  | { op: 'restart'; region: Region; crash?: boolean | undefined; lean?: Call[] | undefined }
   | { op: 'freeze'; region: Region; on: boolean }
   | { op: 'cut'; region: Region; on: boolean }
   /**
@@ -115,6 +128,11 @@ export interface Case {
   policies: PolicySpec[];
   borrowing: boolean;
   steps: Step[];
+  /**
+   * Term cases: direct clients of `region` decide `p0`'s subject `a` throughout the case (a steady flow under
+   * the agent's terms, across every step), beside the calls marked `direct`.
+   */
+  terms?: { region: Region } | undefined;
 }
 
 /** The body of the stored policy (what an operator PUTs), without its name. */
@@ -335,10 +353,10 @@ type LapseStep = Extract<Step, { op: 'lapse' }>;
  * first is one plain check of `p0`'s subject `a` from both other regions, in bursts of 6 to 12: above what a
  * region's share of the largest generated capacity holds, so a borrowing policy borrows.
  */
-function lapseOf(names: readonly string[]): fc.Arbitrary<LapseStep> {
+function lapseOf(names: readonly string[], at?: Region): fc.Arbitrary<LapseStep> {
   return fc
     .record({
-      region,
+      region: at === undefined ? region : fc.constant(at),
       burst: fc.integer({ min: 6, max: 12 }),
       calls: fc.array(callOf(names), { maxLength: 1 }),
       rounds: fc.integer({ min: 1, max: 4 }),
@@ -349,12 +367,7 @@ function lapseOf(names: readonly string[]): fc.Arbitrary<LapseStep> {
     })
     .map(({ burst, calls, lean, ...l }): LapseStep => {
       const others = REGIONS.filter((r) => r !== l.region);
-      const plain = (regions: Region[], repeat: number): Call => ({
-        regions,
-        checks: [{ policy: names[0]!, subject: 'a', cost: 1 }],
-        dryRun: false,
-        repeat,
-      });
+      const plain = (regions: Region[], repeat: number) => plainCall(names[0]!, regions, repeat);
       return {
         op: 'lapse',
         ...l,
@@ -370,6 +383,11 @@ function lapseOf(names: readonly string[]): fc.Arbitrary<LapseStep> {
     });
 }
 
+/** One plain check of `policy`'s subject `a`, cost 1, from `regions`, `repeat` at once from each. */
+function plainCall(policy: string, regions: Region[], repeat: number): Call {
+  return { regions, checks: [{ policy, subject: 'a', cost: 1 }], dryRun: false, repeat };
+}
+
 /** The kinds that borrow (and lend): a lapse case's first policy is one of them, in `regional` mode. */
 const BORROWING_KINDS = KIND_NAMES.filter((k) => kindOf(k).borrows);
 
@@ -379,7 +397,11 @@ const BORROWING_KINDS = KIND_NAMES.filter((k) => kindOf(k).borrows);
  * and the first policy is a regional one of a kind that borrows, unsharded and without a subject-creation cap
  * (so that the other regions borrow from the lapsed one; the other policy and steps are drawn as ever).
  */
-export function arbitraryCase(maxSteps = 10, options: { lapse?: boolean } = {}): fc.Arbitrary<Case> {
+export function arbitraryCase(
+  maxSteps = 10,
+  options: { lapse?: boolean; terms?: boolean } = {},
+): fc.Arbitrary<Case> {
+  if (options.terms === true) return termCase(maxSteps);
   return fc
     .record({
       count: fc.integer({ min: 1, max: 2 }),
@@ -404,6 +426,61 @@ export function arbitraryCase(maxSteps = 10, options: { lapse?: boolean } = {}):
             : policies,
         borrowing: fc.constant(borrowing),
         steps,
+      });
+    });
+}
+
+/**
+ * A term case: a region `R` whose direct clients decide `p0` (a regional token bucket that gives terms:
+ * unsharded, no subject-creation cap, 5 tokens a second) throughout the case, and among up to `maxSteps` - 2 drawn steps (their
+ * calls marked `direct` two times in three) at drawn places: a lapse of `R` past its grace (its lean drawn as
+ * ever) and a crash of `R`'s agent after a lean away from it (a shrink of `R`'s share, which its terms hold
+ * unacknowledged), its successor under the same instance name. Terms are out while `R`'s share shrinks, while its
+ * lease lapses and across the restart.
+ */
+function termCase(maxSteps: number): fc.Arbitrary<Case> {
+  return fc
+    .record({ count: fc.integer({ min: 1, max: 2 }), borrowing: fc.boolean(), at: region })
+    .chain(({ count, borrowing, at }) => {
+      const names = ['p0', 'p1'].slice(0, count);
+      const others = REGIONS.filter((r) => r !== at);
+      const direct = (call: Call): fc.Arbitrary<Call> =>
+        fc.constantFrom(true, true, false).map((d) => ({ ...call, direct: d }));
+      const marked = (step: Step): fc.Arbitrary<Step> =>
+        step.op === 'traffic' || step.op === 'batch'
+          ? fc.tuple(...step.calls.map(direct)).map((calls) => ({ ...step, calls }))
+          : step.op === 'lapse'
+            ? fc.tuple(...step.calls.map(direct)).map((calls) => ({ ...step, calls }))
+            : fc.constant(step);
+      const rest = fc
+        .array(stepOf(names), { maxLength: Math.max(0, maxSteps - 2) })
+        .chain((list) => fc.tuple(...list.map(marked)).map((done): Step[] => [...done]));
+      // A region's demand counts each subject's refusals only within the subject's own rate, and every region's
+      // flow of `a` reaches that: the lean away from `R` asks for several subjects, so the others' demand is
+      // several times `R`'s.
+      const lean = ['a', 'b', 'c', 'd'].map((subject) => ({
+        ...plainCall('p0', others, 6),
+        checks: [{ policy: 'p0', subject, cost: 1 }],
+      }));
+      const crash: Step = { op: 'restart', region: at, crash: true, lean };
+      const steps = fc
+        .tuple(rest, lapseOf(names, at).chain(marked), fc.nat(), fc.nat())
+        .map(([list, lapse, i, j]) => {
+          const withLapse = list.toSpliced(i % (list.length + 1), 0, lapse);
+          return withLapse.toSpliced(j % (withLapse.length + 1), 0, crash);
+        });
+      return fc.record({
+        policies: fc
+          .tuple(...names.map((n) => policySpec(n)))
+          // The largest generated rate: demand moves shares only within a subject's rate, and the region's flow
+          // (a few checks a second) must stay below the others' leans for a lean away from it to shrink it.
+          .map(([first, ...more]) => [
+            { ...lapseLender(first!, 'token_bucket'), refillPerSecond: 5 },
+            ...more,
+          ]),
+        borrowing: fc.constant(borrowing),
+        steps,
+        terms: fc.constant({ region: at }),
       });
     });
 }

@@ -10,6 +10,15 @@
  * stack traces; 300 cases took 11 s at a load of 19); `QP_PROPERTY_SEED` picks the run (default a fixed
  * seed). The cases that found real bugs are kept below as named cases, as literal inputs (a seed only replays with
  * the generator that drew it).
+ *
+ * Terms (direct decisions, `arbitraryCase(…, { terms: true })`) are left to the integration tier: what keeps them
+ * safe is the lease protocol around them (a term held in the share view until it ran out, so a shrink is
+ * acknowledged late; terms only under a valid lease; a restarted agent's first heartbeat one term after its
+ * start; a closing agent waiting for its terms before its goodbye), and the models hold no lease: their shares
+ * are the world's table, moved at once, with no acknowledgement, coordinator or instance name. A direct decision
+ * itself is the agent's script on the agent's bucket, which the models already decide for every call; modelled
+ * here, a term would only repeat those decisions and could not fail for any of the reasons above. Term cases are
+ * not drawn here; a `direct` call would run as any other call, a `crash` restart (its lean unsent) as any other.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
