@@ -17,11 +17,12 @@
  * - A refusal is the answer only when the term says refusals are final; otherwise (the policy borrows from other
  *   regions) the refused check goes to the agent, which may cover it.
  * - A final refusal is remembered until its retry-after, measured from when its call was sent: while the term's
- *   bucket stays the same, a bucket that could not pay a cost cannot pay it, or more, any sooner (other callers
- *   only take tokens; a floor only slows refill), so later checks of that subject for as much or more are refused
- *   here without a call. The retry-after stays the truth it was; only a refund, or another caller deciding with a
+ *   bucket stays the same, a bucket that could not pay a cost cannot pay it any sooner (other callers only take
+ *   tokens; a floor only slows refill), so later checks of that subject for the same cost are refused here without
+ *   a call, told the retry-after the script gave, counted down. Only a refund, or another caller deciding with a
  *   grown share, within it could have made a token come sooner (a refusal that would not have been, never an
- *   admission that should not).
+ *   admission that should not). The grant pool's denial cache (grants.ts) keeps the same rule on the agent path;
+ *   this one also remembers `share_exhausted` (the term's bucket is the share) and times from the call's send.
  * - A script call that fails (no connection, a timeout, an error) sends its checks to the agent: a failure here
  *   never becomes an answer. A timed-out call may still run in Redis before its deadline, charging a token the
  *   agent then charges again: fewer admissions, never more. Three failed calls in a row pause direct decisions
@@ -131,7 +132,10 @@ interface Held {
   hashed: boolean;
   /** The term's bucket in the script's units, checked once (a check's own are its key and cost). */
   encoded: EncodedCheck;
-  /** The bucket's identity (version, capacity, refill, floor): a remembered refusal holds under the same one. */
+  /**
+   * The bucket's identity (version, capacity, refill, floor) and its refusals' finality, reason and mode: a
+   * remembered refusal holds under the same one.
+   */
   bucketId: string;
 }
 
@@ -141,14 +145,14 @@ interface Refusal {
   until: number;
   /** Monotonic ms the retry-after said, from when the answer came: what a caller refused from memory is told. */
   retryAt: number;
-  /** The cost refused: a check for as much or more is refused too. */
+  /** The cost refused: a check for the same cost is refused too (its retry-after is this cost's). */
   cost: number;
   /** The bucket it was refused by (`Held.bucketId`). */
   bucketId: string;
-  /** Monotonic ms its call was sent, the tokens left then, and when the bucket is full again at the most. */
+  /** Monotonic ms its call was sent, the tokens left then, and when the bucket is full again (null: never). */
   at: number;
   remaining: number;
-  fullAt: number;
+  fullAt: number | null;
   reason: 'cost_exceeds_share' | NonNullable<ClientCheckResult['reason']>;
 }
 
@@ -162,7 +166,7 @@ interface PolicyState {
   noTerms: boolean;
   /** Admitted and refused tokens per subject since the last renewal. */
   usage: Map<string, [number, number]>;
-  /** Final refusals by keyed subject, each until its retry-after (at most MAX_REMEMBERED; dropped when run out). */
+  /** Final refusals by keyed subject and cost, each until its retry-after (at most MAX_REMEMBERED; dropped when run out). */
   refusals: Map<string, Refusal>;
 }
 
@@ -283,11 +287,12 @@ export class DirectDecider {
       this.#stats.toAgent[now < this.#pausedUntil ? 'failed' : 'not_direct']++;
       return undefined;
     }
-    const remembered = state.refusals.get(subject);
+    const memoryKey = refusalKey(subject, cost);
+    const remembered = state.refusals.get(memoryKey);
     if (remembered !== undefined) {
-      if (now < remembered.until && cost >= remembered.cost && remembered.bucketId === held.bucketId)
+      if (now < remembered.until && remembered.bucketId === held.bucketId)
         return Promise.resolve(this.#recall(state, held, body.subject, remembered, cost, now));
-      if (now >= remembered.until) state.refusals.delete(subject);
+      if (now >= remembered.until) state.refusals.delete(memoryKey);
     }
     const { term } = held;
     const request: EncodedRequest = {
@@ -335,6 +340,8 @@ export class DirectDecider {
     if (state.renewing || now < state.notBefore || this.#closed) return;
     state.renewing = true;
     const usage = takeUsage(state, this.#usageBytes);
+    // Refusals run out are dropped with each renewal, so the memory holds only those still in force.
+    for (const [subject, r] of state.refusals) if (r.until <= now) state.refusals.delete(subject);
     const sentAt = now;
     const body: TermRequest = { policy };
     if (usage.length > 0) body.usage = usage;
@@ -413,7 +420,8 @@ export class DirectDecider {
       maxCost: term.maxCost ?? 1,
       hashed: term.hashed !== undefined,
       encoded: encoded!,
-      bucketId: `${term.version}:${bucket.capacity}:${bucket.refillPerSecond}:${bucket.floor === undefined ? '' : JSON.stringify(bucket.floor)}`,
+      // Everything a remembered refusal relies on: the bucket, and that its refusals are final with this reason.
+      bucketId: `${term.version}:${bucket.capacity}:${bucket.refillPerSecond}:${bucket.floor === undefined ? '' : JSON.stringify(bucket.floor)}:${term.refusals}:${term.refusedReason ?? ''}:${term.mode}`,
     };
   }
 
@@ -557,14 +565,14 @@ export class DirectDecider {
       // (a millisecond less for its rounding up); a cost the bucket can never pay, for the rest of the term. A
       // caller is told the later end, from when the answer came, as the script's own answer tells it.
       const until = b.retryAfterMs === null ? held.usableUntil : sentAt + b.retryAfterMs - 1;
-      remember(state.refusals, w.keyed, {
+      remember(state.refusals, refusalKey(w.keyed, cost), {
         until,
         retryAt: answeredAt + (b.retryAfterMs ?? 0),
         cost,
         bucketId: held.bucketId,
         at: sentAt,
         remaining: b.remaining,
-        fullAt: sentAt + (b.resetMs ?? 0),
+        fullAt: b.resetMs === null ? null : answeredAt + b.resetMs,
         reason,
       });
     }
@@ -581,7 +589,7 @@ export class DirectDecider {
     );
   }
 
-  /** A check for as much as a remembered refusal, or more, before its retry-after: refused again, no call. */
+  /** A check of a remembered refusal's subject and cost before its retry-after: refused again, no call. */
   #recall(
     state: PolicyState,
     held: Held,
@@ -595,7 +603,7 @@ export class DirectDecider {
     // At most what it held then, refilled since, and still short of the (whole) cost it refused.
     const { capacity, refillPerSecond } = held.term.bucket;
     const remaining = Math.min(capacity, r.cost - 1, r.remaining + (refillPerSecond * (now - r.at)) / 1000);
-    const resetMs = Math.max(0, Math.ceil(r.fullAt - now));
+    const resetMs = r.fullAt === null ? null : Math.max(0, Math.ceil(r.fullAt - now));
     return this.#decision(state, held, subject, false, cost, remaining, resetMs, retryAfterMs, r.reason);
   }
 
@@ -645,6 +653,11 @@ export class DirectDecider {
       local: 'direct',
     };
   }
+}
+
+/** A remembered refusal's key: the keyed subject, and its cost when not 1 (a subject has no control character). */
+function refusalKey(subject: string, cost: number): string {
+  return cost === 1 ? subject : `${subject}\n${cost}`;
 }
 
 /**

@@ -172,7 +172,7 @@ describe('direct decisions in the client', () => {
     expect(borrows.decider.stats()).toMatchObject({ admitted: 1, refused: 0, toAgent: { refused: 1 } });
   });
 
-  it('remembers a final refusal until its retry-after: the same subject, for as much or more, is refused with no call', async () => {
+  it('remembers a final refusal until its retry-after: the same subject and cost is refused with no call', async () => {
     const small = {
       bucket: { capacity: 2, refillPerSecond: 0.5, ttlMs: 60_000 },
       limit: 2,
@@ -205,17 +205,19 @@ describe('direct decisions in the client', () => {
       ],
     });
     expect(again!.headers['Retry-After']).toBe('2');
+    // Another cost has a retry-after of its own: it goes to Redis (and is remembered beside the first), as does
+    // another subject.
     expect((await decider.decide({ ...one, cost: 2 }))!.allowed).toBe(false);
-    expect(redis.calls).toHaveLength(3);
-    // Another subject, and this subject's next check once the retry-after is near, go to Redis.
-    expect((await decider.decide({ policy: 'writes', subject: 'tenant-2' }))!.allowed).toBe(true);
     expect(redis.calls).toHaveLength(4);
+    expect((await decider.decide({ ...one, cost: 2 }))!.allowed).toBe(false);
+    expect((await decider.decide({ policy: 'writes', subject: 'tenant-2' }))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(5);
     clock.now = 1999; // the term is renewed from 2,000: still the same one
     expect((await decider.decide(one))!.allowed).toBe(false);
-    expect(redis.calls).toHaveLength(4);
+    expect(redis.calls).toHaveLength(5);
     // Recalled: the script was not asked.
     const { recalled, refused } = decider.stats();
-    expect({ recalled, refused }).toEqual({ recalled: 3, refused: 4 });
+    expect({ recalled, refused }).toEqual({ recalled: 3, refused: 5 });
     // A grown share (a new bucket in the next term; tokens refilled meanwhile) forgets it: the check goes to Redis.
     answer = term({ ...small, bucket: { capacity: 4, refillPerSecond: 1, ttlMs: 60_000 }, limit: 4 });
     clock.now = 2100;
@@ -224,17 +226,17 @@ describe('direct decisions in the client', () => {
     expect(asked).toHaveLength(2);
     redis.tokens.clear();
     expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(redis.calls).toHaveLength(5);
+    expect(redis.calls).toHaveLength(6);
     // Every refusal, recalled or not, counts as the subject's demand in the renewal's usage.
     clock.now = 3200;
     void decider.decide({ policy: 'writes', subject: 'tenant-3' });
     await settle();
     // The check at 2,100 that asked for the new term was still refused under the old one, from memory.
     expect(asked[2]!.usage).toContainEqual(['tenant-1', 1, 1]);
-    expect(asked[1]!.usage).toContainEqual(['tenant-1', 2, 5]);
+    expect(asked[1]!.usage).toContainEqual(['tenant-1', 2, 7]);
   });
 
-  it('remembers a cost the bucket can never pay for the rest of the term; a smaller cost still goes to Redis', async () => {
+  it('remembers a cost the bucket can never pay for the rest of the term; another cost still goes to Redis', async () => {
     const { redis, decider } = setup(() => ({ status: 200, json: term({ maxCost: 20 }) }));
     void decider.decide(one);
     await settle();
@@ -244,10 +246,36 @@ describe('direct decisions in the client', () => {
       retryAfterMs: null,
       reason: 'cost_exceeds_share',
     });
-    expect((await decider.decide({ ...one, cost: 12 }))!.results[0]!.reason).toBe('cost_exceeds_share');
+    expect((await decider.decide({ ...one, cost: 11 }))!.results[0]).toMatchObject({
+      retryAfterMs: null,
+      resetMs: 5000,
+      reason: 'cost_exceeds_share',
+    });
     expect(redis.calls).toHaveLength(1);
+    expect((await decider.decide({ ...one, cost: 12 }))!.results[0]!.reason).toBe('cost_exceeds_share');
     expect((await decider.decide({ ...one, cost: 10 }))!.allowed).toBe(true);
-    expect(redis.calls).toHaveLength(2);
+    expect(redis.calls).toHaveLength(3);
+    expect(decider.stats().recalled).toBe(1);
+  });
+
+  it('forgets a remembered refusal once a term says refusals go to the agent (borrowing turned on), same bucket', async () => {
+    const bucket = { capacity: 1, refillPerSecond: 0.5, ttlMs: 60_000 };
+    let answer = term({ bucket });
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: answer }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    expect((await decider.decide(one))!.allowed).toBe(false);
+    expect((await decider.decide(one))!.allowed).toBe(false);
+    expect(decider.stats().recalled).toBe(1);
+    answer = term({ bucket, refusals: 'agent', budget: { capacity: 3, refillPerSecond: 1.5 } });
+    clock.now = 1500;
+    void decider.decide({ policy: 'writes', subject: 'other' });
+    await settle();
+    const calls = redis.calls.length;
+    expect(await decider.decide(one)).toBeUndefined();
+    expect(redis.calls).toHaveLength(calls + 1);
+    expect(decider.stats()).toMatchObject({ recalled: 1, toAgent: { refused: 1 } });
   });
 
   it('never remembers a refusal the agent could cover (the policy borrows)', async () => {
