@@ -13,8 +13,8 @@
  *
  * Terms (direct decisions, `arbitraryCase(…, { terms: true })`) are left to the integration tier: what keeps them
  * safe is the lease protocol around them (a term held in the share view until it ran out, so a shrink is
- * acknowledged late; terms only under a valid lease; a restarted agent's first heartbeat one term after its
- * start; a closing agent waiting for its terms before its goodbye), and the models hold no lease: their shares
+ * acknowledged late; terms only under a valid lease; a restarted agent's first heartbeat only once its
+ * predecessor's recorded terms have run out; a closing agent waiting for its terms before its goodbye), and the models hold no lease: their shares
  * are the world's table, moved at once, with no acknowledgement, coordinator or instance name. A direct decision
  * itself is the agent's script on the agent's bucket, which the models already decide for every call; modelled
  * here, a term would only repeat those decisions and could not fail for any of the reasons above. Term cases are
