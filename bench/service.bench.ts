@@ -172,15 +172,19 @@ export const serviceSuite: BenchSuite = {
     // service's process could cost at best with this bucket, the figure a design without the agent's hop would
     // start from (docs/agent.md, "The protected request's floor").
     const ceiling = process.env['QP_BENCH_CEILING'] === '1';
-    const names: Contender[] = [
-      'quotaplane',
-      'nogrants',
-      'direct',
-      ...(ceiling ? (['inprocess'] as const) : []),
-      'rlf',
-      'frl',
-      'none',
-    ];
+    // QP_BENCH_CONTENDERS=direct,rlf,none: only these (a quicker look at a few; the README's figures run all).
+    const only = process.env['QP_BENCH_CONTENDERS']?.split(',').filter((c) => c !== '');
+    const names = (
+      [
+        'quotaplane',
+        'nogrants',
+        'direct',
+        ...(ceiling ? (['inprocess'] as const) : []),
+        'rlf',
+        'frl',
+        'none',
+      ] as Contender[]
+    ).filter((n) => only === undefined || only.length === 0 || only.includes(n));
     const [agentPort, ...ports] = await Promise.all([freePort(), ...names.map(() => freePort())]);
     const port = Object.fromEntries(names.map((n, k) => [n, ports[k]!])) as Record<Contender, number>;
     const agentUrl = `http://127.0.0.1:${agentPort}`;
@@ -257,6 +261,18 @@ export const serviceSuite: BenchSuite = {
           const v = runs[n].flatMap((r) => (r.cpuUs === undefined ? [] : [r.cpuUs]));
           return v.length === 0 ? undefined : Number(median(v).toFixed(1));
         };
+        if (only !== undefined && only.length > 0) {
+          // A few contenders: each one's medians, no ratios against contenders that did not run.
+          for (const n of names)
+            out.push({
+              bench: `service ${distribution}: ${LABELS[n]} requests/s (p99 ${p99(n)} ms, CPU ${cpuUs(n)} µs per request)`,
+              ours: Math.round(rps(n)),
+              peer: '-',
+              peerValue: 0,
+              ratio: 0,
+            });
+          continue;
+        }
         const sum = (n: Contender, f: (r: Run) => number) => runs[n].reduce((a, r) => a + f(r), 0);
         const best: Contender = rps('rlf') >= rps('frl') ? 'rlf' : 'frl';
         const ratio = (a: number, b: number) => Number((a / b).toFixed(2));
@@ -431,7 +447,14 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
       const { Redis } = await import('ioredis');
       const redis = new Redis(redisUrl);
       closers.push(() => redis.disconnect());
-      direct = { redis };
+      // QP_BENCH_DIRECT_GRANTS: direct decisions' `grants` as JSON (`false`: none taken ahead), a look at other sizings.
+      const grants = process.env['QP_BENCH_DIRECT_GRANTS'];
+      direct = {
+        redis,
+        ...(grants === undefined || grants === ''
+          ? {}
+          : { grants: JSON.parse(grants) as NonNullable<DirectOptions['grants']> }),
+      };
     }
     const client = new AgentClient({
       baseUrl: agentUrl,

@@ -86,6 +86,15 @@ export interface DirectOptions {
    * at the agent (counted in `terms.notAllowed`).
    */
   hmacSecret?: string;
+  /**
+   * Tokens taken ahead for a subject this process checks often (`false`: never). A script call that decides such a
+   * subject's check carries a second request on the same bucket, for what the subject's rate here needs over
+   * `horizonMs` (at most a tenth of the term's bucket, at most half of what the bucket last had left after the
+   * check, at least 2 tokens); its later checks spend those tokens here with no call, while the term's bucket
+   * stays the same, for at most `horizonMs`. Tokens not spent by then are dropped, never handed back: fewer
+   * admissions, never more. Default `{ horizonMs: 5000 }`.
+   */
+  grants?: { horizonMs?: number } | false;
 }
 
 /** Why a check was sent to the agent instead of decided here. */
@@ -106,6 +115,12 @@ export interface DirectStats {
   /** Script calls made, and how many failed (the checks went to the agent). */
   calls: number;
   callsFailed: number;
+  /**
+   * Tokens taken ahead (`DirectOptions.grants`): takes that got tokens, the tokens they took, the checks admitted
+   * on them with no call (counted in `admitted` too), and the tokens dropped unspent (run out, a new bucket, a
+   * full table, a closed client).
+   */
+  grants: { taken: number; tokens: number; spent: number; dropped: number };
 }
 
 /** A decision made here: `local` says so. */
@@ -156,6 +171,27 @@ interface Refusal {
   reason: 'cost_exceeds_share' | NonNullable<ClientCheckResult['reason']>;
 }
 
+/** One subject's pace in this process, and the tokens taken ahead for it. */
+interface Pace {
+  /**
+   * Monotonic ms of the subject's last check here, and the running average of the time between its checks (0: no
+   * pace yet, or the subject was quiet for a whole horizon).
+   */
+  last: number;
+  intervalMs: number;
+  /** Tokens the bucket had left at the last answer here (a take asks for at most half of them). */
+  bucketLeft: number;
+  /** Tokens taken ahead and not spent: spent here before `until` (monotonic ms) while the bucket is `bucketId`. */
+  tokens: number;
+  until: number;
+  bucketId: string;
+  /** The take's answer: the tokens the bucket had left after it, and when the bucket is full again (null: never). */
+  left: number;
+  fullAt: number | null;
+  /** A take is on the wire. */
+  taking: boolean;
+}
+
 interface PolicyState {
   held: Held | undefined;
   renewing: boolean;
@@ -168,6 +204,8 @@ interface PolicyState {
   usage: Map<string, [number, number]>;
   /** Final refusals by keyed subject and cost, each until its retry-after (at most MAX_REMEMBERED; dropped when run out). */
   refusals: Map<string, Refusal>;
+  /** Paces by keyed subject (at most MAX_PACED; dropped when idle for IDLE_PACE_MS). */
+  paces: Map<string, Pace>;
 }
 
 interface Waiting {
@@ -176,6 +214,9 @@ interface Waiting {
   /** The subject as keyed (hashed when the agent hashes). */
   keyed: string;
   request: EncodedRequest;
+  /** The subject's pace, and the tokens this call also takes ahead for it (0: none). */
+  pace: Pace | undefined;
+  spare: number;
   resolve: (decision: DirectDecision | undefined) => void;
 }
 
@@ -199,6 +240,15 @@ const USE_MARGIN_MS = 20;
 /** Failed script calls in a row that pause direct decisions, and for how long, ms. */
 const PAUSE_AFTER_FAILURES = 3;
 const PAUSE_MS = 1000;
+/** Tokens taken ahead: the default horizon, its range (ms), the fewest worth a take, and a take's cap (a tenth). */
+const GRANT_HORIZON_MS = 5000;
+const MAX_GRANT_HORIZON_MS = 10_000;
+const MIN_GRANT = 2;
+const GRANT_SHARE = 10;
+/** Most subjects whose pace one policy keeps (past this, it starts again empty, dropping their tokens). */
+const MAX_PACED = 16_384;
+/** A pace not seen for this long is forgotten at the next renewal, ms. */
+const IDLE_PACE_MS = 10_000;
 
 export class DirectDecider {
   readonly #send: TermTransport;
@@ -208,6 +258,8 @@ export class DirectDecider {
   readonly #callsInFlight: number;
   readonly #now: () => number;
   readonly #hmacSecret: string | undefined;
+  /** How long tokens taken ahead are spent, ms (0: none are taken). */
+  readonly #horizonMs: number;
   readonly #policies = new Map<string, PolicyState>();
   /** Sources of the scripts by SHA, once an agent sent one. */
   readonly #sources = new Map<string, string>();
@@ -229,6 +281,7 @@ export class DirectDecider {
     terms: { taken: 0, notAllowed: 0, failed: 0 },
     calls: 0,
     callsFailed: 0,
+    grants: { taken: 0, tokens: 0, spent: 0, dropped: 0 },
   };
 
   /** `now`: monotonic ms (tests pass their own clock). */
@@ -240,6 +293,7 @@ export class DirectDecider {
     this.#callsInFlight = options.callsInFlight ?? 4;
     this.#now = now;
     this.#hmacSecret = options.hmacSecret;
+    this.#horizonMs = options.grants === false ? 0 : (options.grants?.horizonMs ?? GRANT_HORIZON_MS);
     if (typeof this.#redis?.evalsha !== 'function' || typeof this.#redis.eval !== 'function')
       throw new TypeError('direct: redis must be a Redis client with evalsha and eval (an ioredis Redis)');
     if (!(this.#timeoutMs > 0 && this.#timeoutMs <= 10_000))
@@ -248,10 +302,20 @@ export class DirectDecider {
       throw new TypeError(`direct: maxBatch must be an integer from 1 to ${MAX_REQUESTS_PER_CALL}`);
     if (!(Number.isInteger(this.#callsInFlight) && this.#callsInFlight >= 1))
       throw new TypeError('direct: callsInFlight must be an integer >= 1');
+    if (
+      options.grants !== false &&
+      !(Number.isInteger(this.#horizonMs) && this.#horizonMs >= 1 && this.#horizonMs <= MAX_GRANT_HORIZON_MS)
+    )
+      throw new TypeError(`direct: grants.horizonMs must be an integer from 1 to ${MAX_GRANT_HORIZON_MS}`);
   }
 
   stats(): DirectStats {
-    return { ...this.#stats, toAgent: { ...this.#stats.toAgent }, terms: { ...this.#stats.terms } };
+    return {
+      ...this.#stats,
+      toAgent: { ...this.#stats.toAgent },
+      terms: { ...this.#stats.terms },
+      grants: { ...this.#stats.grants },
+    };
   }
 
   /**
@@ -278,13 +342,26 @@ export class DirectDecider {
     const cost = body.cost ?? 1;
     const subject = this.#keyed(held, body.subject);
     if (
-      now < this.#pausedUntil ||
       !(Number.isInteger(cost) && cost >= 1 && cost <= held.maxCost) ||
       subject === undefined ||
       held.exclude.has(body.subject) ||
       held.exclude.has(subject)
     ) {
-      this.#stats.toAgent[now < this.#pausedUntil ? 'failed' : 'not_direct']++;
+      this.#stats.toAgent.not_direct++;
+      return undefined;
+    }
+    const pace = this.#horizonMs > 0 ? this.#pace(state, held, subject, now) : undefined;
+    if (pace !== undefined && pace.tokens >= cost) {
+      // Taken ahead from this very bucket, which the term still holds in force: spent here, no call.
+      pace.tokens -= cost;
+      this.#stats.grants.spent++;
+      const resetMs = pace.fullAt === null ? null : Math.max(0, Math.ceil(pace.fullAt - now));
+      return Promise.resolve(
+        this.#decision(state, held, body.subject, true, cost, pace.left + pace.tokens, resetMs, 0, undefined),
+      );
+    }
+    if (now < this.#pausedUntil) {
+      this.#stats.toAgent.failed++;
       return undefined;
     }
     const memoryKey = refusalKey(subject, cost);
@@ -295,13 +372,16 @@ export class DirectDecider {
       if (now >= remembered.until) state.refusals.delete(memoryKey);
     }
     const { term } = held;
+    const key = bucketKey(term.version, subject, term.policy);
     const request: EncodedRequest = {
-      keys: [bucketKey(term.version, subject, term.policy)],
+      keys: [key],
       checks: [{ ...held.encoded, cost: cost * MICRO }],
       dryRun: false,
     };
+    const spare = pace === undefined ? 0 : this.#spare(held, pace, cost);
+    if (spare > 0) pace!.taking = true;
     return new Promise((resolve) => {
-      this.#waiting.push({ held, subject: body.subject, keyed: subject, request, resolve });
+      this.#waiting.push({ held, subject: body.subject, keyed: subject, request, pace, spare, resolve });
       if (!this.#flushScheduled) {
         this.#flushScheduled = true;
         setImmediate(this.#flush);
@@ -309,9 +389,66 @@ export class DirectDecider {
     });
   }
 
+  /**
+   * The subject's pace, counting this check; tokens taken ahead that may no longer be spent (run out, or taken from
+   * a bucket the term no longer holds) are dropped.
+   */
+  #pace(state: PolicyState, held: Held, subject: string, now: number): Pace {
+    let pace = state.paces.get(subject);
+    if (pace === undefined) {
+      if (state.paces.size >= MAX_PACED) this.#forgetPaces(state);
+      pace = {
+        last: now,
+        intervalMs: 0,
+        bucketLeft: 0,
+        tokens: 0,
+        until: 0,
+        bucketId: '',
+        left: 0,
+        fullAt: null,
+        taking: false,
+      };
+      state.paces.set(subject, pace);
+      return pace;
+    }
+    const since = now - pace.last;
+    // A subject quiet for a whole horizon starts a new pace: its old one says nothing of what comes now.
+    if (since >= this.#horizonMs) pace.intervalMs = 0;
+    // (A first interval of 0, checks in one millisecond, counts as a tenth of one: a pace, at most a tenth of the bucket.)
+    else pace.intervalMs = pace.intervalMs === 0 ? Math.max(0.1, since) : 0.75 * pace.intervalMs + 0.25 * since;
+    pace.last = now;
+    if (pace.tokens > 0 && (now >= pace.until || pace.bucketId !== held.bucketId)) {
+      this.#stats.grants.dropped += pace.tokens;
+      pace.tokens = 0;
+    }
+    return pace;
+  }
+
+  /**
+   * Tokens to take ahead with this check: what the subject's pace here spends over the horizon, at most a tenth of
+   * the bucket and half of what it last had left after this check; none below MIN_GRANT, while some are held or a
+   * take is on the wire.
+   */
+  #spare(held: Held, pace: Pace, cost: number): number {
+    if (pace.taking || pace.tokens > 0 || pace.intervalMs <= 0) return 0;
+    const n = Math.min(
+      Math.floor(held.term.bucket.capacity / GRANT_SHARE),
+      Math.floor(this.#horizonMs / pace.intervalMs),
+      Math.floor((pace.bucketLeft - cost) / 2),
+    );
+    return n >= MIN_GRANT ? n : 0;
+  }
+
+  /** Forget every pace (a flood of subjects): the tokens they held are dropped. */
+  #forgetPaces(state: PolicyState): void {
+    for (const pace of state.paces.values()) this.#stats.grants.dropped += pace.tokens;
+    state.paces.clear();
+  }
+
   /** Stop deciding here; checks waiting for a call go to the agent, and no term is asked for again. */
   close(): void {
     this.#closed = true;
+    for (const state of this.#policies.values()) this.#forgetPaces(state);
     for (const w of this.#waiting.splice(0)) w.resolve(undefined);
     // The usage of the last terms is not sent: a closing process's demand is about to be none.
   }
@@ -329,6 +466,7 @@ export class DirectDecider {
         noTerms: false,
         usage: new Map(),
         refusals: new Map(),
+        paces: new Map(),
       };
       this.#policies.set(policy, state);
     }
@@ -342,6 +480,14 @@ export class DirectDecider {
     const usage = takeUsage(state, this.#usageBytes);
     // Refusals run out are dropped with each renewal, so the memory holds only those still in force.
     for (const [subject, r] of state.refusals) if (r.until <= now) state.refusals.delete(subject);
+    // So do paces gone idle, and tokens taken ahead that ran out.
+    for (const [subject, pace] of state.paces) {
+      if (pace.tokens > 0 && now >= pace.until) {
+        this.#stats.grants.dropped += pace.tokens;
+        pace.tokens = 0;
+      }
+      if (pace.tokens === 0 && !pace.taking && now - pace.last >= IDLE_PACE_MS) state.paces.delete(subject);
+    }
     const sentAt = now;
     const body: TermRequest = { policy };
     if (usage.length > 0) body.usage = usage;
@@ -456,12 +602,21 @@ export class DirectDecider {
       const sha = this.#waiting[0]!.held.term.scriptSha;
       const chunk: Waiting[] = [];
       const rest: Waiting[] = [];
+      // Requests in the call: a check's own, and its take ahead (the first check goes even past maxBatch).
+      let requests = 0;
       for (const w of this.#waiting) {
+        const size = w.spare > 0 ? 2 : 1;
         if (now >= w.held.usableUntil) {
           this.#stats.toAgent.late++;
+          if (w.pace !== undefined) w.pace.taking = false;
           w.resolve(undefined);
-        } else if (chunk.length < this.#maxBatch && w.held.term.scriptSha === sha) chunk.push(w);
-        else rest.push(w);
+        } else if (
+          (chunk.length === 0 || requests + size <= this.#maxBatch) &&
+          w.held.term.scriptSha === sha
+        ) {
+          chunk.push(w);
+          requests += size;
+        } else rest.push(w);
       }
       this.#waiting = rest;
       if (chunk.length === 0) continue;
@@ -486,19 +641,25 @@ export class DirectDecider {
       const own = held.term.deadlineMicros - Math.round((held.endsAt - giveUpAt) * 1000);
       deadline = Math.min(deadline, held.term.deadlineMicros, Math.max(1, own));
     }
-    const { keys, argv } = scriptCall(
-      chunk.map((w) => w.request),
-      deadline,
-    );
+    // A take ahead runs right after its check, on the same bucket: it never takes what the check needed.
+    const requests: EncodedRequest[] = [];
+    for (const w of chunk) {
+      requests.push(w.request);
+      if (w.spare > 0)
+        requests.push({ ...w.request, checks: [{ ...w.request.checks[0]!, cost: w.spare * MICRO }] });
+    }
+    const { keys, argv } = scriptCall(requests, deadline);
     this.#stats.calls++;
     let replies: EncodedReply[];
     try {
       const reply = await this.#run(sha, keys, argv);
       replies = parseReplies(
         reply,
-        chunk.map(() => 1),
+        requests.map(() => 1),
       );
     } catch (error) {
+      // A take ahead given up on may still be charged in Redis: tokens dropped, fewer admissions, never more.
+      for (const w of chunk) if (w.spare > 0) w.pace!.taking = false;
       const late = error instanceof DeadlinePassedError;
       if (!late) {
         this.#stats.callsFailed++;
@@ -510,7 +671,43 @@ export class DirectDecider {
     }
     this.#failuresInARow = 0;
     const answeredAt = this.#now();
-    chunk.forEach((w, i) => w.resolve(this.#answer(w, replies[i]!, sentAt, answeredAt)));
+    let at = 0;
+    for (const w of chunk) {
+      const reply = replies[at++]!;
+      const spare = w.spare > 0 ? replies[at++] : undefined;
+      w.resolve(this.#answer(w, reply, sentAt, answeredAt));
+      if (w.pace !== undefined) this.#took(w, reply, spare, sentAt, answeredAt);
+    }
+  }
+
+  /** What a check's call tells its subject's pace: what the bucket has left, and the tokens taken ahead, if any. */
+  #took(
+    w: Waiting,
+    reply: EncodedReply,
+    spare: EncodedReply | undefined,
+    sentAt: number,
+    answeredAt: number,
+  ): void {
+    const pace = w.pace!;
+    const last = (spare ?? reply).results[0]!;
+    pace.bucketLeft = Math.max(0, last.remaining / MICRO);
+    if (spare === undefined) return;
+    pace.taking = false;
+    if (!spare.allowed) return;
+    const state = this.#policies.get(w.held.term.policy);
+    this.#stats.grants.taken++;
+    this.#stats.grants.tokens += w.spare;
+    // Forgotten meanwhile (a flood of subjects), or the client closed: taken, and dropped.
+    if (this.#closed || state?.paces.get(w.keyed) !== pace) {
+      this.#stats.grants.dropped += w.spare;
+      return;
+    }
+    pace.tokens += w.spare;
+    // Spent only within the horizon from when the take was sent, and only while the term holds this bucket.
+    pace.until = sentAt + this.#horizonMs;
+    pace.bucketId = w.held.bucketId;
+    pace.left = last.remaining / MICRO;
+    pace.fullAt = last.resetMs < 0 ? null : answeredAt + last.resetMs;
   }
 
   /** EVALSHA, or EVAL with the source when Redis lost its script cache; rejects after the timeout. */

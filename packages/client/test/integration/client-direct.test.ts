@@ -42,12 +42,16 @@ afterEach(() => {
   }
 });
 
-function directClient(at = own, hmacSecret?: string): AgentClient {
+function directClient(at = own, hmacSecret?: string, grants?: false): AgentClient {
   const redis = new Redis(at.redis.url, { maxRetriesPerRequest: 1 });
   const client = new AgentClient({
     baseUrl: at.agent.url,
     timeoutMs: 2000,
-    direct: { redis, ...(hmacSecret === undefined ? {} : { hmacSecret }) },
+    direct: {
+      redis,
+      ...(hmacSecret === undefined ? {} : { hmacSecret }),
+      ...(grants === undefined ? {} : { grants }),
+    },
   });
   opened.push({ client, redis });
   return client;
@@ -65,7 +69,8 @@ async function termFor(client: AgentClient, policy: string, subject = 'warm-up')
 
 describe('direct decisions', () => {
   it(`${CLIENTS} clients × ${CALLERS} callers on a bucket of 100 admit exactly 100; the rest are truthful 429s`, async () => {
-    const clients = Array.from({ length: CLIENTS }, () => directClient());
+    // No tokens taken ahead: every check is a script call on the bucket (the next test takes them).
+    const clients = Array.from({ length: CLIENTS }, () => directClient(own, undefined, false));
     await Promise.all(clients.map((c) => termFor(c, 'hot')));
     const decidedHere = () =>
       clients.reduce((n, c) => n + c.directStats()!.admitted + c.directStats()!.refused, 0);
@@ -100,6 +105,42 @@ describe('direct decisions', () => {
     });
     const body = (await res.json()) as { allowed: boolean; results: { remaining: number }[] };
     expect(body).toMatchObject({ allowed: false, results: [{ remaining: 0 }] });
+  });
+
+  it(`${CLIENTS} clients × ${CALLERS} callers taking tokens ahead admit at most 100 and at least 97, and say what they hold`, async () => {
+    const clients = Array.from({ length: CLIENTS }, () => directClient());
+    await Promise.all(clients.map((c) => termFor(c, 'hot')));
+    const answers = await Promise.all(
+      clients.flatMap((client) =>
+        Array.from({ length: CALLERS }, async () => {
+          const out = [];
+          for (let i = 0; i < PER_CALLER; i++)
+            out.push(await client.decide({ policy: 'hot', subject: 'tenant-2' }));
+          return out;
+        }),
+      ),
+    );
+    const all = answers.flat();
+    const admitted = all.filter((d) => d.allowed);
+    expect(admitted.length).toBeLessThanOrEqual(100);
+    expect(admitted.length).toBeGreaterThanOrEqual(97);
+    expect(all.filter((d) => !d.allowed).every((d) => d.results[0]!.reason === 'subject_exhausted')).toBe(true);
+    // Tokens were taken ahead and spent with no call; every one taken was spent or dropped (none is left held).
+    const grants = clients.map((c) => c.directStats()!.grants);
+    const sum = (f: (g: (typeof grants)[number]) => number) => grants.reduce((n, g) => n + f(g), 0);
+    expect(sum((g) => g.taken)).toBeGreaterThan(0);
+    expect(sum((g) => g.spent)).toBeGreaterThan(0);
+    // What the bucket gave: the script's admissions and the tokens taken ahead, never more than it held.
+    const scripted = admitted.length - sum((g) => g.spent);
+    expect(scripted + sum((g) => g.tokens)).toBeLessThanOrEqual(100);
+    // A caller admitted on a held token is told what sequential checks would be: remaining never grows past 99.
+    expect(admitted.every((d) => d.results[0]!.remaining <= 99)).toBe(true);
+    const res = await fetch(`${own.agent.url}/v1/decisions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ policy: 'hot', subject: 'tenant-2' }),
+    });
+    expect(((await res.json()) as { allowed: boolean }).allowed).toBe(false);
   });
 
   it('a refusal is remembered until its retry-after, and a caller that waits the retry-after it is told is admitted', async () => {
@@ -145,7 +186,8 @@ describe('direct decisions', () => {
   });
 
   it('an agent that hashes subjects: the same secret decides on its buckets, another decides nothing here', async () => {
-    const client = directClient(hashing, SECRET);
+    // No tokens taken ahead: each check here is a script call, so the counts interleave with the agent's.
+    const client = directClient(hashing, SECRET, false);
     await termFor(client, 'hot');
     const viaAgent = new AgentClient({ baseUrl: hashing.agent.url, timeoutMs: 2000, grants: false });
     const wrong = directClient(hashing, 'another-secret-of-16-chars');

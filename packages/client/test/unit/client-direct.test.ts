@@ -4,7 +4,7 @@
  * agent and why, what a script call carries, what an answer says, and what a renewal reports.
  */
 import { describe, expect, it } from 'vitest';
-import { DirectDecider, type DirectRedis } from '../../src/direct.js';
+import { DirectDecider, type DirectOptions, type DirectRedis } from '../../src/direct.js';
 import { AgentClient } from '../../src/agent-client.js';
 import { termKeyFingerprint, type TermRequest, type TermResponse } from '../../../../core/wire/term.js';
 import { normalizeSubject } from '../../../../core/subjects/subject.js';
@@ -71,7 +71,10 @@ class ScriptedRedis implements DirectRedis {
 }
 
 /** A decider over `redis` whose agent answers each term request with `answer`; the clock is `clock.now`. */
-function setup(answer: (body: TermRequest) => { status: number; json: unknown; code?: string }) {
+function setup(
+  answer: (body: TermRequest) => { status: number; json: unknown; code?: string },
+  options: Omit<DirectOptions, 'redis'> = {},
+) {
   const redis = new ScriptedRedis();
   const asked: TermRequest[] = [];
   const clock = { now: 1000 };
@@ -81,7 +84,7 @@ function setup(answer: (body: TermRequest) => { status: number; json: unknown; c
       const a = answer(body);
       return Promise.resolve({ status: a.status, json: a.json, code: a.code });
     },
-    { redis },
+    { redis, ...options },
     () => clock.now,
   );
   return { redis, asked, clock, decider };
@@ -520,10 +523,117 @@ describe('direct decisions in the client', () => {
     both.close();
   });
 
+  it('takes tokens ahead for a subject checked often, in the same call after its check, and spends them with no call', async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
+    void decider.decide(one);
+    await settle();
+    // The first check sets the pace's clock; nothing is taken ahead (no pace yet).
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls[0]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
+    // 100 ms later: a pace of 10/s over the 2 s horizon is 20 tokens, capped at a tenth of the bucket (10), and
+    // at half of the 99 - 1 left after this check. The take is the second request of the same call, on the same key.
+    clock.now = 1100;
+    const second = await decider.decide(one);
+    expect(second).toMatchObject({ allowed: true, local: 'direct', results: [{ remaining: 98 }] });
+    expect(redis.calls).toHaveLength(2);
+    expect(redis.calls[1]!.keys).toEqual(['rl:v3:{tenant-1}:writes', 'rl:v3:{tenant-1}:writes']);
+    expect(redis.calls[1]!.argv.slice(0, 2)).toEqual(['2', expect.any(String)]);
+    expect([redis.calls[1]!.argv[7], redis.calls[1]!.argv[14]]).toEqual(['1000000', '10000000']);
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(88_000_000);
+    // The next ten checks spend them here: admitted with no call, told what sequential checks would be told.
+    const spent = [];
+    for (let i = 0; i < 10; i++) spent.push(await decider.decide(one));
+    expect(redis.calls).toHaveLength(2);
+    expect(spent.map((d) => d!.results[0]!.remaining)).toEqual([97, 96, 95, 94, 93, 92, 91, 90, 89, 88]);
+    expect(spent.every((d) => d!.allowed && d!.local === 'direct')).toBe(true);
+    expect(spent[0]!.headers.RateLimit).toBe('"writes";r=97;t=5');
+    // Another subject has no pace: its check goes to Redis, alone.
+    expect((await decider.decide({ policy: 'writes', subject: 'tenant-2' }))!.allowed).toBe(true);
+    expect(redis.calls.at(-1)!.keys).toEqual(['rl:v3:{tenant-2}:writes']);
+    // Spent: the next check of tenant-1 goes to Redis again, and takes ahead again.
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls.at(-1)!.keys).toHaveLength(2);
+    expect(decider.stats()).toMatchObject({
+      admitted: 14,
+      calls: 4,
+      grants: { taken: 2, tokens: 20, spent: 10, dropped: 0 },
+    });
+  });
+
+  it('spends tokens taken ahead only within the horizon from their take', async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100, validForMs: 2000 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
+      grants: { horizonMs: 1000 },
+    });
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    clock.now = 1100;
+    await decider.decide(one);
+    // A pace of 10/s over 1,000 ms: 10 tokens, spent until 2,100 (the take's send + the horizon).
+    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 0, dropped: 0 });
+    clock.now = 1200;
+    await decider.decide(one);
+    clock.now = 2099;
+    await decider.decide(one);
+    expect(redis.calls).toHaveLength(2);
+    clock.now = 2100;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(decider.stats().grants).toMatchObject({ taken: 2, spent: 2, dropped: 8 });
+    expect(redis.calls).toHaveLength(3);
+  });
+
+  it('spends tokens taken ahead only while the term holds the bucket they came from', async () => {
+    let bucket = { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term({ bucket, limit: 100 }) }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    clock.now = 1100;
+    await decider.decide(one);
+    clock.now = 1200;
+    await decider.decide(one);
+    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 1, dropped: 0 });
+    // The share shrinks: the renewal from half way brings a smaller bucket. The check that asks for it is still
+    // decided under the term held, on its tokens; the next, under the new bucket, drops them and goes to Redis.
+    bucket = { ...bucket, capacity: 50 };
+    clock.now = 1500;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(2);
+    await settle();
+    clock.now = 1510;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(3);
+    expect(decider.stats().grants).toMatchObject({ spent: 2, dropped: 8 });
+  });
+
+  it('takes nothing ahead past half of what the bucket has left, nor when asked not to', async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    for (const options of [{}, { grants: false as const }]) {
+      const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), options);
+      redis.tokens.set('rl:v3:{tenant-1}:writes', 6_000_000);
+      void decider.decide(one);
+      await settle();
+      for (let i = 0; i < 5; i++) {
+        clock.now += 10;
+        expect((await decider.decide(one))!.allowed).toBe(true);
+      }
+      // Left 5, 4, 3, 2, 1 after each check: half of what is left after the next never reaches 2 tokens but once
+      // (after the first: (5 - 1) / 2 = 2, taken with the second check, leaving 2 for the checks after it).
+      const takes = redis.calls.filter((c) => c.keys.length === 2).length;
+      expect(takes).toBe(options.grants === false ? 0 : 1);
+      expect(decider.stats().grants.taken).toBe(takes);
+    }
+  });
+
   it('refuses options it cannot work with', () => {
     const send = () => Promise.resolve({ status: 200, json: {}, code: undefined });
     expect(() => new DirectDecider(send, { redis: {} as DirectRedis })).toThrow(/evalsha/);
     expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), maxBatch: 0 })).toThrow(/maxBatch/);
     expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), timeoutMs: 0 })).toThrow(/timeoutMs/);
+    expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), grants: { horizonMs: 0 } })).toThrow(
+      /horizonMs/,
+    );
   });
 });
