@@ -415,7 +415,8 @@ export class DirectDecider {
     // A subject quiet for a whole horizon starts a new pace: its old one says nothing of what comes now.
     if (since >= this.#horizonMs) pace.intervalMs = 0;
     // (A first interval of 0, checks in one millisecond, counts as a tenth of one: a pace, at most a tenth of the bucket.)
-    else pace.intervalMs = pace.intervalMs === 0 ? Math.max(0.1, since) : 0.75 * pace.intervalMs + 0.25 * since;
+    else
+      pace.intervalMs = pace.intervalMs === 0 ? Math.max(0.1, since) : 0.75 * pace.intervalMs + 0.25 * since;
     pace.last = now;
     if (pace.tokens > 0 && (now >= pace.until || pace.bucketId !== held.bucketId)) {
       this.#stats.grants.dropped += pace.tokens;

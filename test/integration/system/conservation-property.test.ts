@@ -138,6 +138,8 @@ interface TermTally {
   perCase: number[];
   /** Of those, admitted. */
   admitted: number;
+  /** Of those, admitted on tokens a client took ahead (`directStats().grants.spent`), with no script call. */
+  spentAhead: number;
   /** Terms the agents gave (each counted by the checker as a share in force until it ran out). */
   terms: number;
   crashes: number;
@@ -150,6 +152,7 @@ interface TermTally {
 const newTermTally = (): TermTally => ({
   perCase: [],
   admitted: 0,
+  spentAhead: 0,
   terms: 0,
   crashes: 0,
   leaned: 0,
@@ -175,13 +178,14 @@ function decidedDirectly(d: Direct): number {
 /** Direct decisions and admissions so far, of the open clients and (`closed`) of those closed before. */
 function directTotals(
   open: Iterable<readonly Direct[]>,
-  closed: { decided: number; admitted: number },
-): { decided: number; admitted: number } {
+  closed: { decided: number; admitted: number; spentAhead: number },
+): { decided: number; admitted: number; spentAhead: number } {
   const sum = { ...closed };
   for (const list of open)
     for (const d of list) {
       sum.decided += decidedDirectly(d);
       sum.admitted += d.client.directStats()!.admitted;
+      sum.spentAhead += d.client.directStats()!.grants.spent;
     }
   return sum;
 }
@@ -202,7 +206,7 @@ describe('conservation on the real stack (sampled cases)', () => {
   /** Closes of crashed agents (each waits for its terms to run out). */
   const crashed: Promise<unknown>[] = [];
   /** What the direct clients closed so far decided. */
-  const closedTotals = { decided: 0, admitted: 0 };
+  const closedTotals = { decided: 0, admitted: 0, spentAhead: 0 };
 
   function openDirect(a: ServiceAgent): void {
     const redis = new Redis(stack.region(a.region).redis.url, { maxRetriesPerRequest: 1 });
@@ -214,6 +218,7 @@ describe('conservation on the real stack (sampled cases)', () => {
   function closeDirect(d: Direct): void {
     closedTotals.decided += decidedDirectly(d);
     closedTotals.admitted += d.client.directStats()!.admitted;
+    closedTotals.spentAhead += d.client.directStats()!.grants.spent;
     d.client.close();
     d.redis.disconnect();
     directs.set(
@@ -583,6 +588,7 @@ describe('conservation on the real stack (sampled cases)', () => {
       const directAfter = directTotals(directs.values(), closedTotals);
       termTally.perCase.push(directAfter.decided - directBefore.decided);
       termTally.admitted += directAfter.admitted - directBefore.admitted;
+      termTally.spentAhead += directAfter.spentAhead - directBefore.spentAhead;
       termTally.terms += checker.terms - termsBefore;
       if (paused) {
         await stack.nats.resume();

@@ -562,7 +562,11 @@ describe('direct decisions in the client', () => {
   });
 
   it('spends tokens taken ahead only within the horizon from their take', async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100, validForMs: 2000 };
+    const big = {
+      bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 },
+      limit: 100,
+      validForMs: 2000,
+    };
     const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
       grants: { horizonMs: 1000 },
     });
