@@ -213,6 +213,7 @@ export const serviceSuite: BenchSuite = {
           : [services[n].pid!, rPid];
       const out: Comparison[] = [];
       let warmed = false;
+      const roundWarm = Number(process.env['QP_BENCH_ROUND_WARM_S'] ?? (seconds >= 3 ? 2 : 1));
       for (const distribution of ['uniform', 'zipf'] as const) {
         const tenants = tenantSequence(distribution);
         // Each distribution on its own tenants' keys: the uniform runs leave no empty buckets for Zipf.
@@ -224,9 +225,13 @@ export const serviceSuite: BenchSuite = {
         }
         const runs = Object.fromEntries(names.map((n) => [n, [] as Run[]])) as Record<Contender, Run[]>;
         const measure = (n: Contender) => async () => {
-          const before = pids(n).map(cpuMs);
           // Tenants of its own per contender: the three clients of the agent decide on the agent's keys, and one
           // contender's rounds must not drain the buckets another's then finds empty (cheap 429s).
+          // Each round starts with the same load, unmeasured (QP_BENCH_ROUND_WARM_S, default 2 s; half with
+          // --quick): a contender comes back to its tenants after the others' rounds, 20 s or more later, and is
+          // measured in its steady state, as a service under load runs, not in its first seconds after a pause.
+          if (roundWarm > 0) await load(url(n), roundWarm, tenants, `${prefix}${n}-`);
+          const before = pids(n).map(cpuMs);
           const r = await load(url(n), seconds, tenants, `${prefix}${n}-`);
           const after = pids(n).map(cpuMs);
           // Per process (service, [agent,] Redis), µs per request.
