@@ -351,15 +351,9 @@ export class DirectDecider {
       return undefined;
     }
     const pace = this.#horizonMs > 0 ? this.#pace(state, held, subject, now) : undefined;
-    if (pace !== undefined && pace.tokens >= cost) {
-      // Taken ahead from this very bucket, which the term still holds in force: spent here, no call.
-      pace.tokens -= cost;
-      this.#stats.grants.spent++;
-      const resetMs = pace.fullAt === null ? null : Math.max(0, Math.ceil(pace.fullAt - now));
-      return Promise.resolve(
-        this.#decision(state, held, body.subject, true, cost, pace.left + pace.tokens, resetMs, 0, undefined),
-      );
-    }
+    // Taken ahead from this very bucket, which the term still holds in force: spent here, no call.
+    if (pace !== undefined && pace.tokens >= cost)
+      return Promise.resolve(this.#spend(state, held, body.subject, pace, cost, now));
     if (now < this.#pausedUntil) {
       this.#stats.toAgent.failed++;
       return undefined;
@@ -423,6 +417,21 @@ export class DirectDecider {
       pace.tokens = 0;
     }
     return pace;
+  }
+
+  /** A check admitted on tokens its subject holds (taken ahead from `held`'s bucket, enough for `cost`). */
+  #spend(
+    state: PolicyState,
+    held: Held,
+    subject: string,
+    pace: Pace,
+    cost: number,
+    now: number,
+  ): DirectDecision {
+    pace.tokens -= cost;
+    this.#stats.grants.spent++;
+    const resetMs = pace.fullAt === null ? null : Math.max(0, Math.ceil(pace.fullAt - now));
+    return this.#decision(state, held, subject, true, cost, pace.left + pace.tokens, resetMs, 0, undefined);
   }
 
   /**
@@ -709,13 +718,34 @@ export class DirectDecider {
     pace.bucketId = w.held.bucketId;
     pace.left = last.remaining / MICRO;
     pace.fullAt = last.resetMs < 0 ? null : answeredAt + last.resetMs;
+    // The subject's checks that queued while the take was on the wire (a burst) are admitted on them now.
+    if (this.#waiting.length > 0) {
+      const rest: Waiting[] = [];
+      for (const x of this.#waiting) {
+        const cost = x.request.checks[0]!.cost / MICRO;
+        if (
+          x.pace === pace &&
+          pace.tokens >= cost &&
+          x.held.bucketId === pace.bucketId &&
+          answeredAt < x.held.usableUntil
+        )
+          x.resolve(this.#spend(state, x.held, x.subject, pace, cost, answeredAt));
+        else rest.push(x);
+      }
+      this.#waiting = rest;
+    }
   }
 
   /** EVALSHA, or EVAL with the source when Redis lost its script cache; rejects after the timeout. */
   async #run(sha: string, keys: readonly string[], argv: readonly string[]): Promise<unknown> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error('direct: no answer from Redis in time')), this.#timeoutMs);
+      // Given up one turn after the timer: a loop that was busy past the timeout (a burst's requests) runs its
+      // timers before it reads its sockets, so an answer that came in time is read first, not counted a failure.
+      timer = setTimeout(
+        () => setImmediate(() => reject(new Error('direct: no answer from Redis in time'))),
+        this.#timeoutMs,
+      );
     });
     const call = async (): Promise<unknown> => {
       try {

@@ -561,6 +561,24 @@ describe('direct decisions in the client', () => {
     });
   });
 
+  it("admits a burst's checks that queued while their subject's take was on the wire on the tokens it took", async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
+      maxBatch: 1,
+      callsInFlight: 1,
+    });
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    clock.now = 1100;
+    // One call on the wire at a time: the first check and its take leave, the other three wait for it.
+    const burst = await Promise.all(Array.from({ length: 4 }, () => decider.decide(one)));
+    expect(burst.every((d) => d!.allowed && d!.local === 'direct')).toBe(true);
+    expect(redis.calls).toHaveLength(2);
+    expect(burst.map((d) => d!.results[0]!.remaining)).toEqual([98, 97, 96, 95]);
+    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 3, dropped: 0 });
+  });
+
   it('spends tokens taken ahead only within the horizon from their take', async () => {
     const big = {
       bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 },
