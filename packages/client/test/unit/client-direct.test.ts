@@ -572,7 +572,7 @@ describe('direct decisions in the client', () => {
     await decider.decide(one);
     clock.now = 1100;
     // One call on the wire at a time: the first check and its take leave, the other three wait for it.
-    const burst = await Promise.all(Array.from({ length: 4 }, () => decider.decide(one)));
+    const burst = await Promise.all(Array.from({ length: 4 }, () => decider.decide(one)!));
     expect(burst.every((d) => d!.allowed && d!.local === 'direct')).toBe(true);
     expect(redis.calls).toHaveLength(2);
     expect(burst.map((d) => d!.results[0]!.remaining)).toEqual([98, 97, 96, 95]);
