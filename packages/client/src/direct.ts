@@ -76,7 +76,7 @@ export interface DirectOptions {
   redis: DirectRedis;
   /** Longest wait for a script call's answer, ms; a call not answered by then sends its checks to the agent. Default 100. */
   timeoutMs?: number;
-  /** Most checks in one script call, 1..256. Default 64. */
+  /** Most requests in one script call, 1..256 (a check, and a take ahead riding with one; a first check with its take may make 2). Default 64. */
   maxBatch?: number;
   /** Most script calls on the wire at once. Default 4. */
   callsInFlight?: number;
@@ -117,8 +117,8 @@ export interface DirectStats {
   callsFailed: number;
   /**
    * Tokens taken ahead (`DirectOptions.grants`): takes that got tokens, the tokens they took, the checks admitted
-   * on them with no call (counted in `admitted` too), and the tokens dropped unspent (run out, a new bucket, a
-   * full table, a closed client).
+   * on them with no call (counted in `admitted` too; a check of cost 3 spends 3 tokens), and the tokens dropped
+   * unspent (run out, a new bucket, a full table, a closed client).
    */
   grants: { taken: number; tokens: number; spent: number; dropped: number };
 }
@@ -618,7 +618,8 @@ export class DirectDecider {
         const size = w.spare > 0 ? 2 : 1;
         if (now >= w.held.usableUntil) {
           this.#stats.toAgent.late++;
-          if (w.pace !== undefined) w.pace.taking = false;
+          // Only the check that carried the take clears it: another check of the subject may be late meanwhile.
+          if (w.spare > 0) w.pace!.taking = false;
           w.resolve(undefined);
         } else if (
           (chunk.length === 0 || requests + size <= this.#maxBatch) &&
@@ -712,7 +713,10 @@ export class DirectDecider {
       this.#stats.grants.dropped += w.spare;
       return;
     }
-    pace.tokens += w.spare;
+    // One take's tokens at a time: they carry its horizon and bucket (none are held when a take leaves; any are
+    // dropped rather than relabelled).
+    this.#stats.grants.dropped += pace.tokens;
+    pace.tokens = w.spare;
     // Spent only within the horizon from when the take was sent, and only while the term holds this bucket.
     pace.until = sentAt + this.#horizonMs;
     pace.bucketId = w.held.bucketId;
@@ -727,6 +731,7 @@ export class DirectDecider {
           x.pace === pace &&
           pace.tokens >= cost &&
           x.held.bucketId === pace.bucketId &&
+          answeredAt < pace.until &&
           answeredAt < x.held.usableUntil
         )
           x.resolve(this.#spend(state, x.held, x.subject, pace, cost, answeredAt));

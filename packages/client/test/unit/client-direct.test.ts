@@ -531,7 +531,7 @@ describe('direct decisions in the client', () => {
     // The first check sets the pace's clock; nothing is taken ahead (no pace yet).
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls[0]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
-    // 100 ms later: a pace of 10/s over the 2 s horizon is 20 tokens, capped at a tenth of the bucket (10), and
+    // 100 ms later: a pace of 10/s over the 5 s horizon is 50 tokens, capped at a tenth of the bucket (10), and
     // at half of the 99 - 1 left after this check. The take is the second request of the same call, on the same key.
     clock.now = 1100;
     const second = await decider.decide(one);
@@ -643,10 +643,91 @@ describe('direct decisions in the client', () => {
       }
       // Left 5, 4, 3, 2, 1 after each check: half of what is left after the next never reaches 2 tokens but once
       // (after the first: (5 - 1) / 2 = 2, taken with the second check, leaving 2 for the checks after it).
-      const takes = redis.calls.filter((c) => c.keys.length === 2).length;
-      expect(takes).toBe(options.grants === false ? 0 : 1);
-      expect(decider.stats().grants.taken).toBe(takes);
+      const takes = redis.calls.filter((c) => c.keys.length === 2);
+      expect(takes).toHaveLength(options.grants === false ? 0 : 1);
+      expect(decider.stats().grants.taken).toBe(takes.length);
+      // The take was for 2 tokens (its cost, in micro-tokens), spent by the third and fourth checks.
+      if (takes.length > 0) expect(takes[0]!.argv[14]).toBe('2000000');
+      expect(redis.calls).toHaveLength(options.grants === false ? 5 : 3);
+      expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(1_000_000);
     }
+  });
+
+  it('a burst larger than the take: its tokens admit what they cover, the rest of the burst goes to Redis', async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
+      maxBatch: 1,
+      callsInFlight: 1,
+    });
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    clock.now = 1100;
+    const burst = await Promise.all(Array.from({ length: 14 }, () => decider.decide(one)!));
+    expect(burst.every((d) => d!.allowed)).toBe(true);
+    // The first check and its take of 10; ten queued checks on them; the last three, one call each.
+    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 10, dropped: 0 });
+    expect(redis.calls).toHaveLength(5);
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(85_000_000);
+  });
+
+  it('a take the script refuses (another process drained the bucket) holds nothing; each check then goes to Redis', async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    // Another process leaves 5 tokens: this one still thinks 99 are left, and asks for 10 with its next check.
+    redis.tokens.set('rl:v3:{tenant-1}:writes', 5_000_000);
+    clock.now = 1100;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls[1]!.keys).toHaveLength(2);
+    expect(decider.stats().grants).toEqual({ taken: 0, tokens: 0, spent: 0, dropped: 0 });
+    // Nothing held: the next check is a call, and with 4 left it asks for no take (half of 4 - 1 is 1).
+    clock.now = 1200;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls).toHaveLength(3);
+    expect(redis.calls[2]!.keys).toHaveLength(1);
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(3_000_000);
+  });
+
+  it("a call that carries a take and another subject's check answers each from its own reply", async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    redis.tokens.set('rl:v3:{tenant-2}:writes', 0);
+    clock.now = 1100;
+    const [first, other] = await Promise.all([
+      decider.decide(one)!,
+      decider.decide({ policy: 'writes', subject: 'tenant-2' })!,
+    ]);
+    expect(redis.calls[1]!.keys).toEqual([
+      'rl:v3:{tenant-1}:writes',
+      'rl:v3:{tenant-1}:writes',
+      'rl:v3:{tenant-2}:writes',
+    ]);
+    expect(first).toMatchObject({ allowed: true, results: [{ remaining: 98 }] });
+    expect(other).toMatchObject({ allowed: false, results: [{ remaining: 0, reason: 'subject_exhausted' }] });
+    expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10 });
+  });
+
+  it('a failed call with a take sends its check to the agent and lets the next check take again', async () => {
+    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    redis.fail = new Error('connection reset');
+    clock.now = 1100;
+    expect(await decider.decide(one)).toBeUndefined();
+    expect(redis.calls[1]!.keys).toHaveLength(2);
+    redis.fail = undefined;
+    clock.now = 1200;
+    expect((await decider.decide(one))!.allowed).toBe(true);
+    expect(redis.calls[2]!.keys).toHaveLength(2);
+    expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10 });
   });
 
   it('refuses options it cannot work with', () => {
