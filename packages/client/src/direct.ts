@@ -88,11 +88,11 @@ export interface DirectOptions {
   hmacSecret?: string;
   /**
    * Tokens taken ahead for a subject this process checks often (`false`: never). A script call that decides such a
-   * subject's check carries a second request on the same bucket, for what the subject's rate here needs over
-   * `horizonMs` (at most a tenth of the term's bucket, at most half of what the bucket last had left after the
-   * check, at least 2 tokens); its later checks spend those tokens here with no call, while the term's bucket
-   * stays the same, for at most `horizonMs`. Tokens not spent by then are dropped, never handed back: fewer
-   * admissions, never more. Default `{ horizonMs: 5000 }`.
+   * subject's check carries a second request on the same bucket, for what the subject's pace here spends over half
+   * of `horizonMs` (its pace read as the slower of its average and its last interval; at most a tenth of the term's
+   * bucket; only from a bucket that stays at least half full; at least 2 tokens); its later checks spend those
+   * tokens here with no call, while the term's bucket stays the same, for at most `horizonMs`. Tokens not spent by
+   * then are dropped, never handed back: fewer admissions, never more. Default `{ horizonMs: 5000 }`.
    */
   grants?: { horizonMs?: number } | false;
 }
@@ -179,6 +179,8 @@ interface Pace {
    */
   last: number;
   intervalMs: number;
+  /** The time between its last two checks here, ms (0: none yet). */
+  sinceMs: number;
   /** Tokens the bucket had left at the last answer here (a take asks for at most half of them). */
   bucketLeft: number;
   /** Tokens taken ahead and not spent: spent here before `until` (monotonic ms) while the bucket is `bucketId`. */
@@ -204,7 +206,7 @@ interface PolicyState {
   usage: Map<string, [number, number]>;
   /** Final refusals by keyed subject and cost, each until its retry-after (at most MAX_REMEMBERED; dropped when run out). */
   refusals: Map<string, Refusal>;
-  /** Paces by keyed subject (at most MAX_PACED; dropped when idle for IDLE_PACE_MS). */
+  /** Paces by keyed subject (at most MAX_PACED; forgotten once quiet for a horizon). */
   paces: Map<string, Pace>;
 }
 
@@ -245,10 +247,13 @@ const GRANT_HORIZON_MS = 5000;
 const MAX_GRANT_HORIZON_MS = 10_000;
 const MIN_GRANT = 2;
 const GRANT_SHARE = 10;
-/** Most subjects whose pace one policy keeps (past this, it starts again empty, dropping their tokens). */
-const MAX_PACED = 16_384;
-/** A pace not seen for this long is forgotten at the next renewal, ms. */
-const IDLE_PACE_MS = 10_000;
+/**
+ * Most subjects whose pace one policy keeps (about 100 bytes each). A pace quiet for a horizon holds nothing and
+ * says nothing (its tokens ran out, its next check starts a new pace): such paces are forgotten at each renewal,
+ * and when the table is full; only a table full of subjects active within the horizon starts again empty,
+ * dropping their tokens.
+ */
+const MAX_PACED = 65_536;
 
 export class DirectDecider {
   readonly #send: TermTransport;
@@ -390,10 +395,12 @@ export class DirectDecider {
   #pace(state: PolicyState, held: Held, subject: string, now: number): Pace {
     let pace = state.paces.get(subject);
     if (pace === undefined) {
+      if (state.paces.size >= MAX_PACED) this.#forgetIdle(state, now);
       if (state.paces.size >= MAX_PACED) this.#forgetPaces(state);
       pace = {
         last: now,
         intervalMs: 0,
+        sinceMs: 0,
         bucketLeft: 0,
         tokens: 0,
         until: 0,
@@ -406,6 +413,7 @@ export class DirectDecider {
       return pace;
     }
     const since = now - pace.last;
+    pace.sinceMs = since;
     // A subject quiet for a whole horizon starts a new pace: its old one says nothing of what comes now.
     if (since >= this.#horizonMs) pace.intervalMs = 0;
     // (A first interval of 0, checks in one millisecond, counts as a tenth of one: a pace, at most a tenth of the bucket.)
@@ -435,18 +443,32 @@ export class DirectDecider {
   }
 
   /**
-   * Tokens to take ahead with this check: what the subject's pace here spends over the horizon, at most a tenth of
-   * the bucket and half of what it last had left after this check; none below MIN_GRANT, while some are held or a
-   * take is on the wire.
+   * Tokens to take ahead with this check: what the subject's pace here (the slower of its average and its last
+   * interval) spends over half the horizon, at most a tenth of the bucket, and only what leaves the bucket at least
+   * half full after this check; none below MIN_GRANT, while some are held or a take is on the wire.
    */
   #spare(held: Held, pace: Pace, cost: number): number {
     if (pace.taking || pace.tokens > 0 || pace.intervalMs <= 0) return 0;
     const n = Math.min(
       Math.floor(held.term.bucket.capacity / GRANT_SHARE),
-      Math.floor(this.#horizonMs / pace.intervalMs),
-      Math.floor((pace.bucketLeft - cost) / 2),
+      Math.floor(this.#horizonMs / 2 / Math.max(pace.intervalMs, pace.sinceMs)),
+      // Only from a bucket that stays at least half full: a dropped token then costs no admission until the
+      // subject has spent the other half, which it spends with no take at all.
+      Math.floor(pace.bucketLeft - cost - held.term.bucket.capacity / 2),
     );
     return n >= MIN_GRANT ? n : 0;
+  }
+
+  /** Drop tokens run out, and forget paces quiet for a whole horizon with no take on the wire. */
+  #forgetIdle(state: PolicyState, now: number): void {
+    for (const [subject, pace] of state.paces) {
+      if (pace.tokens > 0 && now >= pace.until) {
+        this.#stats.grants.dropped += pace.tokens;
+        pace.tokens = 0;
+      }
+      if (pace.tokens === 0 && !pace.taking && now - pace.last >= this.#horizonMs)
+        state.paces.delete(subject);
+    }
   }
 
   /** Forget every pace (a flood of subjects): the tokens they held are dropped. */
@@ -490,14 +512,8 @@ export class DirectDecider {
     const usage = takeUsage(state, this.#usageBytes);
     // Refusals run out are dropped with each renewal, so the memory holds only those still in force.
     for (const [subject, r] of state.refusals) if (r.until <= now) state.refusals.delete(subject);
-    // So do paces gone idle, and tokens taken ahead that ran out.
-    for (const [subject, pace] of state.paces) {
-      if (pace.tokens > 0 && now >= pace.until) {
-        this.#stats.grants.dropped += pace.tokens;
-        pace.tokens = 0;
-      }
-      if (pace.tokens === 0 && !pace.taking && now - pace.last >= IDLE_PACE_MS) state.paces.delete(subject);
-    }
+    // So do tokens taken ahead that ran out, and paces quiet for a horizon.
+    this.#forgetIdle(state, now);
     const sentAt = now;
     const body: TermRequest = { policy };
     if (usage.length > 0) body.usage = usage;

@@ -593,8 +593,8 @@ describe('direct decisions in the client', () => {
     await decider.decide(one);
     clock.now = 1100;
     await decider.decide(one);
-    // A pace of 10/s over 1,000 ms: 10 tokens, spent until 2,100 (the take's send + the horizon).
-    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 0, dropped: 0 });
+    // A pace of 10/s over half the 1,000 ms horizon: 5 tokens, spent until 2,100 (the take's send + the horizon).
+    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 5, spent: 0, dropped: 0 });
     clock.now = 1200;
     await decider.decide(one);
     clock.now = 2099;
@@ -602,7 +602,8 @@ describe('direct decisions in the client', () => {
     expect(redis.calls).toHaveLength(2);
     clock.now = 2100;
     expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(decider.stats().grants).toMatchObject({ taken: 2, spent: 2, dropped: 8 });
+    // The 3 left are dropped; this check takes again at the pace now averaged (225 ms: 2 tokens).
+    expect(decider.stats().grants).toEqual({ taken: 2, tokens: 7, spent: 2, dropped: 3 });
     expect(redis.calls).toHaveLength(3);
   });
 
@@ -630,26 +631,27 @@ describe('direct decisions in the client', () => {
     expect(decider.stats().grants).toMatchObject({ spent: 2, dropped: 8 });
   });
 
-  it('takes nothing ahead past half of what the bucket has left, nor when asked not to', async () => {
+  it('takes nothing ahead that would leave the bucket below half full, nor when asked not to', async () => {
     const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
     for (const options of [{}, { grants: false as const }]) {
       const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), options);
-      redis.tokens.set('rl:v3:{tenant-1}:writes', 6_000_000);
+      redis.tokens.set('rl:v3:{tenant-1}:writes', 56_000_000);
       void decider.decide(one);
       await settle();
       for (let i = 0; i < 5; i++) {
         clock.now += 10;
         expect((await decider.decide(one))!.allowed).toBe(true);
       }
-      // Left 5, 4, 3, 2, 1 after each check: half of what is left after the next never reaches 2 tokens but once
-      // (after the first: (5 - 1) / 2 = 2, taken with the second check, leaving 2 for the checks after it).
+      // 55 left after the first check: the second takes 4 (55 - 1 - 50), leaving the bucket at half, which the
+      // third to fifth checks spend from; no take after (the bucket is at half).
       const takes = redis.calls.filter((c) => c.keys.length === 2);
       expect(takes).toHaveLength(options.grants === false ? 0 : 1);
       expect(decider.stats().grants.taken).toBe(takes.length);
-      // The take was for 2 tokens (its cost, in micro-tokens), spent by the third and fourth checks.
-      if (takes.length > 0) expect(takes[0]!.argv[14]).toBe('2000000');
-      expect(redis.calls).toHaveLength(options.grants === false ? 5 : 3);
-      expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(1_000_000);
+      if (takes.length > 0) expect(takes[0]!.argv[14]).toBe('4000000');
+      expect(redis.calls).toHaveLength(options.grants === false ? 5 : 2);
+      expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(
+        options.grants === false ? 51_000_000 : 50_000_000,
+      );
     }
   });
 
