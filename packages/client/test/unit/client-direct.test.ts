@@ -93,6 +93,18 @@ function setup(
 const settle = () => new Promise((r) => setImmediate(r));
 const one = { policy: 'writes', subject: 'tenant-1' };
 
+/** A bucket of 100: a tenth of it (10 tokens) is worth a take ahead. */
+const BIG = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
+
+/** A decider holding a term of BIG (and `over`), whose `one` was checked once at 1,000: its pace has started. */
+async function paced(options: Omit<DirectOptions, 'redis'> = {}, over: Partial<TermResponse> = {}) {
+  const s = setup(() => ({ status: 200, json: term({ ...BIG, ...over }) }), options);
+  void s.decider.decide(one);
+  await settle();
+  await s.decider.decide(one);
+  return s;
+}
+
 describe('direct decisions in the client', () => {
   it('asks the agent until a term is held, then decides on the term with its bucket, key and deadline', async () => {
     const { redis, asked, decider } = setup(() => ({ status: 200, json: term() }));
@@ -524,15 +536,14 @@ describe('direct decisions in the client', () => {
   });
 
   it('takes tokens ahead for a subject checked often, in the same call after its check, and spends them with no call', async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }));
     void decider.decide(one);
     await settle();
     // The first check sets the pace's clock; nothing is taken ahead (no pace yet).
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls[0]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
-    // 100 ms later: a pace of 10/s over the 5 s horizon is 50 tokens, capped at a tenth of the bucket (10), and
-    // at half of the 99 - 1 left after this check. The take is the second request of the same call, on the same key.
+    // 100 ms later: a pace of 10/s over half the 5 s horizon is 25 tokens, capped at a tenth of the bucket (10) (and
+    // at the 98 - 50 that keep the bucket half full). The take is the second request of the same call, on the same key.
     clock.now = 1100;
     const second = await decider.decide(one);
     expect(second).toMatchObject({ allowed: true, local: 'direct', results: [{ remaining: 98 }] });
@@ -562,14 +573,10 @@ describe('direct decisions in the client', () => {
   });
 
   it("admits a burst's checks that queued while their subject's take was on the wire on the tokens it took", async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
+    const { redis, clock, decider } = await paced({
       maxBatch: 1,
       callsInFlight: 1,
     });
-    void decider.decide(one);
-    await settle();
-    await decider.decide(one);
     clock.now = 1100;
     // One call on the wire at a time: the first check and its take leave, the other three wait for it.
     const burst = await Promise.all(Array.from({ length: 4 }, () => decider.decide(one)!));
@@ -580,17 +587,7 @@ describe('direct decisions in the client', () => {
   });
 
   it('spends tokens taken ahead only within the horizon from their take', async () => {
-    const big = {
-      bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 },
-      limit: 100,
-      validForMs: 2000,
-    };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
-      grants: { horizonMs: 1000 },
-    });
-    void decider.decide(one);
-    await settle();
-    await decider.decide(one);
+    const { redis, clock, decider } = await paced({ grants: { horizonMs: 1000 } }, { validForMs: 2000 });
     clock.now = 1100;
     await decider.decide(one);
     // A pace of 10/s over half the 1,000 ms horizon: 5 tokens, spent until 2,100 (the take's send + the horizon).
@@ -632,9 +629,8 @@ describe('direct decisions in the client', () => {
   });
 
   it('takes nothing ahead that would leave the bucket below half full, nor when asked not to', async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
     for (const options of [{}, { grants: false as const }]) {
-      const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), options);
+      const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }), options);
       redis.tokens.set('rl:v3:{tenant-1}:writes', 56_000_000);
       void decider.decide(one);
       await settle();
@@ -656,14 +652,10 @@ describe('direct decisions in the client', () => {
   });
 
   it('a burst larger than the take: its tokens admit what they cover, the rest of the burst goes to Redis', async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }), {
+    const { redis, clock, decider } = await paced({
       maxBatch: 1,
       callsInFlight: 1,
     });
-    void decider.decide(one);
-    await settle();
-    await decider.decide(one);
     clock.now = 1100;
     const burst = await Promise.all(Array.from({ length: 14 }, () => decider.decide(one)!));
     expect(burst.every((d) => d!.allowed)).toBe(true);
@@ -674,18 +666,14 @@ describe('direct decisions in the client', () => {
   });
 
   it('a take the script refuses (another process drained the bucket) holds nothing; each check then goes to Redis', async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
-    void decider.decide(one);
-    await settle();
-    await decider.decide(one);
+    const { redis, clock, decider } = await paced();
     // Another process leaves 5 tokens: this one still thinks 99 are left, and asks for 10 with its next check.
     redis.tokens.set('rl:v3:{tenant-1}:writes', 5_000_000);
     clock.now = 1100;
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls[1]!.keys).toHaveLength(2);
     expect(decider.stats().grants).toEqual({ taken: 0, tokens: 0, spent: 0, dropped: 0 });
-    // Nothing held: the next check is a call, and with 4 left it asks for no take (half of 4 - 1 is 1).
+    // Nothing held: the next check is a call, and with 4 left it asks for no take (the bucket is below half full).
     clock.now = 1200;
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls).toHaveLength(3);
@@ -694,11 +682,7 @@ describe('direct decisions in the client', () => {
   });
 
   it("a call that carries a take and another subject's check answers each from its own reply", async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
-    void decider.decide(one);
-    await settle();
-    await decider.decide(one);
+    const { redis, clock, decider } = await paced();
     redis.tokens.set('rl:v3:{tenant-2}:writes', 0);
     clock.now = 1100;
     const [first, other] = await Promise.all([
@@ -716,11 +700,7 @@ describe('direct decisions in the client', () => {
   });
 
   it('a failed call with a take sends its check to the agent and lets the next check take again', async () => {
-    const big = { bucket: { capacity: 100, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 100 };
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(big) }));
-    void decider.decide(one);
-    await settle();
-    await decider.decide(one);
+    const { redis, clock, decider } = await paced();
     redis.fail = new Error('connection reset');
     clock.now = 1100;
     expect(await decider.decide(one)).toBeUndefined();
