@@ -192,6 +192,8 @@ interface Pace {
   fullAt: number | null;
   /** A take is on the wire. */
   taking: boolean;
+  /** Checks of the subject waiting for a call (a burst behind a take is admitted on it when it answers). */
+  queued: number;
 }
 
 interface PolicyState {
@@ -379,6 +381,7 @@ export class DirectDecider {
     };
     const spare = pace === undefined ? 0 : this.#spare(held, pace, cost);
     if (spare > 0) pace!.taking = true;
+    if (pace !== undefined) pace.queued++;
     return new Promise((resolve) => {
       this.#waiting.push({ held, subject: body.subject, keyed: subject, request, pace, spare, resolve });
       if (!this.#flushScheduled) {
@@ -408,6 +411,7 @@ export class DirectDecider {
         left: 0,
         fullAt: null,
         taking: false,
+        queued: 0,
       };
       state.paces.set(subject, pace);
       return pace;
@@ -634,6 +638,7 @@ export class DirectDecider {
         const size = w.spare > 0 ? 2 : 1;
         if (now >= w.held.usableUntil) {
           this.#stats.toAgent.late++;
+          if (w.pace !== undefined) w.pace.queued--;
           // Only the check that carried the take clears it: another check of the subject may be late meanwhile.
           if (w.spare > 0) w.pace!.taking = false;
           w.resolve(undefined);
@@ -642,6 +647,7 @@ export class DirectDecider {
           w.held.term.scriptSha === sha
         ) {
           chunk.push(w);
+          if (w.pace !== undefined) w.pace.queued--;
           requests += size;
         } else rest.push(w);
       }
@@ -739,7 +745,7 @@ export class DirectDecider {
     pace.left = last.remaining / MICRO;
     pace.fullAt = last.resetMs < 0 ? null : answeredAt + last.resetMs;
     // The subject's checks that queued while the take was on the wire (a burst) are admitted on them now.
-    if (this.#waiting.length > 0) {
+    if (pace.queued > 0) {
       const rest: Waiting[] = [];
       for (const x of this.#waiting) {
         const cost = x.request.checks[0]!.cost / MICRO;
@@ -749,9 +755,10 @@ export class DirectDecider {
           x.held.bucketId === pace.bucketId &&
           answeredAt < pace.until &&
           answeredAt < x.held.usableUntil
-        )
+        ) {
+          pace.queued--;
           x.resolve(this.#spend(state, x.held, x.subject, pace, cost, answeredAt));
-        else rest.push(x);
+        } else rest.push(x);
       }
       this.#waiting = rest;
     }
