@@ -127,5 +127,15 @@ export const TermResponse = z.object({
   /** SHA1 of the bucket script (EVALSHA); `script` holds its source when it was asked for. */
   scriptSha: z.string().regex(/^[0-9a-f]{40}$/),
   script: z.string().optional(),
+  /**
+   * SHA1 of the refund script (lua/refund.lua), which hands back tokens a client took ahead and did not spend
+   * (clamped to the bucket's capacity: it cannot mint); `refundScript` holds its source when `script` was asked
+   * for. A client takes no tokens ahead under a term without it (an agent from before takes were handed back).
+   */
+  refundSha: z
+    .string()
+    .regex(/^[0-9a-f]{40}$/)
+    .optional(),
+  refundScript: z.string().optional(),
 });
 export type TermResponse = z.infer<typeof TermResponse>;

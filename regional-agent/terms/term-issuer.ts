@@ -46,6 +46,9 @@ import type { TermsUntil } from './terms-until.js';
 /** The script every direct check runs, and its SHA1 (EVALSHA), read once. */
 const SCRIPT = luaSource('token_bucket');
 export const TOKEN_BUCKET_SHA = createHash('sha1').update(SCRIPT).digest('hex');
+/** The script a client hands back tokens it took ahead and did not spend with (lua/refund.lua), and its SHA1. */
+const REFUND_SCRIPT = luaSource('refund');
+export const REFUND_SHA = createHash('sha1').update(REFUND_SCRIPT).digest('hex');
 
 /** A local policy's share: the whole budget, as the decision path sizes it (check-router.ts). */
 const FULL_SHARE: RegionalShare = Object.freeze({ share: 1, epoch: 0 });
@@ -248,6 +251,8 @@ export async function issueTerm(options: TermIssuerOptions, input: unknown): Pro
     headers: { draft: options.rateLimitDraft ?? DEFAULT_RATE_LIMIT_DRAFT, legacy: options.legacyHeaders },
     scriptSha: TOKEN_BUCKET_SHA,
     ...(body.script === true ? { script: SCRIPT } : {}),
+    refundSha: REFUND_SHA,
+    ...(body.script === true ? { refundScript: REFUND_SCRIPT } : {}),
   };
 }
 

@@ -23,6 +23,7 @@ import { issueTerm, type TermIssuerOptions } from '../../../../regional-agent/te
 
 const OFFSET = 1_000_000;
 const SHA = createHash('sha1').update(luaSource('token_bucket')).digest('hex');
+const REFUND_SHA = createHash('sha1').update(luaSource('refund')).digest('hex');
 
 const hot = parsePolicy({ name: 'hot', capacity: 100, refillPerSecond: 0.5 });
 const gold = { gold: { capacity: 50, refillPerSecond: 5 } };
@@ -178,6 +179,7 @@ describe('POST /v1/terms: the term', () => {
       exclude: [],
       headers: { draft: DEFAULT_RATE_LIMIT_DRAFT, legacy: false },
       scriptSha: SHA,
+      refundSha: REFUND_SHA,
     });
     expect(deadline).toBeGreaterThanOrEqual(before + 300_000 + OFFSET);
     expect(deadline).toBeLessThanOrEqual(after + 300_000 + OFFSET);
@@ -204,6 +206,20 @@ describe('POST /v1/terms: the term', () => {
         .digest('hex'),
     ).toBe(asked.body['scriptSha']);
     expect((await post({ policy: 'hot', script: false })).body).not.toHaveProperty('script');
+  });
+
+  it('names the refund script for tokens taken ahead, and sends its source only when asked', async () => {
+    const { post } = agent();
+    const asked = await post({ policy: 'hot', script: true });
+    expect(asked.body['refundScript']).toBe(luaSource('refund'));
+    expect(
+      createHash('sha1')
+        .update(asked.body['refundScript'] as string)
+        .digest('hex'),
+    ).toBe(asked.body['refundSha']);
+    const plain = (await post({ policy: 'hot' })).body;
+    expect(plain['refundSha']).toBe(asked.body['refundSha']);
+    expect(plain).not.toHaveProperty('refundScript');
   });
 
   it("sizes by the share in force with its floor and epoch; headers as the agent's; a local policy is whole", async () => {
