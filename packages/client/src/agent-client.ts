@@ -636,7 +636,7 @@ export class AgentClient {
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
-    this.#direct?.close();
+    void this.#direct?.close();
     const grants = this.#grants?.close();
     if (grants === undefined) this.#agent.destroy();
     else void grants.finally(() => this.#agent.destroy());

@@ -92,7 +92,9 @@ export interface DirectOptions {
    * of `horizonMs` (its pace read as the slower of its average and its last interval; at most a tenth of the term's
    * bucket; only from a bucket that stays at least half full; at least 2 tokens); its later checks spend those
    * tokens here with no call, while the term's bucket stays the same, for at most `horizonMs`. Tokens not spent by
-   * then are dropped, never handed back: fewer admissions, never more. Default `{ horizonMs: 5000 }`.
+   * then (or when the bucket changes, the pace is forgotten, or the client closes) are handed back to the bucket
+   * with the term's refund script (lua/refund.lua: never past the lower of the bucket's capacity then and now, so
+   * never minted). Only under a term that names that script. Default `{ horizonMs: 5000 }`.
    */
   grants?: { horizonMs?: number } | false;
 }
@@ -117,10 +119,20 @@ export interface DirectStats {
   callsFailed: number;
   /**
    * Tokens taken ahead (`DirectOptions.grants`): takes that got tokens, the tokens they took, the checks admitted
-   * on them with no call (counted in `admitted` too; a check of cost 3 spends 3 tokens), and the tokens dropped
-   * unspent (run out, a new bucket, a full table, a closed client).
+   * on them with no call (counted in `admitted` too; a check of cost 3 spends 3 tokens). Tokens not spent (run
+   * out, a new bucket, a forgotten pace, a closed client) are handed back: `returned` the bucket took back,
+   * `dropped` it did not (it had refilled to its capacity meanwhile, or its key expired; or the hand-back failed or
+   * overflowed its queue). `returnCalls` counts the hand-back script calls, `returnsFailed` those that failed.
    */
-  grants: { taken: number; tokens: number; spent: number; dropped: number };
+  grants: {
+    taken: number;
+    tokens: number;
+    spent: number;
+    returned: number;
+    dropped: number;
+    returnCalls: number;
+    returnsFailed: number;
+  };
 }
 
 /** A decision made here: `local` says so. */
@@ -187,6 +199,10 @@ interface Pace {
   tokens: number;
   until: number;
   bucketId: string;
+  /** Where they are handed back: the bucket's key, its capacity at the take (micro-tokens), the refund script's SHA. */
+  key: string;
+  capacity: number;
+  refundSha: string;
   /** The take's answer: the tokens the bucket had left after it, and when the bucket is full again (null: never). */
   left: number;
   fullAt: number | null;
@@ -210,6 +226,15 @@ interface PolicyState {
   refusals: Map<string, Refusal>;
   /** Paces by keyed subject (at most MAX_PACED; forgotten once quiet for a horizon). */
   paces: Map<string, Pace>;
+}
+
+/** Tokens taken ahead and not spent, on their way back to their bucket (lua/refund.lua). */
+interface HandBack {
+  sha: string;
+  key: string;
+  /** Micro-tokens: the bucket's capacity when they were taken (a refund never fills past it). */
+  capacity: number;
+  tokens: number;
 }
 
 interface Waiting {
@@ -256,6 +281,10 @@ const GRANT_SHARE = 10;
  * dropping their tokens.
  */
 const MAX_PACED = 65_536;
+/** Buckets one hand-back call carries (lua/refund.lua takes 1..16), calls on the wire at once, and most queued. */
+const RETURN_BUCKETS = 16;
+const RETURN_CALLS = 2;
+const MAX_RETURNS = 65_536;
 
 export class DirectDecider {
   readonly #send: TermTransport;
@@ -280,6 +309,12 @@ export class DirectDecider {
   #usageBytes = USAGE_BYTES;
   #pausedUntil = 0;
   #closed = false;
+  /** Tokens taken ahead and not spent, waiting to be handed back; hand-back calls on the wire. */
+  #returns: HandBack[] = [];
+  #returnsOnTheWire = 0;
+  #returnScheduled = false;
+  /** Resolves the promise close() gave once the last hand-back has answered. */
+  #drained: (() => void) | undefined;
   readonly #stats: DirectStats = {
     admitted: 0,
     refused: 0,
@@ -288,7 +323,7 @@ export class DirectDecider {
     terms: { taken: 0, notAllowed: 0, failed: 0 },
     calls: 0,
     callsFailed: 0,
-    grants: { taken: 0, tokens: 0, spent: 0, dropped: 0 },
+    grants: { taken: 0, tokens: 0, spent: 0, returned: 0, dropped: 0, returnCalls: 0, returnsFailed: 0 },
   };
 
   /** `now`: monotonic ms (tests pass their own clock). */
@@ -408,6 +443,9 @@ export class DirectDecider {
         tokens: 0,
         until: 0,
         bucketId: '',
+        key: '',
+        capacity: 0,
+        refundSha: '',
         left: 0,
         fullAt: null,
         taking: false,
@@ -424,10 +462,7 @@ export class DirectDecider {
     else
       pace.intervalMs = pace.intervalMs === 0 ? Math.max(0.1, since) : 0.75 * pace.intervalMs + 0.25 * since;
     pace.last = now;
-    if (pace.tokens > 0 && (now >= pace.until || pace.bucketId !== held.bucketId)) {
-      this.#stats.grants.dropped += pace.tokens;
-      pace.tokens = 0;
-    }
+    if (pace.tokens > 0 && (now >= pace.until || pace.bucketId !== held.bucketId)) this.#giveBack(pace);
     return pace;
   }
 
@@ -452,7 +487,8 @@ export class DirectDecider {
    * half full after this check; none below MIN_GRANT, while some are held or a take is on the wire.
    */
   #spare(held: Held, pace: Pace, cost: number): number {
-    if (pace.taking || pace.tokens > 0 || pace.intervalMs <= 0) return 0;
+    // Only under a term that says how to hand back what is not spent.
+    if (pace.taking || pace.tokens > 0 || pace.intervalMs <= 0 || held.term.refundSha === undefined) return 0;
     const n = Math.min(
       Math.floor(held.term.bucket.capacity / GRANT_SHARE),
       Math.floor(this.#horizonMs / 2 / Math.max(pace.intervalMs, pace.sinceMs)),
@@ -466,27 +502,94 @@ export class DirectDecider {
   /** Drop tokens run out, and forget paces quiet for a whole horizon with no take on the wire. */
   #forgetIdle(state: PolicyState, now: number): void {
     for (const [subject, pace] of state.paces) {
-      if (pace.tokens > 0 && now >= pace.until) {
-        this.#stats.grants.dropped += pace.tokens;
-        pace.tokens = 0;
-      }
+      if (pace.tokens > 0 && now >= pace.until) this.#giveBack(pace);
       if (pace.tokens === 0 && !pace.taking && now - pace.last >= this.#horizonMs)
         state.paces.delete(subject);
     }
   }
 
-  /** Forget every pace (a flood of subjects): the tokens they held are dropped. */
+  /** Forget every pace (a flood of subjects): the tokens they held are handed back. */
   #forgetPaces(state: PolicyState): void {
-    for (const pace of state.paces.values()) this.#stats.grants.dropped += pace.tokens;
+    for (const pace of state.paces.values()) this.#giveBack(pace);
     state.paces.clear();
   }
 
-  /** Stop deciding here; checks waiting for a call go to the agent, and no term is asked for again. */
-  close(): void {
+  /** Hand back the tokens a pace holds unspent. */
+  #giveBack(pace: Pace): void {
+    if (pace.tokens > 0)
+      this.#handBack({ sha: pace.refundSha, key: pace.key, capacity: pace.capacity, tokens: pace.tokens });
+    pace.tokens = 0;
+  }
+
+  /** Queue tokens to hand back; they leave together at the end of the turn. */
+  #handBack(back: HandBack): void {
+    if (this.#returns.length >= MAX_RETURNS) {
+      this.#stats.grants.dropped += back.tokens;
+      return;
+    }
+    this.#returns.push(back);
+    if (!this.#returnScheduled) {
+      this.#returnScheduled = true;
+      setImmediate(this.#sendReturns);
+    }
+  }
+
+  readonly #sendReturns = (): void => {
+    this.#returnScheduled = false;
+    while (this.#returns.length > 0 && this.#returnsOnTheWire < RETURN_CALLS) {
+      const sha = this.#returns[0]!.sha;
+      const chunk: HandBack[] = [];
+      const rest: HandBack[] = [];
+      for (const back of this.#returns)
+        (chunk.length < RETURN_BUCKETS && back.sha === sha ? chunk : rest).push(back);
+      this.#returns = rest;
+      this.#returnsOnTheWire++;
+      void this.#return(sha, chunk).finally(() => {
+        this.#returnsOnTheWire--;
+        if (this.#returns.length > 0) this.#sendReturns();
+        else if (this.#returnsOnTheWire === 0) this.#drained?.();
+      });
+    }
+  };
+
+  /**
+   * One refund call (lua/refund.lua, no idempotency record): each bucket gets back at most its tokens, never past
+   * the lower of its capacity now and at the take. What it did not take back (a full or expired bucket, a failed
+   * call) is dropped: fewer admissions, never more. A call given up on may still run: it never runs twice.
+   */
+  async #return(sha: string, chunk: readonly HandBack[]): Promise<void> {
+    const keys = chunk.map((b) => b.key);
+    const argv = [String(chunk.length), '0'];
+    for (const b of chunk) argv.push(String(b.tokens * MICRO), String(b.capacity));
+    const offered = chunk.reduce((n, b) => n + b.tokens, 0);
+    this.#stats.grants.returnCalls++;
+    let given = 0;
+    try {
+      const reply = await this.#run(sha, keys, argv);
+      if (!Array.isArray(reply) || reply.length !== 2 * chunk.length + 1)
+        throw new Error('refund: unexpected reply');
+      for (let i = 0; i < chunk.length; i++) given += Number(reply[2 * i]) / MICRO;
+    } catch {
+      this.#stats.grants.returnsFailed++;
+    }
+    this.#stats.grants.returned += given;
+    this.#stats.grants.dropped += offered - given;
+  }
+
+  /**
+   * Stop deciding here; checks waiting for a call go to the agent, and no term is asked for again. Tokens taken
+   * ahead and not spent are handed back: the promise settles once the last hand-back has answered (or given up),
+   * so a caller that closes its Redis client too may wait for it first.
+   */
+  close(): Promise<void> {
     this.#closed = true;
+    const drained = new Promise<void>((resolve) => (this.#drained = resolve));
     for (const state of this.#policies.values()) this.#forgetPaces(state);
     for (const w of this.#waiting.splice(0)) w.resolve(undefined);
+    this.#sendReturns();
+    if (this.#returns.length === 0 && this.#returnsOnTheWire === 0) this.#drained?.();
     // The usage of the last terms is not sent: a closing process's demand is about to be none.
+    return drained;
   }
 
   #state(policy: string): PolicyState | undefined {
@@ -583,6 +686,8 @@ export class DirectDecider {
       this.#sources.set(term.scriptSha, term.script);
       this.#needSource = false;
     }
+    if (term.refundSha !== undefined && term.refundScript !== undefined)
+      this.#sources.set(term.refundSha, term.refundScript);
     this.#stats.terms.taken++;
     state.failures = 0;
     state.notBefore = 0;
@@ -730,15 +835,21 @@ export class DirectDecider {
     const state = this.#policies.get(w.held.term.policy);
     this.#stats.grants.taken++;
     this.#stats.grants.tokens += w.spare;
-    // Forgotten meanwhile (a flood of subjects), or the client closed: taken, and dropped.
-    if (this.#closed || state?.paces.get(w.keyed) !== pace) {
-      this.#stats.grants.dropped += w.spare;
-      return;
-    }
+    const back: HandBack = {
+      sha: w.held.term.refundSha!,
+      key: w.request.keys[0]!,
+      capacity: w.request.checks[0]!.capacity,
+      tokens: w.spare,
+    };
+    // Forgotten meanwhile (a flood of subjects), or the client closed: taken, and handed back at once.
+    if (this.#closed || state?.paces.get(w.keyed) !== pace) return this.#handBack(back);
     // One take's tokens at a time: they carry its horizon and bucket (none are held when a take leaves; any are
-    // dropped rather than relabelled).
-    this.#stats.grants.dropped += pace.tokens;
+    // handed back rather than relabelled).
+    this.#giveBack(pace);
     pace.tokens = w.spare;
+    pace.key = back.key;
+    pace.capacity = back.capacity;
+    pace.refundSha = back.sha;
     // Spent only within the horizon from when the take was sent, and only while the term holds this bucket.
     pace.until = sentAt + this.#horizonMs;
     pace.bucketId = w.held.bucketId;

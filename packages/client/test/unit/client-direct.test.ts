@@ -10,6 +10,7 @@ import { termKeyFingerprint, type TermRequest, type TermResponse } from '../../.
 import { normalizeSubject } from '../../../../core/subjects/subject.js';
 
 const SHA = 'a'.repeat(40);
+const REFUND_SHA = 'c'.repeat(40);
 
 function term(over: Partial<TermResponse> = {}): TermResponse {
   return {
@@ -27,25 +28,52 @@ function term(over: Partial<TermResponse> = {}): TermResponse {
     headers: { draft: 'draft-11', legacy: false },
     scriptSha: SHA,
     script: 'return 1',
+    refundSha: REFUND_SHA,
+    refundScript: 'return 2',
     ...over,
   };
 }
 
-/** A Redis whose script keeps whole tokens per key (no refill) and answers as lua/token_bucket.lua does. */
+/**
+ * A Redis whose script keeps whole tokens per key (no refill) and answers as lua/token_bucket.lua does; its refund
+ * script (REFUND_SHA, or the source 'return 2') answers as lua/refund.lua does, and is logged in `refunds` apart.
+ */
 class ScriptedRedis implements DirectRedis {
   readonly calls: { keys: string[]; argv: string[]; how: 'evalsha' | 'eval' }[] = [];
+  readonly refunds: { keys: string[]; argv: string[]; how: 'evalsha' | 'eval' }[] = [];
   readonly tokens = new Map<string, number>();
   fail: Error | undefined;
+  refundFail: Error | undefined;
   noScript = false;
   late = false;
 
-  evalsha(_sha: string, numKeys: number, ...args: string[]): Promise<unknown> {
+  evalsha(sha: string, numKeys: number, ...args: string[]): Promise<unknown> {
     if (this.noScript) return Promise.reject(new Error('NOSCRIPT No matching script.'));
+    if (sha === REFUND_SHA) return this.#refund('evalsha', numKeys, args);
     return this.#run('evalsha', numKeys, args);
   }
 
-  eval(_script: string, numKeys: number, ...args: string[]): Promise<unknown> {
+  eval(script: string, numKeys: number, ...args: string[]): Promise<unknown> {
+    if (script === 'return 2') return this.#refund('eval', numKeys, args);
     return this.#run('eval', numKeys, args);
+  }
+
+  /** ARGV: n, the record flag, then per bucket the micro-tokens back and the capacity at the take. */
+  #refund(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
+    const keys = args.slice(0, numKeys);
+    const argv = args.slice(numKeys);
+    this.refunds.push({ keys, argv, how });
+    if (this.refundFail !== undefined) return Promise.reject(this.refundFail);
+    const out: number[] = [];
+    keys.forEach((key, i) => {
+      const have = this.tokens.get(key);
+      if (have === undefined) return out.push(0, -1);
+      const after = Math.max(have, Math.min(have + Number(argv[2 + 2 * i]), Number(argv[3 + 2 * i])));
+      this.tokens.set(key, after);
+      out.push(after - have, after);
+    });
+    out.push(0);
+    return Promise.resolve(out);
   }
 
   #run(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
@@ -568,7 +596,7 @@ describe('direct decisions in the client', () => {
     expect(decider.stats()).toMatchObject({
       admitted: 14,
       calls: 4,
-      grants: { taken: 2, tokens: 20, spent: 10, dropped: 0 },
+      grants: { taken: 2, tokens: 20, spent: 10, returned: 0, dropped: 0, returnCalls: 0, returnsFailed: 0 },
     });
   });
 
@@ -583,7 +611,15 @@ describe('direct decisions in the client', () => {
     expect(burst.every((d) => d!.allowed && d!.local === 'direct')).toBe(true);
     expect(redis.calls).toHaveLength(2);
     expect(burst.map((d) => d!.results[0]!.remaining)).toEqual([98, 97, 96, 95]);
-    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 3, dropped: 0 });
+    expect(decider.stats().grants).toEqual({
+      taken: 1,
+      tokens: 10,
+      spent: 3,
+      returned: 0,
+      dropped: 0,
+      returnCalls: 0,
+      returnsFailed: 0,
+    });
   });
 
   it('spends tokens taken ahead only within the horizon from their take', async () => {
@@ -591,17 +627,41 @@ describe('direct decisions in the client', () => {
     clock.now = 1100;
     await decider.decide(one);
     // A pace of 10/s over half the 1,000 ms horizon: 5 tokens, spent until 2,100 (the take's send + the horizon).
-    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 5, spent: 0, dropped: 0 });
+    expect(decider.stats().grants).toEqual({
+      taken: 1,
+      tokens: 5,
+      spent: 0,
+      returned: 0,
+      dropped: 0,
+      returnCalls: 0,
+      returnsFailed: 0,
+    });
     clock.now = 1200;
     await decider.decide(one);
     clock.now = 2099;
     await decider.decide(one);
     expect(redis.calls).toHaveLength(2);
     clock.now = 2100;
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(93_000_000);
     expect((await decider.decide(one))!.allowed).toBe(true);
-    // The 3 left are dropped; this check takes again at the pace now averaged (225 ms: 2 tokens).
-    expect(decider.stats().grants).toEqual({ taken: 2, tokens: 7, spent: 2, dropped: 3 });
+    // The 3 left are handed back, to the bucket they came from, capped at its capacity then (100); this check
+    // takes again at the pace now averaged (225 ms: 2 tokens).
+    await settle();
+    expect(redis.refunds).toEqual([
+      { keys: ['rl:v3:{tenant-1}:writes'], argv: ['1', '0', '3000000', '100000000'], how: 'evalsha' },
+    ]);
+    expect(decider.stats().grants).toEqual({
+      taken: 2,
+      tokens: 7,
+      spent: 2,
+      returned: 3,
+      dropped: 0,
+      returnCalls: 1,
+      returnsFailed: 0,
+    });
     expect(redis.calls).toHaveLength(3);
+    // 93, less this check and its take of 2, plus the 3 back.
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(93_000_000);
   });
 
   it('spends tokens taken ahead only while the term holds the bucket they came from', async () => {
@@ -614,7 +674,15 @@ describe('direct decisions in the client', () => {
     await decider.decide(one);
     clock.now = 1200;
     await decider.decide(one);
-    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 1, dropped: 0 });
+    expect(decider.stats().grants).toEqual({
+      taken: 1,
+      tokens: 10,
+      spent: 1,
+      returned: 0,
+      dropped: 0,
+      returnCalls: 0,
+      returnsFailed: 0,
+    });
     // The share shrinks: the renewal from half way brings a smaller bucket. The check that asks for it is still
     // decided under the term held, on its tokens; the next, under the new bucket, drops them and goes to Redis.
     bucket = { ...bucket, capacity: 50 };
@@ -625,7 +693,10 @@ describe('direct decisions in the client', () => {
     clock.now = 1510;
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls).toHaveLength(3);
-    expect(decider.stats().grants).toMatchObject({ spent: 2, dropped: 8 });
+    // Handed back with the capacity they were taken under (the script caps at the lower of it and the bucket's).
+    await settle();
+    expect(redis.refunds.map((r) => r.argv)).toEqual([['1', '0', '8000000', '100000000']]);
+    expect(decider.stats().grants).toMatchObject({ spent: 2, returned: 8, dropped: 0 });
   });
 
   it('takes nothing ahead that would leave the bucket below half full, nor when asked not to', async () => {
@@ -660,7 +731,15 @@ describe('direct decisions in the client', () => {
     const burst = await Promise.all(Array.from({ length: 14 }, () => decider.decide(one)!));
     expect(burst.every((d) => d!.allowed)).toBe(true);
     // The first check and its take of 10; ten queued checks on them; the last three, one call each.
-    expect(decider.stats().grants).toEqual({ taken: 1, tokens: 10, spent: 10, dropped: 0 });
+    expect(decider.stats().grants).toEqual({
+      taken: 1,
+      tokens: 10,
+      spent: 10,
+      returned: 0,
+      dropped: 0,
+      returnCalls: 0,
+      returnsFailed: 0,
+    });
     expect(redis.calls).toHaveLength(5);
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(85_000_000);
   });
@@ -672,7 +751,15 @@ describe('direct decisions in the client', () => {
     clock.now = 1100;
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls[1]!.keys).toHaveLength(2);
-    expect(decider.stats().grants).toEqual({ taken: 0, tokens: 0, spent: 0, dropped: 0 });
+    expect(decider.stats().grants).toEqual({
+      taken: 0,
+      tokens: 0,
+      spent: 0,
+      returned: 0,
+      dropped: 0,
+      returnCalls: 0,
+      returnsFailed: 0,
+    });
     // Nothing held: the next check is a call, and with 4 left it asks for no take (the bucket is below half full).
     clock.now = 1200;
     expect((await decider.decide(one))!.allowed).toBe(true);
@@ -710,6 +797,82 @@ describe('direct decisions in the client', () => {
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls[2]!.keys).toHaveLength(2);
     expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10 });
+  });
+
+  it('hands back what a forgotten or closed pace holds, in calls of at most 16 buckets; close settles once they answered', async () => {
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }));
+    void decider.decide(one);
+    await settle();
+    // 20 subjects, each checked twice 100 ms apart: each takes 10 ahead with its second check.
+    const subjects = Array.from({ length: 20 }, (_, i) => ({ policy: 'writes', subject: `t-${i}` }));
+    await Promise.all(subjects.map(async (s) => decider.decide(s)));
+    clock.now = 1100;
+    await Promise.all(subjects.map(async (s) => decider.decide(s)));
+    expect(decider.stats().grants).toMatchObject({ taken: 20, tokens: 200 });
+    expect(redis.tokens.get('rl:v3:{t-7}:writes')).toBe(88_000_000);
+    await decider.close();
+    expect(redis.refunds.map((r) => r.keys.length)).toEqual([16, 4]);
+    expect(redis.refunds[1]!.argv).toEqual([
+      '4',
+      '0',
+      ...Array.from({ length: 4 }, () => ['10000000', '100000000']).flat(),
+    ]);
+    expect(redis.tokens.get('rl:v3:{t-7}:writes')).toBe(98_000_000);
+    expect(decider.stats().grants).toEqual({
+      taken: 20,
+      tokens: 200,
+      spent: 0,
+      returned: 200,
+      dropped: 0,
+      returnCalls: 2,
+      returnsFailed: 0,
+    });
+  });
+
+  it('what the bucket cannot take back (full again, its key gone) or a failed hand-back is counted dropped', async () => {
+    const { redis, clock, decider } = await paced();
+    clock.now = 1100;
+    await decider.decide(one);
+    // The bucket refilled to 95 of 100 meanwhile: 5 of the 10 fit.
+    redis.tokens.set('rl:v3:{tenant-1}:writes', 95_000_000);
+    await decider.close();
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(100_000_000);
+    expect(decider.stats().grants).toMatchObject({
+      returned: 5,
+      dropped: 5,
+      returnCalls: 1,
+      returnsFailed: 0,
+    });
+
+    const failing = await paced();
+    failing.clock.now = 1100;
+    await failing.decider.decide(one);
+    failing.redis.refundFail = new Error('connection reset');
+    await failing.decider.close();
+    expect(failing.decider.stats().grants).toMatchObject({ returned: 0, dropped: 10, returnsFailed: 1 });
+    // A refund the client never got an answer for may have run: it is never sent again.
+    expect(failing.redis.refunds).toHaveLength(1);
+  });
+
+  it('a Redis that lost the refund script gets its source the agent sent (EVAL)', async () => {
+    const { redis, clock, decider } = await paced();
+    clock.now = 1100;
+    await decider.decide(one);
+    redis.noScript = true;
+    await decider.close();
+    expect(redis.refunds.map((r) => r.how)).toEqual(['eval']);
+    expect(decider.stats().grants).toMatchObject({ returned: 10, dropped: 0 });
+  });
+
+  it('takes nothing ahead under a term that names no refund script (an agent from before hand-backs)', async () => {
+    const { redis, clock, decider } = await paced({}, { refundSha: undefined, refundScript: undefined });
+    for (let i = 1; i <= 5; i++) {
+      clock.now = 1000 + 100 * i;
+      expect((await decider.decide(one))!.allowed).toBe(true);
+    }
+    expect(redis.calls.every((c) => c.keys.length === 1)).toBe(true);
+    expect(redis.calls).toHaveLength(6);
+    expect(decider.stats().grants.taken).toBe(0);
   });
 
   it('refuses options it cannot work with', () => {
