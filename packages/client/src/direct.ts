@@ -138,6 +138,11 @@ export interface DirectStats {
 /** A decision made here: `local` says so. */
 export interface DirectDecision extends Decision {
   local: 'direct';
+  /**
+   * Admitted on a token taken ahead: how long before this answer (ms, rounded up) the take that paid for it was
+   * sent. The token left the bucket between then and the take's answer, so that is when the decision was made.
+   */
+  aheadMs?: number;
 }
 
 /** Sends a term request to the agent: the status, the parsed answer and a problem's code. */
@@ -198,6 +203,8 @@ interface Pace {
   /** Tokens taken ahead and not spent: spent here before `until` (monotonic ms) while the bucket is `bucketId`. */
   tokens: number;
   until: number;
+  /** Monotonic ms the take that holds them was sent. */
+  takenAt: number;
   bucketId: string;
   /** Where they are handed back: the bucket's key, its capacity at the take (micro-tokens), the refund script's SHA. */
   key: string;
@@ -442,6 +449,7 @@ export class DirectDecider {
         bucketLeft: 0,
         tokens: 0,
         until: 0,
+        takenAt: 0,
         bucketId: '',
         key: '',
         capacity: 0,
@@ -478,7 +486,19 @@ export class DirectDecider {
     pace.tokens -= cost;
     this.#stats.grants.spent++;
     const resetMs = pace.fullAt === null ? null : Math.max(0, Math.ceil(pace.fullAt - now));
-    return this.#decision(state, held, subject, true, cost, pace.left + pace.tokens, resetMs, 0, undefined);
+    const decision = this.#decision(
+      state,
+      held,
+      subject,
+      true,
+      cost,
+      pace.left + pace.tokens,
+      resetMs,
+      0,
+      undefined,
+    );
+    decision.aheadMs = Math.max(0, Math.ceil(now - pace.takenAt));
+    return decision;
   }
 
   /**
@@ -852,6 +872,7 @@ export class DirectDecider {
     pace.refundSha = back.sha;
     // Spent only within the horizon from when the take was sent, and only while the term holds this bucket.
     pace.until = sentAt + this.#horizonMs;
+    pace.takenAt = sentAt;
     pace.bucketId = w.held.bucketId;
     pace.left = last.remaining / MICRO;
     pace.fullAt = last.resetMs < 0 ? null : answeredAt + last.resetMs;

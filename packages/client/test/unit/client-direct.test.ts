@@ -575,6 +575,7 @@ describe('direct decisions in the client', () => {
     clock.now = 1100;
     const second = await decider.decide(one);
     expect(second).toMatchObject({ allowed: true, local: 'direct', results: [{ remaining: 98 }] });
+    expect(second).not.toHaveProperty('aheadMs');
     expect(redis.calls).toHaveLength(2);
     expect(redis.calls[1]!.keys).toEqual(['rl:v3:{tenant-1}:writes', 'rl:v3:{tenant-1}:writes']);
     expect(redis.calls[1]!.argv.slice(0, 2)).toEqual(['2', expect.any(String)]);
@@ -637,9 +638,10 @@ describe('direct decisions in the client', () => {
       returnsFailed: 0,
     });
     clock.now = 1200;
-    await decider.decide(one);
+    // An admission on a token taken ahead says how long before it the take was sent: its decision's instant.
+    expect(await decider.decide(one)).toMatchObject({ allowed: true, aheadMs: 100 });
     clock.now = 2099;
-    await decider.decide(one);
+    expect(await decider.decide(one)).toMatchObject({ allowed: true, aheadMs: 999 });
     expect(redis.calls).toHaveLength(2);
     clock.now = 2100;
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(93_000_000);
