@@ -13,13 +13,18 @@ ARGV
   then per bucket, 2 values:
     cost       micro-tokens charged (integer >= 1): exactly what the decision took
     capacity   micro-tokens (integer >= 0): the capacity the decision was made with
+  then, optionally, one more:
+    deadline   µs of Redis TIME (integer >= 1): a refund that runs later changes nothing and answers {-1} (a
+               client handing back tokens it took ahead gives them back only within their horizon)
 
-Reply (flat array of integers): per bucket, micro-tokens given back and micro-tokens held after (-1 when the key
-is gone: a missing bucket is full, so nothing is given back), then 1 when the idempotency record was deleted.
+Reply (flat array of integers): {-1} when the deadline passed; otherwise per bucket, micro-tokens given back and
+micro-tokens held after (-1 when the key is gone: a missing bucket is full, so nothing is given back), then 1 when
+the idempotency record was deleted.
 
 Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is read.
 
 Rules (core/models/refund.ts is the model, operation for operation):
+  - the clock is read only when a deadline is given;
   - after = min(tokens + cost, min(stored capacity, capacity)), never below tokens: a refund never takes away,
     never fills past the lower of the capacities, and cannot mint.
   - a missing key is left missing.
@@ -32,7 +37,9 @@ local n = tonumber(ARGV[1])
 if not (n and n >= 1 and n <= 16 and n % 1 == 0) then return fail('bucket count must be an integer in 1..16') end
 local drop = tonumber(ARGV[2])
 if not (drop == 0 or drop == 1) then return fail('record flag must be 0 or 1') end
-if #ARGV ~= 2 + 2 * n then return fail('expected ' .. (2 + 2 * n) .. ' arguments, got ' .. #ARGV) end
+if argc ~= 2 + 2 * n and argc ~= 3 + 2 * n then
+  return fail('expected ' .. (2 + 2 * n) .. ' or ' .. (3 + 2 * n) .. ' arguments, got ' .. argc)
+end
 if #KEYS ~= n + drop then return fail('expected ' .. (n + drop) .. ' keys, got ' .. #KEYS) end
 
 local costs, caps = {}, {}
@@ -46,6 +53,11 @@ for i = 1, n do
   end
   costs[i] = cost
   caps[i] = cap
+end
+if argc == 3 + 2 * n then
+  local deadline = tonumber(ARGV[argc])
+  if not int(deadline, 1) then return fail('deadline must be an integer >= 1') end
+  if clock() > deadline then return { -1 } end
 end
 
 local reply = {}

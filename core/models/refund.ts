@@ -3,14 +3,16 @@
  * Redis Cluster slots is decided slot by slot; when a later slot denies, the grants of the earlier ones are
  * given back with this operation so that no grant survives the denial.
  *
- * Units are the scripts' (micro-tokens). A refund reads no clock: it adds back exactly what was charged, up to
- * the lower of the stored and the given capacity, never takes anything away, and leaves a missing (expired)
- * bucket missing, because a missing bucket is already full.
+ * Units are the scripts' (micro-tokens). A refund reads no clock (unless it carries a deadline, past which it
+ * changes nothing): it adds back exactly what was charged, up to the lower of the stored and the given capacity,
+ * never takes anything away, and leaves a missing (expired) bucket missing, because a missing bucket is already full.
+ * The deadline is for tokens a client took ahead (packages/client/src/direct.ts): handed back only within their
+ * horizon.
  */
 import { z } from 'zod';
 import { encodeRequest, MAX_CHECKS_PER_CALL, validStoreRequest } from '../wire/bucket.js';
 import { MAX_CAPACITY } from '../policy/policy.js';
-import { integerReply } from '../wire/script.js';
+import { type EncodedRefund, type EncodedRefundReply, type EncodedRefundResult } from '../wire/refund.js';
 import { IdempotencyRecords, type RecordClaim } from './idempotency.js';
 import {
   BucketModel,
@@ -35,30 +37,10 @@ export type RefundCheck = z.infer<typeof RefundCheck>;
 export const RefundRequest = z.strictObject({
   checks: z.array(RefundCheck).min(1).max(MAX_CHECKS_PER_CALL),
   idempotencyRecordKey: z.string().min(1).max(512).optional(),
+  /** µs of Redis TIME after which the refund changes nothing. */
+  deadlineMicros: z.number().int().min(1).optional(),
 });
 export type RefundRequest = z.infer<typeof RefundRequest>;
-
-/** One bucket's refund, in script units. */
-export interface EncodedRefundResult {
-  /** Micro-tokens given back (0 when the key is gone or the bucket was already full). */
-  refunded: number;
-  /** Micro-tokens held after the refund; -1 when the key is gone. */
-  tokens: number;
-}
-
-/** What a refund call answers, in script units. */
-export interface EncodedRefundReply {
-  results: EncodedRefundResult[];
-  /** True when the idempotency record existed and was deleted. */
-  recordDeleted: boolean;
-}
-
-/** A refund in script units. */
-export interface EncodedRefund {
-  keys: string[];
-  checks: { cost: number; capacity: number }[];
-  recordKey?: string | undefined;
-}
 
 /**
  * Validate a refund and convert it to script units. Costs and capacities go through the bucket wire format's own
@@ -79,24 +61,17 @@ export function encodeRefund(request: RefundRequest): EncodedRefund {
     keys: parsed.checks.map((c) => c.key),
     checks: encoded.checks.map((c) => ({ cost: c.cost, capacity: c.capacity })),
     recordKey: parsed.idempotencyRecordKey,
+    deadline: parsed.deadlineMicros,
   };
 }
 
-/** KEYS and ARGV of `lua/refund.lua`. */
-export function refundArguments(refund: EncodedRefund): { keys: string[]; argv: string[] } {
-  const keys = refund.recordKey === undefined ? [...refund.keys] : [...refund.keys, refund.recordKey];
-  const argv = [String(refund.checks.length), refund.recordKey === undefined ? '0' : '1'];
-  for (const c of refund.checks) argv.push(String(c.cost), String(c.capacity));
-  return { keys, argv };
-}
-
-/** Parse the script's reply for `checks` buckets; throws when its shape is not the documented one. */
-export function parseRefundReply(reply: unknown, checks: number): EncodedRefundReply {
-  const values = integerReply(reply, 2 * checks + 1, 'refund reply');
-  const results: EncodedRefundResult[] = [];
-  for (let i = 0; i < checks; i++) results.push({ refunded: values[2 * i]!, tokens: values[2 * i + 1]! });
-  return { results, recordDeleted: values[2 * checks] === 1 };
-}
+export {
+  parseRefundReply,
+  refundArguments,
+  type EncodedRefund,
+  type EncodedRefundReply,
+  type EncodedRefundResult,
+} from '../wire/refund.js';
 
 /**
  * Give `cost` micro-tokens back to a stored bucket, as the script does. Returns the bucket to store (undefined
@@ -144,8 +119,10 @@ export class RefundableBucketModel {
     return reply;
   }
 
-  /** Refund at `now` (µs; only expiry depends on it), exactly as `lua/refund.lua` would. */
+  /** Refund at `now` (µs; only expiry and a deadline depend on it), exactly as `lua/refund.lua` would. */
   refund(refund: EncodedRefund, now: number): EncodedRefundReply {
+    if (refund.deadline !== undefined && now > refund.deadline)
+      return { results: [], recordDeleted: false, late: true };
     const results = refund.checks.map((check, i) => {
       const stored = this.buckets.peek(refund.keys[i]!, now);
       const { next, result } = refundBucket(stored, check);

@@ -33,7 +33,10 @@ export type RefundCaseStep =
       checks: { bucket: string; cost: number; capacity: number }[];
       /** Give the request's idempotency record key (created by an earlier charge with `idempotencyKey`). */
       idempotencyKey?: string;
-      expect?: { refunded?: number[]; tokens?: (number | null)[]; recordDeleted?: boolean };
+      /** When it runs (virtual ms; default: the last charge's instant), and its deadline (virtual ms), if any. */
+      at?: number;
+      deadline?: number;
+      expect?: { refunded?: number[]; tokens?: (number | null)[]; recordDeleted?: boolean; late?: boolean };
     };
 
 /** A charge step may carry an idempotency key so a later refund can delete its record. */
@@ -68,6 +71,35 @@ export const refundCases: RefundCase[] = [
         expect: { refunded: [2], tokens: [10] },
       },
       { op: 'charge', at: 2000, checks: [a10], expect: { allowed: true, remaining: [9] } },
+    ],
+  },
+  {
+    name: 'a refund with a deadline runs by it: it gives back as any refund',
+    steps: [
+      { op: 'charge', at: 0, checks: [{ ...a10, cost: 4 }], expect: { allowed: true, remaining: [6] } },
+      {
+        op: 'refund',
+        at: 1000,
+        deadline: 1000,
+        checks: [{ bucket: 'a', cost: 4, capacity: 10 }],
+        expect: { refunded: [4], tokens: [10], late: false },
+      },
+      { op: 'charge', at: 1000, checks: [{ ...a10, cost: 10 }], expect: { allowed: true, remaining: [0] } },
+    ],
+  },
+  {
+    name: 'a refund that runs past its deadline changes nothing and says so',
+    steps: [
+      { op: 'charge', at: 0, checks: [{ ...a10, cost: 4 }], expect: { allowed: true, remaining: [6] } },
+      {
+        op: 'refund',
+        at: 1000,
+        deadline: 999,
+        checks: [{ bucket: 'a', cost: 4, capacity: 10 }],
+        expect: { refunded: [], late: true },
+      },
+      // 6 left at 0, refilled by 1 in the second since: the refund gave nothing.
+      { op: 'charge', at: 1000, checks: [a10], expect: { allowed: true, remaining: [6] } },
     ],
   },
   {
@@ -250,9 +282,13 @@ export function prepareRefundCase(prefix: string, c: RefundCase): PreparedRefund
         });
       }
     } else {
+      if (step.at !== undefined) now = REFUND_CASE_EPOCH_MICROS + Math.round(step.at * 1000);
       const refund = encodeRefund({
         checks: step.checks.map((b) => ({ key: key(b.bucket), cost: b.cost, capacity: b.capacity })),
         idempotencyRecordKey: step.idempotencyKey === undefined ? undefined : record(step.idempotencyKey),
+        ...(step.deadline === undefined
+          ? {}
+          : { deadlineMicros: REFUND_CASE_EPOCH_MICROS + Math.round(step.deadline * 1000) }),
       });
       out.push({ kind: 'refund', step, refund, nowMicros: now });
     }
@@ -291,6 +327,7 @@ export function checkRefundStep(step: RefundCaseStep, reply: EncodedReply | Enco
       );
     if (step.expect?.recordDeleted !== undefined)
       same('recordDeleted', step.expect.recordDeleted, reply.recordDeleted);
+    if (step.expect?.late !== undefined) same('late', step.expect.late, reply.late === true);
   }
   return problems;
 }

@@ -9,15 +9,18 @@ import {
   refundCases,
   runRefundCaseOnModel,
 } from '../../cases/refund-cases.js';
-import { tokenBucketWithClockArg } from '../../helpers/lua-test-build.js';
+import { tokenBucketWithClockArg, withClockArg } from '../../helpers/lua-test-build.js';
 import { sharedRedis, uniquePrefix } from '../../harness/fixtures.js';
 
 const redis = sharedRedis();
 redis.defineCommand('qpTokenBucketAt', { lua: tokenBucketWithClockArg() });
 redis.defineCommand('qpRefundCase', { lua: luaSource('refund') });
+// The cases' refunds run at their instants (a deadline is read against the clock).
+redis.defineCommand('qpRefundAt', { lua: withClockArg('refund') });
 type Scripts = {
   qpTokenBucketAt(n: number, ...a: string[]): Promise<unknown>;
   qpRefundCase(n: number, ...a: string[]): Promise<unknown>;
+  qpRefundAt(n: number, ...a: string[]): Promise<unknown>;
 };
 const scripts = redis as unknown as Scripts;
 
@@ -40,7 +43,7 @@ describe('lua/refund.lua on a real Redis agrees exactly with core/models/refund.
         } else {
           const { keys, argv } = refundArguments(p.refund);
           reply = parseRefundReply(
-            await scripts.qpRefundCase(keys.length, ...keys, ...argv),
+            await scripts.qpRefundAt(keys.length, ...keys, ...argv, String(p.nowMicros)),
             p.refund.checks.length,
           );
         }
@@ -57,7 +60,15 @@ describe('lua/refund.lua refuses malformed calls and changes nothing', () => {
     ['zero buckets', ['rl:v1:{x}:a'], ['0', '0'], /bucket count/],
     ['seventeen buckets', ['rl:v1:{x}:a'], ['17', '0'], /bucket count/],
     ['a bad record flag', ['rl:v1:{x}:a'], ['1', '2', '1', '1'], /record flag/],
-    ['a missing argument', ['rl:v1:{x}:a'], ['1', '0', '1'], /expected 4 arguments/],
+    ['a missing argument', ['rl:v1:{x}:a'], ['1', '0', '1'], /expected 4 or 5 arguments/],
+    [
+      'an extra argument',
+      ['rl:v1:{x}:a'],
+      ['1', '0', '1', '1', '1', '1'],
+      /expected 4 or 5 arguments, got 6/,
+    ],
+    ['a deadline of 0', ['rl:v1:{x}:a'], ['1', '0', '1', '1', '0'], /deadline/],
+    ['a fractional deadline', ['rl:v1:{x}:a'], ['1', '0', '1', '1', '1.5'], /deadline/],
     ['a missing record key', ['rl:v1:{x}:a'], ['1', '1', '1', '1'], /expected 2 keys/],
     ['a zero cost', ['rl:v1:{x}:a'], ['1', '0', '0', '1'], /cost of bucket 1/],
     ['a fractional cost', ['rl:v1:{x}:a'], ['1', '0', '1.5', '1'], /cost of bucket 1/],
