@@ -358,6 +358,8 @@ export class AgentClient {
   #flushScheduled = false;
   readonly #grants: GrantPool | undefined;
   readonly #direct: DirectDecider | undefined;
+  /** Set by the first close: settles once what closing hands back has been answered. */
+  #closing: Promise<void> | undefined;
   readonly #stats = {
     decided: 0,
     failures: counts(AGENT_FAILURES),
@@ -629,6 +631,19 @@ export class AgentClient {
 
   /** Close the kept-alive sockets and stop the breaker's and the fallback's timers. Queued decisions are shed. */
   close(): void {
+    void this.#close();
+  }
+
+  /**
+   * close(), and settle once what closing hands back has been answered: tokens direct decisions took ahead and did
+   * not spend (on the region's Redis: close that client after this), and local grants' returns to the agent.
+   */
+  closeAndDrain(): Promise<void> {
+    return this.#close();
+  }
+
+  #close(): Promise<void> {
+    if (this.#closing !== undefined) return this.#closing;
     const queued = this.#queue;
     this.#queue = [];
     clearTimeout(this.#slowTimer);
@@ -636,10 +651,12 @@ export class AgentClient {
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
-    void this.#direct?.close();
+    const direct = this.#direct?.close();
     const grants = this.#grants?.close();
     if (grants === undefined) this.#agent.destroy();
     else void grants.finally(() => this.#agent.destroy());
+    this.#closing = Promise.all([direct, grants]).then(() => undefined);
+    return this.#closing;
   }
 
   #modeOf(policy: string): FailureMode {

@@ -42,6 +42,7 @@ import {
   scriptCall,
 } from '../../../core/wire/bucket.js';
 import { DeadlinePassedError } from '../../../core/wire/script.js';
+import { parseRefundReply, refundArguments } from '../../../core/wire/refund.js';
 import { bucketKey } from '../../../core/keys.js';
 import { normalizeSubject } from '../../../core/subjects/subject.js';
 import { rateLimitHeaders } from '../../../core/wire/rate-limit-headers.js';
@@ -91,10 +92,11 @@ export interface DirectOptions {
    * subject's check carries a second request on the same bucket, for what the subject's pace here spends over half
    * of `horizonMs` (its pace read as the slower of its average and its last interval; at most a tenth of the term's
    * bucket; only from a bucket that stays at least half full; at least 2 tokens); its later checks spend those
-   * tokens here with no call, while the term's bucket stays the same, for at most `horizonMs`. Tokens not spent by
-   * then (or when the bucket changes, the pace is forgotten, or the client closes) are handed back to the bucket
-   * with the term's refund script (lua/refund.lua: never past the lower of the bucket's capacity then and now, so
-   * never minted). Only under a term that names that script. Default `{ horizonMs: 5000 }`.
+   * tokens here with no call, while the term's bucket stays the same, for four fifths of `horizonMs` from the take.
+   * Tokens not spent by then (or when the bucket changes, the pace is forgotten, or the client closes) are handed
+   * back to the bucket with the term's refund script (lua/refund.lua), by the end of the horizon in Redis time (a
+   * hand-back that runs later changes nothing): never past the lower of the bucket's capacity then and now. Only
+   * under a term that names that script. Default `{ horizonMs: 5000 }`.
    */
   grants?: { horizonMs?: number } | false;
 }
@@ -121,8 +123,9 @@ export interface DirectStats {
    * Tokens taken ahead (`DirectOptions.grants`): takes that got tokens, the tokens they took, the checks admitted
    * on them with no call (counted in `admitted` too; a check of cost 3 spends 3 tokens). Tokens not spent (run
    * out, a new bucket, a forgotten pace, a closed client) are handed back: `returned` the bucket took back,
-   * `dropped` it did not (it had refilled to its capacity meanwhile, or its key expired; or the hand-back failed or
-   * overflowed its queue). `returnCalls` counts the hand-back script calls, `returnsFailed` those that failed.
+   * `dropped` it did not (it had refilled to its capacity meanwhile, or its key expired; or the hand-back failed,
+   * came past the horizon, or overflowed its queue). `returnCalls` counts the hand-back script calls,
+   * `returnsFailed` those that failed or ran past their deadline.
    */
   grants: {
     taken: number;
@@ -205,6 +208,9 @@ interface Pace {
   until: number;
   /** Monotonic ms the take that holds them was sent. */
   takenAt: number;
+  /** The end of the take's horizon: monotonic ms (no hand-back is sent later), and Redis TIME µs (none runs later). */
+  returnBy: number;
+  deadlineMicros: number;
   bucketId: string;
   /** Where they are handed back: the bucket's key, its capacity at the take (micro-tokens), the refund script's SHA. */
   key: string;
@@ -242,6 +248,9 @@ interface HandBack {
   /** Micro-tokens: the bucket's capacity when they were taken (a refund never fills past it). */
   capacity: number;
   tokens: number;
+  /** The end of the take's horizon: monotonic ms (not sent later) and Redis TIME µs (changes nothing later). */
+  by: number;
+  deadline: number;
 }
 
 interface Waiting {
@@ -292,6 +301,12 @@ const MAX_PACED = 65_536;
 const RETURN_BUCKETS = 16;
 const RETURN_CALLS = 2;
 const MAX_RETURNS = 65_536;
+/**
+ * The part of the horizon kept for handing back: tokens are spent for the rest of it (4 s of 5), then handed back
+ * within it, by a sweep every half of this (at least every 50 ms) or by their subject's next check.
+ */
+const RETURN_SHARE = 5;
+const MIN_SWEEP_MS = 50;
 
 export class DirectDecider {
   readonly #send: TermTransport;
@@ -320,8 +335,11 @@ export class DirectDecider {
   #returns: HandBack[] = [];
   #returnsOnTheWire = 0;
   #returnScheduled = false;
-  /** Resolves the promise close() gave once the last hand-back has answered. */
+  /** What close() gave: settles once no call or hand-back is left on the wire. */
+  #closing: Promise<void> | undefined;
   #drained: (() => void) | undefined;
+  /** Hands back tokens whose spending time ran out (runs while any are held). */
+  #sweeper: NodeJS.Timeout | undefined;
   readonly #stats: DirectStats = {
     admitted: 0,
     refused: 0,
@@ -435,7 +453,7 @@ export class DirectDecider {
 
   /**
    * The subject's pace, counting this check; tokens taken ahead that may no longer be spent (run out, or taken from
-   * a bucket the term no longer holds) are dropped.
+   * a bucket the term no longer holds) are handed back.
    */
   #pace(state: PolicyState, held: Held, subject: string, now: number): Pace {
     let pace = state.paces.get(subject);
@@ -450,6 +468,8 @@ export class DirectDecider {
         tokens: 0,
         until: 0,
         takenAt: 0,
+        returnBy: 0,
+        deadlineMicros: 0,
         bucketId: '',
         key: '',
         capacity: 0,
@@ -512,14 +532,14 @@ export class DirectDecider {
     const n = Math.min(
       Math.floor(held.term.bucket.capacity / GRANT_SHARE),
       Math.floor(this.#horizonMs / 2 / Math.max(pace.intervalMs, pace.sinceMs)),
-      // Only from a bucket that stays at least half full: a dropped token then costs no admission until the
-      // subject has spent the other half, which it spends with no take at all.
+      // Only from a bucket that stays at least half full: a token lost (not handed back) then costs no admission
+      // until the subject has spent the other half, which it spends with no take at all.
       Math.floor(pace.bucketLeft - cost - held.term.bucket.capacity / 2),
     );
     return n >= MIN_GRANT ? n : 0;
   }
 
-  /** Drop tokens run out, and forget paces quiet for a whole horizon with no take on the wire. */
+  /** Hand back tokens whose spending time ran out; forget paces quiet for a horizon with no take on the wire. */
   #forgetIdle(state: PolicyState, now: number): void {
     for (const [subject, pace] of state.paces) {
       if (pace.tokens > 0 && now >= pace.until) this.#giveBack(pace);
@@ -537,7 +557,14 @@ export class DirectDecider {
   /** Hand back the tokens a pace holds unspent. */
   #giveBack(pace: Pace): void {
     if (pace.tokens > 0)
-      this.#handBack({ sha: pace.refundSha, key: pace.key, capacity: pace.capacity, tokens: pace.tokens });
+      this.#handBack({
+        sha: pace.refundSha,
+        key: pace.key,
+        capacity: pace.capacity,
+        tokens: pace.tokens,
+        by: pace.returnBy,
+        deadline: pace.deadlineMicros,
+      });
     pace.tokens = 0;
   }
 
@@ -557,38 +584,48 @@ export class DirectDecider {
   readonly #sendReturns = (): void => {
     this.#returnScheduled = false;
     while (this.#returns.length > 0 && this.#returnsOnTheWire < RETURN_CALLS) {
+      const now = this.#now();
       const sha = this.#returns[0]!.sha;
       const chunk: HandBack[] = [];
       const rest: HandBack[] = [];
-      for (const back of this.#returns)
-        (chunk.length < RETURN_BUCKETS && back.sha === sha ? chunk : rest).push(back);
+      for (const back of this.#returns) {
+        // Only within the take's horizon: later, the bucket may have refilled to its capacity since the take and
+        // been spent below it again, and tokens handed back then would be more than it would hold had they never
+        // left. (The refund script's deadline keeps to the same end in Redis, for a call that runs late.)
+        if (now >= back.by) this.#stats.grants.dropped += back.tokens;
+        else (chunk.length < RETURN_BUCKETS && back.sha === sha ? chunk : rest).push(back);
+      }
       this.#returns = rest;
+      if (chunk.length === 0) continue;
       this.#returnsOnTheWire++;
       void this.#return(sha, chunk).finally(() => {
         this.#returnsOnTheWire--;
         if (this.#returns.length > 0) this.#sendReturns();
-        else if (this.#returnsOnTheWire === 0) this.#drained?.();
+        else this.#settleClose();
       });
     }
+    this.#settleClose();
   };
 
   /**
-   * One refund call (lua/refund.lua, no idempotency record): each bucket gets back at most its tokens, never past
-   * the lower of its capacity now and at the take. What it did not take back (a full or expired bucket, a failed
-   * call) is dropped: fewer admissions, never more. A call given up on may still run: it never runs twice.
+   * One refund call (lua/refund.lua, no idempotency record), by the earliest deadline among its buckets: each gets
+   * back at most its tokens, never past the lower of its capacity now and at the take. What it did not take back
+   * (a full or expired bucket, a failed or late call) is dropped: fewer admissions, never more. A call given up on
+   * may still run, by its deadline; it is never sent twice.
    */
   async #return(sha: string, chunk: readonly HandBack[]): Promise<void> {
-    const keys = chunk.map((b) => b.key);
-    const argv = [String(chunk.length), '0'];
-    for (const b of chunk) argv.push(String(b.tokens * MICRO), String(b.capacity));
+    const { keys, argv } = refundArguments({
+      keys: chunk.map((b) => b.key),
+      checks: chunk.map((b) => ({ cost: b.tokens * MICRO, capacity: b.capacity })),
+      deadline: Math.min(...chunk.map((b) => b.deadline)),
+    });
     const offered = chunk.reduce((n, b) => n + b.tokens, 0);
     this.#stats.grants.returnCalls++;
     let given = 0;
     try {
-      const reply = await this.#run(sha, keys, argv);
-      if (!Array.isArray(reply) || reply.length !== 2 * chunk.length + 1)
-        throw new Error('refund: unexpected reply');
-      for (let i = 0; i < chunk.length; i++) given += Number(reply[2 * i]) / MICRO;
+      const reply = parseRefundReply(await this.#run(sha, keys, argv), chunk.length);
+      if (reply.late === true) this.#stats.grants.returnsFailed++;
+      for (const r of reply.results) given += r.refunded / MICRO;
     } catch {
       this.#stats.grants.returnsFailed++;
     }
@@ -596,20 +633,50 @@ export class DirectDecider {
     this.#stats.grants.dropped += offered - given;
   }
 
+  /** Hand back what ran out of spending time (a subject that went quiet, or slowed down); stops when none is held. */
+  readonly #sweep = (): void => {
+    const now = this.#now();
+    let held = false;
+    for (const state of this.#policies.values())
+      for (const pace of state.paces.values()) {
+        if (pace.tokens > 0 && now >= pace.until) this.#giveBack(pace);
+        if (pace.tokens > 0 || pace.taking) held = true;
+      }
+    if (!held) {
+      clearInterval(this.#sweeper);
+      this.#sweeper = undefined;
+    }
+  };
+
+  /** Settle what close() gave once nothing is left on the wire. */
+  #settleClose(): void {
+    if (
+      this.#closed &&
+      this.#onTheWire === 0 &&
+      this.#returns.length === 0 &&
+      this.#returnsOnTheWire === 0 &&
+      !this.#returnScheduled
+    )
+      this.#drained?.();
+  }
+
   /**
    * Stop deciding here; checks waiting for a call go to the agent, and no term is asked for again. Tokens taken
-   * ahead and not spent are handed back: the promise settles once the last hand-back has answered (or given up),
-   * so a caller that closes its Redis client too may wait for it first.
+   * ahead and not spent are handed back (those of takes still on the wire when they answer): the promise (the same
+   * one for every call) settles once no script call or hand-back is left on the wire, so a caller that closes its
+   * Redis client too may wait for it first.
    */
   close(): Promise<void> {
+    if (this.#closing !== undefined) return this.#closing;
     this.#closed = true;
-    const drained = new Promise<void>((resolve) => (this.#drained = resolve));
+    clearInterval(this.#sweeper);
+    this.#sweeper = undefined;
+    this.#closing = new Promise<void>((resolve) => (this.#drained = resolve));
     for (const state of this.#policies.values()) this.#forgetPaces(state);
     for (const w of this.#waiting.splice(0)) w.resolve(undefined);
-    this.#sendReturns();
-    if (this.#returns.length === 0 && this.#returnsOnTheWire === 0) this.#drained?.();
     // The usage of the last terms is not sent: a closing process's demand is about to be none.
-    return drained;
+    this.#sendReturns();
+    return this.#closing;
   }
 
   #state(policy: string): PolicyState | undefined {
@@ -782,6 +849,7 @@ export class DirectDecider {
       void this.#call(sha, chunk).finally(() => {
         this.#onTheWire--;
         if (this.#waiting.length > 0) this.#pump();
+        else this.#settleClose();
       });
     }
   }
@@ -855,11 +923,16 @@ export class DirectDecider {
     const state = this.#policies.get(w.held.term.policy);
     this.#stats.grants.taken++;
     this.#stats.grants.tokens += w.spare;
+    // The horizon's end in Redis time, read off the term as a call's deadline is (late by at most the term
+    // request's round trip): a hand-back that runs later changes nothing.
+    const returnBy = sentAt + this.#horizonMs;
     const back: HandBack = {
       sha: w.held.term.refundSha!,
       key: w.request.keys[0]!,
       capacity: w.request.checks[0]!.capacity,
       tokens: w.spare,
+      by: returnBy,
+      deadline: Math.max(1, w.held.term.deadlineMicros - Math.round((w.held.endsAt - returnBy) * 1000)),
     };
     // Forgotten meanwhile (a flood of subjects), or the client closed: taken, and handed back at once.
     if (this.#closed || state?.paces.get(w.keyed) !== pace) return this.#handBack(back);
@@ -870,9 +943,17 @@ export class DirectDecider {
     pace.key = back.key;
     pace.capacity = back.capacity;
     pace.refundSha = back.sha;
-    // Spent only within the horizon from when the take was sent, and only while the term holds this bucket.
-    pace.until = sentAt + this.#horizonMs;
+    // Spent only within four fifths of the horizon from when the take was sent (the rest is for handing back), and
+    // only while the term holds this bucket.
+    pace.until = sentAt + this.#horizonMs - Math.max(1, Math.floor(this.#horizonMs / RETURN_SHARE));
     pace.takenAt = sentAt;
+    pace.returnBy = returnBy;
+    pace.deadlineMicros = back.deadline;
+    if (this.#sweeper === undefined) {
+      const every = Math.max(MIN_SWEEP_MS, this.#horizonMs / RETURN_SHARE / 2);
+      this.#sweeper = setInterval(this.#sweep, every);
+      this.#sweeper.unref();
+    }
     pace.bucketId = w.held.bucketId;
     pace.left = last.remaining / MICRO;
     pace.fullAt = last.resetMs < 0 ? null : answeredAt + last.resetMs;

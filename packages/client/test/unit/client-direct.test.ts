@@ -44,6 +44,10 @@ class ScriptedRedis implements DirectRedis {
   readonly tokens = new Map<string, number>();
   fail: Error | undefined;
   refundFail: Error | undefined;
+  /** The refund script answers as one run past its deadline. */
+  refundLate = false;
+  /** While set, bucket-script calls wait for it before they answer. */
+  gate: Promise<void> | undefined;
   noScript = false;
   late = false;
 
@@ -58,12 +62,13 @@ class ScriptedRedis implements DirectRedis {
     return this.#run('eval', numKeys, args);
   }
 
-  /** ARGV: n, the record flag, then per bucket the micro-tokens back and the capacity at the take. */
+  /** ARGV: n, the record flag, per bucket the micro-tokens back and the capacity at the take, then a deadline. */
   #refund(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
     const keys = args.slice(0, numKeys);
     const argv = args.slice(numKeys);
     this.refunds.push({ keys, argv, how });
     if (this.refundFail !== undefined) return Promise.reject(this.refundFail);
+    if (this.refundLate) return Promise.resolve([-1]);
     const out: number[] = [];
     keys.forEach((key, i) => {
       const have = this.tokens.get(key);
@@ -76,10 +81,11 @@ class ScriptedRedis implements DirectRedis {
     return Promise.resolve(out);
   }
 
-  #run(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
+  async #run(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
     const keys = args.slice(0, numKeys);
     const argv = args.slice(numKeys);
     this.calls.push({ keys, argv, how });
+    await this.gate;
     if (this.fail !== undefined) return Promise.reject(this.fail);
     if (this.late) return Promise.resolve([-1]);
     const out: number[] = [];
@@ -627,7 +633,8 @@ describe('direct decisions in the client', () => {
     const { redis, clock, decider } = await paced({ grants: { horizonMs: 1000 } }, { validForMs: 2000 });
     clock.now = 1100;
     await decider.decide(one);
-    // A pace of 10/s over half the 1,000 ms horizon: 5 tokens, spent until 2,100 (the take's send + the horizon).
+    // A pace of 10/s over half the 1,000 ms horizon: 5 tokens, spent until 1,900 (the take's send + four fifths of
+    // the horizon), handed back by 2,100.
     expect(decider.stats().grants).toEqual({
       taken: 1,
       tokens: 5,
@@ -640,17 +647,22 @@ describe('direct decisions in the client', () => {
     clock.now = 1200;
     // An admission on a token taken ahead says how long before it the take was sent: its decision's instant.
     expect(await decider.decide(one)).toMatchObject({ allowed: true, aheadMs: 100 });
-    clock.now = 2099;
-    expect(await decider.decide(one)).toMatchObject({ allowed: true, aheadMs: 999 });
+    clock.now = 1899;
+    expect(await decider.decide(one)).toMatchObject({ allowed: true, aheadMs: 799 });
     expect(redis.calls).toHaveLength(2);
-    clock.now = 2100;
+    clock.now = 1900;
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(93_000_000);
     expect((await decider.decide(one))!.allowed).toBe(true);
-    // The 3 left are handed back, to the bucket they came from, capped at its capacity then (100); this check
-    // takes again at the pace now averaged (225 ms: 2 tokens).
+    // The 3 left are handed back, to the bucket they came from, capped at its capacity then (100), by the end of
+    // the horizon in Redis time (the term's 5 s stand for its end at 3,000: 2,100 is 4.1 s); this check takes again
+    // at the pace now averaged (200 ms: 2 tokens).
     await settle();
     expect(redis.refunds).toEqual([
-      { keys: ['rl:v3:{tenant-1}:writes'], argv: ['1', '0', '3000000', '100000000'], how: 'evalsha' },
+      {
+        keys: ['rl:v3:{tenant-1}:writes'],
+        argv: ['1', '0', '3000000', '100000000', '4100000'],
+        how: 'evalsha',
+      },
     ]);
     expect(decider.stats().grants).toEqual({
       taken: 2,
@@ -697,7 +709,7 @@ describe('direct decisions in the client', () => {
     expect(redis.calls).toHaveLength(3);
     // Handed back with the capacity they were taken under (the script caps at the lower of it and the bucket's).
     await settle();
-    expect(redis.refunds.map((r) => r.argv)).toEqual([['1', '0', '8000000', '100000000']]);
+    expect(redis.refunds.map((r) => r.argv)).toEqual([['1', '0', '8000000', '100000000', '9100000']]);
     expect(decider.stats().grants).toMatchObject({ spent: 2, returned: 8, dropped: 0 });
   });
 
@@ -818,6 +830,7 @@ describe('direct decisions in the client', () => {
       '4',
       '0',
       ...Array.from({ length: 4 }, () => ['10000000', '100000000']).flat(),
+      '9100000',
     ]);
     expect(redis.tokens.get('rl:v3:{t-7}:writes')).toBe(98_000_000);
     expect(decider.stats().grants).toEqual({
@@ -864,6 +877,66 @@ describe('direct decisions in the client', () => {
     await decider.close();
     expect(redis.refunds.map((r) => r.how)).toEqual(['eval']);
     expect(decider.stats().grants).toMatchObject({ returned: 10, dropped: 0 });
+  });
+
+  it('hands back tokens whose spending time ran out with no check (a sweep), and none past the horizon', async () => {
+    const { redis, clock, decider } = await paced({ grants: { horizonMs: 1000 } }, { validForMs: 2000 });
+    clock.now = 1100;
+    await decider.decide(one);
+    expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 5 });
+    // No check comes; spending time ends at 1,900: the sweep (every 100 ms here) hands the 5 back.
+    clock.now = 1900;
+    await new Promise((r) => setTimeout(r, 150));
+    expect(redis.refunds.map((r) => r.argv)).toEqual([['1', '0', '5000000', '100000000', '4100000']]);
+    expect(decider.stats().grants).toMatchObject({ returned: 5, dropped: 0 });
+
+    // Tokens first looked at past the horizon (a loop busy for a second) are dropped, with no call: the bucket may
+    // have refilled to its capacity since the take and been spent again.
+    const late = await paced({ grants: { horizonMs: 1000 } }, { validForMs: 2000 });
+    late.clock.now = 1100;
+    await late.decider.decide(one);
+    late.clock.now = 2100;
+    await late.decider.close();
+    expect(late.redis.refunds).toEqual([]);
+    expect(late.decider.stats().grants).toMatchObject({ returned: 0, dropped: 5, returnCalls: 0 });
+  });
+
+  it('a hand-back that ran past its deadline in Redis gave nothing back: dropped, counted', async () => {
+    const { redis, clock, decider } = await paced();
+    clock.now = 1100;
+    await decider.decide(one);
+    redis.refundLate = true;
+    await decider.close();
+    expect(redis.refunds).toHaveLength(1);
+    expect(decider.stats().grants).toMatchObject({
+      returned: 0,
+      dropped: 10,
+      returnCalls: 1,
+      returnsFailed: 1,
+    });
+  });
+
+  it('close waits for a take still on the wire and hands its tokens back; a second close gives the same promise', async () => {
+    const { redis, clock, decider } = await paced();
+    let open!: () => void;
+    redis.gate = new Promise((r) => (open = r));
+    clock.now = 1100;
+    const check = decider.decide(one)!;
+    await settle();
+    expect(redis.calls.at(-1)!.keys).toHaveLength(2);
+    let closed = false;
+    const closing = decider.close();
+    expect(decider.close()).toBe(closing);
+    void closing.then(() => (closed = true));
+    await settle();
+    expect(closed).toBe(false);
+    open();
+    expect((await check)!.allowed).toBe(true);
+    await closing;
+    // The take's 10 went back: the bucket holds 100 less the two checks.
+    expect(redis.refunds.map((r) => r.argv.slice(0, 4))).toEqual([['1', '0', '10000000', '100000000']]);
+    expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(98_000_000);
+    expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10, returned: 10, dropped: 0 });
   });
 
   it('takes nothing ahead under a term that names no refund script (an agent from before hand-backs)', async () => {
