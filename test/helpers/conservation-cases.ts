@@ -432,7 +432,7 @@ export function arbitraryCase(
 
 /**
  * A term case: a region `R` whose direct clients decide `p0` (a regional token bucket that gives terms:
- * unsharded, no subject-creation cap, 5 tokens a second) throughout the case, and among up to `maxSteps` - 2 drawn steps (their
+ * unsharded, no subject-creation cap, 60-126 tokens, 5 tokens a second) throughout the case, and among up to `maxSteps` - 2 drawn steps (their
  * calls marked `direct` two times in three) at drawn places: a lapse of `R` past its grace (its lean drawn as
  * ever) and a crash of `R`'s agent after a lean away from it (a shrink of `R`'s share, which its terms hold
  * unacknowledged), its successor under the same instance name. Terms are out while `R`'s share shrinks, while its
@@ -474,8 +474,14 @@ function termCase(maxSteps: number): fc.Arbitrary<Case> {
           .tuple(...names.map((n) => policySpec(n)))
           // The largest generated rate: demand moves shares only within a subject's rate, and the region's flow
           // (a few checks a second) must stay below the others' leans for a lean away from it to shrink it.
+          // And a bucket whose regional shares are large enough for a direct client to take tokens ahead (at
+          // most a tenth of a share, from a share at least half full: 60 tokens, a third each, give 2).
           .map(([first, ...more]) => [
-            { ...lapseLender(first!, 'token_bucket'), refillPerSecond: 5 },
+            {
+              ...lapseLender(first!, 'token_bucket'),
+              refillPerSecond: 5,
+              capacity: 60 + 3 * (first!.capacity - 2),
+            },
             ...more,
           ]),
         borrowing: fc.constant(borrowing),

@@ -24,8 +24,11 @@
  * answers 503, its successor takes its instance name, and its clients keep deciding under the terms they hold (the
  * successor's own clients come once those have run out). What the clients decide counts as any answer (its
  * allowed flag); every term the agents give counts in the checker as a share in force of its region until it has
- * run out (validity + TERM_MARGIN_MS), whatever the agent acknowledges or whether it still runs. The sample fails
- * unless clients decided under terms in every case and every case crashed an agent; how often a client decided
+ * run out (validity + TERM_MARGIN_MS), whatever the agent acknowledges or whether it still runs. `p0` holds 60-126
+ * tokens in term cases, so the clients take tokens ahead of the flow (docs/agent.md, "Direct decisions") and hand
+ * back what they do not spend; an admission on such a token counts from when its take was sent (the answer's
+ * `aheadMs`), the instant it left the bucket. The sample fails unless clients decided under terms in every case,
+ * spent tokens taken ahead, and every case crashed an agent; how often a client decided
  * under the crashed agent's term once the successor had started is logged (it depends on the machine's speed).
  *
  * What it catches (seed 25): a term not held in the share view (term-issuer.ts without `holds.hold`) at the first
@@ -33,7 +36,9 @@
  * recorded terms (regional-agent/terms/terms-until.ts `waitForRecordMs` answering 0: its first heartbeat and its
  * acknowledgements come at once), at a crash in a pending shrink (shares summed to 1.05 and 1.10). Before the
  * record, the heartbeat's delay and the restart hold were two fixed waits, each covering for the other here, so
- * neither alone failed the sample. The admission windows alone caught none of these: an over-admission needs the
+ * neither alone failed the sample. A direct client that spends a token taken ahead without counting it down
+ * (direct.ts `#spend`) fails the first term case: 79 of `p0`'s admissions in 1.3 s, above 72 + 5·1.3. The
+ * admission windows alone caught none of the term and restart mistakes above: an over-admission needs the
  * grown regions' buckets to refill into the room within the term, which a few tokens a second do not.
  */
 import fc from 'fast-check';
@@ -375,7 +380,11 @@ describe('conservation on the real stack (sampled cases)', () => {
         // A 4xx (a hostile class, a cost above the policy's): refused, nothing admitted.
         answer = { error: (error as { code?: string }).code ?? String(error), lost: false };
       }
-      recordAnswer(record, specs, call, answer, Date.now(), failing, region, sentAt);
+      // Admitted on a token taken ahead: decided when its take left, up to a horizon earlier (the window the
+      // checker takes starts there).
+      const ahead =
+        answer !== undefined && 'aheadMs' in answer ? (answer.aheadMs as number | undefined) : undefined;
+      recordAnswer(record, specs, call, answer, Date.now(), failing, region, sentAt - (ahead ?? 0));
     };
 
     /** The calls, all at once from each of their regions, each answer recorded. */
@@ -654,6 +663,9 @@ describe('conservation on the real stack (sampled cases)', () => {
     // fast the successor starts on this machine (the log above says how often): reported, not asserted.
     expect(terms.perCase.every((n) => n > 0)).toBe(true);
     expect(terms.terms).toBeGreaterThan(0);
+    // Tokens were taken ahead and spent (p0's bucket is large enough in term cases), each admission counted from
+    // its take.
+    expect(terms.spentAhead).toBeGreaterThan(0);
     expect(terms.crashes).toBe(TERM_SAMPLE);
   }, 180_000);
 });
