@@ -46,8 +46,9 @@ class ScriptedRedis implements DirectRedis {
   refundFail: Error | undefined;
   /** The refund script answers as one run past its deadline. */
   refundLate = false;
-  /** While set, bucket-script calls wait for it before they answer. */
+  /** While set, bucket-script calls (and refund calls) wait for it before they answer. */
   gate: Promise<void> | undefined;
+  refundGate: Promise<void> | undefined;
   noScript = false;
   late = false;
 
@@ -63,10 +64,11 @@ class ScriptedRedis implements DirectRedis {
   }
 
   /** ARGV: n, the record flag, per bucket the micro-tokens back and the capacity at the take, then a deadline. */
-  #refund(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
+  async #refund(how: 'evalsha' | 'eval', numKeys: number, args: string[]): Promise<unknown> {
     const keys = args.slice(0, numKeys);
     const argv = args.slice(numKeys);
     this.refunds.push({ keys, argv, how });
+    await this.refundGate;
     if (this.refundFail !== undefined) return Promise.reject(this.refundFail);
     if (this.refundLate) return Promise.resolve([-1]);
     const out: number[] = [];
@@ -842,6 +844,25 @@ describe('direct decisions in the client', () => {
       returnCalls: 2,
       returnsFailed: 0,
     });
+  });
+
+  it('keeps at most two hand-back calls on the wire; the rest leave as they answer', async () => {
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }));
+    void decider.decide(one);
+    await settle();
+    const subjects = Array.from({ length: 40 }, (_, i) => ({ policy: 'writes', subject: `t-${i}` }));
+    await Promise.all(subjects.map(async (s) => decider.decide(s)));
+    clock.now = 1100;
+    await Promise.all(subjects.map(async (s) => decider.decide(s)));
+    let open!: () => void;
+    redis.refundGate = new Promise((r) => (open = r));
+    const closing = decider.close();
+    await settle();
+    expect(redis.refunds.map((r) => r.keys.length)).toEqual([16, 16]);
+    open();
+    await closing;
+    expect(redis.refunds.map((r) => r.keys.length)).toEqual([16, 16, 8]);
+    expect(decider.stats().grants).toMatchObject({ tokens: 400, returned: 400, returnCalls: 3 });
   });
 
   it('what the bucket cannot take back (full again, its key gone) or a failed hand-back is counted dropped', async () => {
