@@ -110,6 +110,9 @@ export function denialOf(decision: Decision): {
   return { violated, unavailable: unavailable && !quota, shed: shed && !quota, reason };
 }
 
+/** Most 429 bodies one protected route keeps serialized. */
+const MAX_CACHED_REFUSALS = 64;
+
 function send(reply: FastifyReply, problem: Problem): FastifyReply {
   return reply.code(problem.status).type(PROBLEM_CONTENT_TYPE).send(problem);
 }
@@ -161,6 +164,9 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
     const mode = rule.onUnavailable ?? options.onUnavailable;
     if (mode !== undefined) setOwn(modes, rule.policy, mode);
   }
+  // A 429's body depends only on the violated policies and the reason: each is serialized once (the body of a
+  // refusal is most of what a subject held at its limit costs the service).
+  const refusals = new Map<string, string>();
   return async function quotaPreHandler(request: FastifyRequest, reply: FastifyReply) {
     const checks: DecisionCheck[] = [];
     let costFromRequest = false;
@@ -209,9 +215,16 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
     const { violated, unavailable, shed, reason } = denialOf(decision);
     if (shed) return send(reply, shedProblem(violated));
     if (unavailable) return send(reply, limiterUnavailableProblem(violated));
-    const problem = quotaExceededProblem(violated);
-    if (reason !== undefined) problem['reason'] = reason;
-    return send(reply, problem);
+    const key = reason === undefined ? violated.join('\n') : `${violated.join('\n')}\n\n${reason}`;
+    let refusal = refusals.get(key);
+    if (refusal === undefined) {
+      const problem = quotaExceededProblem(violated);
+      if (reason !== undefined) problem['reason'] = reason;
+      refusal = JSON.stringify(problem);
+      // Policies and reasons are the routes' and the agent's few; a flood of others only stops the caching.
+      if (refusals.size < MAX_CACHED_REFUSALS) refusals.set(key, refusal);
+    }
+    return reply.code(429).type(PROBLEM_CONTENT_TYPE).send(refusal);
   };
 }
 

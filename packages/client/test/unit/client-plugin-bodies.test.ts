@@ -45,6 +45,36 @@ describe('plugin problem bodies', () => {
     );
   });
 
+  it("one route's 429s, each serialized once, keep each refusal's own reason", async () => {
+    const reasons = [
+      'subject_exhausted',
+      'share_exhausted',
+      'subject_exhausted',
+      undefined,
+      'share_exhausted',
+    ];
+    let i = 0;
+    const app = Fastify();
+    const decide = () => {
+      const d = denied('x');
+      const reason = reasons[i++];
+      if (reason === undefined) delete d.results[0]!.reason;
+      else d.results[0]!.reason = reason as Decision['results'][0]['reason'];
+      return Promise.resolve(d);
+    };
+    await app.register(quotaplane, { client: { decide } as unknown as AgentClient, subject: () => 't1' });
+    app.get('/work', { config: { quota: { policy: 'p' } } }, () => ({ ok: true }));
+    const seen: (string | undefined)[] = [];
+    for (let n = 0; n < reasons.length; n++) {
+      const res = await app.inject({ method: 'GET', url: '/work' });
+      expect(res.statusCode).toBe(429);
+      expect(res.headers['content-type']).toBe('application/problem+json; charset=utf-8');
+      seen.push((JSON.parse(res.body) as { reason?: string }).reason);
+    }
+    await app.close();
+    expect(seen).toEqual(reasons);
+  });
+
   it('a 429 without a reason has no reason key', async () => {
     const d = denied('x');
     delete d.results[0]!.reason;
