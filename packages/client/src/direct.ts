@@ -864,7 +864,7 @@ export class DirectDecider {
     const giveUpAt = sentAt + this.#timeoutMs;
     let deadline = Infinity;
     for (const { held } of chunk) {
-      const own = held.term.deadlineMicros - Math.round((held.endsAt - giveUpAt) * 1000);
+      const own = redisMicrosAt(held, giveUpAt);
       deadline = Math.min(deadline, held.term.deadlineMicros, Math.max(1, own));
     }
     // A take ahead runs right after its check, on the same bucket: it never takes what the check needed.
@@ -932,7 +932,7 @@ export class DirectDecider {
       capacity: w.request.checks[0]!.capacity,
       tokens: w.spare,
       by: returnBy,
-      deadline: Math.max(1, w.held.term.deadlineMicros - Math.round((w.held.endsAt - returnBy) * 1000)),
+      deadline: Math.max(1, redisMicrosAt(w.held, returnBy)),
     };
     // Forgotten meanwhile (a flood of subjects), or the client closed: taken, and handed back at once.
     if (this.#closed || state?.paces.get(w.keyed) !== pace) return this.#handBack(back);
@@ -1122,6 +1122,14 @@ export class DirectDecider {
       local: 'direct',
     };
   }
+}
+
+/**
+ * The Redis TIME (µs) of monotonic instant `t`, read off a term: its `deadlineMicros` stands for `endsAt`. Late by at
+ * most the term request's round trip (the agent issued the term after this process sent the request).
+ */
+function redisMicrosAt(held: Held, t: number): number {
+  return held.term.deadlineMicros - Math.round((held.endsAt - t) * 1000);
 }
 
 /** A remembered refusal's key: the keyed subject, and its cost when not 1 (a subject has no control character). */
