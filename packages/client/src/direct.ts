@@ -208,14 +208,9 @@ interface Pace {
   until: number;
   /** Monotonic ms the take that holds them was sent. */
   takenAt: number;
-  /** The end of the take's horizon: monotonic ms (no hand-back is sent later), and Redis TIME µs (none runs later). */
-  returnBy: number;
-  deadlineMicros: number;
   bucketId: string;
-  /** Where they are handed back: the bucket's key, its capacity at the take (micro-tokens), the refund script's SHA. */
-  key: string;
-  capacity: number;
-  refundSha: string;
+  /** Where and until when they are handed back (its `tokens` unused: the pace's own count is what is left). */
+  returnTo: HandBack | undefined;
   /** The take's answer: the tokens the bucket had left after it, and when the bucket is full again (null: never). */
   left: number;
   fullAt: number | null;
@@ -468,12 +463,8 @@ export class DirectDecider {
         tokens: 0,
         until: 0,
         takenAt: 0,
-        returnBy: 0,
-        deadlineMicros: 0,
         bucketId: '',
-        key: '',
-        capacity: 0,
-        refundSha: '',
+        returnTo: undefined,
         left: 0,
         fullAt: null,
         taking: false,
@@ -556,15 +547,7 @@ export class DirectDecider {
 
   /** Hand back the tokens a pace holds unspent. */
   #giveBack(pace: Pace): void {
-    if (pace.tokens > 0)
-      this.#handBack({
-        sha: pace.refundSha,
-        key: pace.key,
-        capacity: pace.capacity,
-        tokens: pace.tokens,
-        by: pace.returnBy,
-        deadline: pace.deadlineMicros,
-      });
+    if (pace.tokens > 0) this.#handBack({ ...pace.returnTo!, tokens: pace.tokens });
     pace.tokens = 0;
   }
 
@@ -940,15 +923,11 @@ export class DirectDecider {
     // handed back rather than relabelled).
     this.#giveBack(pace);
     pace.tokens = w.spare;
-    pace.key = back.key;
-    pace.capacity = back.capacity;
-    pace.refundSha = back.sha;
+    pace.returnTo = back;
     // Spent only within four fifths of the horizon from when the take was sent (the rest is for handing back), and
     // only while the term holds this bucket.
     pace.until = sentAt + this.#horizonMs - Math.max(1, Math.floor(this.#horizonMs / RETURN_SHARE));
     pace.takenAt = sentAt;
-    pace.returnBy = returnBy;
-    pace.deadlineMicros = back.deadline;
     if (this.#sweeper === undefined) {
       const every = Math.max(MIN_SWEEP_MS, this.#horizonMs / RETURN_SHARE / 2);
       this.#sweeper = setInterval(this.#sweep, every);
