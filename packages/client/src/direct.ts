@@ -333,7 +333,8 @@ export class DirectDecider {
   /** What close() gave: settles once no call or hand-back is left on the wire. */
   #closing: Promise<void> | undefined;
   #drained: (() => void) | undefined;
-  /** Hands back tokens whose spending time ran out (runs while any are held). */
+  /** Paces holding tokens taken ahead, and what hands back theirs once their spending time ran out (while any are). */
+  readonly #holding = new Set<Pace>();
   #sweeper: NodeJS.Timeout | undefined;
   readonly #stats: DirectStats = {
     admitted: 0,
@@ -495,6 +496,7 @@ export class DirectDecider {
     now: number,
   ): DirectDecision {
     pace.tokens -= cost;
+    if (pace.tokens === 0) this.#holding.delete(pace);
     this.#stats.grants.spent++;
     const resetMs = pace.fullAt === null ? null : Math.max(0, Math.ceil(pace.fullAt - now));
     const decision = this.#decision(
@@ -549,6 +551,7 @@ export class DirectDecider {
   #giveBack(pace: Pace): void {
     if (pace.tokens > 0) this.#handBack({ ...pace.returnTo!, tokens: pace.tokens });
     pace.tokens = 0;
+    this.#holding.delete(pace);
   }
 
   /** Queue tokens to hand back; they leave together at the end of the turn. */
@@ -619,13 +622,8 @@ export class DirectDecider {
   /** Hand back what ran out of spending time (a subject that went quiet, or slowed down); stops when none is held. */
   readonly #sweep = (): void => {
     const now = this.#now();
-    let held = false;
-    for (const state of this.#policies.values())
-      for (const pace of state.paces.values()) {
-        if (pace.tokens > 0 && now >= pace.until) this.#giveBack(pace);
-        if (pace.tokens > 0 || pace.taking) held = true;
-      }
-    if (!held) {
+    for (const pace of this.#holding) if (now >= pace.until) this.#giveBack(pace);
+    if (this.#holding.size === 0) {
       clearInterval(this.#sweeper);
       this.#sweeper = undefined;
     }
@@ -924,6 +922,7 @@ export class DirectDecider {
     this.#giveBack(pace);
     pace.tokens = w.spare;
     pace.returnTo = back;
+    this.#holding.add(pace);
     // Spent only within four fifths of the horizon from when the take was sent (the rest is for handing back), and
     // only while the term holds this bucket.
     pace.until = sentAt + this.#horizonMs - Math.max(1, Math.floor(this.#horizonMs / RETURN_SHARE));
