@@ -32,7 +32,8 @@ export function termsRoute(app: FastifyInstance, options: TermsRouteOptions): vo
         description:
           'The client runs `scriptSha` (lua/token_bucket.lua) on `rl:v<version>:{<subject>}:<policy>` with ' +
           '`bucket` and `deadlineMicros` for every check of a subject not in `exclude`, for `validForMs` after it ' +
-          'sent this request; tokens it took ahead and did not spend it hands back with `refundSha` (lua/refund.lua). `usage` reports what the previous term decided: it is counted once the request is ' +
+          'sent this request; tokens it took ahead and did not spend it hands back with `refundSha` ' +
+          '(lua/refund.lua). `usage` reports what the previous term decided: it is counted once the request is ' +
           'valid and the policy gives terms, whether or not a term is given now, so never send it twice. 400 ' +
           '`AGT_ERR_TERM_NOT_ALLOWED`: the policy gives none (decide it at the agent); 503 ' +
           '`AGT_ERR_TERM_UNAVAILABLE`: none now (no lease, a lease about to end, no Redis TIME sample, its end ' +
