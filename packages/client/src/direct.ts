@@ -88,11 +88,12 @@ export interface DirectOptions {
    */
   hmacSecret?: string;
   /**
-   * Tokens taken ahead for a subject this process checks often (`false`: never). A script call that decides such a
-   * subject's check carries a second request on the same bucket, for what the subject's pace here spends over half
-   * of `horizonMs` (its pace read as the slower of its average and its last interval; at most a tenth of the term's
-   * bucket; only from a bucket that stays at least half full; at least 2 tokens); its later checks spend those
-   * tokens here with no call, while the term's bucket stays the same, for four fifths of `horizonMs` from the take.
+   * Tokens taken ahead for a subject this process checks often (`false`: never). The script request that decides
+   * such a subject's check also takes, in the same bucket operation (all or nothing; a bucket short of both sends
+   * the check again alone), what the subject's pace here spends over half of `horizonMs` (its pace read as the
+   * slower of its average and its last interval; at most a tenth of the term's bucket; only from a bucket that stays
+   * at least half full; at least 2 tokens); its later checks spend those tokens here with no call, while the term's
+   * bucket stays the same, for four fifths of `horizonMs` from the take.
    * Tokens not spent by then (or when the bucket changes, the pace is forgotten, or the client closes) are handed
    * back to the bucket with the term's refund script (lua/refund.lua), by the end of the horizon in Redis time (a
    * hand-back that runs later changes nothing): never past the lower of the bucket's capacity then and now. Only
@@ -124,8 +125,9 @@ export interface DirectStats {
    * on them with no call (counted in `admitted` too; a check of cost 3 spends 3 tokens). Tokens not spent (run
    * out, a new bucket, a forgotten pace, a closed client) are handed back: `returned` the bucket took back,
    * `dropped` it did not (it had refilled to its capacity meanwhile, or its key expired; or the hand-back failed,
-   * came past the horizon, or overflowed its queue). `returnCalls` counts the hand-back script calls,
-   * `returnsFailed` those that failed or ran past their deadline.
+   * came past the horizon, or overflowed its queue), both to the micro-token (a bucket refilling meanwhile takes
+   * back part of a token). `returnCalls` counts the hand-back script calls, `returnsFailed` those that failed or
+   * ran past their deadline. `short` counts takes the bucket had too few tokens for: their checks went again alone.
    */
   grants: {
     taken: number;
@@ -135,6 +137,7 @@ export interface DirectStats {
     dropped: number;
     returnCalls: number;
     returnsFailed: number;
+    short: number;
   };
 }
 
@@ -344,7 +347,17 @@ export class DirectDecider {
     terms: { taken: 0, notAllowed: 0, failed: 0 },
     calls: 0,
     callsFailed: 0,
-    grants: { taken: 0, tokens: 0, spent: 0, returned: 0, dropped: 0, returnCalls: 0, returnsFailed: 0 },
+    // `returned` and `dropped` in micro-tokens here (whole), in tokens in stats().
+    grants: {
+      taken: 0,
+      tokens: 0,
+      spent: 0,
+      returned: 0,
+      dropped: 0,
+      returnCalls: 0,
+      returnsFailed: 0,
+      short: 0,
+    },
   };
 
   /** `now`: monotonic ms (tests pass their own clock). */
@@ -377,7 +390,11 @@ export class DirectDecider {
       ...this.#stats,
       toAgent: { ...this.#stats.toAgent },
       terms: { ...this.#stats.terms },
-      grants: { ...this.#stats.grants },
+      grants: {
+        ...this.#stats.grants,
+        returned: this.#stats.grants.returned / MICRO,
+        dropped: this.#stats.grants.dropped / MICRO,
+      },
     };
   }
 
@@ -438,13 +455,18 @@ export class DirectDecider {
     const spare = pace === undefined ? 0 : this.#spare(held, pace, cost);
     if (spare > 0) pace!.taking = true;
     if (pace !== undefined) pace.queued++;
-    return new Promise((resolve) => {
-      this.#waiting.push({ held, subject: body.subject, keyed: subject, request, pace, spare, resolve });
-      if (!this.#flushScheduled) {
-        this.#flushScheduled = true;
-        setImmediate(this.#flush);
-      }
-    });
+    return new Promise((resolve) =>
+      this.#enqueue({ held, subject: body.subject, keyed: subject, request, pace, spare, resolve }),
+    );
+  }
+
+  /** Queue a check for a script call; the queue leaves at the end of the turn. */
+  #enqueue(w: Waiting): void {
+    this.#waiting.push(w);
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(this.#flush);
+    }
   }
 
   /**
@@ -557,7 +579,7 @@ export class DirectDecider {
   /** Queue tokens to hand back; they leave together at the end of the turn. */
   #handBack(back: HandBack): void {
     if (this.#returns.length >= MAX_RETURNS) {
-      this.#stats.grants.dropped += back.tokens;
+      this.#stats.grants.dropped += back.tokens * MICRO;
       return;
     }
     this.#returns.push(back);
@@ -578,7 +600,7 @@ export class DirectDecider {
         // Only within the take's horizon: later, the bucket may have refilled to its capacity since the take and
         // been spent below it again, and tokens handed back then would be more than it would hold had they never
         // left. (The refund script's deadline keeps to the same end in Redis, for a call that runs late.)
-        if (now >= back.by) this.#stats.grants.dropped += back.tokens;
+        if (now >= back.by) this.#stats.grants.dropped += back.tokens * MICRO;
         else (chunk.length < RETURN_BUCKETS && back.sha === sha ? chunk : rest).push(back);
       }
       this.#returns = rest;
@@ -605,13 +627,13 @@ export class DirectDecider {
       checks: chunk.map((b) => ({ cost: b.tokens * MICRO, capacity: b.capacity })),
       deadline: Math.min(...chunk.map((b) => b.deadline)),
     });
-    const offered = chunk.reduce((n, b) => n + b.tokens, 0);
+    const offered = chunk.reduce((n, b) => n + b.tokens * MICRO, 0);
     this.#stats.grants.returnCalls++;
     let given = 0;
     try {
       const reply = parseRefundReply(await this.#run(sha, keys, argv), chunk.length);
       if (reply.late === true) this.#stats.grants.returnsFailed++;
-      for (const r of reply.results) given += r.refunded / MICRO;
+      for (const r of reply.results) given += r.refunded;
     } catch {
       this.#stats.grants.returnsFailed++;
     }
@@ -805,23 +827,16 @@ export class DirectDecider {
       const sha = this.#waiting[0]!.held.term.scriptSha;
       const chunk: Waiting[] = [];
       const rest: Waiting[] = [];
-      // Requests in the call: a check's own, and its take ahead (the first check goes even past maxBatch).
-      let requests = 0;
       for (const w of this.#waiting) {
-        const size = w.spare > 0 ? 2 : 1;
         if (now >= w.held.usableUntil) {
           this.#stats.toAgent.late++;
           if (w.pace !== undefined) w.pace.queued--;
           // Only the check that carried the take clears it: another check of the subject may be late meanwhile.
           if (w.spare > 0) w.pace!.taking = false;
           w.resolve(undefined);
-        } else if (
-          (chunk.length === 0 || requests + size <= this.#maxBatch) &&
-          w.held.term.scriptSha === sha
-        ) {
+        } else if (chunk.length < this.#maxBatch && w.held.term.scriptSha === sha) {
           chunk.push(w);
           if (w.pace !== undefined) w.pace.queued--;
-          requests += size;
         } else rest.push(w);
       }
       this.#waiting = rest;
@@ -848,13 +863,17 @@ export class DirectDecider {
       const own = redisMicrosAt(held, giveUpAt);
       deadline = Math.min(deadline, held.term.deadlineMicros, Math.max(1, own));
     }
-    // A take ahead runs right after its check, on the same bucket: it never takes what the check needed.
-    const requests: EncodedRequest[] = [];
-    for (const w of chunk) {
-      requests.push(w.request);
-      if (w.spare > 0)
-        requests.push({ ...w.request, checks: [{ ...w.request.checks[0]!, cost: w.spare * MICRO }] });
-    }
+    // A take ahead rides in its check's own request, one bucket operation: the check's cost and the tokens taken,
+    // all or nothing. A bucket short of both (fewer tokens than the pace's last sight of it said) sends the check
+    // again alone, below.
+    const requests = chunk.map((w) =>
+      w.spare > 0
+        ? {
+            ...w.request,
+            checks: [{ ...w.request.checks[0]!, cost: w.request.checks[0]!.cost + w.spare * MICRO }],
+          }
+        : w.request,
+    );
     const { keys, argv } = scriptCall(requests, deadline);
     this.#stats.calls++;
     let replies: EncodedReply[];
@@ -878,13 +897,31 @@ export class DirectDecider {
     }
     this.#failuresInARow = 0;
     const answeredAt = this.#now();
-    let at = 0;
-    for (const w of chunk) {
-      const reply = replies[at++]!;
-      const spare = w.spare > 0 ? replies[at++] : undefined;
-      w.resolve(this.#answer(w, reply, sentAt, answeredAt));
-      if (w.pace !== undefined) this.#took(w, reply, spare, sentAt, answeredAt);
-    }
+    chunk.forEach((w, i) => {
+      const reply = replies[i]!;
+      if (w.spare === 0) {
+        w.resolve(this.#answer(w, reply, sentAt, answeredAt));
+        if (w.pace !== undefined) this.#took(w, reply, undefined, sentAt, answeredAt);
+      } else if (reply.allowed) {
+        // The check's own answer: the tokens taken stay the subject's, so they count in what it has left.
+        const [r] = reply.results;
+        const own = { ...reply, results: [{ ...r!, remaining: r!.remaining + w.spare * MICRO }] };
+        w.resolve(this.#answer(w, own, sentAt, answeredAt));
+        this.#took(w, own, reply, sentAt, answeredAt);
+      } else this.#again(w, reply);
+    });
+  }
+
+  /** A check whose take did not fit: charged nothing, it goes again alone (to the agent once this client closed). */
+  #again(w: Waiting, reply: EncodedReply): void {
+    const pace = w.pace!;
+    pace.taking = false;
+    pace.bucketLeft = Math.max(0, reply.results[0]!.remaining / MICRO);
+    this.#stats.grants.short++;
+    if (this.#closed) return w.resolve(undefined);
+    w.spare = 0;
+    pace.queued++;
+    this.#enqueue(w);
   }
 
   /** What a check's call tells its subject's pace: what the bucket has left, and the tokens taken ahead, if any. */

@@ -106,6 +106,11 @@ class ScriptedRedis implements DirectRedis {
   }
 }
 
+/** The cost of each request of a script call, micro-tokens: a check's own, or with the tokens taken ahead in it. */
+function costs(call: { argv: string[] }): string[] {
+  return Array.from({ length: Number(call.argv[0]) }, (_, r) => call.argv[2 + r * 7 + 5]!);
+}
+
 /** A decider over `redis` whose agent answers each term request with `answer`; the clock is `clock.now`. */
 function setup(
   answer: (body: TermRequest) => { status: number; json: unknown; code?: string },
@@ -571,7 +576,7 @@ describe('direct decisions in the client', () => {
     both.close();
   });
 
-  it('takes tokens ahead for a subject checked often, in the same call after its check, and spends them with no call', async () => {
+  it("takes tokens ahead for a subject checked often, in its check's own request, and spends them with no call", async () => {
     const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }));
     void decider.decide(one);
     await settle();
@@ -579,15 +584,16 @@ describe('direct decisions in the client', () => {
     expect((await decider.decide(one))!.allowed).toBe(true);
     expect(redis.calls[0]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
     // 100 ms later: a pace of 10/s over half the 5 s horizon is 25 tokens, capped at a tenth of the bucket (10) (and
-    // at the 98 - 50 that keep the bucket half full). The take is the second request of the same call, on the same key.
+    // at the 98 - 50 that keep the bucket half full). The take rides in the check's request: one bucket operation
+    // of cost 11. The check is told the 10 taken count in what its subject has left.
     clock.now = 1100;
     const second = await decider.decide(one);
     expect(second).toMatchObject({ allowed: true, local: 'direct', results: [{ remaining: 98 }] });
     expect(second).not.toHaveProperty('aheadMs');
     expect(redis.calls).toHaveLength(2);
-    expect(redis.calls[1]!.keys).toEqual(['rl:v3:{tenant-1}:writes', 'rl:v3:{tenant-1}:writes']);
-    expect(redis.calls[1]!.argv.slice(0, 2)).toEqual(['2', expect.any(String)]);
-    expect([redis.calls[1]!.argv[7], redis.calls[1]!.argv[14]]).toEqual(['1000000', '10000000']);
+    expect(redis.calls[1]!.keys).toEqual(['rl:v3:{tenant-1}:writes']);
+    expect(redis.calls[1]!.argv.slice(0, 2)).toEqual(['1', expect.any(String)]);
+    expect(costs(redis.calls[1]!)).toEqual(['11000000']);
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(88_000_000);
     // The next ten checks spend them here: admitted with no call, told what sequential checks would be told.
     const spent = [];
@@ -601,11 +607,20 @@ describe('direct decisions in the client', () => {
     expect(redis.calls.at(-1)!.keys).toEqual(['rl:v3:{tenant-2}:writes']);
     // Spent: the next check of tenant-1 goes to Redis again, and takes ahead again.
     expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(redis.calls.at(-1)!.keys).toHaveLength(2);
+    expect(costs(redis.calls.at(-1)!)).toEqual(['11000000']);
     expect(decider.stats()).toMatchObject({
       admitted: 14,
       calls: 4,
-      grants: { taken: 2, tokens: 20, spent: 10, returned: 0, dropped: 0, returnCalls: 0, returnsFailed: 0 },
+      grants: {
+        taken: 2,
+        tokens: 20,
+        spent: 10,
+        returned: 0,
+        dropped: 0,
+        returnCalls: 0,
+        returnsFailed: 0,
+        short: 0,
+      },
     });
   });
 
@@ -628,6 +643,7 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 0,
       returnsFailed: 0,
+      short: 0,
     });
   });
 
@@ -645,6 +661,7 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 0,
       returnsFailed: 0,
+      short: 0,
     });
     clock.now = 1200;
     // An admission on a token taken ahead says how long before it the take was sent: its decision's instant.
@@ -674,6 +691,7 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 1,
       returnsFailed: 0,
+      short: 0,
     });
     expect(redis.calls).toHaveLength(3);
     // 93, less this check and its take of 2, plus the 3 back.
@@ -698,6 +716,7 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 0,
       returnsFailed: 0,
+      short: 0,
     });
     // The share shrinks: the renewal from half way brings a smaller bucket. The check that asks for it is still
     // decided under the term held, on its tokens; the next, under the new bucket, drops them and goes to Redis.
@@ -727,10 +746,10 @@ describe('direct decisions in the client', () => {
       }
       // 55 left after the first check: the second takes 4 (55 - 1 - 50), leaving the bucket at half, which the
       // third to fifth checks spend from; no take after (the bucket is at half).
-      const takes = redis.calls.filter((c) => c.keys.length === 2);
+      const takes = redis.calls.filter((c) => costs(c)[0] !== '1000000');
       expect(takes).toHaveLength(options.grants === false ? 0 : 1);
       expect(decider.stats().grants.taken).toBe(takes.length);
-      if (takes.length > 0) expect(takes[0]!.argv[14]).toBe('4000000');
+      if (takes.length > 0) expect(costs(takes[0]!)).toEqual(['5000000']);
       expect(redis.calls).toHaveLength(options.grants === false ? 5 : 2);
       expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(
         options.grants === false ? 51_000_000 : 50_000_000,
@@ -755,18 +774,20 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 0,
       returnsFailed: 0,
+      short: 0,
     });
     expect(redis.calls).toHaveLength(5);
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(85_000_000);
   });
 
-  it('a take the script refuses (another process drained the bucket) holds nothing; each check then goes to Redis', async () => {
+  it('a take the bucket is short of (another process drained it) holds nothing; its check goes again alone', async () => {
     const { redis, clock, decider } = await paced();
-    // Another process leaves 5 tokens: this one still thinks 99 are left, and asks for 10 with its next check.
+    // Another process leaves 5 tokens: this one still thinks 99 are left, and asks for 10 with its next check. The
+    // bucket cannot pay both, so neither is charged, and the check goes again alone, in the next call.
     redis.tokens.set('rl:v3:{tenant-1}:writes', 5_000_000);
     clock.now = 1100;
-    expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(redis.calls[1]!.keys).toHaveLength(2);
+    expect((await decider.decide(one))!).toMatchObject({ allowed: true, results: [{ remaining: 4 }] });
+    expect(redis.calls.slice(1).map(costs)).toEqual([['11000000'], ['1000000']]);
     expect(decider.stats().grants).toEqual({
       taken: 0,
       tokens: 0,
@@ -775,13 +796,30 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 0,
       returnsFailed: 0,
+      short: 1,
     });
+    expect(decider.stats()).toMatchObject({ admitted: 2, calls: 3 });
     // Nothing held: the next check is a call, and with 4 left it asks for no take (the bucket is below half full).
     clock.now = 1200;
     expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(redis.calls).toHaveLength(3);
-    expect(redis.calls[2]!.keys).toHaveLength(1);
+    expect(redis.calls).toHaveLength(4);
+    expect(costs(redis.calls[3]!)).toEqual(['1000000']);
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(3_000_000);
+    // A bucket short of the check too: the check alone is refused as any other, and remembered. (The take asked
+    // for is 8: 59 left after the first check, less this one and the half to keep.)
+    redis.tokens.set('rl:v3:{tenant-2}:writes', 60_000_000);
+    const two = { policy: 'writes', subject: 'tenant-2' };
+    await decider.decide(two);
+    clock.now = 1300;
+    redis.tokens.set('rl:v3:{tenant-2}:writes', 0);
+    expect(await decider.decide(two)).toMatchObject({
+      allowed: false,
+      results: [{ remaining: 0, reason: 'subject_exhausted' }],
+    });
+    expect(redis.calls.slice(5).map(costs)).toEqual([['9000000'], ['1000000']]);
+    expect(await decider.decide(two)).toMatchObject({ allowed: false });
+    expect(redis.calls).toHaveLength(7);
+    expect(decider.stats()).toMatchObject({ refused: 2, recalled: 1, grants: { taken: 0, short: 2 } });
   });
 
   it("a call that carries a take and another subject's check answers each from its own reply", async () => {
@@ -792,11 +830,8 @@ describe('direct decisions in the client', () => {
       decider.decide(one)!,
       decider.decide({ policy: 'writes', subject: 'tenant-2' })!,
     ]);
-    expect(redis.calls[1]!.keys).toEqual([
-      'rl:v3:{tenant-1}:writes',
-      'rl:v3:{tenant-1}:writes',
-      'rl:v3:{tenant-2}:writes',
-    ]);
+    expect(redis.calls[1]!.keys).toEqual(['rl:v3:{tenant-1}:writes', 'rl:v3:{tenant-2}:writes']);
+    expect(costs(redis.calls[1]!)).toEqual(['11000000', '1000000']);
     expect(first).toMatchObject({ allowed: true, results: [{ remaining: 98 }] });
     expect(other).toMatchObject({ allowed: false, results: [{ remaining: 0, reason: 'subject_exhausted' }] });
     expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10 });
@@ -807,11 +842,11 @@ describe('direct decisions in the client', () => {
     redis.fail = new Error('connection reset');
     clock.now = 1100;
     expect(await decider.decide(one)).toBeUndefined();
-    expect(redis.calls[1]!.keys).toHaveLength(2);
+    expect(costs(redis.calls[1]!)).toEqual(['11000000']);
     redis.fail = undefined;
     clock.now = 1200;
     expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(redis.calls[2]!.keys).toHaveLength(2);
+    expect(costs(redis.calls[2]!)).toEqual(['11000000']);
     expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10 });
   });
 
@@ -843,6 +878,7 @@ describe('direct decisions in the client', () => {
       dropped: 0,
       returnCalls: 2,
       returnsFailed: 0,
+      short: 0,
     });
   });
 
@@ -878,6 +914,7 @@ describe('direct decisions in the client', () => {
       dropped: 5,
       returnCalls: 1,
       returnsFailed: 0,
+      short: 0,
     });
 
     const failing = await paced();
@@ -934,6 +971,7 @@ describe('direct decisions in the client', () => {
       dropped: 10,
       returnCalls: 1,
       returnsFailed: 1,
+      short: 0,
     });
   });
 
@@ -944,7 +982,7 @@ describe('direct decisions in the client', () => {
     clock.now = 1100;
     const check = decider.decide(one)!;
     await settle();
-    expect(redis.calls.at(-1)!.keys).toHaveLength(2);
+    expect(costs(redis.calls.at(-1)!)).toEqual(['11000000']);
     let closed = false;
     const closing = decider.close();
     expect(decider.close()).toBe(closing);
