@@ -1178,9 +1178,28 @@ function countUsage(state: PolicyState, subject: string, admitted: number, refus
  * demand, which the busiest make, and the agent's own decisions still report every subject they see.
  */
 function takeUsage(state: PolicyState, bytes: number): TermUsage[] {
+  // The busiest MAX_TERM_USAGE by a threshold, not a sort of every subject counted (up to 16,384, at each renewal,
+  // on the event loop): the totals alone sorted as numbers, then ties at the threshold kept in the order counted,
+  // as a stable sort of them all would keep them.
+  let threshold = -Infinity;
+  let ties = Infinity;
+  const n = state.usage.size;
+  if (n > MAX_TERM_USAGE) {
+    const totals = new Float64Array(n);
+    let i = 0;
+    for (const [admitted, refused] of state.usage.values()) totals[i++] = admitted + refused;
+    totals.sort();
+    threshold = totals[n - MAX_TERM_USAGE]!;
+    let above = n;
+    while (above > 0 && totals[above - 1]! > threshold) above--;
+    ties = MAX_TERM_USAGE - (n - above);
+  }
   const all: TermUsage[] = [];
-  for (const [subject, [admitted, refused]] of state.usage)
-    all.push([subject, Math.round(admitted), Math.round(refused)]);
+  for (const [subject, [admitted, refused]] of state.usage) {
+    const total = admitted + refused;
+    if (total > threshold || (total === threshold && ties-- > 0))
+      all.push([subject, Math.round(admitted), Math.round(refused)]);
+  }
   state.usage.clear();
   if (all.length > 1) all.sort((a, b) => b[1] + b[2] - (a[1] + a[2]));
   const out: TermUsage[] = [];
