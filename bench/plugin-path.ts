@@ -1,6 +1,6 @@
 /**
  * `npx tsx bench/plugin-path.ts [--src DIR[,DIR]] [--requests 20000] [--rounds 5] [--chunk 1000] [--concurrency 64]
- *   [--nogrants]`
+ *   [--nogrants] [--direct] [--tenants zipf|uniform]`
  *
  * CPU the Fastify plugin and the client add to a protected request in the service's own process. For each `--src`
  * (a copy of packages/client/src at the same depth, e.g. `packages/client/src-base` holding a baseline; remove it
@@ -10,7 +10,9 @@
  * All are driven by `inject` (`--concurrency` requests in flight) in interleaved chunks of `--chunk` requests, the
  * order turned each chunk (whichever runs first after another pays more), so load from elsewhere on the machine
  * falls on each alike. Each round prints process.cpuUsage per request of each route, and of each protected one
- * less the unprotected: what the plugin path costs (inject's own cost is the same on every route).
+ * less the unprotected: what the plugin path costs (inject's own cost is the same on every route). `--direct` gives
+ * each client direct decisions on the agent's Redis (the agent with terms on), as the service bench's `direct`
+ * contender; their Redis client's work is in this process's CPU, Redis's own is not.
  */
 import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -33,6 +35,8 @@ const { values } = parseArgs({
     chunk: { type: 'string', default: '1000' },
     concurrency: { type: 'string', default: '64' },
     nogrants: { type: 'boolean', default: false },
+    direct: { type: 'boolean', default: false },
+    tenants: { type: 'string', default: 'zipf' },
   },
 });
 const requests = Number(values.requests);
@@ -58,15 +62,22 @@ writeFileSync(
   JSON.stringify({ policies: { service: { capacity: 100, refillPerSecond: 100 / 60 } } }),
 );
 const agentPort = await freePort();
-const agent = spawnServer([AGENT_MAIN], defaultAgentEnv(redis.url, policiesFile, agentPort), false);
+const agent = spawnServer(
+  [AGENT_MAIN],
+  { ...defaultAgentEnv(redis.url, policiesFile, agentPort), ...(values.direct ? { QP_TERMS: 'on' } : {}) },
+  false,
+);
+const { Redis } = await import('ioredis');
 const variants: { name: string; app: FastifyInstance; close: () => void; stats: () => unknown }[] = [];
 const free = Fastify();
 try {
   await waitForPort('127.0.0.1', agentPort, 30_000);
   for (const m of modules) {
+    const direct = values.direct ? new Redis(redis.url) : undefined;
     const client = new m.client.AgentClient({
       baseUrl: `http://127.0.0.1:${agentPort}`,
       ...(values.nogrants ? { grants: false as const } : {}),
+      ...(direct === undefined ? {} : { direct: { redis: direct } }),
     });
     const app = Fastify();
     await app.register(m.plugin.quotaplane, { client, subject: tenantOf });
@@ -77,14 +88,20 @@ try {
       app,
       close: () => {
         void app.close();
-        client.close();
+        void client.closeAndDrain().then(() => direct?.disconnect());
       },
-      stats: () => ({ exchanges: client.stats().exchanges, grants: client.grantStats() }),
+      stats: () => ({
+        exchanges: client.stats().exchanges,
+        grants: client.grantStats(),
+        direct: client.directStats(),
+      }),
     });
   }
   free.get('/free', () => ({ ok: true }));
   await free.ready();
-  const tenants = tenantSequence('zipf');
+  if (values.tenants !== 'zipf' && values.tenants !== 'uniform')
+    throw new Error('--tenants: zipf or uniform');
+  const tenants = tenantSequence(values.tenants);
 
   /** Requests `from` to `to` of the tenant sequence (with `prefix`) to `url` of `app`: CPU µs used, by status. */
   async function drive(
