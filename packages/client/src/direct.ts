@@ -399,10 +399,11 @@ export class DirectDecider {
   }
 
   /**
-   * Decide `body` here, or undefined at once (ask the agent). The promise answers undefined too when the check
-   * turned out to need the agent (a failed call, a refusal that is not final, a term that ran out meanwhile).
+   * Decide `body` here, or undefined at once (ask the agent). A decision made with no call (tokens held, a refusal
+   * remembered) comes as it is; one that needs a script call comes as a promise, which answers undefined when the
+   * check turned out to need the agent (a failed call, a refusal that is not final, a term that ran out meanwhile).
    */
-  decide(body: DecisionRequest): Promise<DirectDecision | undefined> | undefined {
+  decide(body: DecisionRequest): DirectDecision | Promise<DirectDecision | undefined> | undefined {
     if (this.#closed || 'checks' in body) return undefined;
     if (body.class !== undefined || body.dryRun === true || body.idempotencyKey !== undefined) {
       if (this.#policies.has(body.policy)) this.#stats.toAgent.not_direct++;
@@ -433,7 +434,7 @@ export class DirectDecider {
     const pace = this.#horizonMs > 0 ? this.#pace(state, held, subject, now) : undefined;
     // Taken ahead from this very bucket, which the term still holds in force: spent here, no call.
     if (pace !== undefined && pace.tokens >= cost)
-      return Promise.resolve(this.#spend(state, held, body.subject, pace, cost, now));
+      return this.#spend(state, held, body.subject, pace, cost, now);
     if (now < this.#pausedUntil) {
       this.#stats.toAgent.failed++;
       return undefined;
@@ -442,7 +443,7 @@ export class DirectDecider {
     const remembered = state.refusals.get(memoryKey);
     if (remembered !== undefined) {
       if (now < remembered.until && remembered.bucketId === held.bucketId)
-        return Promise.resolve(this.#recall(state, held, body.subject, remembered, cost, now));
+        return this.#recall(state, held, body.subject, remembered, cost, now);
       if (now >= remembered.until) state.refusals.delete(memoryKey);
     }
     const { term } = held;

@@ -184,7 +184,9 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
     const body = checks.length === 1 ? checks[0]! : { checks };
     let decision: Decision;
     try {
-      decision = await options.client.decide(body, { requestId: request.id, onUnavailable: modes });
+      // Inline when decided in this process with no call (most checks of a busy subject): no promise to wait on.
+      const pending = options.client.decideInline(body, { requestId: request.id, onUnavailable: modes });
+      decision = pending instanceof Promise ? await pending : pending;
     } catch (error) {
       if (!(error instanceof AgentRequestError)) throw error;
       if (CALLER_CODES.has(error.code)) {

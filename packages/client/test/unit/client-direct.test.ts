@@ -4,7 +4,12 @@
  * agent and why, what a script call carries, what an answer says, and what a renewal reports.
  */
 import { describe, expect, it } from 'vitest';
-import { DirectDecider, type DirectOptions, type DirectRedis } from '../../src/direct.js';
+import {
+  DirectDecider,
+  type DirectDecision,
+  type DirectOptions,
+  type DirectRedis,
+} from '../../src/direct.js';
 import { AgentClient } from '../../src/agent-client.js';
 import { termKeyFingerprint, type TermRequest, type TermResponse } from '../../../../core/wire/term.js';
 import { normalizeSubject } from '../../../../core/subjects/subject.js';
@@ -188,7 +193,9 @@ describe('direct decisions in the client', () => {
     void decider.decide(one);
     await settle();
     const answers = await Promise.all(
-      Array.from({ length: 12 }, (_, i) => decider.decide({ policy: 'writes', subject: `t-${i % 3}` })!),
+      Array.from({ length: 12 }, (_, i) =>
+        Promise.resolve(decider.decide({ policy: 'writes', subject: `t-${i % 3}` })),
+      ),
     );
     expect(redis.calls).toHaveLength(1);
     expect(redis.calls[0]!.argv[0]).toBe('12');
@@ -244,7 +251,8 @@ describe('direct decisions in the client', () => {
     // Refused at 1,000 with a token in 2,000 ms: remembered until 2,999 (the call's send time + the retry-after,
     // less a millisecond for its rounding).
     clock.now = 1400;
-    const again = await decider.decide(one);
+    const again = decider.decide(one);
+    expect(again).not.toBeInstanceOf(Promise);
     expect(again).toMatchObject({
       allowed: false,
       retryAfterMs: 1600,
@@ -260,7 +268,7 @@ describe('direct decisions in the client', () => {
         },
       ],
     });
-    expect(again!.headers['Retry-After']).toBe('2');
+    expect((again as DirectDecision).headers['Retry-After']).toBe('2');
     // Another cost has a retry-after of its own: it goes to Redis (and is remembered beside the first), as does
     // another subject.
     expect((await decider.decide({ ...one, cost: 2 }))!.allowed).toBe(false);
@@ -468,7 +476,9 @@ describe('direct decisions in the client', () => {
     // 1,100 subjects of 20 characters, subject i decided (i % 3) + 1 times.
     const subject = (i: number) => `s-${String(i).padStart(18, '0')}`;
     const checks = Array.from({ length: 1100 }, (_, i) =>
-      Array.from({ length: (i % 3) + 1 }, () => decider.decide({ policy: 'writes', subject: subject(i) })!),
+      Array.from({ length: (i % 3) + 1 }, () =>
+        Promise.resolve(decider.decide({ policy: 'writes', subject: subject(i) })),
+      ),
     ).flat();
     await Promise.all(checks);
     status = 413;
@@ -595,12 +605,17 @@ describe('direct decisions in the client', () => {
     expect(redis.calls[1]!.argv.slice(0, 2)).toEqual(['1', expect.any(String)]);
     expect(costs(redis.calls[1]!)).toEqual(['11000000']);
     expect(redis.tokens.get('rl:v3:{tenant-1}:writes')).toBe(88_000_000);
-    // The next ten checks spend them here: admitted with no call, told what sequential checks would be told.
-    const spent = [];
-    for (let i = 0; i < 10; i++) spent.push(await decider.decide(one));
+    // The next ten checks spend them here: admitted with no call, told what sequential checks would be told, each
+    // answered inline (no promise to wait on).
+    const spent: DirectDecision[] = [];
+    for (let i = 0; i < 10; i++) {
+      const decision = decider.decide(one);
+      expect(decision).not.toBeInstanceOf(Promise);
+      spent.push(decision as DirectDecision);
+    }
     expect(redis.calls).toHaveLength(2);
-    expect(spent.map((d) => d!.results[0]!.remaining)).toEqual([97, 96, 95, 94, 93, 92, 91, 90, 89, 88]);
-    expect(spent.every((d) => d!.allowed && d!.local === 'direct')).toBe(true);
+    expect(spent.map((d) => d.results[0]!.remaining)).toEqual([97, 96, 95, 94, 93, 92, 91, 90, 89, 88]);
+    expect(spent.every((d) => d.allowed && d.local === 'direct')).toBe(true);
     expect(spent[0]!.headers.RateLimit).toBe('"writes";r=97;t=5');
     // Another subject has no pace: its check goes to Redis, alone.
     expect((await decider.decide({ policy: 'writes', subject: 'tenant-2' }))!.allowed).toBe(true);
@@ -631,7 +646,7 @@ describe('direct decisions in the client', () => {
     });
     clock.now = 1100;
     // One call on the wire at a time: the first check and its take leave, the other three wait for it.
-    const burst = await Promise.all(Array.from({ length: 4 }, () => decider.decide(one)!));
+    const burst = await Promise.all(Array.from({ length: 4 }, () => Promise.resolve(decider.decide(one))));
     expect(burst.every((d) => d!.allowed && d!.local === 'direct')).toBe(true);
     expect(redis.calls).toHaveLength(2);
     expect(burst.map((d) => d!.results[0]!.remaining)).toEqual([98, 97, 96, 95]);
@@ -763,7 +778,7 @@ describe('direct decisions in the client', () => {
       callsInFlight: 1,
     });
     clock.now = 1100;
-    const burst = await Promise.all(Array.from({ length: 14 }, () => decider.decide(one)!));
+    const burst = await Promise.all(Array.from({ length: 14 }, () => Promise.resolve(decider.decide(one))));
     expect(burst.every((d) => d!.allowed)).toBe(true);
     // The first check and its take of 10; ten queued checks on them; the last three, one call each.
     expect(decider.stats().grants).toEqual({

@@ -13,7 +13,7 @@ async function answer(
   decide: () => Promise<Decision>,
 ): Promise<{ status: number; type: string; body: string }> {
   const app = Fastify();
-  const client = { decide } as unknown as AgentClient;
+  const client = { decideInline: decide } as unknown as AgentClient;
   await app.register(quotaplane, { client, subject: () => 't1' });
   app.get('/work', { config: { quota: { policy: 'p' } } }, () => ({ ok: true }));
   const res = await app.inject({ method: 'GET', url: '/work' });
@@ -62,7 +62,10 @@ describe('plugin problem bodies', () => {
       else d.results[0]!.reason = reason as Decision['results'][0]['reason'];
       return Promise.resolve(d);
     };
-    await app.register(quotaplane, { client: { decide } as unknown as AgentClient, subject: () => 't1' });
+    await app.register(quotaplane, {
+      client: { decideInline: decide } as unknown as AgentClient,
+      subject: () => 't1',
+    });
     app.get('/work', { config: { quota: { policy: 'p' } } }, () => ({ ok: true }));
     const seen: (string | undefined)[] = [];
     for (let n = 0; n < reasons.length; n++) {
