@@ -175,6 +175,40 @@ describe('direct decisions', () => {
     }
   });
 
+  it('a take the bucket is short of (another process spent it) charges nothing; the check goes again alone', async () => {
+    const taker = directClient();
+    const drain = directClient(own, undefined, false);
+    await Promise.all([termFor(taker, 'hot'), termFor(drain, 'hot')]);
+    const subject = { policy: 'hot', subject: 'tenant-5' };
+    // Two checks 5 ms apart: the second takes 10 ahead in its own request (cost 11), leaving 88.
+    for (let i = 0; i < 2; i++) {
+      expect((await taker.decide(subject)).allowed).toBe(true);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(taker.directStats()!.grants).toMatchObject({ taken: 1, tokens: 10 });
+    // Another process (taking nothing ahead) spends all but 3.
+    let drained = 0;
+    for (let i = 0; i < 120 && drained < 85; i++) if ((await drain.decide(subject)).allowed) drained++;
+    expect(drained).toBe(85);
+    // The taker spends its 10 here, then asks for its check and another 10 together, which the 3 left cannot pay:
+    // nothing is charged, and the check goes again alone, admitted on one of the 3.
+    let admitted = 0;
+    for (let i = 0; i < 20 && taker.directStats()!.grants.short === 0; i++) {
+      if ((await taker.decide(subject)).allowed) admitted++;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(admitted).toBe(11);
+    expect(taker.directStats()!.grants).toMatchObject({ taken: 1, tokens: 10, spent: 10, short: 1 });
+    const redis = new Redis(own.redis.url);
+    try {
+      const [key] = await redis.keys('rl:v*:{tenant-5}:hot');
+      // Every admission paid exactly once: 100 less the 2 + 85 + 11 admitted.
+      expect(Math.floor(Number(await redis.hget(key!, 'tk')) / 1e6)).toBe(100 - 2 - drained - admitted);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it('a refusal is remembered until its retry-after, and a caller that waits the retry-after it is told is admitted', async () => {
     const client = directClient();
     await termFor(client, 'quick');
