@@ -5,7 +5,7 @@
  * The service bench's protected service (bench/service.bench.ts) and its agent under the same closed-loop load
  * (64 connections, Zipf or uniform tenants), both profiled with `node --cpu-prof`: CPU per request of the
  * service, the agent and Redis, then each process's top self-time functions and packages (shares of non-idle
- * samples, by bench/profile-agent.ts's summary). `--no-prof` runs both without the profiler (the CPU figures
+ * samples, by bench/profile-agent.ts's summary), and the service's event-loop delay. `--no-prof` runs both without the profiler (the CPU figures
  * alone, without its overhead); `--keep DIR` copies the .cpuprofile files there (for DevTools or speedscope).
  *
  * With everything on one core, a process that writes to a socket often loses the core to the reader it woke:
@@ -136,6 +136,8 @@ try {
         .filter((l) => /calls=\d{3,}/.test(l))
         .join('\n'),
     );
+    const loop = (await (await fetch(`http://127.0.0.1:${port}/_loop`)).json()) as Record<string, number>;
+    console.log(`service event-loop delay, ms: ${JSON.stringify(loop)}`);
     const s = (await (await fetch(`http://127.0.0.1:${port}/_stats`)).json()) as unknown;
     console.log(JSON.stringify(s));
   } catch {

@@ -21,6 +21,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { processBackend } from '../test/harness/process-backend.js';
@@ -422,6 +423,16 @@ async function serve(kind: Contender, port: number, redisUrl: string, agentUrl: 
   const { default: Fastify } = await import('fastify');
   const app = Fastify();
   const work = () => ({ ok: true });
+  // The event loop's delay since the service started, ms (bench/profile-service.ts prints it): a long turn (a walk
+  // of many subjects, a large batch of answers) shows in its tail before it shows in the requests' p99.
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  app.get('/_loop', () => ({
+    mean: Math.round(loop.mean / 1e4) / 100,
+    p99: Math.round(loop.percentile(99) / 1e4) / 100,
+    p999: Math.round(loop.percentile(99.9) / 1e4) / 100,
+    max: Math.round(loop.max / 1e4) / 100,
+  }));
   const closers: (() => void)[] = [];
   if (kind === 'quotaplane' || kind === 'nogrants' || kind === 'direct') {
     // As docs/agent.md shows it, with the client's defaults.

@@ -1013,6 +1013,27 @@ describe('direct decisions in the client', () => {
     expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 10, returned: 10, dropped: 0 });
   });
 
+  it('each renewal looks at 2,048 paces, going on from where the last stopped: quiet ones are forgotten', async () => {
+    const { clock, decider } = setup(() => ({ status: 200, json: term({ ...BIG, validForMs: 2000 }) }));
+    void decider.decide(one);
+    await settle();
+    clock.now = 100;
+    const subjects = Array.from({ length: 3000 }, (_, i) => ({ policy: 'writes', subject: `t-${i}` }));
+    await Promise.all(subjects.map((s) => Promise.resolve(decider.decide(s))));
+    expect(decider.stats().paced).toBe(3000);
+    // Quiet for a horizon, and the term ran out: the check asks for the next, and that renewal forgets the first
+    // 2,048 paces only.
+    clock.now = 5200;
+    expect(decider.decide(one)).toBeUndefined();
+    await settle();
+    expect(decider.stats().paced).toBe(952);
+    // The next renewal (from half way) goes on: the other 952 are forgotten; this check's new pace is kept.
+    clock.now = 6300;
+    await decider.decide(one);
+    await settle();
+    expect(decider.stats().paced).toBe(1);
+  });
+
   it('takes nothing ahead under a term that names no refund script (an agent from before hand-backs)', async () => {
     const { redis, clock, decider } = await paced({}, { refundSha: undefined, refundScript: undefined });
     for (let i = 1; i <= 5; i++) {
