@@ -349,7 +349,7 @@ export class DirectDecider {
   /** Paces holding tokens taken ahead, and what hands back theirs once their spending time ran out (while any are). */
   readonly #holding = new Set<Pace>();
   #sweeper: NodeJS.Timeout | undefined;
-  readonly #stats: DirectStats = {
+  readonly #stats: Omit<DirectStats, 'paced'> = {
     admitted: 0,
     refused: 0,
     recalled: 0,
@@ -357,7 +357,6 @@ export class DirectDecider {
     terms: { taken: 0, notAllowed: 0, failed: 0 },
     calls: 0,
     callsFailed: 0,
-    paced: 0,
     // `returned` and `dropped` in micro-tokens here (whole), in tokens in stats().
     grants: {
       taken: 0,
