@@ -151,6 +151,18 @@ async function paced(options: Omit<DirectOptions, 'redis'> = {}, over: Partial<T
   return s;
 }
 
+/** A decider whose `count` subjects `t-0`… each hold 10 tokens taken ahead (checked twice, 100 ms apart). */
+async function holding(count: number) {
+  const s = setup(() => ({ status: 200, json: term(BIG) }));
+  void s.decider.decide(one);
+  await settle();
+  const subjects = Array.from({ length: count }, (_, i) => ({ policy: 'writes', subject: `t-${i}` }));
+  await Promise.all(subjects.map(async (c) => s.decider.decide(c)));
+  s.clock.now = 1100;
+  await Promise.all(subjects.map(async (c) => s.decider.decide(c)));
+  return s;
+}
+
 describe('direct decisions in the client', () => {
   it('asks the agent until a term is held, then decides on the term with its bucket, key and deadline', async () => {
     const { redis, asked, decider } = setup(() => ({ status: 200, json: term() }));
@@ -866,14 +878,8 @@ describe('direct decisions in the client', () => {
   });
 
   it('hands back what a forgotten or closed pace holds, in calls of at most 16 buckets; close settles once they answered', async () => {
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }));
-    void decider.decide(one);
-    await settle();
     // 20 subjects, each checked twice 100 ms apart: each takes 10 ahead with its second check.
-    const subjects = Array.from({ length: 20 }, (_, i) => ({ policy: 'writes', subject: `t-${i}` }));
-    await Promise.all(subjects.map(async (s) => decider.decide(s)));
-    clock.now = 1100;
-    await Promise.all(subjects.map(async (s) => decider.decide(s)));
+    const { redis, decider } = await holding(20);
     expect(decider.stats().grants).toMatchObject({ taken: 20, tokens: 200 });
     expect(redis.tokens.get('rl:v3:{t-7}:writes')).toBe(88_000_000);
     await decider.close();
@@ -898,13 +904,7 @@ describe('direct decisions in the client', () => {
   });
 
   it('keeps at most two hand-back calls on the wire; the rest leave as they answer', async () => {
-    const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }));
-    void decider.decide(one);
-    await settle();
-    const subjects = Array.from({ length: 40 }, (_, i) => ({ policy: 'writes', subject: `t-${i}` }));
-    await Promise.all(subjects.map(async (s) => decider.decide(s)));
-    clock.now = 1100;
-    await Promise.all(subjects.map(async (s) => decider.decide(s)));
+    const { redis, decider } = await holding(40);
     let open!: () => void;
     redis.refundGate = new Promise((r) => (open = r));
     const closing = decider.close();
