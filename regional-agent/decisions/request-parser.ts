@@ -22,10 +22,19 @@ export function parseDecisionRequest(body: unknown): DecisionRequest {
   }
   const parsed = (layered ? LayeredDecisionRequest : SingleDecisionRequest).safeParse(body);
   if (parsed.success) return parsed.data;
-  const problems = parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`);
-  const costIssue = parsed.error.issues.some((i) => i.path[i.path.length - 1] === 'cost');
-  const error = costIssue
+  const { issues } = parsed.error;
+  const problems = issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`);
+  const field = (i: (typeof issues)[number]) => i.path[i.path.length - 1];
+  // A subject of text the wire bounds refuse (empty, longer than MAX_WIRE_SUBJECT_LENGTH) is refused as the agent
+  // refuses any other subject it cannot key, AGT_ERR_INVALID_SUBJECT: the caller's input, not a malformed body (a
+  // service's plugin answers it with a 400, not as its own misconfiguration). A subject that is not text is.
+  const subjectIssue = issues.some(
+    (i) => field(i) === 'subject' && (i.code === 'too_big' || i.code === 'too_small'),
+  );
+  const error = issues.some((i) => field(i) === 'cost')
     ? new AgentErrors.AGT_ERR_INVALID_COST(problems.join('; '))
-    : new AgentErrors.AGT_ERR_INVALID_REQUEST(problems.join('; '));
+    : subjectIssue
+      ? new AgentErrors.AGT_ERR_INVALID_SUBJECT(problems.join('; '))
+      : new AgentErrors.AGT_ERR_INVALID_REQUEST(problems.join('; '));
   throw withProblems(error, problems);
 }

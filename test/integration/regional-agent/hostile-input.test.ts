@@ -216,11 +216,31 @@ describe('hostile input at every agent entry point: a 4xx with a stable code, an
         /AGT_ERR_(UNKNOWN_POLICY|INVALID_REQUEST)/,
       );
     }
-    for (const bad of ['""', '"\\u0000"', JSON.stringify('x'.repeat(1025)), '1', 'null', '{}', '["a"]']) {
+    // Text the agent cannot key is the subject's problem; anything but text is a malformed request.
+    for (const bad of [
+      '""',
+      '"\\u0000"',
+      JSON.stringify('x'.repeat(1025)),
+      JSON.stringify('x'.repeat(5000)),
+    ]) {
       await refused(
         `subject ${bad.slice(0, 20)}`,
         decisions(`{"policy":"open","subject":${bad}}`),
-        /AGT_ERR_(INVALID_SUBJECT|INVALID_REQUEST)/,
+        'AGT_ERR_INVALID_SUBJECT',
+      );
+      await refused(
+        `layered subject ${bad.slice(0, 20)}`,
+        decisions(
+          `{"checks":[{"policy":"bystander","subject":"${subject}"},{"policy":"open","subject":${bad}}]}`,
+        ),
+        'AGT_ERR_INVALID_SUBJECT',
+      );
+    }
+    for (const bad of ['1', 'null', '{}', '["a"]']) {
+      await refused(
+        `subject ${bad}`,
+        decisions(`{"policy":"open","subject":${bad}}`),
+        'AGT_ERR_INVALID_REQUEST',
       );
     }
     const shapes: [string, string][] = [
@@ -560,7 +580,7 @@ describe('hostile input at every agent entry point: a 4xx with a stable code, an
       { status: 400, code: 'AGT_ERR_COST_ABOVE_MAX' },
       { status: 400, code: 'AGT_ERR_INVALID_COST' },
       { status: 404, code: 'AGT_ERR_UNKNOWN_POLICY' },
-      { status: 400, code: 'AGT_ERR_INVALID_REQUEST' },
+      { status: 400, code: 'AGT_ERR_INVALID_SUBJECT' },
     ]);
     expect(await redis.exists(bucketKey(1, `${run}-frozen`, 'open'))).toBe(0);
     expect(agent.guard.state).toBe('closed');

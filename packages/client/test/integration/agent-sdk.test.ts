@@ -275,15 +275,25 @@ describe('the plugin never shows the agent internals to end users', () => {
   it("a subject the agent finds invalid is the caller's 400, without the agent's message", async () => {
     const refused: AgentRequestError[] = [];
     const app = await serviceWith(client, refused, []);
-    const res = await app.inject({ url: '/reports', headers: { 'x-tenant-id': 'has spaces {and braces}' } });
-    expect(res.statusCode).toBe(400);
-    expect(res.json()).toEqual({
-      type: 'about:blank',
-      title: 'Bad Request',
-      status: 400,
-      code: 'AGT_ERR_INVALID_SUBJECT',
-      detail: 'the subject of this request is not valid',
-    });
+    // Characters the agent does not key, more than a key holds (96), more than the wire carries (1,024): one at a
+    // time (a single decision), then all in one turn (one batch, each element refused on its own).
+    const tenants = ['has spaces {and braces}', 'x'.repeat(97), 'x'.repeat(1025), 'x'.repeat(5000)];
+    const one = (tenant: string) => app.inject({ url: '/reports', headers: { 'x-tenant-id': tenant } });
+    const alone = [];
+    for (const tenant of tenants) alone.push(await one(tenant));
+    const batchesBefore = client.stats().batches;
+    const together = await Promise.all(tenants.map(one));
+    expect(client.stats().batches).toBeGreaterThan(batchesBefore);
+    for (const res of [...alone, ...together]) {
+      expect(res.statusCode).toBe(400);
+      expect(res.json()).toEqual({
+        type: 'about:blank',
+        title: 'Bad Request',
+        status: 400,
+        code: 'AGT_ERR_INVALID_SUBJECT',
+        detail: 'the subject of this request is not valid',
+      });
+    }
     expect(refused).toEqual([]);
     await app.close();
   });
