@@ -284,6 +284,25 @@ interface Answer {
   retryAfter: string | undefined;
 }
 
+/**
+ * The agent's route at `path`, or a TypeError that says what `baseUrl` must be (an unset environment variable
+ * reaches here as undefined, a bare host as a relative URL).
+ */
+function agentUrl(baseUrl: unknown, path: string): URL {
+  if (typeof baseUrl !== 'string' || !URL.canParse(baseUrl)) {
+    const got = typeof baseUrl === 'string' ? JSON.stringify(baseUrl.slice(0, 100)) : String(baseUrl);
+    throw new TypeError(
+      `AgentClient: baseUrl must be the agent's absolute URL, such as http://127.0.0.1:7101 (got ${got})`,
+    );
+  }
+  const base = new URL(baseUrl);
+  if (base.protocol !== 'http:')
+    throw new TypeError(
+      `AgentClient: baseUrl must be an http:// URL, the agent listening on plain http on a private network (got ${base.protocol})`,
+    );
+  return new URL(path, base);
+}
+
 function parseJson(text: string): unknown {
   try {
     return JSON.parse(text) as unknown;
@@ -372,10 +391,8 @@ export class AgentClient {
   };
 
   constructor(options: AgentClientOptions) {
-    this.#url = new URL('/v1/decisions', options.baseUrl);
-    this.#batchUrl = new URL('/v1/decisions/batch', options.baseUrl);
-    if (this.#url.protocol !== 'http:')
-      throw new TypeError('the agent listens on plain http on a private network');
+    this.#url = agentUrl(options.baseUrl, '/v1/decisions');
+    this.#batchUrl = agentUrl(options.baseUrl, '/v1/decisions/batch');
     // Before the agent has said its bound, assume what it assumes of a far link it has not measured yet, so the
     // first exchange of a cold burst (a strict check forwarded across a link) is not given up on.
     this.#timeoutMs = options.timeoutMs ?? FIRST_ANSWER_WITHIN_MS + ANSWER_MARGIN_MS;
