@@ -359,6 +359,49 @@ export function looksValidDecisionRequest(input: unknown): input is DecisionRequ
   return true;
 }
 
+/** The codes a decision body's own problems are refused with (400), most specific first. */
+export type DecisionBodyCode =
+  'AGT_ERR_TOO_MANY_CHECKS' | 'AGT_ERR_INVALID_COST' | 'AGT_ERR_INVALID_SUBJECT' | 'AGT_ERR_INVALID_REQUEST';
+
+/**
+ * A decision body as the agent reads it before looking at any policy: the request, or why it is refused (its code
+ * and one line per problem). More checks than a request carries first; then a cost's problem; then a subject of
+ * text the wire bounds refuse (empty, longer than MAX_WIRE_SUBJECT_LENGTH), refused as any other subject the
+ * agent cannot key; anything else (a subject that is not text, an unknown field) is the body's. Pure: the agent's
+ * parser answers with it, and the client refuses with it a body the agent would refuse when it answers for the
+ * agent (a failure mode).
+ */
+export function readDecisionBody(
+  body: unknown,
+):
+  | { ok: true; request: DecisionRequest }
+  | { ok: false; code: DecisionBodyCode; problems: string[]; checks?: number } {
+  if (looksValidDecisionRequest(body)) return { ok: true, request: body };
+  const layered = isObject(body) && 'checks' in body;
+  if (layered && Array.isArray(body['checks']) && body['checks'].length > MAX_CHECKS_PER_REQUEST) {
+    const checks = body['checks'].length;
+    return {
+      ok: false,
+      code: 'AGT_ERR_TOO_MANY_CHECKS',
+      problems: [`checks: at most ${MAX_CHECKS_PER_REQUEST}, got ${checks}`],
+      checks,
+    };
+  }
+  const parsed = (layered ? LayeredDecisionRequest : SingleDecisionRequest).safeParse(body);
+  if (parsed.success) return { ok: true, request: parsed.data };
+  const { issues } = parsed.error;
+  const field = (i: (typeof issues)[number]) => i.path[i.path.length - 1];
+  return {
+    ok: false,
+    code: issues.some((i) => field(i) === 'cost')
+      ? 'AGT_ERR_INVALID_COST'
+      : issues.some((i) => field(i) === 'subject' && (i.code === 'too_big' || i.code === 'too_small'))
+        ? 'AGT_ERR_INVALID_SUBJECT'
+        : 'AGT_ERR_INVALID_REQUEST',
+    problems: issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`),
+  };
+}
+
 /** The checks of a request, whichever form it took. */
 export function checksOf(request: DecisionRequest): readonly DecisionCheck[] {
   if ('checks' in request) return request.checks;
