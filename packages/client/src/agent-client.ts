@@ -23,6 +23,7 @@ import {
   DecisionResponse,
   Problem,
   checksOf,
+  readDecisionBody,
   type DecisionRequest,
   type WireCheckResult,
   LeaseReleaseResponse,
@@ -261,13 +262,19 @@ const ANSWER_MARGIN_MS = 50;
 const MAX_FOLLOWED_TIMEOUT_MS = 30_000;
 const OVERLOADED = 'AGT_ERR_OVERLOADED';
 const NOT_FOUND = 'AGT_ERR_NOT_FOUND';
-/** Largest batch body the client sends, bytes (the agent takes 16 times its body limit, 256 KiB by default). */
+/**
+ * Largest batch body the client sends, bytes (the agent takes 16 times its body limit, 256 KiB by default). An
+ * agent whose body limit was lowered answers a larger batch 413: the client then halves its bound, down to one
+ * decision per batch, and sends the same decisions again.
+ */
 const MAX_BATCH_BYTES = 128 * 1024;
 
 /** One decision waiting for (or in) an exchange. */
 interface Pending {
   payload: string;
   requestId: string | undefined;
+  /** When it was queued (performance.now()). */
+  queuedAt: number;
   resolve: (decision: DecisionResponse) => void;
   reject: (error: unknown) => void;
 }
@@ -278,10 +285,31 @@ type Outcome = { decision: DecisionResponse } | { error: AgentRequestError | Age
 /** The agent has no batch route (an older agent): the exchange's decisions are sent one by one. */
 class BatchUnsupported extends Error {}
 
+/** The agent refused a batch of `bytes` as too large (413): its decisions go again in smaller batches. */
+class BatchTooLarge extends Error {
+  constructor(readonly bytes: number) {
+    super(`the agent refused a batch of ${bytes} bytes as too large`);
+  }
+}
+
 interface Answer {
   status: number;
   text: string;
   retryAfter: string | undefined;
+}
+
+/** The agent's own refusal of `body` (400, as `POST /v1/decisions` words it), or undefined when it reads it. */
+function bodyRefusal(body: unknown): AgentRequestError | undefined {
+  const read = readDecisionBody(body);
+  if (read.ok) return undefined;
+  return new AgentRequestError({
+    type: 'about:blank',
+    title: 'Bad Request',
+    status: 400,
+    code: read.code,
+    detail: read.problems.join('; '),
+    errors: read.problems,
+  });
 }
 
 /**
@@ -368,6 +396,10 @@ export class AgentClient {
   readonly #started: number[] = [];
   /** A pump armed for when the exchanges in flight turn slow. */
   #slowTimer: NodeJS.Timeout | undefined;
+  /** Armed while decisions wait in the queue: gives up on those the agent left unanswered a whole timeout. */
+  #queueTimer: NodeJS.Timeout | undefined;
+  /** When the agent last answered anything (performance.now()): an answer says it is alive, however busy. */
+  #lastAnswerAt = -Infinity;
   /** Most decisions per exchange: 1 without coalescing, or when the agent has no batch route. */
   #maxBatch: number;
   #state: BreakerState = 'closed';
@@ -375,6 +407,7 @@ export class AgentClient {
   #queue: Pending[] = [];
   #inFlight = 0;
   #flushScheduled = false;
+  #maxBatchBytes = MAX_BATCH_BYTES;
   readonly #grants: GrantPool | undefined;
   readonly #direct: DirectDecider | undefined;
   /** Set by the first close: settles once what closing hands back has been answered. */
@@ -457,6 +490,7 @@ export class AgentClient {
         // a reason to stop asking. (Refusals are per decision, never an exchange's error.)
         errorFilter: (error: unknown) =>
           error instanceof BatchUnsupported ||
+          error instanceof BatchTooLarge ||
           (error instanceof AgentUnavailableError && error.failure === 'overloaded'),
       });
       const changed = (state: BreakerState) => () => {
@@ -538,9 +572,12 @@ export class AgentClient {
       this.#grants?.observe(body, answer);
       return answer;
     } catch (error) {
-      if (error instanceof AgentRequestError) {
-        setOwn(this.#stats.refused, error.code, (ownValue(this.#stats.refused, error.code) ?? 0) + 1);
-        throw error;
+      // A body the agent would refuse (a cost or subject from the caller) is refused here too when the agent did not
+      // answer: a failure mode answers only what the agent could have decided.
+      const refusal = error instanceof AgentRequestError ? error : bodyRefusal(body);
+      if (refusal !== undefined) {
+        setOwn(this.#stats.refused, refusal.code, (ownValue(this.#stats.refused, refusal.code) ?? 0) + 1);
+        throw refusal;
       }
       if (error instanceof ClientShedError) {
         this.#stats.shed++;
@@ -572,6 +609,8 @@ export class AgentClient {
     failure: AgentUnavailableError | ClientShedError,
     override?: DecideOptions['onUnavailable'],
   ): Decision {
+    const refusal = bodyRefusal(body);
+    if (refusal !== undefined) throw refusal;
     const checks = checksOf(body);
     const retryAfterMs = failure.retryAfterMs ?? this.#retryAfterMs;
     const reason = failure instanceof ClientShedError ? 'client_shed' : 'agent_unreachable';
@@ -676,6 +715,8 @@ export class AgentClient {
     this.#queue = [];
     clearTimeout(this.#slowTimer);
     this.#slowTimer = undefined;
+    clearTimeout(this.#queueTimer);
+    this.#queueTimer = undefined;
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
@@ -699,7 +740,7 @@ export class AgentClient {
   #send(payload: string, requestId: string | undefined): Promise<DecisionResponse> {
     if (this.#queue.length >= this.#maxQueued) return Promise.reject(new ClientShedError(this.#maxQueued));
     return new Promise<DecisionResponse>((resolve, reject) => {
-      this.#queue.push({ payload, requestId, resolve, reject });
+      this.#queue.push({ payload, requestId, queuedAt: performance.now(), resolve, reject });
       if (this.#flushScheduled) return;
       this.#flushScheduled = true;
       if (this.#windowMs > 0) setTimeout(this.#flush, this.#windowMs);
@@ -718,6 +759,7 @@ export class AgentClient {
    * then, and an exchange that returns first takes the queue with it).
    */
   #pump(): void {
+    this.#expireQueued(performance.now());
     while (this.#queue.length > 0 && this.#inFlight < this.#maxInFlight) {
       const now = performance.now();
       if (this.#inFlight > 0 && this.#slowMs > 0 && this.#queue.length < this.#maxBatch) {
@@ -735,7 +777,7 @@ export class AgentClient {
       let n = 0;
       while (n < this.#queue.length && n < this.#maxBatch) {
         bytes += this.#queue[n]!.payload.length + 1;
-        if (n > 0 && bytes > MAX_BATCH_BYTES) break;
+        if (n > 0 && bytes > this.#maxBatchBytes) break;
         n++;
       }
       const batch = this.#queue.splice(0, n);
@@ -748,6 +790,38 @@ export class AgentClient {
       });
     }
   }
+
+  /**
+   * Decisions that waited in the queue a whole timeout while the agent answered nothing at all (frozen, or a
+   * network that drops packets: the exchanges ahead of them wait out their own timeouts) are answered by their
+   * failure mode now, as the exchanges ahead of them are, instead of being sent after them and waiting a timeout
+   * more. Not an exchange: the breaker does not count them. While the agent answers (busy, not gone), the queue
+   * waits; `maxQueued` bounds it.
+   */
+  #expireQueued(now: number): void {
+    let n = 0;
+    for (const p of this.#queue) {
+      if (now - p.queuedAt < this.#timeoutMs || this.#lastAnswerAt >= p.queuedAt) break;
+      n++;
+    }
+    if (n > 0) {
+      const error = new AgentUnavailableError(
+        'timeout',
+        `the agent answered nothing for ${Math.round(now - this.#queue[0]!.queuedAt)} ms while this decision waited for a connection`,
+      );
+      for (const p of this.#queue.splice(0, n)) p.reject(error);
+    }
+    if (this.#queue.length > 0 && this.#queueTimer === undefined) {
+      const wait = this.#queue[0]!.queuedAt + this.#timeoutMs - now;
+      this.#queueTimer = setTimeout(this.#queueCheck, Math.max(1, Math.ceil(wait)));
+      this.#queueTimer.unref();
+    }
+  }
+
+  readonly #queueCheck = (): void => {
+    this.#queueTimer = undefined;
+    this.#pump();
+  };
 
   readonly #slowPump = (): void => {
     this.#slowTimer = undefined;
@@ -763,6 +837,13 @@ export class AgentClient {
       if (error instanceof BatchUnsupported) {
         // An agent older than the batch route: from now on one decision per exchange; these go first.
         this.#maxBatch = 1;
+        this.#queue.unshift(...batch);
+        return;
+      }
+      if (error instanceof BatchTooLarge) {
+        // An agent with a lowered body limit: smaller batches from now on (one decision alone goes to the single
+        // route, which answers its own 413 if even that is too large); these go first.
+        this.#maxBatchBytes = Math.floor(error.bytes / 2);
         this.#queue.unshift(...batch);
         return;
       }
@@ -797,6 +878,7 @@ export class AgentClient {
       if (answer.status === 404 && problem.success && problem.data.code === NOT_FOUND) {
         throw new BatchUnsupported('the agent has no batch route');
       }
+      if (answer.status === 413) throw new BatchTooLarge(Buffer.byteLength(payload));
       // The exchange as a whole was not answered (overloaded, 5xx) or refused (a 4xx of the batch itself).
       const whole = this.#outcome(answer.status, json, answer.retryAfter, true);
       if ('error' in whole && whole.error instanceof AgentUnavailableError) throw whole.error;
@@ -931,6 +1013,7 @@ export class AgentClient {
         res.on('end', () => {
           settled = true;
           clearTimeout(timer);
+          this.#lastAnswerAt = performance.now();
           const retryAfter = res.headers['retry-after'];
           if (this.#timeoutFollowsAgent) this.#followAgent(res.headers[ANSWER_WITHIN_HEADER]);
           resolve({

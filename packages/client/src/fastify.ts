@@ -6,7 +6,8 @@
  * quota) or 503 (the limiter cannot decide and the policy fails closed) as problem+json.
  *
  * A check the agent refuses is never presented as a limiter outage (no 503, no Retry-After). The caller's own
- * mistakes are a 400: a subject the agent finds invalid (`AGT_ERR_INVALID_SUBJECT`), and a cost computed from the
+ * mistakes are a 400: a subject that is not one text of at most 1,024 characters (a query parameter given twice)
+ * or that the agent finds invalid (`AGT_ERR_INVALID_SUBJECT`), and a cost computed from the
  * request that is not a valid cost or is above the policy's `maxCost` (`AGT_ERR_INVALID_COST`,
  * `AGT_ERR_COST_ABOVE_MAX`). Everything else (an unknown or deleted policy, a class the policy lacks, a fixed cost
  * above maxCost…) is the service's configuration: logged at error level, counted (`client.stats().refused`), told
@@ -20,6 +21,7 @@ import { STATUS_CODES } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
 import fp from 'fastify-plugin';
 import {
+  MAX_WIRE_SUBJECT_LENGTH,
   PROBLEM_CONTENT_TYPE,
   limiterUnavailableProblem,
   problemOf,
@@ -171,9 +173,17 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
     const checks: DecisionCheck[] = [];
     let costFromRequest = false;
     for (const rule of rules) {
-      const subject = rule.subject?.(request) ?? options.subject(request);
+      const subject: unknown = rule.subject?.(request) ?? options.subject(request);
       if (subject === undefined || subject === '') {
         return send(reply, callerProblem('AGT_ERR_MISSING_SUBJECT', 'this request names no subject'));
+      }
+      // What the caller sent, read by the route: a query parameter given twice is an array, a header may be
+      // anything up to the server's limit. Not one text the wire carries: the caller's 400, no call.
+      if (typeof subject !== 'string' || subject.length > MAX_WIRE_SUBJECT_LENGTH) {
+        return send(
+          reply,
+          callerProblem('AGT_ERR_INVALID_SUBJECT', 'the subject of this request is not valid'),
+        );
       }
       if (typeof rule.cost === 'function') costFromRequest = true;
       const cost = typeof rule.cost === 'function' ? rule.cost(request) : rule.cost;

@@ -346,6 +346,26 @@ describe('an agent that cannot answer still fails each policy as declared', () =
     }
   });
 
+  it('frozen: decisions queued behind the exchanges that wait it out are answered with them, never sent after', async () => {
+    // No breaker: only the queue's own bound stops the decisions behind the 4 exchanges in flight (4 × 64) from
+    // going out 4 batches at a time, each after the last timed out (1,000 decisions: 16 exchanges, 4 timeouts long).
+    const client = new AgentClient({ baseUrl: own.agent.url, breaker: false, timeoutMs: 300 });
+    const subject = uniquePrefix('frozen-queue');
+    own.agent.pause();
+    try {
+      const decisions = await Promise.all(Array.from({ length: 1000 }, () => client.check('burst', subject)));
+      expect(decisions.filter((d) => d.allowed)).toHaveLength(0);
+      expect(decisions.filter((d) => d.results[0]?.reason === 'agent_unreachable')).toHaveLength(1000);
+      const stats = client.stats();
+      expect(stats.exchanges).toBe(4);
+      expect(stats.failures).toMatchObject({ timeout: 1000, connection: 0, breaker_open: 0 });
+      expect(stats.queued).toBe(0);
+    } finally {
+      own.agent.resume();
+      client.close();
+    }
+  });
+
   it('stopped: closed 503, open 200, counted as connection failures', async () => {
     const client = new AgentClient({ baseUrl: own.agent.url });
     const { app, url } = await service(client);
@@ -365,5 +385,31 @@ describe('an agent that cannot answer still fails each policy as declared', () =
       await app.close();
       client.close();
     }
+  });
+});
+
+describe('an agent whose body limit was lowered (QP_BODY_LIMIT_BYTES=256: batches up to 4 KiB)', () => {
+  const small = agentProcessOnOwnRedis({
+    env: { QP_BODY_LIMIT_BYTES: '256' },
+    policies: { wide: { capacity: 1000, refillPerSecond: 0.01 } },
+  });
+
+  it('a batch it refuses as too large goes again in smaller ones: every decision answered, none refused', async () => {
+    const client = new AgentClient({ baseUrl: small.agent.url, timeoutMs: 2000 });
+    const tenant = uniquePrefix('small');
+    // 64 subjects of about 75 characters in one turn: one batch would be about 6.7 KB.
+    const decisions = await Promise.all(
+      Array.from({ length: 64 }, (_, i) =>
+        client.decide({ policy: 'wide', subject: `${tenant}-${String(i).padStart(60, '0')}` }),
+      ),
+    );
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(64);
+    const stats = client.stats();
+    expect(stats.refused).toEqual({});
+    expect(stats.failures).toMatchObject({ bad_status: 0, bad_body: 0, connection: 0, timeout: 0 });
+    // The refused batch, then the same decisions in at least two smaller ones.
+    expect(stats.batches).toBeGreaterThanOrEqual(3);
+    expect(stats.decided).toBe(64);
+    client.close();
   });
 });
