@@ -97,7 +97,8 @@ export interface DirectOptions {
    * Tokens not spent by then (or when the bucket changes, the pace is forgotten, or the client closes) are handed
    * back to the bucket with the term's refund script (lua/refund.lua), by the end of the horizon in Redis time (a
    * hand-back that runs later changes nothing): never past the lower of the bucket's capacity then and now. Only
-   * under a term that names that script. Default `{ horizonMs: 5000 }`.
+   * under a term that names that script. `horizonMs` is from 500 (the last fifth, for handing back, then holds two
+   * sweeps) to 10,000. Default `{ horizonMs: 5000 }`.
    */
   grants?: { horizonMs?: number } | false;
 }
@@ -287,7 +288,10 @@ const USE_MARGIN_MS = 20;
 /** Failed script calls in a row that pause direct decisions, and for how long, ms. */
 const PAUSE_AFTER_FAILURES = 3;
 const PAUSE_MS = 1000;
-/** Tokens taken ahead: the default horizon, its range (ms), the fewest worth a take, and a take's cap (a tenth). */
+/**
+ * Tokens taken ahead: the default horizon, its longest (ms; the shortest is MIN_GRANT_HORIZON_MS, below), the fewest
+ * worth a take, and a take's cap (a tenth).
+ */
 const GRANT_HORIZON_MS = 5000;
 const MAX_GRANT_HORIZON_MS = 10_000;
 const MIN_GRANT = 2;
@@ -315,6 +319,12 @@ const MAX_RETURNS = 65_536;
  */
 const RETURN_SHARE = 5;
 const MIN_SWEEP_MS = 50;
+/**
+ * The shortest horizon (500 ms): its last fifth, the time left to hand tokens back in, holds two sweeps at their
+ * shortest interval. A shorter window would mostly fall between two sweeps, and a quiet subject's tokens, first
+ * looked at past the horizon, would be dropped instead of handed back.
+ */
+const MIN_GRANT_HORIZON_MS = 2 * MIN_SWEEP_MS * RETURN_SHARE;
 
 export class DirectDecider {
   readonly #send: TermTransport;
@@ -390,9 +400,15 @@ export class DirectDecider {
       throw new TypeError('direct: callsInFlight must be an integer >= 1');
     if (
       options.grants !== false &&
-      !(Number.isInteger(this.#horizonMs) && this.#horizonMs >= 1 && this.#horizonMs <= MAX_GRANT_HORIZON_MS)
+      !(
+        Number.isInteger(this.#horizonMs) &&
+        this.#horizonMs >= MIN_GRANT_HORIZON_MS &&
+        this.#horizonMs <= MAX_GRANT_HORIZON_MS
+      )
     )
-      throw new TypeError(`direct: grants.horizonMs must be an integer from 1 to ${MAX_GRANT_HORIZON_MS}`);
+      throw new TypeError(
+        `direct: grants.horizonMs must be an integer from ${MIN_GRANT_HORIZON_MS} to ${MAX_GRANT_HORIZON_MS}`,
+      );
   }
 
   stats(): DirectStats {
@@ -415,8 +431,17 @@ export class DirectDecider {
    * check turned out to need the agent (a failed call, a refusal that is not final, a term that ran out meanwhile).
    */
   decide(body: DecisionRequest): DirectDecision | Promise<DirectDecision | undefined> | undefined {
-    if (this.#closed || 'checks' in body) return undefined;
-    if (body.class !== undefined || body.dryRun === true || body.idempotencyKey !== undefined) {
+    // A policy, subject or cost of another type than the wire's (a caller's own input passed on unchecked) is the
+    // agent's to refuse with its 400. Here a subject that is not a string would throw as it is keyed, a null cost
+    // would be decided as a cost of 1, and a policy name that is not a string would take a policy's place.
+    if (this.#closed || 'checks' in body || typeof body.policy !== 'string') return undefined;
+    if (
+      body.class !== undefined ||
+      body.dryRun === true ||
+      body.idempotencyKey !== undefined ||
+      typeof body.subject !== 'string' ||
+      (body.cost !== undefined && typeof body.cost !== 'number')
+    ) {
       if (this.#policies.has(body.policy)) this.#stats.toAgent.not_direct++;
       return undefined;
     }
@@ -929,8 +954,24 @@ export class DirectDecider {
     chunk.forEach((w, i) => {
       const reply = replies[i]!;
       if (w.spare === 0) {
+        const pace = w.pace;
+        const cost = w.request.checks[0]!.cost / MICRO;
+        // A check its bucket refused while its subject now holds tokens taken ahead (a take earlier in this very
+        // call, which Redis ran first, or in a call answered meanwhile) is admitted on them: those tokens left the
+        // bucket for this subject's checks, and refusing it while holding them would turn a burst the bucket could
+        // pay into refusals (and a remembered one), the tokens handed back later or dropped.
+        if (!reply.allowed && pace !== undefined && this.#spendable(pace, w.held, cost, answeredAt)) {
+          this.#took(w, reply, undefined, sentAt, answeredAt);
+          // What the bucket has left is what this reply says: the call's other checks spent from it after the take.
+          const [r] = reply.results;
+          pace.left = Math.max(0, r!.remaining / MICRO);
+          pace.fullAt = r!.resetMs < 0 ? null : answeredAt + r!.resetMs;
+          const state = this.#policies.get(w.held.term.policy)!;
+          w.resolve(this.#spend(state, w.held, w.subject, pace, cost, answeredAt));
+          return;
+        }
         w.resolve(this.#answer(w, reply, sentAt, answeredAt));
-        if (w.pace !== undefined) this.#took(w, reply, undefined, sentAt, answeredAt);
+        if (pace !== undefined) this.#took(w, reply, undefined, sentAt, answeredAt);
       } else if (reply.allowed) {
         // The check's own answer: the tokens taken stay the subject's, so they count in what it has left.
         const [r] = reply.results;
@@ -1006,19 +1047,23 @@ export class DirectDecider {
       const rest: Waiting[] = [];
       for (const x of this.#waiting) {
         const cost = x.request.checks[0]!.cost / MICRO;
-        if (
-          x.pace === pace &&
-          pace.tokens >= cost &&
-          x.held.bucketId === pace.bucketId &&
-          answeredAt < pace.until &&
-          answeredAt < x.held.usableUntil
-        ) {
+        if (x.pace === pace && this.#spendable(pace, x.held, cost, answeredAt)) {
           pace.queued--;
           x.resolve(this.#spend(state, x.held, x.subject, pace, cost, answeredAt));
         } else rest.push(x);
       }
       this.#waiting = rest;
     }
+  }
+
+  /**
+   * The tokens `pace` holds may pay for a check of `cost` under `held` at `now`: enough of them, taken from the
+   * bucket the term still holds, within their spending time and the term's.
+   */
+  #spendable(pace: Pace, held: Held, cost: number, now: number): boolean {
+    return (
+      pace.tokens >= cost && held.bucketId === pace.bucketId && now < pace.until && now < held.usableUntil
+    );
   }
 
   /** EVALSHA, or EVAL with the source when Redis lost its script cache; rejects after the timeout. */

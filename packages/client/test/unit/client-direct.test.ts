@@ -3,7 +3,7 @@
  * them against a real agent and a real redis-server): when a term is used and when it is not, what goes to the
  * agent and why, what a script call carries, what an answer says, and what a renewal reports.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   DirectDecider,
   type DirectDecision,
@@ -390,6 +390,30 @@ describe('direct decisions in the client', () => {
     expect(redis.calls).toHaveLength(1);
   });
 
+  it("a subject that is not a string, or a cost that is not a number, is the agent's to refuse: never a throw here", async () => {
+    const { redis, asked, decider } = setup(() => ({ status: 200, json: term({ maxCost: 2 }) }));
+    void decider.decide(one);
+    await settle();
+    // A caller's own input passed on unchecked: the agent answers each with a 400.
+    const hostile = [
+      { policy: 'writes', subject: 42 },
+      { policy: 'writes', subject: null },
+      { policy: 'writes', subject: ['a'] },
+      { policy: 'writes', subject: { toString: () => 'tenant-1' } },
+      { ...one, cost: NaN },
+      { ...one, cost: '1' },
+      { ...one, cost: null },
+    ];
+    for (const h of hostile) expect(decider.decide(h as never), JSON.stringify(h)).toBeUndefined();
+    expect(decider.stats().toAgent.not_direct).toBe(hostile.length);
+    // A policy name that is not a string is not one this process asks terms for.
+    expect(decider.decide({ policy: 42, subject: 'tenant-1' } as never)).toBeUndefined();
+    await settle();
+    expect(asked).toHaveLength(1);
+    expect(redis.calls).toHaveLength(0);
+    expect(decider.stats()).toMatchObject({ admitted: 0, refused: 0 });
+  });
+
   it('uses a term until validForMs after its request was sent, less a margin, and renews it from half way', async () => {
     const { asked, clock, decider } = setup(() => ({ status: 200, json: term() }));
     void decider.decide(one); // sent at 1000
@@ -761,6 +785,47 @@ describe('direct decisions in the client', () => {
     expect(decider.stats().grants).toMatchObject({ spent: 2, returned: 8, dropped: 0 });
   });
 
+  it("admits on a take's tokens the checks of its subject that its own call's bucket refused after it", async () => {
+    // 60 checks of one subject in one turn, on a bucket of 60: the first carries a take of 10 (a request of 11),
+    // the other 59 ride in the same call with none, and Redis runs them after the take. The bucket pays 49 of
+    // them; the last 10 are paid by the 10 taken, as they are with no take at all. Also when refusals go to the
+    // agent (the policy borrows): tokens held here need no agent.
+    const key = 'rl:v3:{tenant-1}:writes';
+    const cases = [
+      { options: {}, over: {} },
+      { options: { grants: false as const }, over: {} },
+      { options: {}, over: { refusals: 'agent' as const, budget: { capacity: 300, refillPerSecond: 1.5 } } },
+    ];
+    for (const { options, over } of cases) {
+      const { redis, clock, decider } = await paced(options, over);
+      redis.tokens.set(key, 60_000_000);
+      clock.now = 1100;
+      const burst = await Promise.all(Array.from({ length: 60 }, () => Promise.resolve(decider.decide(one))));
+      expect(burst.filter((d) => d?.allowed === true)).toHaveLength(60);
+      expect(redis.calls).toHaveLength(2);
+      expect(costs(redis.calls[1]!)).toHaveLength(60);
+      const stats = decider.stats();
+      expect(stats).toMatchObject({ admitted: 61, refused: 0, recalled: 0, toAgent: { refused: 0 } });
+      // Exactly what left the bucket: 60, the take's 10 included, and none of them held any more.
+      expect(redis.tokens.get(key)).toBe(0);
+      const { tokens, spent } = stats.grants;
+      expect(tokens - spent).toBe(0);
+      if (options.grants === false) {
+        expect(costs(redis.calls[1]!)[0]).toBe('1000000');
+        expect(stats.grants).toMatchObject({ taken: 0, spent: 0 });
+        continue;
+      }
+      expect(costs(redis.calls[1]!)[0]).toBe('11000000');
+      expect(stats.grants).toMatchObject({ taken: 1, tokens: 10, spent: 10, short: 0 });
+      // What sequential checks would have said: the bucket was empty, the tokens taken counted down.
+      expect(burst.slice(50).map((d) => d!.results[0]!.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0]);
+      expect(burst.slice(50).every((d) => d!.local === 'direct' && d!.aheadMs === 0)).toBe(true);
+      await decider.close();
+      expect(redis.refunds).toEqual([]);
+      expect(redis.tokens.get(key)).toBe(0);
+    }
+  });
+
   it('takes nothing ahead that would leave the bucket below half full, nor when asked not to', async () => {
     for (const options of [{}, { grants: false as const }]) {
       const { redis, clock, decider } = setup(() => ({ status: 200, json: term(BIG) }), options);
@@ -974,6 +1039,28 @@ describe('direct decisions in the client', () => {
     expect(late.decider.stats().grants).toMatchObject({ returned: 0, dropped: 5, returnCalls: 0 });
   });
 
+  it("with the shortest horizon (500 ms) a quiet subject's tokens are handed back by a sweep, not dropped", async () => {
+    // The sweep's own timer, stepped with the clock: every 50 ms, the shortest it runs at.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const { redis, clock, decider } = await paced({ grants: { horizonMs: 500 } }, { validForMs: 2000 });
+      clock.now = 1100;
+      await decider.decide(one);
+      // A pace of 10/s over half the horizon: 2 tokens, spent until 1,500, handed back by 1,600.
+      expect(decider.stats().grants).toMatchObject({ taken: 1, tokens: 2 });
+      // No check comes: a sweep in the last fifth of the horizon (two of them fit in it) hands them back.
+      while (clock.now < 1700) {
+        clock.now += 50;
+        vi.advanceTimersByTime(50);
+        await settle();
+      }
+      expect(redis.refunds.map((r) => r.argv.slice(0, 4))).toEqual([['1', '0', '2000000', '100000000']]);
+      expect(decider.stats().grants).toMatchObject({ returned: 2, dropped: 0, returnCalls: 1 });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it('a hand-back that ran past its deadline in Redis gave nothing back: dropped, counted', async () => {
     const { redis, clock, decider } = await paced();
     clock.now = 1100;
@@ -1053,5 +1140,12 @@ describe('direct decisions in the client', () => {
     expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), grants: { horizonMs: 0 } })).toThrow(
       /horizonMs/,
     );
+    // A hand-back window (the horizon's last fifth) shorter than two sweeps (50 ms each) would mostly be missed.
+    expect(() => new DirectDecider(send, { redis: new ScriptedRedis(), grants: { horizonMs: 499 } })).toThrow(
+      'direct: grants.horizonMs must be an integer from 500 to 10000',
+    );
+    expect(
+      () => new DirectDecider(send, { redis: new ScriptedRedis(), grants: { horizonMs: 500 } }),
+    ).not.toThrow();
   });
 });
