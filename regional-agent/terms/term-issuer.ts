@@ -112,12 +112,22 @@ function usageSubjects(usage: readonly TermUsage[], hmacSecret: string | undefin
 }
 
 /**
+ * The most tokens a client may hold taken ahead for one subject, as a part of the term's bucket: a take is at most
+ * a tenth of it (GRANT_SHARE in packages/client/src/direct.ts). The client admits on them after the take, in a
+ * later report than the one whose interval the take left the bucket in, so one report may count them on top of
+ * what the bucket paid meanwhile.
+ */
+const HELD_AHEAD_SHARE = 10;
+
+/**
  * Refuse (400 AGT_ERR_INVALID_TERM) a report of more tokens admitted for one subject than one term could admit: a
- * full bucket of the whole policy and its refill over the longest term. A client reports what it decided since
- * its previous request, which covers at most one term; more is not a report but an attempt to pull demand.
+ * full bucket of the whole policy and its refill over the longest term, and the tokens a client may hold taken
+ * ahead from an earlier term (a tenth of the bucket, rounded up). A client reports what it decided since its
+ * previous request, which covers at most one term; more is not a report but an attempt to pull demand.
  */
 function admittedWithinATerm(policy: Policy, usage: readonly TermUsage[]): void {
-  const most = Math.ceil(policy.capacity + (policy.refillPerSecond * MAX_TERM_MS) / 1000);
+  const heldAhead = Math.ceil(policy.capacity / HELD_AHEAD_SHARE);
+  const most = Math.ceil(policy.capacity + heldAhead + (policy.refillPerSecond * MAX_TERM_MS) / 1000);
   const bad: string[] = [];
   usage.forEach(([, admitted], i) => {
     if (admitted > most)

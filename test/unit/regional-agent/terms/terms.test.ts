@@ -329,12 +329,13 @@ describe('POST /v1/terms: who gets none', () => {
       { policy: 'hot', usage: [[['a'], 1, 0]] },
       { policy: 'hot', usage: [[{ a: 1 }, 1, 0]] },
       { policy: 'hot', usage: Array.from({ length: MAX_TERM_USAGE + 1 }, () => ['a', 1, 0]) },
-      // More admitted than one term of `hot` admits: a full bucket (100) and 2 s of its refill (0.5/s), 101.
+      // More admitted than one term of `hot` admits: a full bucket (100), a tenth of it held taken ahead (10) and
+      // 2 s of its refill (0.5/s), 111.
       {
         policy: 'hot',
         usage: [
-          ['a', 101, 0],
-          ['b', 102, 0],
+          ['a', 112, 0],
+          ['b', 113, 0],
         ],
       },
       { policy: 'hot', usage: [['a', 1e9, 1]] },
@@ -386,6 +387,19 @@ describe('POST /v1/terms: usage of the last term', () => {
     await post({ policy: 'classed', usage: [['vip', 1, 0]] });
     await post({ policy: 'nearby', usage: [['a', 1, 0]] });
     expect(usage).toEqual([['classed', 'vip', 1, true, 1, 5]]);
+  });
+
+  it('admitted tokens may include those a client held taken ahead: a tenth of the bucket more than one term admits', async () => {
+    // A client admits, within one report, tokens it took ahead earlier (at most a tenth of its bucket) and what the
+    // bucket paid meanwhile: for `hot` (100, 0.5/s) a full bucket, 10 held and 2 s of refill, 111. One more is not
+    // a report but an attempt to pull demand.
+    const { post, usage } = agent();
+    expect(await post({ policy: 'hot', usage: [['a', 111, 0]] })).toMatchObject({ status: 200 });
+    expect(usage).toEqual([['hot', 'a', 111, true, 1, 0.5]]);
+    const refused = await post({ policy: 'hot', usage: [['a', 112, 0]] });
+    expect(refused).toMatchObject({ status: 400, body: { code: 'AGT_ERR_INVALID_TERM' } });
+    expect(String(refused.body['detail'])).toContain('(111)');
+    expect(usage).toHaveLength(1);
   });
 
   it('an invalid subject refuses the whole request: 400 AGT_ERR_INVALID_SUBJECT, nothing counted', async () => {
