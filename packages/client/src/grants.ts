@@ -13,9 +13,11 @@
  * s), and holds at most one grant (plus the next one, taken when half is spent) per subject. A subject that goes
  * cold (no check for three of its observed intervals, at least a second) hands its rest back before expiry.
  *
- * Only single checks without `dryRun` or `idempotencyKey` are decided on a grant; layered checks always go to the
- * agent. A policy the agent gives no grants for (strict, sliding log, concurrency, daily, sharded, a
- * subject-creation cap: `AGT_ERR_GRANT_NOT_ALLOWED`) is remembered and never asked again.
+ * Only single checks without `dryRun` or `idempotencyKey`, of a cost the agent accepts (`isTokenCost`: a number of
+ * at least one micro-token), are decided on a grant; layered checks, and any other cost (NaN, 0, negative,
+ * infinite, not a number), always go to the agent, which refuses the latter (`AGT_ERR_INVALID_COST`). A policy
+ * the agent gives no grants for (strict, sliding log, concurrency, daily, sharded, a subject-creation cap:
+ * `AGT_ERR_GRANT_NOT_ALLOWED`) is remembered and never asked again.
  *
  * The denial cache: when the agent refuses a subject over quota (no reason, or `subject_exhausted`) with a
  * Retry-After, the same subject's checks of that same cost are refused here until then, with the remaining
@@ -27,6 +29,14 @@
  * would have admitted a little early, never admit one. Not for concurrency policies (a release frees a slot at
  * any moment; Retry-After is only the oldest lease's expiry), nor strict ones (decided at the home region),
  * nor denials of a shared bucket, a share or a failure (their Retry-After is not the subject's refill).
+ *
+ * A repeated denial's headers say what the agent's said, counted down: `RateLimit-Policy` as the agent last sent
+ * it for the policy (every answer carrying it updates it: a policy edit shows at once), and the agent's own
+ * `RateLimit` item of that denial, whose `r` is kept and whose `t` counts down to the instant it named. Which
+ * instant that is depends on the agent's draft (-11: the quota restored; -10: the cost fits), so it is not
+ * assumed: it is the result's `resetMs` or `retryAfterMs` whose whole seconds the agent's `t` equals (exact), or
+ * else `t` itself (a borrowing check's global budget; at most a second late). `Retry-After` is the cache's own
+ * remaining wait. A subject whose limit an agent answer shows changed loses its cached denial (another bucket).
  */
 import type { DecisionRequest, SingleDecisionRequest } from '../../../core/wire/agent.js';
 import {
@@ -36,6 +46,7 @@ import {
   type GrantRequest,
   type GrantReturnRequest,
 } from '../../../core/wire/grant.js';
+import { isTokenCost } from '../../../core/wire/bucket.js';
 import type { ClientCheckResult, Decision } from './agent-client.js';
 
 /** How the client uses local grants. */
@@ -126,6 +137,12 @@ interface Entry {
   deniedReason: ClientCheckResult['reason'];
   /** The whole tokens the agent said were left at that denial (fewer than the cost). */
   deniedRemaining: number;
+  /**
+   * The agent's `RateLimit` item of that denial, repeated with it (undefined: it sent none, and neither does the
+   * repetition): its `r`; the instant its `t` counts down to (epoch ms; null: it gave no `t`); and its legacy
+   * `X-RateLimit-Limit` when it sent the legacy headers.
+   */
+  deniedHeader: DeniedHeader | undefined;
   /** No take before this (epoch ms): after an empty take or a failure. */
   quietUntil: number;
   /** The last check of this subject here (epoch ms). */
@@ -144,6 +161,13 @@ const MIN_TTL_MS = 1000;
 /** A subject holding tokens is cold after this many of its observed intervals without a check (at least 1 s). */
 const COLD_INTERVALS = 3;
 const MIN_COLD_MS = 1000;
+
+/** What the agent's headers said at a denial the pool repeats (Entry.deniedHeader). */
+interface DeniedHeader {
+  r: number;
+  tAt: number | null;
+  legacyLimit: string | undefined;
+}
 
 /** A take waiting for its exchange. */
 interface TakeItem {
@@ -229,6 +253,10 @@ export class GrantPool {
    */
   trySpend(body: DecisionRequest): GrantDecision | undefined {
     if (this.#closed || !grantable(body)) return undefined;
+    // Only a cost the agent accepts is decided here: NaN, 0, a negative or infinite cost (or one not a number at
+    // all) would pass `tokens < cost` or add tokens, admitting what the agent refuses (AGT_ERR_INVALID_COST). The
+    // agent is asked, and refuses it; the subject's rate does not count it (no decision is made).
+    if (!validCost(body)) return undefined;
     if (this.#noGrants.has(body.policy)) return undefined;
     const entry = this.#entry(body.policy, body.subject, this.#now());
     const cost = body.cost ?? 1;
@@ -251,15 +279,22 @@ export class GrantPool {
   observe(body: DecisionRequest, decision: Decision): void {
     // A check naming a class is neither granted nor remembered as a denial: the pool keeps one entry per
     // subject, at the class the policy gives it, and another class's bucket has other limits.
-    if (this.#closed || !grantable(body) || decision.degraded !== undefined) return;
+    // Nor is a check of a cost the agent refuses (it answers no decision for one): nothing is learned from it.
+    if (this.#closed || !grantable(body) || !validCost(body) || decision.degraded !== undefined) return;
     const result = decision.results[0];
     const header = decision.headers['RateLimit-Policy'];
-    if (header !== undefined && !this.#policyHeaders.has(body.policy))
+    // The agent's latest word on the policy, so an edit (another capacity or window) shows in the next answer
+    // given here.
+    if (header !== undefined && this.#policyHeaders.get(body.policy) !== header)
       this.#policyHeaders.set(body.policy, header);
     if (this.#noGrants.has(body.policy) || result?.mode === 'strict') return;
     const entry = this.#lookup(keyOf(body.policy, body.subject));
     if (entry === undefined) return;
-    if (result?.limit !== undefined) entry.limit = result.limit;
+    if (result?.limit !== undefined) {
+      // Another limit is another bucket (a policy edit): a denial remembered from the old one is not repeated.
+      if (result.limit !== entry.limit) entry.deniedUntil = 0;
+      entry.limit = result.limit;
+    }
     const now = this.#now();
     if (decision.allowed) {
       if (entry.perSecond >= this.#hot) this.#take(entry, now);
@@ -285,6 +320,7 @@ export class GrantPool {
     entry.deniedCost = body.cost ?? 1;
     entry.deniedReason = result.reason;
     entry.deniedRemaining = result.remaining ?? 0;
+    entry.deniedHeader = deniedHeader(body.policy, decision.headers, result, now);
   }
 
   /** Hand back every grant's rest and stop taking new ones. */
@@ -322,6 +358,7 @@ export class GrantPool {
         deniedCost: 0,
         deniedReason: undefined,
         deniedRemaining: 0,
+        deniedHeader: undefined,
         quietUntil: 0,
         lastSeen: now,
         timer: undefined,
@@ -545,7 +582,7 @@ export class GrantPool {
       retryAfterMs,
     };
     if (entry.deniedReason !== undefined) result.reason = entry.deniedReason;
-    const headers = retryHeaders(entry.policy, retryAfterMs, entry.deniedRemaining);
+    const headers = denialHeaders(entry.policy, entry.deniedHeader, retryAfterMs, this.#now());
     const policyHeader = this.#policyHeaders.get(entry.policy);
     if (policyHeader !== undefined) headers['RateLimit-Policy'] = policyHeader;
     return { allowed: false, retryAfterMs, results: [result], headers, local: 'grant' };
@@ -596,10 +633,75 @@ function batchAnswers(
   return t === undefined || r === undefined ? undefined : { takes: t, returns: r };
 }
 
-/** A denial's headers: `r=` the agent's last count of whole tokens left (fewer than the cost), `t=` the wait. */
-function retryHeaders(policy: string, retryAfterMs: number, remaining: number): Record<string, string> {
-  const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
-  return { RateLimit: `"${policy}";r=${remaining};t=${seconds}`, 'Retry-After': String(seconds) };
+/**
+ * A repeated denial's headers at `now`: `Retry-After` the remaining wait until the cost fits; the agent's
+ * `RateLimit` item (and legacy headers) of the denial with its `r`, and its `t` counted down to the instant it
+ * named. The refused bucket is not full, so a `t` is at least 1, as the agent's was.
+ */
+function denialHeaders(
+  policy: string,
+  said: DeniedHeader | undefined,
+  retryAfterMs: number,
+  now: number,
+): Record<string, string> {
+  const headers: Record<string, string> = {
+    'Retry-After': String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+  };
+  if (said === undefined) return headers;
+  const t = said.tAt === null ? undefined : Math.max(1, Math.ceil((said.tAt - now) / 1000));
+  headers['RateLimit'] = `"${policy}";r=${said.r}${t === undefined ? '' : `;t=${t}`}`;
+  if (said.legacyLimit !== undefined) {
+    headers['X-RateLimit-Limit'] = said.legacyLimit;
+    headers['X-RateLimit-Remaining'] = String(said.r);
+    headers['X-RateLimit-Reset'] = String(t ?? 0);
+  }
+  return headers;
+}
+
+/**
+ * What the agent's headers of a denial of `policy` said, to be repeated (undefined: no `RateLimit` item for it).
+ * Its `t` (whole seconds, rounded up) is turned into the instant it counts down to without knowing the agent's
+ * draft: the result's `resetMs` (-11: the quota restored) or `retryAfterMs` (-10: the cost fits) when its whole
+ * seconds are `t`, exact; otherwise (a borrowing check's `t` is its global budget's) `t` itself, at most 1 s late.
+ */
+function deniedHeader(
+  policy: string,
+  headers: Record<string, string>,
+  result: ClientCheckResult,
+  now: number,
+): DeniedHeader | undefined {
+  const item = rateLimitItem(headers['RateLimit'], policy);
+  if (item === undefined) return undefined;
+  let tAt: number | null = null;
+  if (item.t !== undefined) {
+    const ms = [result.resetMs, result.retryAfterMs].find(
+      (v) => v !== null && Math.ceil(v / 1000) === item.t,
+    );
+    tAt = now + (ms ?? item.t * 1000);
+  }
+  return { r: item.r, tAt, legacyLimit: headers['X-RateLimit-Limit'] };
+}
+
+/**
+ * The `r` and `t` of `policy`'s item in a `RateLimit` header as the agent writes it
+ * (core/wire/rate-limit-headers.ts: `"name";r=R` and `;t=T`, whole numbers, items joined by `, `); undefined
+ * when it has none.
+ */
+function rateLimitItem(header: string | undefined, policy: string): { r: number; t?: number } | undefined {
+  if (header === undefined) return undefined;
+  const prefix = `"${policy}";`;
+  for (let at = header.indexOf(prefix); at >= 0; at = header.indexOf(prefix, at + 1)) {
+    if (at !== 0 && !header.startsWith(', ', at - 2)) continue;
+    const m = /^r=(\d+)(?:;t=(\d+))?(?:,|$)/.exec(header.slice(at + prefix.length));
+    if (m === null) continue;
+    return m[2] === undefined ? { r: Number(m[1]) } : { r: Number(m[1]), t: Number(m[2]) };
+  }
+  return undefined;
+}
+
+/** The agent accepts the check's cost: absent (1), or a number of at least one micro-token (TokenCost). */
+function validCost(body: SingleDecisionRequest): boolean {
+  return body.cost === undefined || isTokenCost(body.cost);
 }
 
 /**

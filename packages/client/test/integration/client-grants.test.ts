@@ -4,7 +4,8 @@
  * pre-debit the bucket, so the clients together admit at most 100, and since demand exceeds supply and every
  * unspent rest is spent or handed back, at least 97. A grant taken and never handed back (a crashed process)
  * only takes admissions away. Counter kinds and strict policies never get grants. A return is bound to its take: a
- * forged grant id credits nothing, a second return of one grant credits nothing, an honest rest is credited.
+ * forged grant id credits nothing, a second return of one grant credits nothing, an honest rest is credited. A
+ * denial repeated in the client carries the headers the agent gives it (draft-11, and draft-10 with legacy ones).
  */
 import { describe, expect, it } from 'vitest';
 import { AgentClient } from '../../src/index.js';
@@ -14,13 +15,13 @@ const CLIENTS = 4;
 const CALLERS = 8;
 const PER_CALLER = 20;
 
-const own = agentProcessOnOwnRedis({
-  policies: {
-    // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
-    hot: { capacity: 100, refillPerSecond: 0.001 },
-    exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
-  },
-});
+const POLICIES = {
+  // 100 tokens; a refill of one token per 1,000 s adds nothing within a test.
+  hot: { capacity: 100, refillPerSecond: 0.001 },
+  exact: { kind: 'sliding_log', capacity: 100, windowSeconds: 60 },
+};
+
+const own = agentProcessOnOwnRedis({ policies: POLICIES });
 
 /** `clients` × CALLERS callers, each deciding PER_CALLER times back to back; returns admissions per client. */
 async function hammer(clients: AgentClient[], policy: string, subject: string): Promise<number[]> {
@@ -49,8 +50,8 @@ const newClient = () =>
 const longClient = () =>
   new AgentClient({ baseUrl: own.agent.url, timeoutMs: 2000, grants: { minTokens: 1, horizonMs: 5000 } });
 
-async function post(path: string, body: object) {
-  const res = await fetch(`${own.agent.url}${path}`, {
+async function post(path: string, body: object, url = own.agent.url) {
+  const res = await fetch(`${url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -208,5 +209,94 @@ describe('local grants: exact when demand exceeds supply', () => {
     for (const c of clients) c.close();
     expect(admitted.reduce((a, b) => a + b, 0)).toBe(100);
     expect(stats.reduce((n, s) => n + s.local + s.taken, 0)).toBe(0);
+  });
+});
+
+/**
+ * The agent at `url` empties `subject`'s bucket of `hot` (ten grants of 10, never handed back), then denies it
+ * through a client twice: the first denial teaches the client the policy is a token bucket, the second is
+ * repeated. Returns the agent's second denial (`agent`), the client's repetition of it 300 ms later (`cached`)
+ * and the agent's own answer right after that (`now`).
+ */
+async function repeatedDenial(url: string, subject: string) {
+  const takes = Array.from({ length: 10 }, () => ({ policy: 'hot', subject, amount: 10 }));
+  expect((await post('/v1/grants/batch', { takes }, url)).status).toBe(200);
+  const client = new AgentClient({ baseUrl: url, timeoutMs: 2000 });
+  const body = { policy: 'hot', subject };
+  try {
+    expect(await client.decide(body)).toMatchObject({ allowed: false });
+    // The grant route's answer (the policy is a token bucket) arrives.
+    await new Promise((r) => setTimeout(r, 200));
+    const agent = await client.decide(body);
+    await new Promise((r) => setTimeout(r, 300));
+    const cached = await client.decide(body);
+    const now = await post('/v1/decisions', body, url);
+    expect(agent).toMatchObject({ allowed: false });
+    expect(agent).not.toHaveProperty('local');
+    expect(cached).toMatchObject({ allowed: false, local: 'grant' });
+    expect(now.body).toMatchObject({ allowed: false });
+    return {
+      agent: agent.headers,
+      cached: cached.headers,
+      now: now.body['headers'] as Record<string, string>,
+    };
+  } finally {
+    client.close();
+  }
+}
+
+/** The r and t of the `hot` item of a RateLimit header. */
+function item(header: string | undefined): { r: number; t: number } {
+  const m = /^"hot";r=(\d+);t=(\d+)$/.exec(header ?? '');
+  expect(m, `RateLimit: ${header}`).not.toBeNull();
+  return { r: Number(m![1]), t: Number(m![2]) };
+}
+
+/** The cached denial's headers agree with the agent's, before and after it: same r and q, t within 1 s. */
+function sameAsAgent(h: {
+  agent: Record<string, string>;
+  cached: Record<string, string>;
+  now: Record<string, string>;
+}) {
+  const cached = item(h.cached['RateLimit']);
+  for (const said of [h.agent, h.now]) {
+    expect(cached.r).toBe(item(said['RateLimit']).r);
+    expect(Math.abs(cached.t - item(said['RateLimit']).t)).toBeLessThanOrEqual(1);
+    expect(h.cached['RateLimit-Policy']).toBe(said['RateLimit-Policy']);
+    expect(Math.abs(Number(h.cached['Retry-After']) - Number(said['Retry-After']))).toBeLessThanOrEqual(1);
+  }
+  return cached;
+}
+
+describe('a denial repeated in the client says what the agent says', () => {
+  it('draft-11 (the default): t is the time until the quota is whole again, not the wait', async () => {
+    const h = await repeatedDenial(own.agent.url, 'tenant-8');
+    const { r, t } = sameAsAgent(h);
+    // Empty, refilling 0.001 a second: a token fits in 1,000 s, the quota is whole in 100,000 s.
+    expect(r).toBe(0);
+    expect(t).toBeGreaterThan(99_000);
+    expect(Number(h.cached['Retry-After'])).toBeLessThanOrEqual(1000);
+  });
+
+  describe('draft-10 with the legacy headers', () => {
+    const ten = agentProcessOnOwnRedis({
+      policies: POLICIES,
+      env: { QP_RATE_LIMIT_HEADERS: 'draft-10', QP_LEGACY_HEADERS: 'true' },
+    });
+
+    it("t is the wait until the cost fits, and the X-RateLimit-* headers are the agent's", async () => {
+      const h = await repeatedDenial(ten.agent.url, 'tenant-9');
+      const { r, t } = sameAsAgent(h);
+      expect(r).toBe(0);
+      expect(t).toBe(Number(h.cached['Retry-After']));
+      expect(t).toBeLessThanOrEqual(1000);
+      for (const said of [h.agent, h.now]) {
+        expect(h.cached['X-RateLimit-Limit']).toBe(said['X-RateLimit-Limit']);
+        expect(h.cached['X-RateLimit-Remaining']).toBe(said['X-RateLimit-Remaining']);
+        expect(
+          Math.abs(Number(h.cached['X-RateLimit-Reset']) - Number(said['X-RateLimit-Reset'])),
+        ).toBeLessThanOrEqual(1);
+      }
+    });
   });
 });

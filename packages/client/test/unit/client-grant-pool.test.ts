@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import type { Decision } from '../../src/agent-client.js';
+import type { CheckResult } from '../../../../core/wire/agent.js';
+import {
+  RATE_LIMIT_DRAFTS,
+  rateLimitHeaders,
+  type RateLimitDraft,
+} from '../../../../core/wire/rate-limit-headers.js';
+import type { ClientCheckResult, Decision } from '../../src/agent-client.js';
 import { GrantPool, type GrantTransport } from '../../src/grants.js';
 
 const allowed: Decision = {
@@ -69,6 +75,32 @@ function agent(stock: number, code?: string) {
 
 let clock = 1_750_000_000_000;
 const now = () => clock;
+
+/**
+ * The agent's answer denying one check (`result`), with the headers the agent would send for it
+ * (core/wire/rate-limit-headers.ts), under `draft`; `legacy` adds the X-RateLimit-* ones.
+ */
+function agentDenial(
+  result: Omit<ClientCheckResult, 'allowed'>,
+  windowSeconds: number,
+  draft: RateLimitDraft = 'draft-11',
+  legacy = false,
+): Decision {
+  const full: CheckResult = {
+    mode: 'regional',
+    remaining: 0,
+    limit: 0,
+    ...result,
+    allowed: false,
+  };
+  const headers = rateLimitHeaders(false, [{ result: full, windowSeconds, violated: true }], legacy, draft);
+  return {
+    allowed: false,
+    retryAfterMs: result.retryAfterMs,
+    results: [{ ...result, allowed: false }],
+    headers,
+  };
+}
 
 /** `n` checks of one subject 300 ms apart (a whole rate window each), observed as admissions when not local. */
 function run(pool: GrantPool, n: number, body = { policy: 'p', subject: 's' }) {
@@ -195,22 +227,19 @@ describe('GrantPool', () => {
     const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9 }, now);
     const body = { policy: 'p', subject: 's' };
     run(pool, 2);
-    const denied = (reason?: 'agent_unreachable'): Decision => ({
-      allowed: false,
-      retryAfterMs: 5000,
-      results: [
+    // A bucket 58 s from full again, where the cost fits in 5 s.
+    const denied = (reason?: 'agent_unreachable', remaining = 0): Decision =>
+      agentDenial(
         {
           policy: 'p',
-          allowed: false,
-          remaining: 0,
+          remaining,
           limit: 100,
-          resetMs: 0,
+          resetMs: 58_000,
           retryAfterMs: 5000,
           ...(reason === undefined ? {} : { reason }),
         },
-      ],
-      headers: {},
-    });
+        100,
+      );
     pool.observe(body, denied('agent_unreachable'));
     expect(pool.trySpend(body)).toBeUndefined();
     // The first over-quota denial of a policy not yet known asks the grant route what it is (a token bucket:
@@ -227,12 +256,12 @@ describe('GrantPool', () => {
     expect(pool.trySpend({ ...body, cost: 2 })).toBeUndefined();
     expect(pool.trySpend({ ...body, cost: 0.5 })).toBeUndefined();
     // A denial of 3 with 2 tokens left: repeated with the agent's count, not a made-up 0.
-    const three = denied();
-    three.results[0]!.remaining = 2;
-    pool.observe({ ...body, cost: 3 }, three);
+    pool.observe({ ...body, cost: 3 }, denied(undefined, 2));
     const d3 = pool.trySpend({ ...body, cost: 3 });
     expect(d3?.results[0]?.remaining).toBe(2);
-    expect(d3?.headers['RateLimit']).toBe('"p";r=2;t=5');
+    // The agent's RateLimit item (draft-11: t the seconds until the quota is whole again, not the wait).
+    expect(d3?.headers['RateLimit']).toBe('"p";r=2;t=58');
+    expect(d3?.headers['Retry-After']).toBe('5');
     // A denial of a check naming a class is that class's bucket: never repeated for the subject's own.
     const other = { policy: 'p', subject: 'c' };
     expect(pool.trySpend(other)).toBeUndefined();
@@ -272,91 +301,231 @@ describe('GrantPool', () => {
     }
   });
 
-  it('the denial cache never admits, refuses only what the bucket refuses, and tells the exact wait', async () => {
-    // One subject's token bucket at the agent (10 tokens, 2 per second) on the test's clock, deciding and granting.
-    const capacity = 10;
-    const perMs = 2 / 1000;
-    let tokens = capacity;
-    let at = clock;
-    const refill = () => {
-      tokens = Math.min(capacity, tokens + (clock - at) * perMs);
-      at = clock;
-    };
-    const waitFor = (cost: number) => Math.ceil((cost - tokens) / perMs);
-    let admitted = 0;
-    /** What the agent last said was left when it denied each cost. */
-    const toldRemaining = new Map<number, number>();
-    const decide = (cost: number): Decision => {
-      refill();
-      if (tokens >= cost) {
-        tokens -= cost;
-        admitted++;
-        return { ...allowed, results: [{ ...allowed.results[0]!, limit: capacity }] };
-      }
-      const wait = waitFor(cost);
-      const remaining = Math.floor(tokens);
-      toldRemaining.set(cost, remaining);
-      return {
-        allowed: false,
-        retryAfterMs: wait,
-        results: [
-          { policy: 'p', allowed: false, remaining, limit: capacity, resetMs: 0, retryAfterMs: wait },
-        ],
-        headers: {},
+  it.each(RATE_LIMIT_DRAFTS)(
+    'the denial cache never admits, refuses only what the bucket refuses, and tells the exact wait (%s)',
+    async (draft) => {
+      // One subject's token bucket at the agent (10 tokens, 2 per second) on the test's clock, deciding and granting.
+      const capacity = 10;
+      const perMs = 2 / 1000;
+      let tokens = capacity;
+      let at = clock;
+      const refill = () => {
+        tokens = Math.min(capacity, tokens + (clock - at) * perMs);
+        at = clock;
       };
-    };
-    const { send } = batched((path, body) => {
-      refill();
-      const amount = (body as { amount: number }).amount;
-      if (path === '/v1/grants') {
-        const granted = Math.min(Math.floor(tokens), amount, 1);
-        tokens -= granted;
-        return {
-          status: 200,
-          json: {
-            policy: 'p',
-            granted,
-            limit: capacity,
-            remaining: Math.floor(tokens),
-            refillMs: 500,
-            expiresInMs: 60_000,
-            grant: granted > 0 ? idOf(Math.round(clock)) : null,
-          },
-        };
-      }
-      tokens = Math.min(capacity, tokens + amount);
-      return { status: 200, json: { policy: 'p', credited: amount, dropped: 0 } };
-    });
-    const pool = new GrantPool(send, { hotPerSecond: 1e9 }, now);
-    const start = clock;
-    let local = 0;
-    let cached = 0;
-    for (let i = 0; i < 400; i++) {
-      clock += 37;
-      const cost = i % 7 === 0 ? 3 : 1;
-      const body = { policy: 'p', subject: 's', cost };
-      const d = pool.trySpend(body);
-      if (d === undefined) pool.observe(body, decide(cost));
-      else if (d.allowed) local++;
-      else {
-        cached++;
-        // Refused here only when the bucket lacks the cost now, and told exactly when it will hold it.
+      const waitFor = (cost: number) => Math.ceil((cost - tokens) / perMs);
+      /** Until the bucket is full again, ms. */
+      const resetIn = () => (capacity - tokens) / perMs;
+      let admitted = 0;
+      /** What the agent last said was left when it denied each cost, and the instant its `t` counted down to. */
+      const toldRemaining = new Map<number, number>();
+      const toldT = new Map<number, number>();
+      const decide = (cost: number): Decision => {
         refill();
-        expect(tokens).toBeLessThan(cost);
-        expect(d.retryAfterMs).toBe(waitFor(cost));
-        const seconds = Math.max(1, Math.ceil(waitFor(cost) / 1000));
-        expect(d.headers['Retry-After']).toBe(String(seconds));
-        // The tokens left are the agent's word at its denial of this cost, fewer than the cost.
-        const told = toldRemaining.get(cost)!;
-        expect(told).toBeLessThan(cost);
-        expect(d.results[0]!.remaining).toBe(told);
-        expect(d.headers['RateLimit']).toBe(`"p";r=${told};t=${seconds}`);
+        if (tokens >= cost) {
+          tokens -= cost;
+          admitted++;
+          return { ...allowed, results: [{ ...allowed.results[0]!, limit: capacity }] };
+        }
+        const wait = waitFor(cost);
+        const remaining = Math.floor(tokens);
+        toldRemaining.set(cost, remaining);
+        // -11: t the time until the quota is whole again; -10 (a denial): until the cost fits.
+        toldT.set(cost, clock + (draft === 'draft-11' ? resetIn() : wait));
+        const result = { policy: 'p', remaining, limit: capacity, resetMs: resetIn(), retryAfterMs: wait };
+        return agentDenial(result, capacity / 2, draft);
+      };
+      const { send } = batched((path, body) => {
+        refill();
+        const amount = (body as { amount: number }).amount;
+        if (path === '/v1/grants') {
+          const granted = Math.min(Math.floor(tokens), amount, 1);
+          tokens -= granted;
+          return {
+            status: 200,
+            json: {
+              policy: 'p',
+              granted,
+              limit: capacity,
+              remaining: Math.floor(tokens),
+              refillMs: 500,
+              expiresInMs: 60_000,
+              grant: granted > 0 ? idOf(Math.round(clock)) : null,
+            },
+          };
+        }
+        tokens = Math.min(capacity, tokens + amount);
+        return { status: 200, json: { policy: 'p', credited: amount, dropped: 0 } };
+      });
+      const pool = new GrantPool(send, { hotPerSecond: 1e9 }, now);
+      const start = clock;
+      let local = 0;
+      let cached = 0;
+      for (let i = 0; i < 400; i++) {
+        clock += 37;
+        const cost = i % 7 === 0 ? 3 : 1;
+        const body = { policy: 'p', subject: 's', cost };
+        const d = pool.trySpend(body);
+        if (d === undefined) pool.observe(body, decide(cost));
+        else if (d.allowed) local++;
+        else {
+          cached++;
+          // Refused here only when the bucket lacks the cost now, and told exactly when it will hold it.
+          refill();
+          expect(tokens).toBeLessThan(cost);
+          expect(d.retryAfterMs).toBe(waitFor(cost));
+          const seconds = Math.max(1, Math.ceil(waitFor(cost) / 1000));
+          expect(d.headers['Retry-After']).toBe(String(seconds));
+          // The tokens left are the agent's word at its denial of this cost, fewer than the cost.
+          const told = toldRemaining.get(cost)!;
+          expect(told).toBeLessThan(cost);
+          expect(d.results[0]!.remaining).toBe(told);
+          // Its t is the agent's, counted down: -10, the wait (Retry-After); -11, the time until the quota is
+          // whole, which the bucket spending tokens since only makes later, never sooner.
+          const t = Math.ceil((toldT.get(cost)! - clock) / 1000);
+          expect(d.headers['RateLimit']).toBe(`"p";r=${told};t=${t}`);
+          if (draft === 'draft-10') expect(t).toBe(seconds);
+          else expect(t).toBeLessThanOrEqual(Math.ceil(resetIn() / 1000));
+        }
+        await flush();
       }
-      await flush();
+      // Never more admissions (at the agent, plus on grants) than the bucket held and refilled.
+      expect(admitted + local).toBeLessThanOrEqual(capacity + ((clock - start) * 2) / 1000);
+      expect(cached).toBeGreaterThan(100);
+      await pool.close();
+    },
+  );
+});
+
+/** Costs the agent refuses (AGT_ERR_INVALID_COST): none is a number of at least one micro-token. */
+const INVALID_COSTS = [NaN, -1, 0, Infinity, -Infinity, 1e-7, '3' as unknown as number];
+
+describe('GrantPool: only a cost the agent accepts', () => {
+  it('a grant of N never decides NaN, -1, 0, Infinity or a string, keeps its tokens, and admits at most N', async () => {
+    const a = agent(100);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    run(pool, 2);
+    await flush();
+    const held = pool.stats().held;
+    expect(held).toBe(10);
+    const body = { policy: 'p', subject: 's' };
+    for (const cost of INVALID_COSTS) {
+      expect(pool.trySpend({ ...body, cost })).toBeUndefined();
+      expect(pool.stats().held).toBe(held);
     }
-    // Never more admissions (at the agent, plus on grants) than the bucket held and refilled.
-    expect(admitted + local).toBeLessThanOrEqual(capacity + ((clock - start) * 2) / 1000);
-    expect(cached).toBeGreaterThan(100);
+    // Within one turn (no next grant arrives): however the invalid costs are mixed in, the grant admits its N.
+    let local = 0;
+    for (let i = 0; i < 3 * held; i++) {
+      for (const cost of INVALID_COSTS) expect(pool.trySpend({ ...body, cost })).toBeUndefined();
+      if (pool.trySpend(body)?.allowed === true) local++;
+    }
+    expect(local).toBe(held);
+    expect(pool.stats()).toMatchObject({ local: held, held: 0 });
+    await pool.close();
+  });
+
+  it('an answer to an invalid cost teaches nothing: no denial of it is repeated, and the one held stands', async () => {
+    const a = agent(0);
+    const pool = new GrantPool(a.send, { hotPerSecond: 1e9 }, now);
+    const body = { policy: 'p', subject: 's' };
+    const denial = (limit: number) =>
+      agentDenial({ policy: 'p', remaining: 0, limit, resetMs: 58_000, retryAfterMs: 5000 }, 100);
+    // A token bucket (learned from the grant route), whose denial of a cost of 1 is repeated.
+    expect(pool.trySpend(body)).toBeUndefined();
+    pool.observe(body, denial(100));
+    await flush();
+    pool.observe(body, denial(100));
+    expect(pool.trySpend(body)?.allowed).toBe(false);
+    for (const cost of INVALID_COSTS) {
+      // As if the agent had answered one (another limit and policy header, too): nothing of it is kept.
+      pool.observe({ ...body, cost }, denial(999));
+      expect(pool.trySpend({ ...body, cost })).toBeUndefined();
+    }
+    const d = pool.trySpend(body);
+    expect(d).toMatchObject({ allowed: false, local: 'grant', results: [{ limit: 100 }] });
+    expect(d?.headers['RateLimit-Policy']).toBe('"p";q=100;w=100');
+    await pool.close();
+  });
+});
+
+describe('GrantPool: a repeated denial says what the agent would', () => {
+  it.each(RATE_LIMIT_DRAFTS)(
+    'the RateLimit, Retry-After and legacy headers of the agent, counted down (%s)',
+    async (draft) => {
+      // One subject's bucket: 100 tokens refilling one per 100 s, 0.4 left. A token fits in 60 s; it is full
+      // again in 9,960 s. Nothing else spends it, so the agent's answer at any moment is known exactly.
+      const perMs = 0.01 / 1000;
+      const start = clock;
+      const agentAnswer = (): Decision => {
+        const tokens = 0.4 + (clock - start) * perMs;
+        const result = {
+          policy: 'p',
+          remaining: Math.floor(tokens),
+          limit: 100,
+          resetMs: (100 - tokens) / perMs,
+          retryAfterMs: (1 - tokens) / perMs,
+        };
+        return agentDenial(result, 10_000, draft, true);
+      };
+      const a = agent(0);
+      const pool = new GrantPool(a.send, { hotPerSecond: 1e9 }, now);
+      const body = { policy: 'p', subject: 's' };
+      expect(pool.trySpend(body)).toBeUndefined();
+      pool.observe(body, agentAnswer());
+      await flush();
+      clock += 100;
+      pool.observe(body, agentAnswer());
+      // The last moment is 48.95 s after the agent's answer: a t counted down from its whole seconds (9,960 and
+      // 60, said when 9,959.9 and 59.9 were meant) would be a second late there.
+      for (const later of [0, 2500, 999, 30_200, 15_000, 251]) {
+        clock += later;
+        const d = pool.trySpend(body);
+        expect(d).toMatchObject({ allowed: false, local: 'grant' });
+        expect(d?.headers).toEqual(agentAnswer().headers);
+      }
+      // -11's t says when the quota is whole again (thousands of seconds), not when to retry.
+      const t = Number(/;t=(\d+)$/.exec(pool.trySpend(body)!.headers['RateLimit']!)![1]);
+      expect(t).toBe(draft === 'draft-11' ? 9911 : 11);
+      await pool.close();
+    },
+  );
+
+  it("RateLimit-Policy follows the agent's latest answer; a changed limit drops the subject's denial", async () => {
+    const a = agent(0);
+    const pool = new GrantPool(a.send, { hotPerSecond: 1e9 }, now);
+    const body = { policy: 'p', subject: 's' };
+    const denial = (limit: number) =>
+      agentDenial({ policy: 'p', remaining: 0, limit, resetMs: 58_000, retryAfterMs: 5000 }, 60);
+    expect(pool.trySpend(body)).toBeUndefined();
+    pool.observe(body, denial(100));
+    await flush();
+    pool.observe(body, denial(100));
+    expect(pool.trySpend(body)?.headers['RateLimit-Policy']).toBe('"p";q=100;w=60');
+    // The policy edited (q=500): another subject's answer says so, and the repeated denial says it too.
+    const other = { policy: 'p', subject: 'o' };
+    pool.trySpend(other);
+    pool.observe(other, {
+      ...allowed,
+      results: [{ ...allowed.results[0]!, limit: 500 }],
+      headers: { 'RateLimit-Policy': '"p";q=500;w=60' },
+    });
+    expect(pool.trySpend(body)?.headers['RateLimit-Policy']).toBe('"p";q=500;w=60');
+    // The subject's own answer (another cost, asked at the agent, admitted) shows its bucket's new limit: the
+    // denial remembered from the old bucket is no longer repeated, and the agent's next one is, with the new q.
+    expect(pool.trySpend({ ...body, cost: 2 })).toBeUndefined();
+    pool.observe(
+      { ...body, cost: 2 },
+      {
+        ...allowed,
+        results: [{ ...allowed.results[0]!, limit: 500 }],
+        headers: { 'RateLimit-Policy': '"p";q=500;w=60' },
+      },
+    );
+    expect(pool.trySpend(body)).toBeUndefined();
+    pool.observe(body, denial(500));
+    const d = pool.trySpend(body);
+    expect(d).toMatchObject({ allowed: false, local: 'grant', results: [{ limit: 500 }] });
+    expect(d?.headers['RateLimit-Policy']).toBe('"p";q=500;w=60');
     await pool.close();
   });
 });
