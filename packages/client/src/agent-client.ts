@@ -285,10 +285,10 @@ type Outcome = { decision: DecisionResponse } | { error: AgentRequestError | Age
 /** The agent has no batch route (an older agent): the exchange's decisions are sent one by one. */
 class BatchUnsupported extends Error {}
 
-/** The agent refused a batch of `bytes` as too large (413): its decisions go again in smaller batches. */
+/** The agent refused a batch of `size` characters as too large (413): its decisions go again in smaller batches. */
 class BatchTooLarge extends Error {
-  constructor(readonly bytes: number) {
-    super(`the agent refused a batch of ${bytes} bytes as too large`);
+  constructor(readonly size: number) {
+    super(`the agent refused a batch of ${size} characters as too large`);
   }
 }
 
@@ -300,7 +300,15 @@ interface Answer {
 
 /** The agent's own refusal of `body` (400, as `POST /v1/decisions` words it), or undefined when it reads it. */
 function bodyRefusal(body: unknown): AgentRequestError | undefined {
-  const read = readDecisionBody(body);
+  // What the agent would read: the body as its JSON carries it (a key set to undefined dropped, NaN as null).
+  let sent: unknown = body;
+  try {
+    const json = JSON.stringify(body) as string | undefined;
+    if (json !== undefined) sent = JSON.parse(json);
+  } catch {
+    // Not JSON at all (a BigInt, a cycle): the body as it is, which the schema refuses.
+  }
+  const read = readDecisionBody(sent);
   if (read.ok) return undefined;
   return new AgentRequestError({
     type: 'about:blank',
@@ -396,10 +404,10 @@ export class AgentClient {
   readonly #started: number[] = [];
   /** A pump armed for when the exchanges in flight turn slow. */
   #slowTimer: NodeJS.Timeout | undefined;
-  /** Armed while decisions wait in the queue: gives up on those the agent left unanswered a whole timeout. */
-  #queueTimer: NodeJS.Timeout | undefined;
   /** When the agent last answered anything (performance.now()): an answer says it is alive, however busy. */
   #lastAnswerAt = -Infinity;
+  /** When an exchange last got no answer within its timeout (performance.now()). */
+  #lastTimeoutAt = -Infinity;
   /** Most decisions per exchange: 1 without coalescing, or when the agent has no batch route. */
   #maxBatch: number;
   #state: BreakerState = 'closed';
@@ -715,8 +723,6 @@ export class AgentClient {
     this.#queue = [];
     clearTimeout(this.#slowTimer);
     this.#slowTimer = undefined;
-    clearTimeout(this.#queueTimer);
-    this.#queueTimer = undefined;
     for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
     this.#breaker?.shutdown();
     this.#fallback.close();
@@ -759,7 +765,7 @@ export class AgentClient {
    * then, and an exchange that returns first takes the queue with it).
    */
   #pump(): void {
-    this.#expireQueued(performance.now());
+    this.#expireQueued();
     while (this.#queue.length > 0 && this.#inFlight < this.#maxInFlight) {
       const now = performance.now();
       if (this.#inFlight > 0 && this.#slowMs > 0 && this.#queue.length < this.#maxBatch) {
@@ -792,36 +798,27 @@ export class AgentClient {
   }
 
   /**
-   * Decisions that waited in the queue a whole timeout while the agent answered nothing at all (frozen, or a
-   * network that drops packets: the exchanges ahead of them wait out their own timeouts) are answered by their
-   * failure mode now, as the exchanges ahead of them are, instead of being sent after them and waiting a timeout
-   * more. Not an exchange: the breaker does not count them. While the agent answers (busy, not gone), the queue
-   * waits; `maxQueued` bounds it.
+   * Decisions queued behind an exchange that then got no answer within its timeout, while the agent answered
+   * nothing at all since they were queued (frozen, or a network dropping packets), are answered by their failure
+   * mode with that exchange's decisions, as `timeout`, instead of being sent after it and waiting a timeout more.
+   * Not an exchange: the breaker does not count them. The exchange's own timeout is what decides (counted from its
+   * write, and re-armed when this process, not the agent, was stalled), so a stalled event loop or a slow
+   * connection never fails a queued decision. While the agent answers anything, however slowly, the queue waits;
+   * `maxQueued` bounds it.
    */
-  #expireQueued(now: number): void {
+  #expireQueued(): void {
     let n = 0;
     for (const p of this.#queue) {
-      if (now - p.queuedAt < this.#timeoutMs || this.#lastAnswerAt >= p.queuedAt) break;
+      if (p.queuedAt > this.#lastTimeoutAt || this.#lastAnswerAt >= p.queuedAt) break;
       n++;
     }
-    if (n > 0) {
-      const error = new AgentUnavailableError(
-        'timeout',
-        `the agent answered nothing for ${Math.round(now - this.#queue[0]!.queuedAt)} ms while this decision waited for a connection`,
-      );
-      for (const p of this.#queue.splice(0, n)) p.reject(error);
-    }
-    if (this.#queue.length > 0 && this.#queueTimer === undefined) {
-      const wait = this.#queue[0]!.queuedAt + this.#timeoutMs - now;
-      this.#queueTimer = setTimeout(this.#queueCheck, Math.max(1, Math.ceil(wait)));
-      this.#queueTimer.unref();
-    }
+    if (n === 0) return;
+    const error = new AgentUnavailableError(
+      'timeout',
+      'an exchange ahead of this decision got no answer from the agent within the timeout, and nothing else did',
+    );
+    for (const p of this.#queue.splice(0, n)) p.reject(error);
   }
-
-  readonly #queueCheck = (): void => {
-    this.#queueTimer = undefined;
-    this.#pump();
-  };
 
   readonly #slowPump = (): void => {
     this.#slowTimer = undefined;
@@ -834,19 +831,23 @@ export class AgentClient {
     try {
       outcomes = this.#breaker === undefined ? await this.#exchange(batch) : await this.#breaker.fire(batch);
     } catch (error) {
-      if (error instanceof BatchUnsupported) {
-        // An agent older than the batch route: from now on one decision per exchange; these go first.
-        this.#maxBatch = 1;
-        this.#queue.unshift(...batch);
+      if (error instanceof BatchUnsupported || error instanceof BatchTooLarge) {
+        if (error instanceof BatchUnsupported) {
+          // An agent older than the batch route: from now on one decision per exchange.
+          this.#maxBatch = 1;
+        } else {
+          // An agent with a lowered body limit: batches of at most half this one from now on, in the pump's own
+          // measure (characters, whatever their bytes), so each refusal makes the next batch smaller, down to one
+          // decision alone, which goes to the single route and answers its own 413 if even that is too large.
+          this.#maxBatchBytes = Math.min(this.#maxBatchBytes, Math.floor(error.size / 2));
+        }
+        // These go again first, unless the client closed meanwhile (it sheds what it holds).
+        if (this.#closing === undefined) this.#queue.unshift(...batch);
+        else for (const p of batch) p.reject(new ClientShedError(this.#maxQueued));
         return;
       }
-      if (error instanceof BatchTooLarge) {
-        // An agent with a lowered body limit: smaller batches from now on (one decision alone goes to the single
-        // route, which answers its own 413 if even that is too large); these go first.
-        this.#maxBatchBytes = Math.floor(error.bytes / 2);
-        this.#queue.unshift(...batch);
-        return;
-      }
+      if (error instanceof AgentUnavailableError && error.failure === 'timeout')
+        this.#lastTimeoutAt = performance.now();
       for (const p of batch) p.reject(error);
       return;
     }
@@ -878,7 +879,7 @@ export class AgentClient {
       if (answer.status === 404 && problem.success && problem.data.code === NOT_FOUND) {
         throw new BatchUnsupported('the agent has no batch route');
       }
-      if (answer.status === 413) throw new BatchTooLarge(Buffer.byteLength(payload));
+      if (answer.status === 413) throw new BatchTooLarge(payload.length);
       // The exchange as a whole was not answered (overloaded, 5xx) or refused (a 4xx of the batch itself).
       const whole = this.#outcome(answer.status, json, answer.retryAfter, true);
       if ('error' in whole && whole.error instanceof AgentUnavailableError) throw whole.error;

@@ -174,7 +174,7 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
     let costFromRequest = false;
     for (const rule of rules) {
       const subject: unknown = rule.subject?.(request) ?? options.subject(request);
-      if (subject === undefined || subject === '') {
+      if (subject === undefined || subject === null || subject === '') {
         return send(reply, callerProblem('AGT_ERR_MISSING_SUBJECT', 'this request names no subject'));
       }
       // What the caller sent, read by the route: a query parameter given twice is an array, a header may be

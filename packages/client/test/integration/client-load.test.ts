@@ -366,6 +366,28 @@ describe('an agent that cannot answer still fails each policy as declared', () =
     }
   });
 
+  it('a stalled event loop fails no queued decision: the agent answered, only this process was late', async () => {
+    // One exchange of one decision at a time, so decisions queue; then this process blocks for longer than the
+    // timeout while the agent answers the exchange in flight.
+    const client = new AgentClient({
+      baseUrl: own.agent.url,
+      timeoutMs: 300,
+      maxExchanges: 1,
+      coalesce: { maxBatch: 1 },
+    });
+    const subject = uniquePrefix('stalled');
+    const decisions = Promise.all(Array.from({ length: 6 }, () => client.check('wide', subject)));
+    // The first exchange leaves (the turn's pump, then its write), and the agent answers it while this blocks.
+    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+    const until = performance.now() + 800;
+    while (performance.now() < until) {
+      // Busy: this process, not the agent, is late.
+    }
+    expect((await decisions).filter((d) => d.allowed)).toHaveLength(6);
+    expect(Object.values(client.stats().failures).reduce((a, b) => a + b, 0)).toBe(0);
+    client.close();
+  });
+
   it('stopped: closed 503, open 200, counted as connection failures', async () => {
     const client = new AgentClient({ baseUrl: own.agent.url });
     const { app, url } = await service(client);
@@ -410,6 +432,24 @@ describe('an agent whose body limit was lowered (QP_BODY_LIMIT_BYTES=256: batche
     // The refused batch, then the same decisions in at least two smaller ones.
     expect(stats.batches).toBeGreaterThanOrEqual(3);
     expect(stats.decided).toBe(64);
+    client.close();
+  });
+
+  it('a batch of subjects of 3-byte characters shrinks too: every decision settles, in a bounded number of exchanges', async () => {
+    const client = new AgentClient({ baseUrl: small.agent.url, timeoutMs: 2000 });
+    // 900 bytes a subject in 300 characters: the batch's size in characters is a third of its bytes. This agent
+    // keys no such subject (no HMAC secret): each element is its own 400, which is all this test needs.
+    const settled = await Promise.allSettled(
+      Array.from({ length: 64 }, (_, i) =>
+        client.decide({ policy: 'wide', subject: `${i}${'漢'.repeat(300)}` }),
+      ),
+    );
+    expect(
+      settled.map((s) => (s.status === 'rejected' ? (s.reason as AgentRequestError).code : 'decided')),
+    ).toEqual(Array.from({ length: 64 }, () => 'AGT_ERR_INVALID_SUBJECT'));
+    // Halving each time: at most 7 refused batches on the way down to batches the agent takes, then 64 decisions
+    // in batches or alone.
+    expect(client.stats().exchanges).toBeLessThanOrEqual(7 + 64);
     client.close();
   });
 });

@@ -87,6 +87,10 @@ describe("a caller's bad input is its 400, also while the agent cannot be reache
       code: 'AGT_ERR_INVALID_COST',
     });
     expect(client.stats().refused['AGT_ERR_INVALID_COST']).toBe(6);
+    // What the agent would read is the JSON: a key set to undefined is not sent, so the body is one it decides.
+    const kept = await client.decide({ policy: 'work', subject: 'tenant-3', extra: undefined } as never);
+    expect(kept.results[0]).toMatchObject({ reason: 'emergency_bucket' });
+    expect(client.stats().refused['AGT_ERR_INVALID_COST']).toBe(6);
     expect(() =>
       client.failureDecision(
         { policy: 'work', subject: '' },
