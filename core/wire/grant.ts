@@ -60,6 +60,12 @@ export const GrantResponse = z.object({
   expiresInMs: z.number().int().min(1),
   /** The grant's id, to name in its return; null when nothing was granted. */
   grant: GrantId.nullable(),
+  /**
+   * The largest cost one check of the policy may have (its `maxCost`): a client spends a grant only on checks up
+   * to it, so a check the agent would refuse (`AGT_ERR_COST_ABOVE_MAX`) is never admitted on one. Absent from an
+   * agent older than this field: the client then spends grants only on checks of cost 1 or less.
+   */
+  maxCost: z.number().positive().optional(),
 });
 export type GrantResponse = z.infer<typeof GrantResponse>;
 

@@ -142,6 +142,7 @@ async function takeParsed(
       refillMs: null,
       expiresInMs: ttlMs,
       grant: null,
+      maxCost: check.policy.maxCost,
     };
   }
   const { cost: _cost, ...bucket } = check.bucket;
@@ -171,6 +172,7 @@ async function takeParsed(
       refillMs: result.refillMs < 0 ? null : result.refillMs,
       expiresInMs: ttlMs,
       grant: result.granted > 0 ? id : null,
+      maxCost: check.policy.maxCost,
     };
   } catch (error) {
     metrics.grants.labels(policy, 'failed').inc();

@@ -126,6 +126,8 @@ interface Entry {
   /** What the agent last said about the bucket: its capacity, and what was left after the last take. */
   limit: number;
   bucketRemaining: number;
+  /** The largest cost a check of the policy may have, as the last grant answer said (1 until one says). */
+  maxCost: number;
   taking: boolean;
   /**
    * The agent denied this subject a check of `deniedCost` and said when it would fit (epoch ms): until then
@@ -261,7 +263,8 @@ export class GrantPool {
     const entry = this.#entry(body.policy, body.subject, this.#now());
     const cost = body.cost ?? 1;
     const now = this.#now();
-    if (entry.tokens < cost || now >= entry.expiresAt) {
+    // A cost above the policy's maxCost is the agent's to refuse (AGT_ERR_COST_ABOVE_MAX), never admitted here.
+    if (entry.tokens < cost || now >= entry.expiresAt || cost > entry.maxCost) {
       if (now < entry.deniedUntil && cost === entry.deniedCost) {
         this.#stats.denied++;
         return this.#denial(entry, entry.deniedUntil - now);
@@ -353,6 +356,7 @@ export class GrantPool {
         expiresAt: 0,
         limit: 0,
         bucketRemaining: 0,
+        maxCost: 1,
         taking: false,
         deniedUntil: 0,
         deniedCost: 0,
@@ -446,6 +450,7 @@ export class GrantPool {
     this.#grantable.add(entry.policy);
     entry.limit = g.limit;
     entry.bucketRemaining = g.remaining;
+    entry.maxCost = g.maxCost ?? 1;
     if (g.granted <= 0) {
       this.#stats.empty++;
       entry.quietUntil = this.#now() + Math.max(RATE_WINDOW_MS, g.refillMs ?? FAILURE_BACKOFF_MS);

@@ -51,7 +51,17 @@ describe('POST /v1/grants and /v1/grants/return', () => {
     expect(grant).toMatch(/^[A-Za-z0-9_-]{22}$/);
     expect(g).toEqual({
       status: 200,
-      body: { policy: 'hot', granted: 10, limit: 100, remaining: 90, refillMs: 0, expiresInMs: 1000, grant },
+      body: {
+        policy: 'hot',
+        granted: 10,
+        limit: 100,
+        remaining: 90,
+        refillMs: 0,
+        expiresInMs: 1000,
+        grant,
+        // The policy's maxCost (1 by default): the client spends a grant only on checks up to it.
+        maxCost: 1,
+      },
     });
     const d = await post('/v1/decisions', { policy: 'hot', subject: 'a' });
     expect(d.body).toMatchObject({ allowed: true, results: [{ remaining: 89 }] });

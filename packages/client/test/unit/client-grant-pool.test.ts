@@ -42,7 +42,7 @@ function batched(single: (path: string, body: object) => Answer) {
  * A transport that grants what is asked (up to `stock`) and records every take and return. Like the agent, it
  * binds a return to its grant: at most what that grant took is credited, once; an unknown id answers 404.
  */
-function agent(stock: number, code?: string) {
+function agent(stock: number, code?: string, maxCost?: number) {
   const calls: { path: string; body: Record<string, unknown> }[] = [];
   const records = new Map<string, number>();
   const single = (path: string, body: object): Answer => {
@@ -55,7 +55,16 @@ function agent(stock: number, code?: string) {
       if (grant !== null) records.set(grant, granted);
       return {
         status: 200,
-        json: { policy: 'p', granted, limit: 100, remaining: stock, refillMs: 0, expiresInMs: 1000, grant },
+        json: {
+          policy: 'p',
+          granted,
+          limit: 100,
+          remaining: stock,
+          refillMs: 0,
+          expiresInMs: 1000,
+          grant,
+          ...(maxCost === undefined ? {} : { maxCost }),
+        },
       };
     }
     const { grant, amount } = body as { grant: string; amount: number };
@@ -422,6 +431,25 @@ describe('GrantPool: only a cost the agent accepts', () => {
     expect(local).toBe(held);
     expect(pool.stats()).toMatchObject({ local: held, held: 0 });
     await pool.close();
+  });
+
+  it("a grant is spent only on checks up to the policy's maxCost its answer names (1 when it names none)", async () => {
+    for (const [maxCost, spends] of [
+      [3, [1, 2, 3]],
+      [undefined, [1]],
+    ] as const) {
+      const a = agent(100, undefined, maxCost);
+      const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+      run(pool, 2);
+      await flush();
+      expect(pool.stats().held).toBe(10);
+      const body = { policy: 'p', subject: 's' };
+      for (const cost of [1, 2, 3, 4])
+        expect(pool.trySpend({ ...body, cost })?.allowed, `maxCost ${maxCost}, cost ${cost}`).toBe(
+          (spends as readonly number[]).includes(cost) ? true : undefined,
+        );
+      await pool.close();
+    }
   });
 
   it('an answer to an invalid cost teaches nothing: no denial of it is repeated, and the one held stands', async () => {
