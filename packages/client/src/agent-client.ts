@@ -23,6 +23,7 @@ import {
   DecisionResponse,
   Problem,
   checksOf,
+  looksValidDecisionRequest,
   readDecisionBody,
   type DecisionRequest,
   type WireCheckResult,
@@ -300,6 +301,8 @@ interface Answer {
 
 /** The agent's own refusal of `body` (400, as `POST /v1/decisions` words it), or undefined when it reads it. */
 function bodyRefusal(body: unknown): AgentRequestError | undefined {
+  // Most bodies read as they are (every decision of an outage comes here): no JSON round trip for those.
+  if (looksValidDecisionRequest(body)) return undefined;
   // What the agent would read: the body as its JSON carries it (a key set to undefined dropped, NaN as null).
   let sent: unknown = body;
   try {
@@ -589,7 +592,7 @@ export class AgentClient {
       }
       if (error instanceof ClientShedError) {
         this.#stats.shed++;
-        return this.failureDecision(body, error, options.onUnavailable);
+        return this.#failureDecision(body, error, options.onUnavailable);
       }
       const unavailable =
         error instanceof AgentUnavailableError
@@ -599,7 +602,7 @@ export class AgentClient {
             : new AgentUnavailableError('connection', (error as Error).message);
       this.#stats.failures[unavailable.failure]++;
       this.#onFailure?.(unavailable);
-      return this.failureDecision(body, unavailable, options.onUnavailable);
+      return this.#failureDecision(body, unavailable, options.onUnavailable);
     }
   }
 
@@ -619,6 +622,15 @@ export class AgentClient {
   ): Decision {
     const refusal = bodyRefusal(body);
     if (refusal !== undefined) throw refusal;
+    return this.#failureDecision(body, failure, override);
+  }
+
+  /** `failureDecision` for a body already read as one the agent would decide. */
+  #failureDecision(
+    body: DecisionRequest,
+    failure: AgentUnavailableError | ClientShedError,
+    override?: DecideOptions['onUnavailable'],
+  ): Decision {
     const checks = checksOf(body);
     const retryAfterMs = failure.retryAfterMs ?? this.#retryAfterMs;
     const reason = failure instanceof ClientShedError ? 'client_shed' : 'agent_unreachable';

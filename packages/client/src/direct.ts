@@ -963,9 +963,7 @@ export class DirectDecider {
         if (!reply.allowed && pace !== undefined && this.#spendable(pace, w.held, cost, answeredAt)) {
           this.#took(w, reply, undefined, sentAt, answeredAt);
           // What the bucket has left is what this reply says: the call's other checks spent from it after the take.
-          const [r] = reply.results;
-          pace.left = Math.max(0, r!.remaining / MICRO);
-          pace.fullAt = r!.resetMs < 0 ? null : answeredAt + r!.resetMs;
+          seen(pace, reply.results[0]!, answeredAt);
           const state = this.#policies.get(w.held.term.policy)!;
           w.resolve(this.#spend(state, w.held, w.subject, pace, cost, answeredAt));
           return;
@@ -1040,8 +1038,7 @@ export class DirectDecider {
       this.#sweeper.unref();
     }
     pace.bucketId = w.held.bucketId;
-    pace.left = last.remaining / MICRO;
-    pace.fullAt = last.resetMs < 0 ? null : answeredAt + last.resetMs;
+    seen(pace, last, answeredAt);
     // The subject's checks that queued while the take was on the wire (a burst) are admitted on them now.
     if (pace.queued > 0) {
       const rest: Waiting[] = [];
@@ -1217,6 +1214,12 @@ export class DirectDecider {
  * The Redis TIME (µs) of monotonic instant `t`, read off a term: its `deadlineMicros` stands for `endsAt`. Late by at
  * most the term request's round trip (the agent issued the term after this process sent the request).
  */
+/** What a pace's held tokens report of their bucket: what `result` (answered at `answeredAt`) said it had left. */
+function seen(pace: Pace, result: EncodedReply['results'][number], answeredAt: number): void {
+  pace.left = Math.max(0, result.remaining / MICRO);
+  pace.fullAt = result.resetMs < 0 ? null : answeredAt + result.resetMs;
+}
+
 function redisMicrosAt(held: Held, t: number): number {
   return held.term.deadlineMicros - Math.round((held.endsAt - t) * 1000);
 }
