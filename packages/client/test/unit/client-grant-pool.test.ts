@@ -406,6 +406,23 @@ describe('GrantPool', () => {
   );
 });
 
+/**
+ * A pool whose subject `s` of policy `p` the agent denied a cost of 1 (bucket of 100, a window of `windowSeconds`)
+ * after the grant route told the pool it is a token bucket: that denial is repeated from then on. `denial(limit)`
+ * is the agent's answer, for another limit too.
+ */
+async function denying(windowSeconds: number) {
+  const pool = new GrantPool(agent(0).send, { hotPerSecond: 1e9 }, now);
+  const body = { policy: 'p', subject: 's' };
+  const denial = (limit: number) =>
+    agentDenial({ policy: 'p', remaining: 0, limit, resetMs: 58_000, retryAfterMs: 5000 }, windowSeconds);
+  expect(pool.trySpend(body)).toBeUndefined();
+  pool.observe(body, denial(100));
+  await flush();
+  pool.observe(body, denial(100));
+  return { pool, body, denial };
+}
+
 /** Costs the agent refuses (AGT_ERR_INVALID_COST): none is a number of at least one micro-token. */
 const INVALID_COSTS = [NaN, -1, 0, Infinity, -Infinity, 1e-7, '3' as unknown as number];
 
@@ -453,16 +470,8 @@ describe('GrantPool: only a cost the agent accepts', () => {
   });
 
   it('an answer to an invalid cost teaches nothing: no denial of it is repeated, and the one held stands', async () => {
-    const a = agent(0);
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e9 }, now);
-    const body = { policy: 'p', subject: 's' };
-    const denial = (limit: number) =>
-      agentDenial({ policy: 'p', remaining: 0, limit, resetMs: 58_000, retryAfterMs: 5000 }, 100);
     // A token bucket (learned from the grant route), whose denial of a cost of 1 is repeated.
-    expect(pool.trySpend(body)).toBeUndefined();
-    pool.observe(body, denial(100));
-    await flush();
-    pool.observe(body, denial(100));
+    const { pool, body, denial } = await denying(100);
     expect(pool.trySpend(body)?.allowed).toBe(false);
     for (const cost of INVALID_COSTS) {
       // As if the agent had answered one (another limit and policy header, too): nothing of it is kept.
@@ -519,15 +528,7 @@ describe('GrantPool: a repeated denial says what the agent would', () => {
   );
 
   it("RateLimit-Policy follows the agent's latest answer; a changed limit drops the subject's denial", async () => {
-    const a = agent(0);
-    const pool = new GrantPool(a.send, { hotPerSecond: 1e9 }, now);
-    const body = { policy: 'p', subject: 's' };
-    const denial = (limit: number) =>
-      agentDenial({ policy: 'p', remaining: 0, limit, resetMs: 58_000, retryAfterMs: 5000 }, 60);
-    expect(pool.trySpend(body)).toBeUndefined();
-    pool.observe(body, denial(100));
-    await flush();
-    pool.observe(body, denial(100));
+    const { pool, body, denial } = await denying(60);
     expect(pool.trySpend(body)?.headers['RateLimit-Policy']).toBe('"p";q=100;w=60');
     // The policy edited (q=500): another subject's answer says so, and the repeated denial says it too.
     const other = { policy: 'p', subject: 'o' };
