@@ -148,6 +148,44 @@ export class InvalidBucketRequestError extends Error {
   }
 }
 
+/**
+ * A request's checks with each bucket once: checks of one key (two new subjects of one policy moved to its shared
+ * bucket) become one check of their summed cost, decided once, all-or-nothing with the rest, instead of two
+ * reads of the same tokens of which only the last write counts. `of[i]` is the merged check of check `i`;
+ * undefined when no key repeats (the request as it is). A sum above MAX_COST is left as it is: no bucket holds it,
+ * and no store takes it (the caller answers such checks as never fitting).
+ */
+export function mergeRepeatedBuckets(
+  checks: readonly BucketCheck[],
+): { checks: BucketCheck[]; of: number[] } | undefined {
+  if (checks.length < 2) return undefined;
+  let at: Map<string, number> | undefined;
+  for (let i = 1; i < checks.length && at === undefined; i++) {
+    for (let j = 0; j < i; j++) if (checks[j]!.key === checks[i]!.key) at = new Map();
+  }
+  if (at === undefined) return undefined;
+  const merged: BucketCheck[] = [];
+  const of = checks.map((c) => {
+    const m = at.get(c.key);
+    if (m === undefined) {
+      at.set(c.key, merged.length);
+      merged.push(c);
+      return merged.length - 1;
+    }
+    merged[m] = { ...merged[m]!, cost: merged[m]!.cost + c.cost };
+    return m;
+  });
+  return { checks: merged, of };
+}
+
+/** The decision of merged checks (mergeRepeatedBuckets) as one result per original check. */
+export function spreadDecision(decision: Decision, of: readonly number[]): Decision {
+  const spread: Decision = { ...decision, results: of.map((m) => ({ ...decision.results[m]! })) };
+  const { missing } = decision;
+  if (missing !== undefined) spread.missing = of.flatMap((m, i) => (missing.includes(m) ? [i] : []));
+  return spread;
+}
+
 /** `input` as `schema` parses it, or an InvalidBucketRequestError listing every problem. */
 export function validStoreRequest<T>(schema: z.ZodType<T>, input: unknown): T {
   const parsed = schema.safeParse(input);

@@ -4,7 +4,13 @@
  * its port (borrowing-port.ts).
  */
 import type { CheckResult, DecisionReason } from '../../core/wire/agent.js';
-import type { BucketCheck, Decision } from '../../core/wire/bucket.js';
+import {
+  MAX_COST,
+  mergeRepeatedBuckets,
+  spreadDecision,
+  type BucketCheck,
+  type Decision,
+} from '../../core/wire/bucket.js';
 import { HOME_SHED_WORDS } from '../../core/wire/strict.js';
 import type { Clock } from '../../core/clock.js';
 import { idempotencyRecordKey, idempotencyTtlMs } from '../../core/keys.js';
@@ -187,10 +193,15 @@ function decideGroup(
   look = false,
 ): Promise<Decision> {
   const { guarded, recordKey } = state;
-  return deps.guard.run('decide', () =>
+  const checks = guarded ? group.checks.map((c) => c.prepared.bucket) : group.checks.map(withoutGuard);
+  // Only checks moved to a shared bucket repeat a key (the router refuses a request naming one bucket twice).
+  const merged = mergeRepeatedBuckets(checks);
+  if (merged?.checks.some((c) => c.cost > MAX_COST) === true)
+    return Promise.resolve(neverFits(checks.length));
+  const decided = deps.guard.run('decide', () =>
     deps.store.decide(
       {
-        checks: guarded ? group.checks.map((c) => c.prepared.bucket) : group.checks.map(withoutGuard),
+        checks: merged?.checks ?? checks,
         dryRun: state.dryRun || look,
         idempotency:
           recordKey === undefined
@@ -206,6 +217,18 @@ function decideGroup(
       { chargeBy: look ? undefined : state.chargeBy },
     ),
   );
+  return merged === undefined ? decided : decided.then((d) => spreadDecision(d, merged.of));
+}
+
+/** Checks that cost together more than any bucket holds: refused, none ever fits (`cost_exceeds_share`). */
+function neverFits(n: number): Decision {
+  const results = Array.from({ length: n }, () => ({
+    allowed: false,
+    remaining: 0,
+    retryAfterMs: null,
+    resetMs: null,
+  }));
+  return { allowed: false, replayed: false, conflict: false, retryAfterMs: null, results };
 }
 
 /** A charging (or dry-run) call that first notes the handler's credit generations of the group's checks. */

@@ -363,6 +363,43 @@ describe('subject-creation cap on a real Redis: shared', () => {
   });
 });
 
+describe('subject-creation cap on a real Redis: several new subjects of one request on the shared bucket', () => {
+  const name = `${unique}-shared-many`;
+  const policy = parsePolicy({
+    name,
+    capacity: 4,
+    refillPerSecond: 1e-4,
+    version,
+    newSubjects: { perMinute: 1, flood: 'shared' },
+  });
+  let s: Stack;
+  beforeAll(async () => {
+    s = await stack('redis', [policy]);
+  });
+  afterAll(async () => {
+    await s[Symbol.asyncDispose]();
+  });
+
+  it("each check is charged: 6 requests of 4 new subjects admit the shared bucket's 4 tokens once", async () => {
+    // The minute's one creation goes to a subject of its own.
+    expect((await decide(s.agent, { policy: name, subject: 'first' })).allowed).toBe(true);
+    const answers: DecisionResponse[] = [];
+    for (let r = 0; r < 6; r++) {
+      const checks = Array.from({ length: 4 }, (_, i) => ({ policy: name, subject: `new-${r}-${i}` }));
+      answers.push(await decide(s.agent, { checks }));
+    }
+    // Before the fix each request took one token (four reads of the same tokens, the last write counting): 4
+    // requests of 4 checks admitted, 16 units on a bucket of 4.
+    expect(answers.map((a) => a.allowed)).toEqual([true, false, false, false, false, false]);
+    expect(answers[0]!.results.map((x) => [x.reason, x.remaining])).toEqual(
+      Array.from({ length: 4 }, () => ['shared_bucket', 0]),
+    );
+    expect(answers[1]!.results.every((x) => x.reason === 'shared_bucket' && !x.allowed)).toBe(true);
+    const tokens = await s.redis.hget(sharedBucketKey(version, name), 'tk');
+    expect(Number(tokens)).toBeLessThan(1e6);
+  });
+});
+
 describe('subject-creation cap on the 3-master Redis Cluster (creation log, subjects and shared bucket in other slots)', () => {
   const name = `${unique}-cl`;
   const plain = `${unique}-plain`;

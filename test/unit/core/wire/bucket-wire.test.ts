@@ -11,6 +11,8 @@ import {
   MAX_COST,
   MIN_COST,
   TokenCost,
+  mergeRepeatedBuckets,
+  spreadDecision,
   parseReply,
   scriptArguments,
 } from '../../../../core/wire/bucket.js';
@@ -247,5 +249,36 @@ describe('the fast validity check', () => {
       }),
     ).toBe(true);
     expect(looksValid({ checks: [one], idempotency: { key: 'k', ttlMs: 1000 } })).toBe(true);
+  });
+});
+
+describe('mergeRepeatedBuckets and spreadDecision', () => {
+  const at = (key: string, cost: number) => ({ key, capacity: 4, refillPerSecond: 1, cost, ttlMs: 1000 });
+  it('leaves a request without a repeated key as it is', () => {
+    expect(mergeRepeatedBuckets([at('a', 1), at('b', 1)])).toBeUndefined();
+    expect(mergeRepeatedBuckets([at('a', 1)])).toBeUndefined();
+  });
+  it('makes one check of summed cost per key, and spreads its result back to each check', () => {
+    const merged = mergeRepeatedBuckets([at('s', 1), at('a', 2), at('s', 1.5), at('s', 1)])!;
+    expect(merged.checks.map((c) => [c.key, c.cost])).toEqual([
+      ['s', 3.5],
+      ['a', 2],
+    ]);
+    expect(merged.of).toEqual([0, 1, 0, 0]);
+    const decision = {
+      allowed: false,
+      replayed: false,
+      conflict: false,
+      retryAfterMs: 10,
+      missing: [1],
+      results: [
+        { allowed: false, remaining: 3, retryAfterMs: 10, resetMs: 20 },
+        { allowed: false, remaining: 0, retryAfterMs: 0, resetMs: 0 },
+      ],
+    };
+    const spread = spreadDecision(decision, merged.of);
+    expect(spread.results.map((r) => r.remaining)).toEqual([3, 0, 3, 3]);
+    expect(spread.missing).toEqual([1]);
+    expect(spread.results[0]).not.toBe(spread.results[2]);
   });
 });
