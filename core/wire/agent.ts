@@ -305,16 +305,18 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 const text = (v: unknown, max: number): boolean => typeof v === 'string' && v.length >= 1 && v.length <= max;
 const cost = (v: unknown): boolean => v === undefined || isTokenCost(v);
-const idemKey = (v: unknown): boolean =>
-  v === undefined ||
-  (typeof v === 'string' &&
-    v.length >= 1 &&
-    v.length <= MAX_IDEMPOTENCY_KEY_LENGTH &&
-    /^[\x21-\x7e]+$/.test(v));
+/** A value the wire takes as an idempotency key: 1 to 256 printable ASCII characters, no spaces. */
+export const isIdempotencyKey = (v: unknown): v is string =>
+  typeof v === 'string' &&
+  v.length >= 1 &&
+  v.length <= MAX_IDEMPOTENCY_KEY_LENGTH &&
+  /^[\x21-\x7e]+$/.test(v);
+const idemKey = (v: unknown): boolean => v === undefined || isIdempotencyKey(v);
 const flag = (v: unknown): boolean => v === undefined || typeof v === 'boolean';
 const CLASS_PATTERN = /^[a-z][a-z0-9_-]{0,31}$/;
-const className = (v: unknown): boolean =>
-  v === undefined || (typeof v === 'string' && CLASS_PATTERN.test(v));
+/** A value the wire takes as a class name (ClassName): the form every policy's class names have. */
+export const isClassName = (v: unknown): v is string => typeof v === 'string' && CLASS_PATTERN.test(v);
+const className = (v: unknown): boolean => v === undefined || isClassName(v);
 
 const SINGLE_KEYS = new Set(['policy', 'subject', 'cost', 'class', 'idempotencyKey', 'dryRun']);
 const LAYERED_KEYS = new Set(['checks', 'idempotencyKey', 'dryRun']);

@@ -1,7 +1,8 @@
 /**
  * A Fastify plugin that protects routes with quotaplane policies. A route opts in with
  * `config: { quota: { policy: 'reports', cost?: 1 | (request) => number, subject?: (request) => string,
- * onUnavailable?: 'closed' | 'open' | 'local' } }` (or a list of them, decided all-or-nothing); the plugin asks
+ * class?: 'pro' | (request) => string, onUnavailable?: 'closed' | 'open' | 'local' } }` (or a list of them, decided
+ * all-or-nothing, with the plugin's `idempotencyKey` when it reads one from the request); the plugin asks
  * the agent before the handler runs, forwards the RateLimit headers on every answer, and answers 429 (over
  * quota) or 503 (the limiter cannot decide and the policy fails closed) as problem+json.
  *
@@ -9,8 +10,10 @@
  * mistakes are a 400: a subject that is not one text of at most 1,024 characters (a query parameter given twice)
  * or that the agent finds invalid (`AGT_ERR_INVALID_SUBJECT`), and a cost computed from the
  * request that is not a valid cost or is above the policy's `maxCost` (`AGT_ERR_INVALID_COST`,
- * `AGT_ERR_COST_ABOVE_MAX`). Everything else (an unknown or deleted policy, a class the policy lacks, a fixed cost
- * above maxCost…) is the service's configuration: logged at error level, counted (`client.stats().refused`), told
+ * `AGT_ERR_COST_ABOVE_MAX`), a class read from the request that the policy does not define
+ * (`AGT_ERR_UNKNOWN_CLASS`), and an idempotency key the wire does not take (`INVALID_IDEMPOTENCY_KEY`). Everything
+ * else (an unknown or deleted policy, a fixed class the policy lacks, a fixed cost above maxCost…) is the service's
+ * configuration: logged at error level, counted (`client.stats().refused`), told
  * to `onRefused`, and answered `500 QUOTA_MISCONFIGURED` naming the problem, whatever the route's failure mode.
  *
  * A 429 body names only the violated policies and why (`reason`: `subject_exhausted`, `share_exhausted`…). A
@@ -23,10 +26,13 @@ import fp from 'fastify-plugin';
 import {
   MAX_WIRE_SUBJECT_LENGTH,
   PROBLEM_CONTENT_TYPE,
+  isClassName,
+  isIdempotencyKey,
   limiterUnavailableProblem,
   problemOf,
   quotaExceededProblem,
   type DecisionCheck,
+  type DecisionRequest,
   type Problem,
 } from '../../../core/wire/agent.js';
 import { setOwn } from '../../../core/own-keys.js';
@@ -41,6 +47,12 @@ export interface QuotaRule {
   subject?: (request: FastifyRequest) => string | undefined;
   /** What this route does when the policy cannot be decided, overriding the plugin's and the client's. */
   onUnavailable?: FailureMode;
+  /**
+   * The subject's class (plan, tier) for a policy with `classes`: fixed, or read from the request (undefined: no
+   * class, the policy's `subjects` or its own limits decide). A class the policy does not define is the
+   * configuration's 500 when fixed, the caller's `400 AGT_ERR_UNKNOWN_CLASS` when read from the request.
+   */
+  class?: string | ((request: FastifyRequest) => string | string[] | undefined);
 }
 
 export interface QuotaPluginOptions {
@@ -55,6 +67,13 @@ export interface QuotaPluginOptions {
    * `500 QUOTA_MISCONFIGURED` naming the problem.
    */
   onRefused?: (error: AgentRequestError, request: FastifyRequest) => void;
+  /**
+   * The request's idempotency key, e.g. `(request) => request.headers['idempotency-key']`: a retry with the same key
+   * is answered with the first decision and charged nothing (undefined: no key; layered rules share it). A key
+   * that is not 1 to 256 printable ASCII characters without spaces (or a header given twice) is the caller's
+   * `400 INVALID_IDEMPOTENCY_KEY`, and nothing is asked.
+   */
+  idempotencyKey?: (request: FastifyRequest) => string | string[] | undefined;
 }
 
 declare module 'fastify' {
@@ -79,6 +98,10 @@ const CLOSED_REASONS = new Set([
 const CALLER_CODES = new Set(['AGT_ERR_INVALID_SUBJECT']);
 /** Refusals of a cost: the caller's when the route computes the cost from the request, else the configuration's. */
 const COST_CODES = new Set(['AGT_ERR_INVALID_COST', 'AGT_ERR_COST_ABOVE_MAX']);
+/** The refusal of a class: the caller's when the route reads the class from the request, else the configuration's. */
+const UNKNOWN_CLASS = 'AGT_ERR_UNKNOWN_CLASS';
+/** Stable code of the plugin's 400 for an idempotency key the wire does not take (the agent is not asked). */
+export const INVALID_IDEMPOTENCY_KEY = 'INVALID_IDEMPOTENCY_KEY';
 
 /** Stable code of the plugin's 503 for a decision shed by the client's own full queue (fail-closed policy). */
 export const LIMITER_BUSY = 'LIMITER_BUSY';
@@ -118,6 +141,8 @@ const MAX_CACHED_REFUSALS = 64;
 function send(reply: FastifyReply, problem: Problem): FastifyReply {
   return reply.code(problem.status).type(PROBLEM_CONTENT_TYPE).send(problem);
 }
+
+const UNKNOWN_CLASS_DETAIL = 'the class of this request is not one the policy defines';
 
 function callerProblem(code: string, detail: string): Problem {
   return problemOf(400, STATUS_CODES[400] ?? 'Bad Request', code, detail);
@@ -172,6 +197,7 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
   return async function quotaPreHandler(request: FastifyRequest, reply: FastifyReply) {
     const checks: DecisionCheck[] = [];
     let costFromRequest = false;
+    let classFromRequest = false;
     for (const rule of rules) {
       const subject: unknown = rule.subject?.(request) ?? options.subject(request);
       if (subject === undefined || subject === null || subject === '') {
@@ -187,11 +213,42 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       }
       if (typeof rule.cost === 'function') costFromRequest = true;
       const cost = typeof rule.cost === 'function' ? rule.cost(request) : rule.cost;
-      checks.push(
-        cost === undefined ? { policy: rule.policy, subject } : { policy: rule.policy, subject, cost },
+      const check: DecisionCheck =
+        cost === undefined ? { policy: rule.policy, subject } : { policy: rule.policy, subject, cost };
+      if (rule.class !== undefined) {
+        const fromRequest = typeof rule.class === 'function';
+        const named: unknown = fromRequest
+          ? (rule.class as (r: FastifyRequest) => unknown)(request)
+          : rule.class;
+        if (fromRequest) {
+          classFromRequest = true;
+          // What the caller sent: no policy defines a class of another form (the agent is not asked).
+          if (named !== undefined && !isClassName(named)) {
+            return send(reply, callerProblem(UNKNOWN_CLASS, UNKNOWN_CLASS_DETAIL));
+          }
+        }
+        if (typeof named === 'string') check.class = named;
+      }
+      checks.push(check);
+    }
+    const idempotencyKey: unknown = options.idempotencyKey?.(request);
+    if (idempotencyKey !== undefined && !isIdempotencyKey(idempotencyKey)) {
+      return send(
+        reply,
+        callerProblem(
+          INVALID_IDEMPOTENCY_KEY,
+          'the idempotency key of this request is not 1 to 256 printable ASCII characters without spaces',
+        ),
       );
     }
-    const body = checks.length === 1 ? checks[0]! : { checks };
+    const body: DecisionRequest =
+      checks.length === 1
+        ? idempotencyKey === undefined
+          ? checks[0]!
+          : { ...checks[0]!, idempotencyKey }
+        : idempotencyKey === undefined
+          ? { checks }
+          : { checks, idempotencyKey };
     let decision: Decision;
     try {
       // Inline when decided in this process with no call (most checks of a busy subject): no promise to wait on.
@@ -201,6 +258,9 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       if (!(error instanceof AgentRequestError)) throw error;
       if (CALLER_CODES.has(error.code)) {
         return send(reply, callerProblem(error.code, 'the subject of this request is not valid'));
+      }
+      if (classFromRequest && error.code === UNKNOWN_CLASS) {
+        return send(reply, callerProblem(UNKNOWN_CLASS, UNKNOWN_CLASS_DETAIL));
       }
       if (costFromRequest && COST_CODES.has(error.code)) {
         return send(

@@ -1,0 +1,170 @@
+/**
+ * Subject classes and idempotency keys through the Fastify plugin, against a real agent and Redis: a class read
+ * from the request gets its own limits, a retry with the same idempotency key is charged once, and what the
+ * caller gets wrong in either is the caller's 400 (nothing asked, nothing charged), while a fixed class the
+ * policy lacks is the configuration's 500.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient, type AgentRequestError } from '@quotaplane/client';
+import { quotaplane } from '@quotaplane/client/fastify';
+import { parsePoliciesFile } from '../../../../regional-agent/policies/file-policy-source.js';
+import { uniquePrefix } from '../../../../test/harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../../../../test/helpers/agent-fixture.js';
+
+const policies = parsePoliciesFile(
+  'policies.json',
+  JSON.stringify({
+    policies: {
+      plans: {
+        capacity: 2,
+        refillPerSecond: 0.001,
+        classes: { pro: { capacity: 5, refillPerSecond: 0.001 } },
+      },
+      writes: { capacity: 3, refillPerSecond: 0.001 },
+    },
+  }),
+);
+
+let agent: AgentFixture;
+let client: AgentClient;
+let service: FastifyInstance;
+const refused: AgentRequestError[] = [];
+
+beforeAll(async () => {
+  agent = await agentFixture({ policies: [...policies.values()], listen: true });
+  // The client's defaults (grants on): a check with a class or a key is never decided on a grant.
+  client = new AgentClient({ baseUrl: agent.url, timeoutMs: 2000 });
+  service = Fastify();
+  await service.register(quotaplane, {
+    client,
+    subject: (request) => request.headers['x-tenant-id'] as string | undefined,
+    idempotencyKey: (request) => request.headers['idempotency-key'],
+    onRefused: (error) => refused.push(error),
+  });
+  const plan = (request: { headers: Record<string, string | string[] | undefined> }) =>
+    request.headers['x-plan'];
+  service.get('/plan', { config: { quota: { policy: 'plans', class: plan } } }, () => ({ ran: true }));
+  service.get('/gold', { config: { quota: { policy: 'plans', class: 'gold' } } }, () => ({ ran: true }));
+  service.post('/writes', { config: { quota: { policy: 'writes' } } }, () => ({ ran: true }));
+  service.post(
+    '/both',
+    { config: { quota: [{ policy: 'writes' }, { policy: 'plans', class: plan }] } },
+    () => ({ ran: true }),
+  );
+});
+afterAll(async () => {
+  await service.close();
+  client.close();
+  await agent[Symbol.asyncDispose]();
+});
+
+async function statuses(n: number, request: () => Promise<{ statusCode: number }>): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) out.push((await request()).statusCode);
+  return out;
+}
+
+describe('subject classes through the plugin', () => {
+  it("a class read from the request gets the class's limits; no class, the policy's own", async () => {
+    const free = uniquePrefix('free');
+    const pro = uniquePrefix('pro');
+    expect(
+      await statuses(4, () => service.inject({ url: '/plan', headers: { 'x-tenant-id': free } })),
+    ).toEqual([200, 200, 429, 429]);
+    const proAnswers = await statuses(7, () =>
+      service.inject({ url: '/plan', headers: { 'x-tenant-id': pro, 'x-plan': 'pro' } }),
+    );
+    expect(proAnswers).toEqual([200, 200, 200, 200, 200, 429, 429]);
+  });
+
+  it("a class the policy lacks is the caller's 400 when read from the request, the configuration's 500 when fixed", async () => {
+    const tenant = uniquePrefix('cls');
+    const before = client.stats().exchanges;
+    // Of the form no policy's class has: refused without asking the agent.
+    for (const plan of ['Gold!', '', 'x'.repeat(40)]) {
+      const res = await service.inject({ url: '/plan', headers: { 'x-tenant-id': tenant, 'x-plan': plan } });
+      expect(res.statusCode).toBe(400);
+      expect(res.json()).toMatchObject({ code: 'AGT_ERR_UNKNOWN_CLASS' });
+    }
+    const twice = await service.inject({
+      url: '/plan',
+      headers: { 'x-tenant-id': tenant, 'x-plan': ['pro', 'pro'] },
+    });
+    expect(twice.statusCode).toBe(400);
+    expect(twice.json()).toMatchObject({ code: 'AGT_ERR_UNKNOWN_CLASS' });
+    expect(client.stats().exchanges).toBe(before);
+    // Of a class's form, but not one of this policy's: the agent refuses it, and it is still the caller's.
+    const gold = await service.inject({ url: '/plan', headers: { 'x-tenant-id': tenant, 'x-plan': 'gold' } });
+    expect(gold.statusCode).toBe(400);
+    expect(gold.json()).toMatchObject({ code: 'AGT_ERR_UNKNOWN_CLASS' });
+    expect(refused).toHaveLength(0);
+    // The same class fixed on the route: the service's configuration.
+    const fixed = await service.inject({ url: '/gold', headers: { 'x-tenant-id': tenant } });
+    expect(fixed.statusCode).toBe(500);
+    expect(fixed.json()).toMatchObject({
+      code: 'QUOTA_MISCONFIGURED',
+      'agent-code': 'AGT_ERR_UNKNOWN_CLASS',
+    });
+    expect(refused.map((e) => e.code)).toEqual(['AGT_ERR_UNKNOWN_CLASS']);
+    refused.length = 0;
+    // None of it charged the subject: the policy's two tokens are still there.
+    expect(
+      await statuses(3, () => service.inject({ url: '/plan', headers: { 'x-tenant-id': tenant } })),
+    ).toEqual([200, 200, 429]);
+  });
+});
+
+describe('idempotency keys through the plugin', () => {
+  it('a retry with the same key is answered with the first decision and charged once', async () => {
+    const tenant = uniquePrefix('idem');
+    const post = (key: string) =>
+      service.inject({
+        method: 'POST',
+        url: '/writes',
+        headers: { 'x-tenant-id': tenant, 'idempotency-key': key },
+      });
+    const first = await post('order-1');
+    expect(first.statusCode).toBe(200);
+    expect(first.headers['ratelimit']).toBe('"writes";r=2;t=1000');
+    expect(await statuses(4, () => post('order-1'))).toEqual([200, 200, 200, 200]);
+    // Three tokens: order-1 took one, however often it was retried.
+    expect(await statuses(3, () => post(`order-${2 + Math.random()}`))).toEqual([200, 200, 429]);
+    // A refusal is not remembered: the same key is decided afresh, and refused again.
+    const again = await post('order-refused');
+    expect(again.statusCode).toBe(429);
+  });
+
+  it('layered checks share the key: a retry replays both and charges neither', async () => {
+    const tenant = uniquePrefix('both');
+    const post = (key: string) =>
+      service.inject({
+        method: 'POST',
+        url: '/both',
+        headers: { 'x-tenant-id': tenant, 'x-plan': 'pro', 'idempotency-key': key },
+      });
+    expect(await statuses(5, () => post('layered-1'))).toEqual([200, 200, 200, 200, 200]);
+    // writes (3) and plans as pro (5): one of each went to layered-1.
+    expect(await statuses(3, () => post(`layered-${2 + Math.random()}`))).toEqual([200, 200, 429]);
+  });
+
+  it("a key the wire does not take is the caller's 400, and nothing is asked or charged", async () => {
+    const tenant = uniquePrefix('badkey');
+    const before = client.stats().exchanges;
+    for (const key of ['has space', 'x'.repeat(257), 'ünicode', ['a', 'b']]) {
+      const res = await service.inject({
+        method: 'POST',
+        url: '/writes',
+        headers: { 'x-tenant-id': tenant, 'idempotency-key': key },
+      });
+      expect(res.statusCode).toBe(400);
+      expect(res.json()).toMatchObject({ code: 'INVALID_IDEMPOTENCY_KEY' });
+    }
+    expect(client.stats().exchanges).toBe(before);
+    expect(
+      await statuses(4, () =>
+        service.inject({ method: 'POST', url: '/writes', headers: { 'x-tenant-id': tenant } }),
+      ),
+    ).toEqual([200, 200, 200, 429]);
+  });
+});
