@@ -24,6 +24,14 @@ export interface SubjectOptions {
 
 export type SubjectResult = { ok: true; subject: string } | { ok: false; reason: string };
 
+/** C0 controls, DEL and C1 controls: never part of an identity, and invisible in logs. */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+/**
+ * A surrogate without its pair. The hash reads the subject as UTF-8, where every lone surrogate becomes U+FFFD:
+ * "a\ud800", "a\udc00" and "a\ufffd" would be one subject, one bucket.
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
 /** Validate a subject, or hash it when a secret is configured. Pure: same input, same output. */
 export function normalizeSubject(raw: string, options: SubjectOptions = {}): SubjectResult {
   if (raw.length === 0) return { ok: false, reason: 'subject is empty' };
@@ -32,8 +40,10 @@ export function normalizeSubject(raw: string, options: SubjectOptions = {}): Sub
       return { ok: false, reason: `subject is longer than ${MAX_RAW_SUBJECT_LENGTH} characters` };
     }
 
-    if (/[\u0000-\u001f\u007f]/.test(raw))
-      return { ok: false, reason: 'subject contains control characters' };
+    if (CONTROL.test(raw)) return { ok: false, reason: 'subject contains control characters' };
+    if (LONE_SURROGATE.test(raw)) {
+      return { ok: false, reason: 'subject is not well-formed Unicode (a lone surrogate)' };
+    }
     const digest = createHmac('sha256', options.hmacSecret).update(raw, 'utf8').digest('base64url');
     return { ok: true, subject: HASHED_PREFIX + digest };
   }

@@ -38,6 +38,22 @@ describe('subject normalization', () => {
     expect(normalizeSubject('', { hmacSecret: 'k' }).ok).toBe(false);
     expect(normalizeSubject('x'.repeat(1025), { hmacSecret: 'k' }).ok).toBe(false);
     expect(normalizeSubject('a\nb', { hmacSecret: 'k' }).ok).toBe(false);
+    // C1 controls too.
+    expect(normalizeSubject('b\u0085', { hmacSecret: 'k' }).ok).toBe(false);
+    expect(normalizeSubject('b\u009f', { hmacSecret: 'k' }).ok).toBe(false);
+    expect(normalizeSubject('b\u00a0', { hmacSecret: 'k' }).ok).toBe(true);
+  });
+
+  it('refuses a lone surrogate when hashing: UTF-8 would make it U+FFFD, one bucket for many subjects', () => {
+    for (const raw of ['a\ud800', 'a\udc00', '\udc00\ud800', 'x\ud83d']) {
+      expect(normalizeSubject(raw, { hmacSecret: 'k' })).toEqual({
+        ok: false,
+        reason: 'subject is not well-formed Unicode (a lone surrogate)',
+      });
+    }
+    // A pair is one character (an emoji), and U+FFFD itself is an ordinary character.
+    expect(normalizeSubject('a\ud83d\ude00', { hmacSecret: 'k' }).ok).toBe(true);
+    expect(normalizeSubject('a\ufffd', { hmacSecret: 'k' }).ok).toBe(true);
   });
 
   it('fingerprints are short, stable and one-way', () => {
