@@ -77,6 +77,8 @@ export interface ForwardAuthOptions {
   subjectHeader: string;
   /** Refuses (AGT_ERR_UNTRUSTED_PROXY) a request that does not come from a trusted proxy with the secret. */
   trust: ForwardAuthTrust;
+  /** Whether an address is a trusted proxy's: such an address is never taken for the client's. */
+  trustedAddress: (address: string) => boolean;
   assertServing: () => void;
 }
 
@@ -105,7 +107,16 @@ const ALLOWED_STATUS: Record<ForwardAuthProxy, number> = {
  * Allowed, over quota and limiter unavailable all carry the rate-limit headers.
  */
 export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptions): void {
-  const { service, policies, legacyHeaders, rateLimitDraft, subjectHeader, trust, assertServing } = options;
+  const {
+    service,
+    policies,
+    legacyHeaders,
+    rateLimitDraft,
+    subjectHeader,
+    trust,
+    trustedAddress,
+    assertServing,
+  } = options;
 
   const answer = async (
     request: FastifyRequest,
@@ -135,6 +146,13 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
       request.headers['x-forwarded-for'] !== undefined &&
       (sent === undefined || policy?.subjectKind === 'ip')
     ) {
+      // A chain of trusted hops alone (or an empty header) names no client: request.ip is then a proxy's own
+      // address, which would put every client in one bucket.
+      if (trustedAddress(request.ip)) {
+        throw new AgentErrors.AGT_ERR_MISSING_SUBJECT(
+          'X-Forwarded-For names no client address beyond the trusted proxies (QP_TRUSTED_PROXIES)',
+        );
+      }
       subject = clientAddressSubject(request.ip, ipPrefixesOf(policy));
       if (subject === undefined) {
         throw new AgentErrors.AGT_ERR_INVALID_SUBJECT(

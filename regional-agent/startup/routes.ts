@@ -61,12 +61,14 @@ export function decisionRoutes({ deps, config, core, state }: RouteContext): Fas
       bodyLimit: config.bodyLimitBytes * 16,
       assertServing,
     });
+    const trusted = trustedProxy(config);
     forwardAuthRoute(scope, {
       service,
       policies: deps.policies,
       ...headers,
       subjectHeader: config.subjectHeader,
-      trust: forwardAuthTrust(config, trustedProxy(config)),
+      trust: forwardAuthTrust(config, trusted),
+      trustedAddress: trusted,
       assertServing,
     });
     explainRoute(scope, {

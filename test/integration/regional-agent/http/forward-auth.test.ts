@@ -124,6 +124,27 @@ describe('forward-auth answers trusted proxies only', () => {
     expect(bare.statusCode).toBe(400);
     expect(problemOf(bare).code).toBe('AGT_ERR_MISSING_SUBJECT');
   });
+
+  it('an X-Forwarded-For of trusted hops alone (or empty) names no client: 400, and no bucket of a proxy', async () => {
+    // The peer (127.0.0.1) and 10.9.0.0/16 are trusted: each of these chains ends at a proxy, not a client.
+    for (const xff of ['', '127.0.0.1', '10.9.0.4', '10.9.0.4, 127.0.0.1']) {
+      const res = await ask(open, {
+        url: '/v1/forward-auth?policy=writes',
+        headers: { 'x-forwarded-for': xff },
+      });
+      expect(res.statusCode, xff).toBe(400);
+      expect(problemOf(res).code).toBe('AGT_ERR_MISSING_SUBJECT');
+    }
+    for (const proxy of ['127.0.0.1', '10.9.0.4']) {
+      expect(await redis.exists(bucketKey(1, `ip:${proxy}`, 'writes'))).toBe(0);
+    }
+    // An untrusted entry left of the trusted hops is the client.
+    const client = await ask(open, {
+      url: '/v1/forward-auth?policy=writes',
+      headers: { 'x-forwarded-for': '198.51.100.7, 10.9.0.4' },
+    });
+    expect(client.statusCode).toBe(204);
+  });
 });
 
 describe('each proxy gets the statuses it understands', () => {
