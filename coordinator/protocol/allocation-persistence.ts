@@ -119,6 +119,8 @@ export class AllocationWriter {
   #writing: Promise<void> = Promise.resolve();
   #flushQueued = false;
   #lastWriteError: string | undefined;
+  /** Policies whose record was last refused as unreadable (#readable), logged once each. */
+  readonly #unreadable = new Set<string>();
 
   constructor(options: AllocationWriterOptions) {
     const { context } = options;
@@ -267,6 +269,31 @@ export class AllocationWriter {
     });
   }
 
+  /**
+   * True when agents can read `payload`: it parses with AllocationRecord, the schema they read records with. A
+   * record that does not is never written (every agent would drop it and keep its last good record, and a
+   * successor would skip it): the write counts as failed (outcome `invalid`), so the engine keeps counting the
+   * shares in force and takes the record again on the next flush; logged once until the policy's record is good.
+   */
+  #readable(policy: string, payload: string): boolean {
+    const problem = unreadableRecord(payload);
+    if (problem === undefined) {
+      this.#unreadable.delete(policy);
+      return true;
+    }
+    this.#engine.writeFailed(policy);
+    this.#metrics.writes.inc({ outcome: 'invalid' });
+    this.#lastWriteError = `the allocation record of ${policy} would not be readable by agents: ${problem}`;
+    if (!this.#unreadable.has(policy)) {
+      this.#unreadable.add(policy);
+      this.#context.log.error(
+        { policy, problem },
+        'protocol: refused to write an allocation record agents could not read; the shares in force stay',
+      );
+    }
+    return false;
+  }
+
   /** Write `payload` only over the revision this writer knows (create when it knows none). */
   async #cas(key: string, payload: string): Promise<number> {
     const known = this.#revisions.get(key);
@@ -298,7 +325,6 @@ export class AllocationWriter {
 
   async #write(write: RecordWrite, views: ReadonlyMap<string, AllocationView>): Promise<void> {
     const key = policyKey(write.policy);
-    const end = this.#metrics.writeSeconds.startTimer();
     const leader = this.#context.leader;
     const payload =
       write.record === null
@@ -306,6 +332,8 @@ export class AllocationWriter {
         : JSON.stringify(
             leader === undefined ? write.record : { ...write.record, leaderEpoch: leader.epoch },
           );
+    if (payload !== null && !this.#readable(write.policy, payload)) return;
+    const end = this.#metrics.writeSeconds.startTimer();
     this.guard.writing(key, payload);
     try {
       if (payload === null) {
@@ -338,6 +366,16 @@ export class AllocationWriter {
       end();
     }
   }
+}
+
+/** Why a record payload fails AllocationRecord (the agents' schema), or undefined when it parses. */
+export function unreadableRecord(payload: string): string | undefined {
+  const parsed = AllocationRecord.safeParse(JSON.parse(payload));
+  if (parsed.success) return undefined;
+  return parsed.error.issues
+    .slice(0, 3)
+    .map((i) => `${i.path.join('.')}: ${i.message}`)
+    .join('; ');
 }
 
 /** The epoch a stored allocation record carries (0: none). */

@@ -18,6 +18,7 @@ import {
   Heartbeat,
   protocolSender,
   protocolSubjects,
+  UNRECORDABLE_SUBJECT,
   Usage,
 } from '../../core/wire/protocol.js';
 import type { KvGuard } from '../nats/kv-guard.js';
@@ -32,6 +33,7 @@ import {
 } from './allocation-persistence.js';
 import { DemandSnapshots } from './demand-persistence.js';
 import { protocolMetrics, type ProtocolMetrics } from './protocol-metrics.js';
+import { recordableUsage } from './report-subjects.js';
 
 export { AGENT_BUCKET_OPTIONS, ALLOCATION_BUCKET_OPTIONS } from './allocation-persistence.js';
 
@@ -64,6 +66,7 @@ class ProtocolEngine implements ProtocolService {
   #timer: NodeJS.Timeout | undefined;
   #unsubscribePolicies: (() => void) | undefined;
   #stopped = false;
+  #warnedUnrecordable = false;
 
   private constructor(
     context: EngineContext,
@@ -297,11 +300,27 @@ class ProtocolEngine implements ProtocolService {
       else respond();
     });
     on('usage', subjects.all.usage, Usage, (usage) => {
-      this.#engine.usage(usage);
+      const recordable = recordableUsage(usage);
+      if (recordable.dropped > 0) this.#unrecordable(recordable.dropped, usage);
+      this.#engine.usage(recordable.usage);
       this.#insight.usage(usage, this.#context.clock.now());
     });
     on('ack', subjects.all.ack, Ack, (ack) => this.#engine.ack(ack));
     on('bye', subjects.all.bye, Bye, (bye) => this.#engine.bye(bye));
+  }
+
+  /**
+   * Subjects of a report left out because no allocation record can hold them (report-subjects.ts): counted
+   * every time, logged once per process (an agent reports them every interval while they are constrained).
+   */
+  #unrecordable(dropped: number, usage: Usage): void {
+    this.#metrics.subjectsDropped.inc({ reason: 'not_a_record_key' }, dropped);
+    if (this.#warnedUnrecordable) return;
+    this.#warnedUnrecordable = true;
+    this.#context.log.warn(
+      { subject: UNRECORDABLE_SUBJECT, region: usage.region, agentId: usage.agentId },
+      'protocol: a reported subject cannot be a key of an allocation record; it gets no override (logged once)',
+    );
   }
 
   #round(): void {

@@ -4,6 +4,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 export interface ProtocolMetrics {
   messages: Counter<'kind'>;
   dropped: Counter<'kind' | 'reason'>;
+  subjectsDropped: Counter<'reason'>;
   writes: Counter<'outcome'>;
   writeSeconds: Histogram;
   rounds: Counter;
@@ -46,9 +47,15 @@ function newProtocolMetrics(registry: Registry): ProtocolMetrics {
       labelNames: ['kind', 'reason'],
       registers,
     }),
+    subjectsDropped: new Counter({
+      name: 'quotaplane_protocol_subjects_dropped_total',
+      help: 'Subjects of usage reports left out of override tracking (not_a_record_key: "__proto__"), by reason.',
+      labelNames: ['reason'],
+      registers,
+    }),
     writes: new Counter({
       name: 'quotaplane_allocation_writes_total',
-      help: 'Allocation record writes to JetStream KV, by outcome.',
+      help: 'Allocation record writes to JetStream KV, by outcome (invalid: refused, agents could not read it).',
       labelNames: ['outcome'],
       registers,
     }),

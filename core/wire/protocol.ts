@@ -80,6 +80,23 @@ export const MAX_USAGE_CHUNKS = 64;
 /** Longest subject in a report (normalized or hashed subjects only, never raw identities). */
 const ReportedSubject = z.string().min(1).max(128);
 
+/**
+ * The one reported subject that cannot be a key of a record's `overrides`: `ownRecord` (core/own-keys.ts) refuses
+ * an own `__proto__` key (exactly that text, case included) in every record it parses, so a record holding an
+ * override of it would fail AllocationRecord on every agent, which would then keep its last good record of the
+ * policy for good. Any other subject a report may carry (ReportedSubject) is a valid key.
+ */
+export const UNRECORDABLE_SUBJECT = '__proto__';
+
+/**
+ * True when `subject` can be a key of an allocation record (an override or a watch entry the record keeps for it
+ * is readable). A report still carries such a subject (ReportedSubject takes it: its usage counts); the
+ * coordinator tracks no demand of it, so it never gets an override or a place on the watch list.
+ */
+export function isRecordableSubject(subject: string): boolean {
+  return subject !== UNRECORDABLE_SUBJECT;
+}
+
 export const AgentId = z
   .string()
   .regex(/^[A-Za-z0-9_-]{8,64}$/, 'agent ids are 8-64 chars of A-Z a-z 0-9 _ -');
