@@ -3,7 +3,9 @@
  * into an empty coordinator. A restore checks the whole document first (its shape, every policy with the rules
  * of a PUT, unique names, the policy limit) and writes nothing unless all of it is good; it refuses a store that
  * already holds policies (409) so it never mixes two deployments. The audit records go in first (oldest first),
- * then each policy is created, audited as a `create` by the restoring token.
+ * then each policy is created, audited as a `create` by the restoring token; the emptiness check and all of that
+ * run as one step under the policy store's write lock (PolicyStore.restoreBackup), so of two concurrent restores one
+ * wins whole and the other is refused (409) having written nothing.
  */
 import type { onRequestHookHandler } from 'fastify';
 import { AuditResponse, Problem, type AuditEntry, type AuditRecord } from '../../core/wire/admin.js';
@@ -139,22 +141,14 @@ export function registerBackupRoutes(app: AdminApp, options: BackupRoutesOptions
           problems,
         );
       }
-      if ((await store.list()).length > 0) throw new Errors.RESTORE_NOT_EMPTY();
-      try {
-        for (const record of backup.audit) await audit.record(record, { imported: true });
-      } catch (error) {
-        throw new Errors.STORE_UNAVAILABLE({ cause: error });
-      }
+      // The emptiness check, the audit records and every create happen under the store's write lock: a
+      // concurrent restore (or PUT) that got there first makes this one a 409 that wrote nothing.
       const { role, name } = principalOf(request);
-      for (const spec of specs) {
-        const { name: policy, ...body } = spec;
-        await store.put(policy, body, {
-          actor: { role, name },
-          requestId: `${request.id}:${policy}`,
-          source: request.ip,
-          precondition: { ifNoneMatch: '*' },
-        });
-      }
+      await store.restoreBackup(specs, backup.audit, {
+        actor: { role, name },
+        requestId: request.id,
+        source: request.ip,
+      });
       return { policies: specs.length, audit: backup.audit.length };
     },
   );

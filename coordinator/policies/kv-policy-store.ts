@@ -284,6 +284,49 @@ export class KvPolicyStore implements PolicyStore {
     });
   }
 
+  restoreBackup(
+    specs: readonly StoredSpec[],
+    audit: readonly AuditRecord[],
+    ctx: WriteContext,
+  ): Promise<void> {
+    // One critical section from the emptiness check to the last create: two restores (or a restore and a PUT)
+    // never interleave, so the one that comes second finds policies and writes nothing.
+    return this.#exclusive(async () => {
+      const entries = await this.#kvCall('list', () => this.#scan());
+      if (this.#valid(entries).length > 0) throw new Errors.RESTORE_NOT_EMPTY();
+      // Keys holding an entry that is not a policy (counted as bad entries) are written over, as a PUT does.
+      const revisions = new Map(entries.filter((e) => e.operation === 'PUT').map((e) => [e.key, e.revision]));
+      this.#setCount(revisions.size);
+      try {
+        for (const record of audit) await this.#audit.record(record, { imported: true });
+      } catch (error) {
+        throw new Errors.STORE_UNAVAILABLE({ cause: error });
+      }
+      for (const checked of specs) {
+        const { name } = checked;
+        const current = revisions.get(policyKey(name));
+        const { spec, policy, bump } = versioned(checked, undefined);
+        const revision = await this.#write(name, spec, current);
+        // Only another process writing the bucket moves a key under this lock.
+        if (revision === undefined) throw new Errors.CONFLICT(name);
+        if (current === undefined) this.#setCount(this.#count + 1);
+        await this.#changed(
+          'create',
+          name,
+          null,
+          policy,
+          revision,
+          {
+            ...ctx,
+            requestId: `${ctx.requestId}:${name}`,
+            precondition: undefined,
+          },
+          bump,
+        );
+      }
+    });
+  }
+
   onChange(listener: (change: PolicyChange) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);

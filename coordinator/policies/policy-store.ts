@@ -1,7 +1,13 @@
 /**
  * The policy store's contract: what the admin API calls and what the protocol engine listens to.
  */
-import type { AuditActor, BudgetPatch, PolicyBody, PolicyChangeKind } from '../../core/wire/admin.js';
+import type {
+  AuditActor,
+  AuditRecord,
+  BudgetPatch,
+  PolicyBody,
+  PolicyChangeKind,
+} from '../../core/wire/admin.js';
 import type { Policy } from '../../core/policy/policy.js';
 import type { Precondition } from './preconditions.js';
 
@@ -71,6 +77,17 @@ export interface PolicyStore {
   patchBudget(name: string, patch: BudgetPatch, ctx: WriteContext): Promise<StoredPolicy>;
   /** Delete a policy; resolves with the revision of the deletion. */
   delete(name: string, ctx: WriteContext): Promise<{ revision: number; before: StoredPolicy }>;
+  /**
+   * Restore a backup into an empty store, under the store's write lock: when it holds no policy, append the
+   * backup's `audit` records as imported (oldest first), then create each of `specs` (validated already, names
+   * unique), each audited as a `create` by `ctx.actor` with request id `<ctx.requestId>:<name>`. A store that
+   * holds a policy (another restore or a PUT got there first) is `Errors.RESTORE_NOT_EMPTY` with nothing written.
+   */
+  restoreBackup(
+    specs: readonly StoredSpec[],
+    audit: readonly AuditRecord[],
+    ctx: WriteContext,
+  ): Promise<void>;
   /** Listen to every change this store writes. Returns a function that unsubscribes. */
   onChange(listener: (change: PolicyChange) => void): () => void;
 }

@@ -158,4 +158,41 @@ describe('backup and restore', { timeout: 30_000 }, () => {
     expect(refused.status).toBe(1);
     expect(refused.stderr).toContain('COORD_ERR_RESTORE_NOT_EMPTY');
   });
+
+  it('two concurrent restores into an empty coordinator: one wins whole, the other is a 409 that wrote nothing', async () => {
+    const good = (await api(source, 'GET', '/v1/backup')).body as { audit: { requestId: string }[] };
+    // Two deployments: different policies (one name in common, with other limits) and different histories.
+    const deployment = (names: string[], capacity: number, tag: string) => ({
+      ...good,
+      policies: names.map((name) => ({ name, capacity, refillPerSecond: 1 })),
+      audit: good.audit.map((r) => ({ ...r, requestId: `${r.requestId}-${tag}` })),
+    });
+    const first = deployment(['a', 'b', 'c'], 10, 'first');
+    const second = deployment(['d', 'e', 'c'], 99, 'second');
+    for (let round = 0; round < 3; round++) {
+      const empty = await coordinator();
+      const answers = await Promise.all([
+        api(empty, 'POST', '/v1/restore', first),
+        api(empty, 'POST', '/v1/restore', second),
+      ]);
+      expect(answers.map((a) => a.status).sort()).toEqual([200, 409]);
+      const loser = answers.find((a) => a.status === 409)!;
+      expect(loser.body['code']).toBe('COORD_ERR_RESTORE_NOT_EMPTY');
+      const won = answers[0].status === 200 ? first : second;
+      // Exactly the winner's policies, and only its history.
+      const held = (await policies(empty)) as { name: string; capacity: number }[];
+      expect(held.map((p) => [p.name, p.capacity])).toEqual(
+        won.policies.map((p) => [p.name, p.capacity]).sort(([x], [y]) => String(x).localeCompare(String(y))),
+      );
+      const history = (await trail(empty)).filter((e) => e.action !== 'refused');
+      const tag = won === first ? '-first' : '-second';
+      // Newest first: the winner's creates, then its imported history (none of the loser's).
+      expect(
+        history.map((e) => (e.requestId.endsWith(tag) ? 'imported' : `${e.action} ${e.policy}`)),
+      ).toEqual([
+        ...won.policies.map((p) => `create ${p.name}`).reverse(),
+        ...won.audit.map(() => 'imported'),
+      ]);
+    }
+  });
 });
