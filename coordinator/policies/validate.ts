@@ -5,6 +5,7 @@
 import type { z } from 'zod';
 import { PolicyBody, type FieldProblem } from '../../core/wire/admin.js';
 import { kindOf, type KindName } from '../../core/kinds/index.js';
+import { ownRecordOf } from '../../core/own-keys.js';
 import { MIN_WRITTEN_CAPACITY, MIN_WRITTEN_REFILL_PER_SECOND } from '../../core/policy/policy.js';
 import type { StoredSpec } from './policy-store.js';
 
@@ -108,7 +109,14 @@ export function canonicalSpec(name: string, body: PolicyBody): StoredSpec {
   if (out['kind'] === 'token_bucket') delete out['kind'];
   // A derived rate (a sliding log's, a concurrency policy's, a daily budget's) is kept out, so a later budget
   // change re-derives it from the new capacity.
-  if (kindOf((out['kind'] as KindName | undefined) ?? 'token_bucket').rate !== 'declared')
+  if (kindOf((out['kind'] as KindName | undefined) ?? 'token_bucket').rate !== 'declared') {
     delete out['refillPerSecond'];
+    // A class's derived rate too (sent back as an answer showed it, it is the same class).
+    if (body.classes !== undefined) {
+      out['classes'] = ownRecordOf(
+        Object.entries(body.classes).map(([name, { refillPerSecond: _rate, ...limits }]) => [name, limits]),
+      );
+    }
+  }
   return out as StoredSpec;
 }

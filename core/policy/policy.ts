@@ -243,16 +243,10 @@ function checkRate(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
   }
   if (window !== undefined) {
     const derived = p.capacity / window;
-    // The exact rate, or the rate as admin answers show it (what a client read back may send again).
-    const shown = roundDerivedRate(derived);
-    if (
-      p.refillPerSecond !== undefined &&
-      Math.abs(p.refillPerSecond - derived) > derived * 1e-9 &&
-      p.refillPerSecond !== shown
-    ) {
+    if (p.refillPerSecond !== undefined && !isDerivedRate(p.refillPerSecond, derived)) {
       issue(
         'refillPerSecond',
-        `a ${p.kind} policy's rate is capacity / ${field} = ${shown}; omit refillPerSecond`,
+        `a ${p.kind} policy's rate is capacity / ${field} = ${roundDerivedRate(derived)}; omit refillPerSecond`,
       );
     }
   }
@@ -267,6 +261,14 @@ function checkRate(p: PolicyFieldsOut, ctx: z.RefinementCtx): boolean {
   // idleTtlSeconds ≥ capacity / rate = the window is the general rule below: no entry of a window is dropped.
   // A daily kind's rate and idle TTL are its fragment's rules (core/kinds/daily/schema.ts).
   return true;
+}
+
+/**
+ * True when `written` is the `derived` rate: exact (to a billionth), or as admin answers show it (roundDerivedRate),
+ * which is what a client that read a policy back may send again.
+ */
+export function isDerivedRate(written: number, derived: number): boolean {
+  return Math.abs(written - derived) <= derived * 1e-9 || written === roundDerivedRate(derived);
 }
 
 /** The limits of each class, filled as the policy's own are (the window's rate for log kinds; maxCost ≤ 1 by default). */
@@ -290,8 +292,14 @@ function checkClasses(p: PolicyFieldsOut, ctx: z.RefinementCtx): void {
     const at = (field: string) => ['classes', name, field];
     const c = classLimitsOf(p, raw);
     const { rate, wholeUnits } = kindOf(p.kind);
-    if (rate !== 'declared' && raw.refillPerSecond !== undefined) {
-      issue(at('refillPerSecond'), `a ${p.kind} class's rate is derived: omit it`);
+    // A derived rate may be sent back as it was derived or as answers show it (checkRate's rule for the policy's).
+    if (
+      rate !== 'declared' &&
+      raw.refillPerSecond !== undefined &&
+      (c.refillPerSecond === undefined || !isDerivedRate(raw.refillPerSecond, c.refillPerSecond))
+    ) {
+      const shown = c.refillPerSecond === undefined ? '' : ` (${roundDerivedRate(c.refillPerSecond)})`;
+      issue(at('refillPerSecond'), `a ${p.kind} class's rate is derived from its capacity${shown}: omit it`);
     }
     if (wholeUnits) {
       if (!Number.isInteger(c.capacity) || c.capacity > MAX_LOG_LIMIT)

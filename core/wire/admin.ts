@@ -4,7 +4,7 @@
  * Instants are ISO 8601 strings (UTC); durations carry their unit in the field name.
  */
 import { z } from 'zod';
-import { replyRecord } from '../own-keys.js';
+import { ownRecordOf, replyRecord } from '../own-keys.js';
 import { roundDerivedRate } from '../admin-numbers.js';
 import { kindOf } from '../kinds/index.js';
 import {
@@ -98,12 +98,27 @@ export type PolicyView = z.infer<typeof PolicyView>;
 
 /**
  * A stored policy as admin answers show it: as stored, but a derived `refillPerSecond` (a sliding log's, a
- * concurrency policy's, a daily budget's: capacity over their window) rounded (roundDerivedRate); a policy body
- * may send that rounded value back.
+ * concurrency policy's, a daily budget's: capacity over their window) rounded (roundDerivedRate), and so is each
+ * class's (its capacity over the same window); a policy body may send those rounded values back.
  */
 export function policyView(policy: Policy): PolicyView {
   if (kindOf(policy.kind).rate === 'declared') return policy;
-  return { ...policy, refillPerSecond: roundDerivedRate(policy.refillPerSecond) };
+  const { classes } = policy;
+  return {
+    ...policy,
+    refillPerSecond: roundDerivedRate(policy.refillPerSecond),
+    // Each class's rate is derived from its capacity the same way, and shown the same way.
+    ...(classes === undefined
+      ? {}
+      : {
+          classes: ownRecordOf(
+            Object.entries(classes).map(([name, c]) => [
+              name,
+              { ...c, refillPerSecond: roundDerivedRate(c.refillPerSecond) },
+            ]),
+          ),
+        }),
+  };
 }
 
 /** `GET /v1/policies`: every policy, sorted by name. */

@@ -83,4 +83,28 @@ describe('admin numbers', () => {
     const bucket = parsePolicy({ name: 'b', capacity: 5, refillPerSecond: 0.02777 });
     expect(policyView(bucket)).toEqual(bucket); // an operator's own rate is shown as written
   });
+
+  it("shows a derived kind's class rates rounded like the policy's, and takes them back in a policy body", () => {
+    for (const [input, shown] of [
+      [{ kind: 'sliding_log', capacity: 5, windowSeconds: 600, classes: { gold: { capacity: 7 } } }, 0.0117],
+      [{ kind: 'daily', capacity: 1000, classes: { gold: { capacity: 7 } } }, 0.000081],
+      [{ kind: 'concurrency', capacity: 10, leaseSeconds: 7, classes: { gold: { capacity: 7 } } }, 1],
+    ] as const) {
+      const policy = parsePolicy({ name: 'p', ...input });
+      const exact = policy.classes!['gold']!.refillPerSecond;
+      expect(exact).toBe(input.kind === 'daily' ? 7 / 86_400 : input.kind === 'concurrency' ? 1 : 7 / 600);
+      const view = policyView(policy);
+      expect(view.classes!['gold']!.refillPerSecond, input.kind).toBe(shown);
+      // The view sent back (GET → PUT) parses, to the same exact rates.
+      const { name: _name, ...body } = view;
+      const back = PolicySpec.safeParse(body);
+      expect(back.success, JSON.stringify(back.error?.issues)).toBe(true);
+      expect(back.data!.classes!['gold']!.refillPerSecond).toBe(exact);
+      // The exact rate is taken too; any other rate is not.
+      const classes = (refillPerSecond: number) => ({ gold: { capacity: 7, refillPerSecond } });
+      expect(PolicySpec.safeParse({ ...body, classes: classes(exact) }).success).toBe(true);
+      const wrong = PolicySpec.safeParse({ ...body, classes: classes(exact * 2) });
+      expect(wrong.error?.issues.map((i) => i.path.join('.'))).toEqual(['classes.gold.refillPerSecond']);
+    }
+  });
 });

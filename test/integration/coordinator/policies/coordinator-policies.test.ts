@@ -131,6 +131,53 @@ describe('coordinator policies API', () => {
     }
   });
 
+  it('a sliding-log or daily policy with classes: class rates shown rounded, and what GET answers can be PUT back', async () => {
+    await using f = await coordinatorFixture();
+    for (const [name, body, shownRate, classRate] of [
+      [
+        'login-tiers',
+        { kind: 'sliding_log', capacity: 5, windowSeconds: 600, classes: { gold: { capacity: 7 } } },
+        0.00833,
+        0.0117, // 7 / 600 = 0.011666…
+      ],
+      [
+        'export-tiers',
+        { kind: 'daily', capacity: 1000, classes: { gold: { capacity: 7 } } },
+        0.0116,
+        0.000081,
+      ],
+    ] as const) {
+      const created = await put(f, name, body);
+      expect(created.statusCode, created.body).toBe(201);
+      expect(created.json()).toMatchObject({
+        refillPerSecond: shownRate,
+        classes: { gold: { capacity: 7, refillPerSecond: classRate, maxCost: 1 } },
+      });
+      // GET → PUT of what it answered (derived defaults then pinned, as for any policy): the same policy.
+      const got = await f.app.inject({ url: `/v1/policies/${name}`, headers: reader });
+      expect(got.json()).toEqual(created.json());
+      const { name: _name, ...shown } = got.json<Record<string, unknown>>();
+      const back = await put(f, name, shown);
+      expect(back.statusCode, back.body).toBe(200);
+      expect(back.json()).toEqual(created.json());
+      // The stored spec keeps no derived rate, the class's included: a later change re-derives it.
+      const backup = await f.app.inject({ url: '/v1/backup', headers: reader });
+      const stored = backup
+        .json<{ policies: Record<string, unknown>[] }>()
+        .policies.find((p) => p['name'] === name);
+      expect(stored).not.toHaveProperty('refillPerSecond');
+      expect(stored?.['classes']).toEqual({ gold: { capacity: 7, maxCost: 1 } });
+      const before = await state(f);
+      // A class rate that is neither the derived one nor as shown is refused.
+      const wrong = await put(f, name, { ...body, classes: { gold: { capacity: 7, refillPerSecond: 1 } } });
+      expect(wrong.statusCode).toBe(400);
+      expect(wrong.json<{ errors: { path: string }[] }>().errors.map((e) => e.path)).toEqual([
+        'body.classes.gold.refillPerSecond',
+      ]);
+      expect(await state(f)).toEqual(before);
+    }
+  });
+
   it('creates a concurrency policy with its lease; a strict one, or a lease on another kind, is refused', async () => {
     await using f = await coordinatorFixture();
     const created = await put(f, 'exports-running', { kind: 'concurrency', capacity: 30, leaseSeconds: 300 });
