@@ -3,7 +3,8 @@ reservation_create.lua: record a reservation (reserve-then-commit) whose amount 
 charged, with its expiry on Redis time.
 
 KEYS
-  KEYS[1]  the reservation's hash, rl:resv:{<id>} (must not exist: ids are random)
+  KEYS[1]  the reservation's hash, rl:resv:{<id>} (must not exist: ids are random, and an agent that could not
+           learn whether this script ran leaves a tombstone there, lua/reservation_settle.lua's abort)
 
 ARGV
   ARGV[1]  body: what the decision charged (JSON, opaque here; core/models/reservation.ts ReservationBody)
@@ -12,7 +13,9 @@ ARGV
   ARGV[4]  retention in ms (integer >= 1): how long a settled reservation is kept to answer repeats
 
 Reply: { expiresAt } in µs of Redis time.
-Errors: "QP_BADARG <what>"; "QP_EXISTS" when the key exists (nothing written).
+Errors: "QP_BADARG <what>"; "QP_EXISTS" when the key exists (nothing written). A create that reaches Redis after
+its agent gave up on it and aborted the reservation finds the tombstone and writes nothing: this script charges
+nothing (the decision did, and the abort gives that back), so a refused create leaves nothing to undo.
 
 Fields of the hash: state (reserved), body, reserved (micro-units), committed (0), expires (µs).
 The key lives TTL + retention: the settle script shortens or extends it to retention once settled.

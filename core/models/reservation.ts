@@ -5,9 +5,14 @@
  * `lua/reservation_settle.lua`, their wire format, and the refunds a settlement makes.
  *
  * A reservation is a Redis hash `rl:resv:{id}` holding its state (`reserved`, then one of `committed`,
- * `cancelled`, `expired`), the amount reserved and committed (micro-units, integers), its expiry (µs of Redis
- * time) and what the decision charged (the `charges` body, opaque to the scripts). The state moves once, in one
- * script, so a commit, a cancel and the expiry sweep racing each other refund exactly once.
+ * `cancelled`, `expired`, `aborted`), the amount reserved and committed (micro-units, integers), its expiry (µs of
+ * Redis time) and what the decision charged (the `charges` body, opaque to the scripts). The state moves once, in
+ * one script, so a commit, a cancel, the expiry sweep and an abort racing each other refund exactly once.
+ *
+ * An abort is the agent's own, when it cannot tell whether its create ran (the reply was lost or late): it settles
+ * a reserved record as `aborted`, or, finding none, leaves a tombstone (a hash in state `aborted`, no body) that a
+ * create arriving later refuses on (`QP_EXISTS`, nothing written). Either way the agent refunds the decision once;
+ * a record settled otherwise first (the sweep expired it) is refunded by that settlement, not by the abort.
  */
 import { z } from 'zod';
 import { DecisionResponse } from '../wire/agent.js';
@@ -84,24 +89,35 @@ export function toMicros(units: number): number {
   return Math.round(units * AMOUNT_MICRO);
 }
 
+/** A state a reservation leaves `reserved` for, once. */
+export type SettledState = 'committed' | 'cancelled' | 'expired' | 'aborted';
+
 /** How a settle call went (`lua/reservation_settle.lua`). */
 export type SettleOutcome =
   /** This call moved the state: refund `reservedMicros - committedMicros` of every charge. */
   | {
       kind: 'settled';
-      state: 'committed' | 'cancelled' | 'expired';
+      state: SettledState;
       reservedMicros: number;
       committedMicros: number;
       body: string;
     }
   /** A commit or cancel after the expiry: this call expired it (refund it whole), and the caller is told so. */
   | { kind: 'expired'; reservedMicros: number; body: string }
-  /** The same settlement again: nothing to do, the first answer stands. */
-  | { kind: 'replay'; state: 'committed' | 'cancelled'; reservedMicros: number; committedMicros: number }
-  /** Settled otherwise before (committed with another amount, cancelled, expired). */
+  /**
+   * The same settlement again: nothing to do, the first answer stands (an abort again: the earlier abort's answer
+   * was lost, so its caller never refunded and refunds now).
+   */
+  | {
+      kind: 'replay';
+      state: 'committed' | 'cancelled' | 'aborted';
+      reservedMicros: number;
+      committedMicros: number;
+    }
+  /** Settled otherwise before (committed with another amount, cancelled, expired, aborted). */
   | {
       kind: 'conflict';
-      state: 'committed' | 'cancelled' | 'expired';
+      state: SettledState;
       reservedMicros: number;
       committedMicros: number;
     }
@@ -110,21 +126,26 @@ export type SettleOutcome =
   /** The sweep asked before the expiry: nothing changed. */
   | { kind: 'not_due' }
   /** No such reservation (never made, or its record is gone). */
-  | { kind: 'missing' };
+  | { kind: 'missing' }
+  /** An abort found no record and left a tombstone: a late create writes nothing; refund what the decision charged. */
+  | { kind: 'tombstoned' };
 
-export type SettleAction = 'commit' | 'cancel' | 'expire';
+export type SettleAction = 'commit' | 'cancel' | 'expire' | 'abort';
 
 /** ARGV of `lua/reservation_create.lua`. */
 export function createArguments(body: ReservationBody, amountMicros: number, ttlMs: number): string[] {
   return [JSON.stringify(body), String(amountMicros), String(ttlMs), String(SETTLED_RETENTION_MS)];
 }
 
-/** ARGV of `lua/reservation_settle.lua`. */
-export function settleArguments(action: SettleAction, committedMicros: number): string[] {
-  return [action, String(committedMicros), String(SETTLED_RETENTION_MS)];
+/**
+ * ARGV of `lua/reservation_settle.lua`. `micros` is the amount committed for a commit, the amount the decision
+ * charged for an abort (what a tombstone records), else 0.
+ */
+export function settleArguments(action: SettleAction, micros: number): string[] {
+  return [action, String(micros), String(SETTLED_RETENTION_MS)];
 }
 
-const STATES = new Set(['committed', 'cancelled', 'expired']);
+const STATES = new Set<string>(['committed', 'cancelled', 'expired', 'aborted']);
 
 /** Parse the settle script's reply; throws when its shape is not the documented one. */
 export function parseSettleReply(reply: unknown): SettleOutcome {
@@ -138,7 +159,7 @@ export function parseSettleReply(reply: unknown): SettleOutcome {
   };
   const state = (i: number) => {
     if (!STATES.has(v[i] ?? '')) throw bad();
-    return v[i] as 'committed' | 'cancelled' | 'expired';
+    return v[i] as SettledState;
   };
   switch (v[0]) {
     case 'settled':
@@ -164,6 +185,8 @@ export function parseSettleReply(reply: unknown): SettleOutcome {
       return { kind: 'not_due' };
     case 'missing':
       return { kind: 'missing' };
+    case 'tombstoned':
+      return { kind: 'tombstoned' };
     default:
       throw bad();
   }
@@ -211,7 +234,7 @@ export function settlementRefunds(
 }
 
 interface StoredReservation {
-  state: 'reserved' | 'committed' | 'cancelled' | 'expired';
+  state: 'reserved' | SettledState;
   body: string;
   reservedMicros: number;
   committedMicros: number;
@@ -225,9 +248,13 @@ interface StoredReservation {
 export class ReservationModel {
   readonly #records = new Map<string, StoredReservation>();
 
-  /** `lua/reservation_create.lua` at `now` (µs): answers the expiry, µs. */
+  /**
+   * `lua/reservation_create.lua` at `now` (µs): answers the expiry, µs. Throws `QP_EXISTS` (writing nothing) when
+   * the key holds a record or a tombstone.
+   */
   create(key: string, argv: readonly string[], now: number): number {
     const [body, amount, ttl, retention] = argv;
+    if (this.#live(key, now) !== undefined) throw new Error('QP_EXISTS reservation exists');
     const expiresAt = now + Number(ttl) * 1000;
     this.#records.set(key, {
       state: 'reserved',
@@ -243,15 +270,34 @@ export class ReservationModel {
   /** `lua/reservation_settle.lua` at `now` (µs). */
   settle(key: string, argv: readonly string[], now: number): SettleOutcome {
     const [action, amount, retention] = argv;
-    const r = this.#records.get(key);
-    if (r === undefined || r.goneAt <= now) {
-      this.#records.delete(key);
-      return { kind: 'missing' };
+    const r = this.#live(key, now);
+    if (r === undefined) {
+      if (action !== 'abort') return { kind: 'missing' };
+      this.#records.set(key, {
+        state: 'aborted',
+        body: '',
+        reservedMicros: Number(amount),
+        committedMicros: 0,
+        expiresAt: 0,
+        goneAt: now + Number(retention) * 1000,
+      });
+      return { kind: 'tombstoned' };
     }
     const keep = () => {
       r.goneAt = now + Number(retention) * 1000;
     };
     if (r.state === 'reserved') {
+      if (action === 'abort') {
+        r.state = 'aborted';
+        keep();
+        return {
+          kind: 'settled',
+          state: 'aborted',
+          reservedMicros: r.reservedMicros,
+          committedMicros: 0,
+          body: r.body,
+        };
+      }
       const expired = now >= r.expiresAt;
       if (action === 'expire' && !expired) return { kind: 'not_due' };
       if (expired) {
@@ -287,7 +333,8 @@ export class ReservationModel {
     }
     const same =
       (r.state === 'committed' && action === 'commit' && Number(amount) === r.committedMicros) ||
-      (r.state === 'cancelled' && action === 'cancel');
+      (r.state === 'cancelled' && action === 'cancel') ||
+      (r.state === 'aborted' && action === 'abort');
     if (same && r.state !== 'expired') {
       return {
         kind: 'replay',
@@ -302,6 +349,13 @@ export class ReservationModel {
       reservedMicros: r.reservedMicros,
       committedMicros: r.committedMicros,
     };
+  }
+
+  /** The record at `key` unless it is gone by `now` (dropped then, as Redis expires it). */
+  #live(key: string, now: number): StoredReservation | undefined {
+    const r = this.#records.get(key);
+    if (r !== undefined && r.goneAt <= now) this.#records.delete(key);
+    return r !== undefined && r.goneAt > now ? r : undefined;
   }
 }
 

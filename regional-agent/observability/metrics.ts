@@ -140,7 +140,7 @@ export class AgentMetrics {
     });
     this.reservations = new Counter({
       name: 'quotaplane_reservations_total',
-      help: 'Reservations by outcome: reserved, denied, committed, cancelled, expired (refunded by the sweep or a late settle), refund_failed.',
+      help: 'Reservations by outcome: reserved, denied, committed, cancelled, expired (refunded by the sweep or a late settle), aborted (a create whose answer was lost, refunded once), refund_failed.',
       labelNames: ['outcome'],
       registers,
     });

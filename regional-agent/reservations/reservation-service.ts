@@ -6,6 +6,13 @@
  *
  * A refund that fails after the state moved is counted and logged, and that grant stands (never more admitted
  * than the budget: a lost refund only costs the subject unused units).
+ *
+ * A create whose answer did not come (a timeout, a lost connection) may still run in Redis, late: the record is
+ * then there, indexed, and the sweep would refund it. So the failure path never refunds on its own once the
+ * create was sent: it aborts through the settle script, which moves the state once (a reserved record becomes
+ * `aborted`; no record becomes a tombstone a late create refuses on) and tells this agent whether to refund. An
+ * abort that gets no answer either is retried by the sweep until it answers (or `ABORT_RETRY_MS` passes: then the
+ * grant stands); the sweep may meanwhile expire a record that landed, and that expiry is then the one refund.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -20,6 +27,7 @@ import {
   toMicros,
   type Charge,
   type SettleAction,
+  type SettledState,
   type SettlementResponse,
 } from '../../core/models/reservation.js';
 import { kindOf } from '../../core/kinds/index.js';
@@ -51,10 +59,29 @@ export interface Reserved {
 /** Most reservations one sweep settles. */
 const SWEEP_BATCH = 100;
 
+/**
+ * How long an unanswered abort is retried, ms: far inside the retention of a settled record (a day), so a retry
+ * never finds a record the sweep settled already gone and takes it for one that never landed.
+ */
+export const ABORT_RETRY_MS = 3600 * 1000;
+/** Most unanswered aborts kept for retry; beyond, a new one's grant stands (counted, logged). */
+const MAX_PENDING_ABORTS = 10_000;
+
+/** A reservation whose create may or may not have run, to abort: what its decision charged, and since when. */
+interface PendingAbort {
+  id: string;
+  body: ReservationBody;
+  amountMicros: number;
+  /** `now()` when the reserve gave up on it. */
+  since: number;
+}
+
 export class ReservationService {
   readonly #deps: ReservationDeps;
   #timer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
+  /** Aborts that got no answer, by id: the sweep retries them. One is taken out while it is tried. */
+  readonly #pendingAborts = new Map<string, PendingAbort>();
 
   constructor(deps: ReservationDeps) {
     this.#deps = deps;
@@ -97,18 +124,27 @@ export class ReservationService {
     const id = `${this.#deps.region}.${randomBytes(16).toString('base64url')}`;
     const ttlMs = (r.ttlSeconds ?? DEFAULT_RESERVATION_SECONDS) * 1000;
     const amountMicros = toMicros(r.amount);
+    let createSent = false;
     try {
       // Indexed first: a record is never left out of the sweep (an index entry without a record is dropped).
       await this.#deps.guard.run('reservation', () =>
         this.#deps.reservations.index(id, this.#deps.now() + ttlMs),
       );
-      await this.#deps.guard.run('reservation', () =>
-        this.#deps.reservations.create(id, reservationBody, amountMicros, ttlMs),
-      );
+      await this.#deps.guard.run('reservation', () => {
+        createSent = true;
+        return this.#deps.reservations.create(id, reservationBody, amountMicros, ttlMs);
+      });
     } catch (error) {
-      // Admitted but not recorded: give the units back now, so nothing is held that no one can settle.
-      await this.#refund(reservationBody, amountMicros, 0);
-      this.#deps.log.warn({ err: error }, 'reservation not recorded: its decision was refunded');
+      if (!createSent) {
+        // No create went out, so no record can appear: give the units back now.
+        await this.#refund(reservationBody, amountMicros, 0);
+        this.#deps.log.warn({ err: error }, 'reservation not recorded: its decision was refunded');
+      } else {
+        // The create may still land (or have landed, its answer lost): abort it, refunding exactly once.
+        const pending = { id, body: reservationBody, amountMicros, since: this.#deps.now() };
+        if (!(await this.#abort(pending))) this.#retryLater(pending);
+        this.#deps.log.warn({ err: error, id }, 'reservation not recorded: it was aborted');
+      }
       throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE('the reservation could not be recorded');
     }
     metrics.reservations.labels('reserved').inc();
@@ -150,7 +186,8 @@ export class ReservationService {
       case 'above':
         throw new AgentErrors.AGT_ERR_COMMIT_ABOVE_RESERVED(amount, units(outcome.reservedMicros));
       case 'not_due':
-        throw new TypeError('a commit or cancel is never not_due');
+      case 'tombstoned':
+        throw new TypeError(`a commit or cancel is never ${outcome.kind}`);
       case 'expired':
         await this.#finish(id, outcome.body, outcome.reservedMicros, 0, 'expired');
         throw new AgentErrors.AGT_ERR_RESERVATION_EXPIRED(id);
@@ -158,6 +195,7 @@ export class ReservationService {
         throw new AgentErrors.AGT_ERR_RESERVATION_SETTLED(id, outcome.state);
       case 'replay':
       case 'settled': {
+        if (outcome.state === 'aborted') throw new TypeError('a commit or cancel never aborts');
         if (outcome.kind === 'settled') {
           await this.#finish(
             id,
@@ -180,9 +218,13 @@ export class ReservationService {
     }
   }
 
-  /** Settle the reservations whose expiry passed: each refunded whole, once. Answers how many it expired. */
+  /**
+   * Retry the aborts that got no answer, then settle the reservations whose expiry passed: each refunded whole,
+   * once. Answers how many it expired.
+   */
   async sweep(): Promise<number> {
     const { reservations, guard } = this.#deps;
+    await this.#retryAborts();
     const ids = await guard.run('reservation', () => reservations.due(this.#deps.now(), SWEEP_BATCH));
     let expired = 0;
     for (const id of ids) {
@@ -220,17 +262,79 @@ export class ReservationService {
     await this.#sweeping;
   }
 
+  /** Aborts waiting for an answer: how many (for tests and diagnostics). */
+  get pendingAborts(): number {
+    return this.#pendingAborts.size;
+  }
+
+  /**
+   * Abort a reservation whose create may or may not have run. Answers false when the abort got no answer (retry
+   * it), true when it is done: refunded here exactly once, or settled (and refunded) by someone else first.
+   */
+  async #abort(p: PendingAbort): Promise<boolean> {
+    const { reservations, guard, log } = this.#deps;
+    let outcome;
+    try {
+      outcome = await guard.run('reservation', () => reservations.settle(p.id, 'abort', p.amountMicros));
+    } catch (error) {
+      log.warn({ err: error, id: p.id }, 'reservation abort got no answer: the sweep retries it');
+      return false;
+    }
+    switch (outcome.kind) {
+      case 'settled': // the create landed; this abort settled it
+      case 'tombstoned': // it had not landed; it never will now
+      case 'replay': // an earlier abort landed but its answer was lost: nothing was refunded yet
+        await this.#finish(p.id, p.body, p.amountMicros, 0, 'aborted');
+        return true;
+      default:
+        // Settled otherwise first (the sweep expired the late record): that settlement refunded.
+        await guard.run('reservation', () => reservations.unindex(p.id)).catch(() => undefined);
+        return true;
+    }
+  }
+
+  #retryLater(p: PendingAbort): void {
+    if (this.#pendingAborts.size >= MAX_PENDING_ABORTS) {
+      this.#abandon(p, 'too many reservation aborts waiting: this one is dropped and its grant stands');
+      return;
+    }
+    this.#pendingAborts.set(p.id, p);
+  }
+
+  #abandon(p: PendingAbort, message: string): void {
+    this.#deps.metrics.reservations.labels('refund_failed').inc();
+    this.#deps.log.warn({ id: p.id }, message);
+  }
+
+  /**
+   * One more try of the oldest unanswered aborts (at most a sweep's batch, and none after one goes unanswered
+   * again: the store is unwell). Each is out of the map while it is tried, so only one try refunds.
+   */
+  async #retryAborts(): Promise<void> {
+    for (const p of [...this.#pendingAborts.values()].slice(0, SWEEP_BATCH)) {
+      if (!this.#pendingAborts.delete(p.id)) continue;
+      if (this.#deps.now() - p.since > ABORT_RETRY_MS) {
+        this.#abandon(p, 'reservation abort unanswered for too long: its grant stands');
+        continue;
+      }
+      if (!(await this.#abort(p))) {
+        this.#retryLater(p);
+        return;
+      }
+    }
+  }
+
   /** After the state moved: refund the unused part, count the settlement, drop the index entry. */
   async #finish(
     id: string,
-    body: string,
+    body: string | ReservationBody,
     reservedMicros: number,
     committedMicros: number,
-    state: 'committed' | 'cancelled' | 'expired',
+    state: SettledState,
   ): Promise<void> {
     let parsed: ReservationBody | undefined;
     try {
-      parsed = ReservationBody.parse(JSON.parse(body));
+      parsed = typeof body === 'string' ? ReservationBody.parse(JSON.parse(body)) : body;
     } catch (error) {
       this.#deps.log.error({ err: error, id }, 'reservation record unreadable: its grant stands');
     }

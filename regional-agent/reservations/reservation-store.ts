@@ -16,8 +16,11 @@ import {
 export interface ReservationStore {
   /** Record a reservation (`lua/reservation_create.lua`); answers its expiry, µs of the store's time. */
   create(id: string, body: ReservationBody, amountMicros: number, ttlMs: number): Promise<number>;
-  /** Settle it once (`lua/reservation_settle.lua`). */
-  settle(id: string, action: SettleAction, committedMicros: number): Promise<SettleOutcome>;
+  /**
+   * Settle it once (`lua/reservation_settle.lua`): commit, cancel, expire (the sweep), or abort (a create whose
+   * answer never came: `micros` is then the amount charged, and a missing record becomes a tombstone).
+   */
+  settle(id: string, action: SettleAction, micros: number): Promise<SettleOutcome>;
   /** Put it in the region's expiry index (ms), which the sweep reads. */
   index(id: string, dueAtMs: number): Promise<void>;
   /** Ids whose expiry index is at or before `nowMs`, oldest first, at most `limit`. */
@@ -37,14 +40,19 @@ export class ModelReservationStore implements ReservationStore {
   }
 
   create(id: string, body: ReservationBody, amountMicros: number, ttlMs: number): Promise<number> {
-    return Promise.resolve(
-      this.model.create(reservationKey(id), createArguments(body, amountMicros, ttlMs), this.#micros()),
-    );
+    try {
+      return Promise.resolve(
+        this.model.create(reservationKey(id), createArguments(body, amountMicros, ttlMs), this.#micros()),
+      );
+    } catch (error) {
+      // A refused create (QP_EXISTS) rejects, as the script's error does.
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
   }
 
-  settle(id: string, action: SettleAction, committedMicros: number): Promise<SettleOutcome> {
+  settle(id: string, action: SettleAction, micros: number): Promise<SettleOutcome> {
     return Promise.resolve(
-      this.model.settle(reservationKey(id), settleArguments(action, committedMicros), this.#micros()),
+      this.model.settle(reservationKey(id), settleArguments(action, micros), this.#micros()),
     );
   }
 

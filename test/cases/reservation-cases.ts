@@ -1,12 +1,13 @@
 /**
  * The reservation case table: creates and settles run against the model (core/models/reservation.ts) and against
  * `lua/reservation_create.lua` + `lua/reservation_settle.lua` on a real Redis, replies compared exactly.
- * Steps carry virtual time (`at`, ms since the case began); amounts are micro-units.
+ * Steps carry virtual time (`at`, ms since the case began); amounts are micro-units. A create marked `refused`
+ * must fail with QP_EXISTS and write nothing.
  */
 import type { SettleAction, SettleOutcome } from '../../core/models/reservation.js';
 
 export type ReservationStep =
-  | { at: number; op: 'create'; amount: number; ttlMs: number }
+  | { at: number; op: 'create'; amount: number; ttlMs: number; refused?: true }
   | {
       at: number;
       op: SettleAction;
@@ -86,6 +87,73 @@ export const reservationCases: ReservationCase[] = [
       reserve,
       { at: 60_000, op: 'commit', amount: M, expect: { kind: 'expired', reservedMicros: 10 * M } },
       { at: 60_001, op: 'expire', expect: { kind: 'conflict', state: 'expired' } },
+    ],
+  },
+  {
+    name: 'an abort settles a reserved record as aborted (refund it whole); a repeat replays, the rest conflicts',
+    steps: [
+      reserve,
+      {
+        at: 10,
+        op: 'abort',
+        amount: 10 * M,
+        expect: { kind: 'settled', state: 'aborted', reservedMicros: 10 * M, committedMicros: 0 },
+      },
+      {
+        at: 20,
+        op: 'abort',
+        amount: 10 * M,
+        expect: { kind: 'replay', state: 'aborted', reservedMicros: 10 * M, committedMicros: 0 },
+      },
+      { at: 30, op: 'commit', amount: M, expect: { kind: 'conflict', state: 'aborted' } },
+      { at: 40, op: 'cancel', expect: { kind: 'conflict', state: 'aborted' } },
+      { at: 120_000, op: 'expire', expect: { kind: 'conflict', state: 'aborted' } },
+      { ...reserve, at: 120_001, refused: true },
+    ],
+  },
+  {
+    name: 'an abort of no record leaves a tombstone: a late create is refused, the sweep and settles conflict',
+    steps: [
+      { at: 0, op: 'abort', amount: 10 * M, expect: { kind: 'tombstoned' } },
+      { ...reserve, at: 5, refused: true },
+      {
+        at: 10,
+        op: 'abort',
+        amount: 10 * M,
+        expect: { kind: 'replay', state: 'aborted', reservedMicros: 10 * M, committedMicros: 0 },
+      },
+      { at: 20, op: 'commit', amount: M, expect: { kind: 'conflict', state: 'aborted' } },
+      { at: 30, op: 'cancel', expect: { kind: 'conflict', state: 'aborted' } },
+      { at: 120_000, op: 'expire', expect: { kind: 'conflict', state: 'aborted', reservedMicros: 10 * M } },
+    ],
+  },
+  {
+    name: 'an abort after the sweep expired the record refunds nothing',
+    steps: [
+      reserve,
+      { at: 60_000, op: 'expire', expect: { kind: 'settled', state: 'expired' } },
+      { at: 60_001, op: 'abort', amount: 10 * M, expect: { kind: 'conflict', state: 'expired' } },
+    ],
+  },
+  {
+    name: 'an abort past the expiry, before the sweep, aborts it whole; the sweep then conflicts',
+    steps: [
+      reserve,
+      {
+        at: 70_000,
+        op: 'abort',
+        amount: 10 * M,
+        expect: { kind: 'settled', state: 'aborted', reservedMicros: 10 * M },
+      },
+      { at: 70_001, op: 'expire', expect: { kind: 'conflict', state: 'aborted' } },
+    ],
+  },
+  {
+    name: 'a second create of the same id is refused and changes nothing',
+    steps: [
+      reserve,
+      { ...reserve, at: 10, amount: 3 * M, refused: true },
+      { at: 20, op: 'cancel', expect: { kind: 'settled', state: 'cancelled', reservedMicros: 10 * M } },
     ],
   },
   {

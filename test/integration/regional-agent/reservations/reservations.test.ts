@@ -87,6 +87,13 @@ describe('lua/reservation_create.lua and lua/reservation_settle.lua agree exactl
         const now = LOG_CASE_EPOCH_MICROS + Math.round(s.at * 1000);
         if (s.op === 'create') {
           const argv = createArguments(body, s.amount, s.ttlMs);
+          if (s.refused === true) {
+            const before = await redis.hgetall(key);
+            await expect(createAt(1, key, ...argv, String(now)), `step ${i}`).rejects.toThrow(/QP_EXISTS/);
+            expect(() => model.create(key, argv, now), `step ${i}`).toThrow(/QP_EXISTS/);
+            expect(await redis.hgetall(key), `step ${i}: nothing written`).toEqual(before);
+            continue;
+          }
           const got = (await createAt(1, key, ...argv, String(now))) as number[];
           expect(got[0]).toBe(model.create(key, argv, now));
           continue;

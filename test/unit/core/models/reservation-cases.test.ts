@@ -19,7 +19,9 @@ describe('reservation model: the case table', () => {
       c.steps.forEach((s, i) => {
         const now = LOG_CASE_EPOCH_MICROS + Math.round(s.at * 1000);
         if (s.op === 'create') {
-          model.create('k', createArguments(body, s.amount, s.ttlMs), now);
+          const create = () => model.create('k', createArguments(body, s.amount, s.ttlMs), now);
+          if (s.refused === true) expect(create, `step ${i}`).toThrow(/QP_EXISTS/);
+          else create();
           return;
         }
         const got = model.settle('k', settleArguments(s.op, s.amount ?? 0), now);
@@ -61,8 +63,33 @@ describe('settlement refunds', () => {
     ]);
   });
 
+  it('an abort answers tombstoned, settled or replayed as aborted', () => {
+    expect(parseSettleReply(['tombstoned'])).toEqual({ kind: 'tombstoned' });
+    expect(parseSettleReply(['settled', 'aborted', '5', '0', '{}'])).toEqual({
+      kind: 'settled',
+      state: 'aborted',
+      reservedMicros: 5,
+      committedMicros: 0,
+      body: '{}',
+    });
+    expect(parseSettleReply(['replay', 'aborted', '5', '0'])).toMatchObject({
+      kind: 'replay',
+      state: 'aborted',
+    });
+    expect(parseSettleReply(['conflict', 'aborted', '5', '0'])).toMatchObject({ kind: 'conflict' });
+    expect(settleArguments('abort', 5)).toEqual(['abort', '5', String(24 * 3600 * 1000)]);
+  });
+
   it('replies of another shape are errors', () => {
-    for (const bad of [null, [], ['settled'], ['replay', 'expired', '1', '0'], ['nope'], [1, 2]]) {
+    for (const bad of [
+      null,
+      [],
+      ['settled'],
+      ['replay', 'expired', '1', '0'],
+      ['conflict', 'gone', '1', '0'],
+      ['nope'],
+      [1, 2],
+    ]) {
       expect(() => parseSettleReply(bad), JSON.stringify(bad)).toThrow(TypeError);
     }
   });
