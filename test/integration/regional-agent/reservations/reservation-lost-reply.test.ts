@@ -4,7 +4,6 @@
  * refills 1e-4/s, so every token a test sees admitted is a token it was given: after a reserve of 5 that answers
  * 503, then the expiry and the sweep, exactly 10 are admitted in all (the reviewer's reproduction found 15).
  */
-import { createServer, connect, type Server, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parsePolicy } from '../../../../core/policy/policy.js';
@@ -15,57 +14,9 @@ import { WireTimeoutError } from '../../../../regional-agent/resilience/wire-tim
 import type { RedisServer } from '../../../harness/backend.js';
 import { backend, uniquePrefix } from '../../../harness/fixtures.js';
 import { agentFixture, type AgentFixture } from '../../../helpers/agent-fixture.js';
+import { replyDelayingProxy } from '../../../helpers/reply-delaying-proxy.js';
 
 const policies = [parsePolicy({ name: 'tokens', capacity: 10, refillPerSecond: 1e-4, maxCost: 10 })];
-
-/**
- * A TCP proxy in front of Redis that, asked to, holds Redis's replies on a connection for `ms` after the next
- * command containing `match` goes through: the command runs at once, its answer (and any behind it) comes late.
- */
-async function replyDelayingProxy(target: { host: string; port: number }) {
-  let pending: { match: string; ms: number } | undefined;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    const upstream = connect(target);
-    for (const s of [client, upstream]) {
-      s.setNoDelay(true);
-      sockets.add(s);
-      s.on('close', () => sockets.delete(s));
-      s.on('error', () => s.destroy());
-    }
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-    let holdUntil = 0;
-    let lastDue = 0;
-    client.on('data', (chunk: Buffer) => {
-      if (pending !== undefined && chunk.toString('latin1').includes(pending.match)) {
-        holdUntil = Date.now() + pending.ms;
-        pending = undefined;
-      }
-      upstream.write(chunk);
-    });
-    upstream.on('data', (chunk: Buffer) => {
-      // In order: a reply never overtakes one held before it.
-      const due = Math.max(holdUntil, lastDue, Date.now());
-      lastDue = due;
-      if (due <= Date.now()) client.write(chunk);
-      else setTimeout(() => client.writable && client.write(chunk), due - Date.now());
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const port = address !== null && typeof address === 'object' ? address.port : 0;
-  return {
-    url: `redis://127.0.0.1:${port}`,
-    delayRepliesAfter(match: string, ms: number) {
-      pending = { match, ms };
-    },
-    async [Symbol.asyncDispose]() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 async function call(f: AgentFixture, method: 'POST' | 'GET', url: string, payload?: object) {
   const res = await f.app.inject({ method, url, ...(payload === undefined ? {} : { payload }) });
