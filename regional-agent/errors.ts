@@ -36,7 +36,7 @@ export const AgentErrors = {
   ),
   AGT_ERR_IDEMPOTENCY_CONFLICT: createError(
     'AGT_ERR_IDEMPOTENCY_CONFLICT',
-    'This idempotency key already answers a different request',
+    'This idempotency key already answers a different request, or one still being decided',
     409,
   ),
   AGT_ERR_MIXED_HOME_REGIONS: createError(

@@ -117,6 +117,18 @@ export class LayeredRunner {
         groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, true, deadlineAt)),
       );
     }
+    // A retry of a several-group request whose groups answer in part from their records and in part afresh is
+    // racing its first call: that call wrote the records it got to and may still be denied by a later group,
+    // refunding the very grants these replays stand on (two agents, a slow store: found by review). Such a
+    // retry is a conflict, as a payment API answers a key still in use: what it charged itself goes back, and
+    // the client retries once the first call is answered (all replayed then, or decided afresh after its refund).
+    if (!denied && claim !== 'new' && runs.some((r) => r.replayed) && runs.some((r) => !r.replayed)) {
+      await refundRuns(
+        this.#deps,
+        runs.filter((r) => r.charged && r.fresh),
+      );
+      throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
+    }
     // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
     // record, which refunds it itself if it is denied. Refunding it here too gave it back twice when two calls of
     // one key raced and both were denied by a later group (found by the conservation property suite).

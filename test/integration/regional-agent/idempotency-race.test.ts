@@ -1,0 +1,92 @@
+/**
+ * A retry that races its first call, on a real Redis, with two agents of one region: the first call of a
+ * several-group request (a token bucket and a concurrency slot: two groups) has charged its first group and
+ * written its record when its second group's answer is slow; the client's retry, on the other agent, replays the
+ * first group's record and decides the second afresh. If the first call is then denied, it refunds the grant the
+ * replay stood on: without a check, the retry was admitted on nothing (13 admitted on a bucket of 10 in three
+ * rounds, found by review). Such a retry is now a 409 that gives back what it charged, and a retry after the
+ * first call's answer is decided as usual.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parsePolicy } from '../../../core/policy/policy.js';
+import type { RedisServer } from '../../harness/backend.js';
+import { backend, uniquePrefix } from '../../harness/fixtures.js';
+import { agentFixture, type AgentFixture } from '../../helpers/agent-fixture.js';
+import { replyDelayingProxy } from '../../helpers/reply-delaying-proxy.js';
+
+const policies = [
+  parsePolicy({ name: 'tokens', capacity: 10, refillPerSecond: 1e-4 }),
+  parsePolicy({ name: 'slots', kind: 'concurrency', capacity: 1, leaseSeconds: 60 }),
+];
+const config = {
+  leaseTokenSecret: 'idempotency-race-lease-secret',
+  decisionDeadlineMs: 3000,
+  storeTimeoutMs: 3000,
+};
+
+async function call(f: AgentFixture, method: 'POST' | 'DELETE', url: string, payload?: object) {
+  const res = await f.app.inject({ method, url, ...(payload === undefined ? {} : { payload }) });
+  return { status: res.statusCode, body: res.json<Record<string, unknown>>() };
+}
+
+type Result = { lease?: string };
+
+describe('a retry racing its first call across two agents', () => {
+  let server: RedisServer;
+  beforeAll(async () => {
+    server = await backend().startRedis();
+  });
+  afterAll(async () => {
+    await server[Symbol.asyncDispose]();
+  });
+
+  it('is a 409 that charges nothing, and the bucket admits exactly its 10 tokens', async () => {
+    await using proxy = await replyDelayingProxy({ host: server.host, port: server.port });
+    // Agent 1 reaches Redis through the proxy (a slow link, asked to); agent 2 directly. One Redis: one region.
+    await using slow = await agentFixture({ policies, redis: { target: { redisUrl: proxy.url } }, config });
+    await using fast = await agentFixture({ policies, redis: { target: { redisUrl: server.url } }, config });
+    const subject = uniquePrefix('race');
+    let retriesAdmitted = 0;
+    for (let round = 0; round < 3; round++) {
+      // Someone holds the only slot.
+      const holder = await call(fast, 'POST', '/v1/decisions', { policy: 'slots', subject });
+      expect(holder.body['allowed']).toBe(true);
+      const lease = (holder.body['results'] as Result[])[0]!.lease!;
+      const body = {
+        checks: [
+          { policy: 'tokens', subject },
+          { policy: 'slots', subject },
+        ],
+        idempotencyKey: `order-${round}`,
+      };
+      // The first call: its token group is charged and recorded; its slot group is refused (held), slowly.
+      proxy.delayRepliesAfter(`:slots`, 600);
+      const first = call(slow, 'POST', '/v1/decisions', body);
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      // The holder lets go, and the client's retry reaches the other agent while the first call is out.
+      expect((await call(fast, 'DELETE', `/v1/leases/${lease}`)).status).toBe(200);
+      const retry = await call(fast, 'POST', '/v1/decisions', body);
+      const firstAnswer = await first;
+      expect(firstAnswer.body['allowed']).toBe(false);
+      expect(retry.status, JSON.stringify(retry.body)).toBe(409);
+      expect(retry.body['code']).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
+      // Once the first call is answered (denied, refunded, its records gone), the same key decides afresh.
+      const after = await call(fast, 'POST', '/v1/decisions', body);
+      expect(after.body['allowed']).toBe(true);
+      expect(after.body['replayed']).toBeUndefined();
+      retriesAdmitted++;
+      const held = (after.body['results'] as Result[])[1]!.lease!;
+      expect((await call(fast, 'DELETE', `/v1/leases/${held}`)).status).toBe(200);
+    }
+    // The retry's slot went back with its 409: nothing is held.
+    const free = await call(fast, 'POST', '/v1/decisions', { policy: 'slots', subject, dryRun: true });
+    expect(free.body['allowed']).toBe(true);
+    let drained = 0;
+    for (; drained < 20; drained++) {
+      const r = await call(fast, 'POST', '/v1/decisions', { policy: 'tokens', subject });
+      if (r.body['allowed'] !== true) break;
+    }
+    // Three admitted retries took one token each; nothing else was charged or minted.
+    expect(retriesAdmitted + drained).toBe(10);
+  }, 30_000);
+});
