@@ -69,7 +69,8 @@ export interface QuotaPluginOptions {
   onRefused?: (error: AgentRequestError, request: FastifyRequest) => void;
   /**
    * The request's idempotency key, e.g. `(request) => request.headers['idempotency-key']`: a retry with the same key
-   * is answered with the first decision and charged nothing (undefined: no key; layered rules share it). A key
+   * is answered with the first decision and charged nothing (undefined: no key; layered rules share it); the key
+   * on another request is the caller's `409 AGT_ERR_IDEMPOTENCY_CONFLICT`. A key
    * that is not 1 to 256 printable ASCII characters without spaces (or a header given twice) is the caller's
    * `400 INVALID_IDEMPOTENCY_KEY`, and nothing is asked.
    */
@@ -100,6 +101,8 @@ const CALLER_CODES = new Set(['AGT_ERR_INVALID_SUBJECT']);
 const COST_CODES = new Set(['AGT_ERR_INVALID_COST', 'AGT_ERR_COST_ABOVE_MAX']);
 /** The refusal of a class: the caller's when the route reads the class from the request, else the configuration's. */
 const UNKNOWN_CLASS = 'AGT_ERR_UNKNOWN_CLASS';
+/** The agent's 409 for a key reused on another request (or racing its first call): the caller's, passed on. */
+const IDEMPOTENCY_CONFLICT = 'AGT_ERR_IDEMPOTENCY_CONFLICT';
 /** Stable code of the plugin's 400 for an idempotency key the wire does not take (the agent is not asked). */
 export const INVALID_IDEMPOTENCY_KEY = 'INVALID_IDEMPOTENCY_KEY';
 
@@ -258,6 +261,17 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       if (!(error instanceof AgentRequestError)) throw error;
       if (CALLER_CODES.has(error.code)) {
         return send(reply, callerProblem(error.code, 'the subject of this request is not valid'));
+      }
+      if (idempotencyKey !== undefined && error.code === IDEMPOTENCY_CONFLICT) {
+        return send(
+          reply,
+          problemOf(
+            409,
+            STATUS_CODES[409] ?? 'Conflict',
+            IDEMPOTENCY_CONFLICT,
+            'this idempotency key already answers a different request, or one still being decided',
+          ),
+        );
       }
       if (classFromRequest && error.code === UNKNOWN_CLASS) {
         return send(reply, callerProblem(UNKNOWN_CLASS, UNKNOWN_CLASS_DETAIL));

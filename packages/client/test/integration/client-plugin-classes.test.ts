@@ -148,6 +148,26 @@ describe('idempotency keys through the plugin', () => {
     expect(await statuses(3, () => post(`layered-${2 + Math.random()}`))).toEqual([200, 200, 429]);
   });
 
+  it("the key on another request is the caller's 409, and charges nothing", async () => {
+    const tenant = uniquePrefix('reuse');
+    const headers = { 'x-tenant-id': tenant, 'x-plan': 'pro', 'idempotency-key': 'order-9' };
+    expect((await service.inject({ method: 'POST', url: '/writes', headers })).statusCode).toBe(200);
+    const other = await service.inject({ method: 'POST', url: '/both', headers });
+    expect(other.statusCode).toBe(409);
+    expect(other.json()).toMatchObject({ code: 'AGT_ERR_IDEMPOTENCY_CONFLICT' });
+    expect(refused).toHaveLength(0);
+    // writes: 1 of 3 taken by order-9; the conflict took nothing of writes or plans.
+    expect(
+      await statuses(3, () =>
+        service.inject({
+          method: 'POST',
+          url: '/both',
+          headers: { ...headers, 'idempotency-key': `n-${Math.random()}` },
+        }),
+      ),
+    ).toEqual([200, 200, 429]);
+  });
+
   it("a key the wire does not take is the caller's 400, and nothing is asked or charged", async () => {
     const tenant = uniquePrefix('badkey');
     const before = client.stats().exchanges;
