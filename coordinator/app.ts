@@ -28,6 +28,7 @@ import { classify, problemHandler, sendProblem } from './http/problem.js';
 import { CoordinatorMetrics } from './metrics.js';
 import type { PolicyStore } from './policies/policy-store.js';
 import { noAllocations, type AllocationsReader, type Leadership, type ReadinessProbe } from './ports.js';
+import { ignoreContentTypeOfBodylessDeletes } from '../common/http/bodyless-delete.js';
 
 /** What the app runs on. */
 export interface CoordinatorDeps {
@@ -135,6 +136,7 @@ export async function buildApp(deps: CoordinatorDeps, config: CoordinatorAppConf
   app.setErrorHandler(problemHandler(metrics, config.bodyLimitBytes));
   app.setNotFoundHandler(notFound);
 
+  ignoreContentTypeOfBodylessDeletes(app);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     if (draining && request.url.startsWith('/v1/')) throw new Errors.NOT_READY();

@@ -13,6 +13,7 @@ import { AgentErrors } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
 import type { StoreGuard } from '../resilience/store-guard.js';
 import { COMMON_PROBLEMS, problems } from './docs.js';
+import { ignoreContentTypeOfBodylessDelete } from '../../common/http/bodyless-delete.js';
 
 const schema = {
   summary: 'Release the slots of a concurrency lease (idempotent)',
@@ -49,7 +50,7 @@ export function leasesRoute(app: FastifyInstance, options: LeasesRouteOptions): 
   const { store, guard, policies, metrics, region, leaseKey, assertServing } = options;
   app.delete<{ Params: { lease: string } }>(
     '/v1/leases/:lease',
-    { schema },
+    { schema, onRequest: ignoreContentTypeOfBodylessDelete },
     async (request): Promise<LeaseReleaseResponse> => {
       assertServing();
       const parsed = parseLeaseToken(request.params.lease, leaseKey);

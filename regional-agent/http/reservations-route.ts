@@ -18,6 +18,7 @@ import type { ReservationService } from '../reservations/reservation-service.js'
 import { decisionResponse } from './decision-reply.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
 import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
+import { ignoreContentTypeOfBodylessDelete } from '../../common/http/bodyless-delete.js';
 
 const SETTLE_PROBLEMS = problems({
   ...COMMON_PROBLEMS,
@@ -89,6 +90,7 @@ export function reservationsRoute(app: FastifyInstance, options: ReservationsRou
   app.delete<{ Params: { id: string } }>(
     '/v1/reservations/:id',
     {
+      onRequest: ignoreContentTypeOfBodylessDelete,
       schema: {
         summary: 'Cancel a reservation: everything is refunded (idempotent)',
         tags: ['reservations'],

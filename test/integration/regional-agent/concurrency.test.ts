@@ -47,7 +47,12 @@ async function decide(agent: AgentApp, body: object) {
 }
 
 async function release(agent: AgentApp, lease: string) {
-  const res = await agent.app.inject({ method: 'DELETE', url: `/v1/leases/${encodeURIComponent(lease)}` });
+  // As a client that sends Content-Type: application/json on every request does, with no body.
+  const res = await agent.app.inject({
+    method: 'DELETE',
+    url: `/v1/leases/${encodeURIComponent(lease)}`,
+    headers: { 'content-type': 'application/json' },
+  });
   return { status: res.statusCode, body: res.json<Record<string, unknown>>() };
 }
 

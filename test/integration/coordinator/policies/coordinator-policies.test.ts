@@ -387,6 +387,13 @@ describe('coordinator policies API', () => {
       f.app.inject({ method: 'DELETE', url: '/v1/policies/p', headers: { ...admin, 'if-match': etag } });
     expect((await del('"2"')).statusCode).toBe(412);
     expect((await f.app.inject({ url: '/v1/policies/p', headers: reader })).statusCode).toBe(200);
+    // A client that sends Content-Type: application/json on every request, with no body: the DELETE is read as one.
+    const typed = await f.app.inject({
+      method: 'DELETE',
+      url: '/v1/policies/p',
+      headers: { ...admin, 'if-match': '"2"', 'content-type': 'application/json' },
+    });
+    expect(typed.statusCode).toBe(412);
     expect((await del('"3"')).statusCode).toBe(204);
     expect((await f.app.inject({ url: '/v1/policies/p', headers: reader })).statusCode).toBe(404);
     // Without a representation, preconditions do not turn a 404 into a 412 (RFC 9110 §13.2.1).
