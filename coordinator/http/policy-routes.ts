@@ -25,6 +25,9 @@ import {
 } from '../policies/preconditions.js';
 import { principalOf } from './auth-hook.js';
 
+/** A query of a route that takes none: any parameter is refused (400), as the paged routes refuse unknown ones. */
+const NoQuery = z.strictObject({});
+
 export interface PolicyRoutesOptions {
   store: PolicyStore;
   /** Configured regions, for the body's region rules. */
@@ -89,8 +92,10 @@ export function registerPolicyRoutes(app: AdminApp, { store, regions, auth }: Po
       onRequest: read,
       schema: {
         summary: 'List policies',
+        description: 'Every policy, whole: no paging, so no query parameters (one is a 400, never ignored).',
         tags: ['policies'],
         security,
+        querystring: NoQuery,
         response: { 200: PolicyList, 401: Problem, 503: Problem },
       },
     },

@@ -172,6 +172,9 @@ describe('hostile input on the admin API: a 4xx with a stable code, no policy ch
     );
     await refused('audit limit NaN', 'GET', '/v1/audit?limit=NaN');
     await refused('audit limit 2^53', 'GET', '/v1/audit?limit=9007199254740993');
+    // The policy list has no paging: a parameter is refused, never silently ignored.
+    await refused('policies paged', 'GET', '/v1/policies?limit=-1&offset=abc');
+    await refused('policies limit', 'GET', '/v1/policies?limit=10');
   }, 30_000);
 });
 
