@@ -5,8 +5,15 @@
 'use strict';
 
 const TOKEN_KEY = 'quotaplane.token';
-const POLL_MS = Math.max(250, Number(new URLSearchParams(location.search).get('interval')) || 1000);
+// `?interval=MS`, from 250 ms to an hour. Browsers keep a timer's delay in 32 bits: a larger one (or Infinity)
+// fired at once, and a tab polled the API about 200 times a second.
+const POLL_MS = pollPeriod(new URLSearchParams(location.search).get('interval'));
 const COLOURS = ['#2f6fdf', '#d9480f', '#2b8a3e', '#862e9c', '#e8590c', '#1098ad', '#5c940d', '#c2255c'];
+
+function pollPeriod(asked) {
+  const ms = Number(asked);
+  return asked !== null && Number.isFinite(ms) && ms > 0 ? Math.min(Math.max(250, ms), 3_600_000) : 1000;
+}
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -24,8 +31,11 @@ async function api(path) {
     headers: { authorization: `Bearer ${state.token}`, accept: 'application/json' },
   });
   if (res.status === 401) throw new Unauthorized('the token was refused');
-  const body = await res.json();
+  // A proxy's or a restarting server's answer may not be JSON: say its status, not the parser's complaint.
+  const json = /json/.test(res.headers.get('content-type') ?? '');
+  const body = json ? await res.json() : {};
   if (!res.ok) throw new Error(`${body.code ?? res.status}: ${body.detail ?? res.statusText}`);
+  if (!json) throw new Error(`${res.status}: the answer is not JSON`);
   return body;
 }
 
@@ -58,7 +68,9 @@ function ago(iso, now = Date.now()) {
   if (!iso) return '—';
   const d = (now - Date.parse(iso)) / 1000;
   const a = Math.abs(d);
-  const n = a < 10 ? a.toFixed(1) : Math.round(a);
+  // 9.96 s is "10s", not "10.0s": round first, then choose the form.
+  const tenths = Math.round(a * 10) / 10;
+  const n = tenths < 10 ? tenths.toFixed(1) : Math.round(a);
   return d >= 0 ? `${n}s ago` : `in ${n}s`;
 }
 function health(region) {
@@ -244,17 +256,21 @@ function signOut(message = '') {
   $('login-error').textContent = message;
 }
 
-async function signIn(token) {
+async function signIn(token, saved = false) {
   state.token = token;
   try {
     await api('/v1/regions');
   } catch (error) {
-    signOut(
-      error instanceof Unauthorized
-        ? 'That token was refused.'
-        : `The coordinator did not answer: ${error.message}`,
-    );
-    return;
+    // Only a refused token signs out. A coordinator that does not answer (restarting, behind a 503) keeps a
+    // token this tab saved: the board shows the failure and keeps retrying, as it does once signed in.
+    if (error instanceof Unauthorized || !saved) {
+      signOut(
+        error instanceof Unauthorized
+          ? 'That token was refused.'
+          : `The coordinator did not answer: ${error.message}`,
+      );
+      return;
+    }
   }
   sessionStorage.setItem(TOKEN_KEY, token);
   $('login').hidden = true;
@@ -272,5 +288,5 @@ $('policy').addEventListener('change', (event) => {
   state.policy = event.target.value;
 });
 
-if (state.token) void signIn(state.token);
+if (state.token) void signIn(state.token, true);
 else signOut();

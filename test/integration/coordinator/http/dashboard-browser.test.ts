@@ -186,4 +186,44 @@ describe('/dashboard in Chromium', () => {
     await page.waitForSelector('#login:not([hidden])');
     expect(await page.evaluate(() => sessionStorage.getItem('quotaplane.token'))).toBeNull();
   }, 120_000);
+
+  it('polls no faster than its floor whatever ?interval says, and keeps its token while the coordinator is down', async () => {
+    const page = await context.newPage();
+    let calls = 0;
+    await page.route('**/v1/**', (route) => {
+      calls++;
+      return route.continue();
+    });
+    // 3e9 ms does not fit a browser timer's 32 bits: it fired at once, about 200 calls a second.
+    await page.goto(`${stack.coordinator.url}/dashboard?interval=3000000000`);
+    await page.waitForSelector('#login:not([hidden])');
+    await page.fill('#token', READ_TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.waitForFunction(() =>
+      (document.querySelector('#status')?.textContent ?? '').startsWith('updated'),
+    );
+    expect(await page.locator('#status').innerText()).toContain('every 3600s');
+    const signedIn = calls;
+    await page.waitForTimeout(1500);
+    expect(calls - signedIn).toBe(0);
+
+    // The coordinator answers 503, and not in JSON, while the tab reloads: the token stays, the board says why.
+    await page.unroute('**/v1/**');
+    await page.route('**/v1/**', (route) =>
+      route.fulfill({ status: 503, contentType: 'text/html', body: '<html>restarting</html>' }),
+    );
+    await page.goto(`${stack.coordinator.url}/dashboard?interval=500`);
+    await page.waitForSelector('#board:not([hidden])');
+    await page.waitForFunction(() =>
+      (document.querySelector('#status')?.textContent ?? '').startsWith('update failed: 503'),
+    );
+    expect(await page.evaluate(() => sessionStorage.getItem('quotaplane.token'))).toBe(READ_TOKEN);
+    // Back: the board fills again by itself, without a new sign-in.
+    await page.unroute('**/v1/**');
+    await page.waitForFunction(() =>
+      (document.querySelector('#status')?.textContent ?? '').startsWith('updated'),
+    );
+    expect(await page.locator('#regions tbody tr').count()).toBe(3);
+    await page.close();
+  }, 60_000);
 });
