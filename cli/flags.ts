@@ -40,7 +40,7 @@ export function parseFlags(argv: readonly string[], options: Options, usage: str
     json: values['json'] === true,
     ...(typeof values['url'] === 'string' ? { url: values['url'] } : {}),
     ...(typeof values['token'] === 'string' ? { token: values['token'] } : {}),
-    ...(typeof timeout === 'string' ? { timeoutMs: positiveInt(timeout, '--timeout-ms', usage) } : {}),
+    ...(typeof timeout === 'string' ? { timeoutMs: timeoutMs(timeout, usage) } : {}),
   };
   return { values, positionals: parsed.positionals, global, help: values['help'] === true };
 }
@@ -54,6 +54,16 @@ export function numberFlag(
   if (value === undefined) return undefined;
   const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : Number.NaN;
   if (!Number.isFinite(n)) throw new UsageError(`${flag} needs a number, got "${String(value)}"`, usage);
+  return n;
+}
+
+/** Longest timer Node keeps (2^31 - 1 ms, about 24.8 days): a longer one fires at once. */
+const MAX_TIMEOUT_MS = 2_147_483_647;
+
+function timeoutMs(value: string, usage: string): number {
+  const n = positiveInt(value, '--timeout-ms', usage);
+  if (n > MAX_TIMEOUT_MS)
+    throw new UsageError(`--timeout-ms needs a whole number ≤ ${MAX_TIMEOUT_MS}, got "${value}"`, usage);
   return n;
 }
 

@@ -48,7 +48,8 @@ export function percent(share: number): string {
 export function relative(iso: string | null, now: number): string {
   if (iso === null) return '—';
   const delta = Date.parse(iso) - now;
-  const seconds = Math.abs(delta) / 1000;
+  // 9.96 s is "10s", not "10.0s": round first, then choose the form.
+  const seconds = Math.round(Math.abs(delta) / 100) / 10;
   const amount = seconds < 10 ? seconds.toFixed(1) : String(Math.round(seconds));
   return delta >= 0 ? `in ${amount}s` : `${amount}s ago`;
 }

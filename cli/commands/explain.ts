@@ -30,7 +30,12 @@ async function agentsFrom(
         if (at <= 0) throw new UsageError(`agents are REGION=URL, got "${s}"`, EXPLAIN_USAGE);
         return [s.slice(0, at), s.slice(at + 1)] as [string, string];
       });
-  if (agentFlags.length > 0) return agentFlags.flatMap(pairs);
+  // An empty list would ask nobody and answer "no region answered" with success.
+  const some = (agents: [string, string][], why: string) => {
+    if (agents.length === 0) throw new UsageError(why, EXPLAIN_USAGE);
+    return agents;
+  };
+  if (agentFlags.length > 0) return some(agentFlags.flatMap(pairs), '--agent names no agent');
   const file = stringFlag(values['stack-state'] as string | undefined);
   if (file !== undefined) {
     let state: { agents?: Record<string, string> };
@@ -39,10 +44,10 @@ async function agentsFrom(
     } catch (error) {
       throw new UsageError(`cannot read the stack state ${file}: ${(error as Error).message}`, EXPLAIN_USAGE);
     }
-    return Object.entries(state.agents ?? {});
+    return some(Object.entries(state.agents ?? {}), `the stack state ${file} names no agent`);
   }
   const env = ctx.io.env['QUOTAPLANE_AGENTS'];
-  if (env !== undefined && env !== '') return pairs(env);
+  if (env !== undefined && env !== '') return some(pairs(env), 'QUOTAPLANE_AGENTS names no agent');
   throw new UsageError(
     'name the agents: --agent REGION=URL, --stack-state FILE or QUOTAPLANE_AGENTS',
     EXPLAIN_USAGE,

@@ -424,10 +424,17 @@ function geoPlan(e: StackEnv, problems: string[]): GeoPlan | undefined {
   };
 }
 
+/** Variables whose empty value turns a thing off rather than asking for its default. */
+const EMPTY_MEANS_NONE = new Set(['QP_STACK_ENV_FILE']);
+
 /** Build the plan from the environment. Throws StackConfigError listing every problem. */
 export function loadStackConfig(env: Readonly<Record<string, string | undefined>>): StackConfig {
   const problems: string[] = [];
-  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  // An empty value is unset, so its default applies; except where empty has a meaning of its own (the env file:
+  // none is written).
+  const present = Object.fromEntries(
+    Object.entries(env).filter(([k, v]) => v !== undefined && (v !== '' || EMPTY_MEANS_NONE.has(k))),
+  );
   const parsed = StackEnv.safeParse(present);
   const coordinatorEnv = passThrough(env, 'QP_COORDINATOR_', RESERVED_COORDINATOR_VARS, problems);
   const agentEnv = passThrough(env, 'QP_AGENT_', RESERVED_AGENT_VARS, problems);

@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { quoteEtag, storedSpec } from '../../../cli/commands/policy.js';
 import { regionHealth } from '../../../cli/commands/allocations.js';
-import { percent, table } from '../../../cli/table.js';
+import { percent, relative, table } from '../../../cli/table.js';
 import { cli } from '../../helpers/cli-runner.js';
 
 const noNetwork: typeof fetch = () => {
@@ -27,6 +27,9 @@ describe('quotaplane command line', () => {
     [['policy', 'patch', 'p'], 'no field to change'],
     [['frobnicate'], 'unknown command "frobnicate"'],
     [['policy', 'list', '--timeout-ms', '0'], '--timeout-ms needs a whole number > 0'],
+    // Above Node's longest timer it fired at once ("no answer within …") or threw as "cannot reach".
+    [['policy', 'list', '--timeout-ms', '3000000000'], '--timeout-ms needs a whole number ≤ 2147483647'],
+    [['explain', 'p', 's', '--agent', ','], '--agent names no agent'],
     [['stack', '--state-file'], '--state-file needs a path'],
   ])('%j exits 2 with "%s" and sends nothing', async (argv, message) => {
     const r = await cli(argv, { fetch: noNetwork });
@@ -177,6 +180,11 @@ describe('quotaplane command line', () => {
     ).toBe(['NAME    N', 'a       5', 'bbb   100', 'c       —'].join('\n'));
     expect(percent(1 / 3)).toBe('33.33%');
     expect(percent(0.020000000000000004)).toBe('2.00%');
+    // Tenths below 10 s, whole seconds from there: 9.96 s is 10s, never 10.0s.
+    const now = Date.parse('2030-01-01T00:00:10.000Z');
+    expect(relative('2030-01-01T00:00:00.040Z', now)).toBe('10s ago');
+    expect(relative('2030-01-01T00:00:00.060Z', now)).toBe('9.9s ago');
+    expect(relative('2030-01-01T00:00:22.400Z', now)).toBe('in 12s');
   });
 
   it('calls a region ok, degraded, down or silent', () => {

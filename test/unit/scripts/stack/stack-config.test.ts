@@ -37,6 +37,12 @@ describe('stack configuration', () => {
     expect(Object.isFrozen(c)).toBe(true);
   });
 
+  it('writes the env file by default, and none when QP_STACK_ENV_FILE is empty', () => {
+    expect(loadStackConfig({}).envFile).toBe('.quotaplane/stack.env');
+    expect(loadStackConfig({ QP_STACK_ENV_FILE: '' }).envFile).toBeUndefined();
+    expect(loadStackConfig({ QP_STACK_ENV_FILE: '/tmp/x.env' }).envFile).toBe('/tmp/x.env');
+  });
+
   it('reads every port, the tokens and the images from the environment', () => {
     const c = loadStackConfig({
       QP_STACK_COORDINATOR_PORT: '8100',
