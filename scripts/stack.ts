@@ -42,7 +42,7 @@ async function main(): Promise<void> {
   // after `npm run build`): the services run from dist/, as QP_STACK_RUNTIME=compiled would.
   const args = process.argv.slice(2);
   const unknown = args.filter((a) => a !== '--geo' && a !== '--compiled');
-  if (unknown.length > 0) fail(`unknown argument ${unknown.join(' ')} (known: --geo)`, 2);
+  if (unknown.length > 0) fail(`unknown argument ${unknown.join(' ')} (known: --geo, --compiled)`, 2);
   let config;
   try {
     config = loadStackConfig({

@@ -9,8 +9,9 @@ import { setOwn } from '../../core/own-keys.js';
 import { STACK_PORT_VARS } from '../../scripts/stack/config.js';
 
 export const STACK_USAGE = `usage:
-  quotaplane stack [--any-ports] [--state-file FILE]
-    the local three-region stack (npm start); Ctrl-C stops it
+  quotaplane stack [--geo] [--any-ports] [--state-file FILE]
+    the local three-region stack, as npm start runs it but from source (no build); Ctrl-C stops it
+    --geo              regions a WAN apart (QP_STACK_TOPOLOGY=geo, as npm start -- --geo)
     --any-ports        every port picked free (QP_STACK_*_PORT=0) instead of 7100-7131
     --state-file FILE  write the endpoints there once ready (QP_STACK_STATE_FILE)
   every QP_STACK_* variable of docs/running.md applies`;
@@ -53,6 +54,7 @@ export async function stackCommand(ctx: Context, argv: readonly string[]): Promi
     const arg = argv[i]!;
     if (arg === '--help' || arg === '-h') return (ctx.say(STACK_USAGE), 0);
     if (arg === '--any-ports') for (const name of STACK_PORT_VARS) setOwn(env, name, '0');
+    else if (arg === '--geo') env['QP_STACK_TOPOLOGY'] = 'geo';
     else if (arg === '--state-file' || arg.startsWith('--state-file=')) {
       const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : argv[++i];
       if (value === undefined || value === '') throw new UsageError('--state-file needs a path', STACK_USAGE);
