@@ -8,6 +8,12 @@ import { AdminClient } from './admin-client.js';
 export const DEFAULT_URL = 'http://127.0.0.1:7100';
 export const DEFAULT_TIMEOUT_MS = 10_000;
 
+/**
+ * The coordinator answered, and holds nothing by the name the command asked for (a policy with no allocation, a
+ * region it does not have): exit status 1, as for a refusal. Not a UsageError: a request was sent.
+ */
+export class NotFoundError extends Error {}
+
 /** A mistake in the command line: the message, then the command's usage; exit status 2. */
 export class UsageError extends Error {
   readonly usage: string | undefined;

@@ -16,7 +16,7 @@ import { BACKUP_USAGE, RESTORE_USAGE, backupCommand, restoreCommand } from './co
 import { EXPLAIN_USAGE, explainCommand } from './commands/explain.js';
 import { simulateCommand, stackCommand } from './commands/local.js';
 import { BUDGET_USAGE, POLICY_USAGE, budgetCommand, policyCommand } from './commands/policy.js';
-import { Context, UsageError, type GlobalFlags, type Io } from './context.js';
+import { Context, NotFoundError, UsageError, type GlobalFlags, type Io } from './context.js';
 import { GLOBAL_OPTIONS, parseFlags } from './flags.js';
 
 export const EXIT = { ok: 0, refused: 1, usage: 2, unreachable: 3 } as const;
@@ -158,6 +158,10 @@ export async function run(argv: readonly string[], io: Io): Promise<number> {
       // With field problems, the detail repeats them on one line: print its lead, then one problem per line.
       const detail = fields.length > 0 ? error.detail.split(': ')[0]! : error.detail;
       io.stderr(`quotaplane: ${error.code} (${error.status}): ${detail}\n${fields.join('')}`);
+      return EXIT.refused;
+    }
+    if (error instanceof NotFoundError) {
+      io.stderr(`quotaplane: ${error.message}\n`);
       return EXIT.refused;
     }
     if (error instanceof ConnectionError) {

@@ -4,7 +4,7 @@
  */
 import { AllocationsResponse, RegionsResponse } from '../../core/wire/admin.js';
 import { ownValue } from '../../core/own-keys.js';
-import { UsageError, type Context } from '../context.js';
+import { NotFoundError, UsageError, type Context } from '../context.js';
 import { parseFlags, positionals } from '../flags.js';
 import { percent, relative, table } from '../table.js';
 
@@ -24,7 +24,7 @@ export async function allocationsCommand(ctx: Context, argv: readonly string[]):
   const { body } = await ctx.client.request('GET', '/v1/allocations', AllocationsResponse);
   const policies = only === undefined ? body.policies : body.policies.filter((p) => p.policy === only);
   if (only !== undefined && policies.length === 0) {
-    throw new UsageError(`the coordinator holds no allocation of policy "${only}"`);
+    throw new NotFoundError(`the coordinator holds no allocation of policy "${only}"`);
   }
   if (ctx.json) return (ctx.printJson({ policies }), 0);
   if (policies.length === 0) return (ctx.say('no allocations'), 0);
@@ -103,7 +103,7 @@ export async function agentsCommand(ctx: Context, argv: readonly string[]): Prom
   const { body } = await ctx.client.request('GET', '/v1/regions', RegionsResponse);
   const regions = typeof only === 'string' ? body.regions.filter((r) => r.region === only) : body.regions;
   if (typeof only === 'string' && regions.length === 0) {
-    throw new UsageError(
+    throw new NotFoundError(
       `"${only}" is not a configured region (${body.regions.map((r) => r.region).join(', ')})`,
     );
   }

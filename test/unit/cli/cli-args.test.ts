@@ -63,6 +63,20 @@ describe('quotaplane command line', () => {
     );
   });
 
+  it('a name the coordinator holds nothing of is exit 1 (a request was sent), not a usage error', async () => {
+    const answer: typeof fetch = (input) => {
+      const url = input instanceof Request ? input.url : input.toString();
+      return Promise.resolve(Response.json(url.endsWith('/v1/regions') ? { regions: [] } : { policies: [] }));
+    };
+    const env = { QUOTAPLANE_URL: 'http://coordinator.test', QUOTAPLANE_TOKEN: 't' };
+    const policy = await cli(['allocations', 'nope'], { fetch: answer, env });
+    expect(policy.status).toBe(1);
+    expect(policy.stderr).toBe('quotaplane: the coordinator holds no allocation of policy "nope"\n');
+    const region = await cli(['agents', '--region', 'zz'], { fetch: answer, env });
+    expect(region.status).toBe(1);
+    expect(region.stderr).toBe('quotaplane: "zz" is not a configured region ()\n');
+  });
+
   it('takes the URL and token from flags first, then the environment', async () => {
     const seen: { url: string; auth: string | null }[] = [];
     const record: typeof fetch = (input, init) => {
