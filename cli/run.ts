@@ -105,6 +105,14 @@ export async function run(argv: readonly string[], io: Io): Promise<number> {
   const leading = argv.slice(0, Math.min(at, argv.length));
   const help = (args: readonly string[]) => args.includes('--help') || args.includes('-h');
   if (name === 'help' || (name === undefined && help(leading))) {
+    // `quotaplane help policy`: that command's usage, as `quotaplane policy --help` prints it.
+    const topic = name === 'help' ? argv[at + 1] : undefined;
+    const about = topic === undefined ? undefined : ownValue(COMMANDS, topic);
+    if (about !== undefined && about.usage !== undefined) {
+      io.stdout(`${about.usage}\n`);
+      return EXIT.ok;
+    }
+    if (about !== undefined) return await about.run(new Context(io, { json: false }), ['--help']);
     io.stdout(`${USAGE}\n`);
     return EXIT.ok;
   }

@@ -44,6 +44,10 @@ describe('quotaplane command line', () => {
     expect(help.stdout).toContain('policy list|get|put|patch|delete');
     const bare = await cli([], { fetch: noNetwork });
     expect(bare.status).toBe(2);
+    const topic = await cli(['help', 'policy'], { fetch: noNetwork });
+    expect(topic.status).toBe(0);
+    expect(topic.stdout).toBe((await cli(['policy', '--help'], { fetch: noNetwork })).stdout);
+    expect(topic.stdout).not.toBe(help.stdout);
     const sub = await cli(['policy', 'put', '--help'], { fetch: noNetwork });
     expect(sub.status).toBe(0);
     expect(sub.stdout).toContain('quotaplane policy put NAME');
