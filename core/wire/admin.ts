@@ -21,6 +21,7 @@ import {
   SubjectKind,
   type Policy,
 } from '../policy/policy.js';
+import { DecimalText } from './decimal-text.js';
 
 /**
  * Schemas the OpenAPI document names as components (`#/components/schemas/<id>`). A registry of its own, not
@@ -419,8 +420,8 @@ export const MAX_AUDIT_PAGE = 1000;
 /** Query of `GET /v1/audit`. */
 export const AuditQuery = z.strictObject({
   policy: PolicyName.optional(),
-  limit: z.coerce.number().int().min(1).max(MAX_AUDIT_PAGE).default(50),
-  before: z.coerce.number().int().positive().optional().describe('only records with seq < before'),
+  limit: DecimalText.pipe(z.number().int().min(1).max(MAX_AUDIT_PAGE)).default(50),
+  before: DecimalText.pipe(z.number().int().positive()).optional().describe('only records with seq < before'),
   moves: z
     .enum(['show', 'hide'])
     .optional()

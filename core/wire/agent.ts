@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { replyRecord } from '../own-keys.js';
 import { isTokenCost, TokenCost } from './bucket.js';
 import { ClassName, PolicyMode } from '../policy/names.js';
+import { DecimalText } from './decimal-text.js';
 
 /** Most checks one decision request may carry. */
 export const MAX_CHECKS_PER_REQUEST = 16;
@@ -199,7 +200,7 @@ export type ForwardAuthProxy = z.infer<typeof ForwardAuthProxy>;
 /** Query of `GET /v1/forward-auth`. */
 export const ForwardAuthQuery = z.strictObject({
   policy: PolicyField,
-  cost: z.coerce.number().pipe(TokenCost).optional(),
+  cost: DecimalText.pipe(TokenCost).optional(),
   /** The asking proxy's status conventions (also chosen by path: `/v1/forward-auth/nginx`). */
   proxy: ForwardAuthProxy.optional(),
 });
@@ -430,7 +431,7 @@ export type LeaseReleaseResponse = z.infer<typeof LeaseReleaseResponse>;
 export const ExplainQuery = z.strictObject({
   policy: PolicyField,
   subject: SubjectField,
-  cost: z.coerce.number().positive('cost must be > 0').max(1e9).optional(),
+  cost: DecimalText.pipe(z.number().positive('cost must be > 0').max(1e9)).optional(),
 });
 export type ExplainQuery = z.infer<typeof ExplainQuery>;
 

@@ -172,6 +172,8 @@ describe('hostile input on the admin API: a 4xx with a stable code, no policy ch
     );
     await refused('audit limit NaN', 'GET', '/v1/audit?limit=NaN');
     await refused('audit limit 2^53', 'GET', '/v1/audit?limit=9007199254740993');
+    await refused('audit limit in hex', 'GET', '/v1/audit?limit=0x10');
+    await refused('audit limit twice', 'GET', '/v1/audit?limit=1&limit=2');
     // The policy list has no paging: a parameter is refused, never silently ignored.
     await refused('policies paged', 'GET', '/v1/policies?limit=-1&offset=abc');
     await refused('policies limit', 'GET', '/v1/policies?limit=10');

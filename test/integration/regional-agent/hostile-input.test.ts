@@ -543,7 +543,20 @@ describe('hostile input at every agent entry point: a 4xx with a stable code, an
     for (const name of PROTOTYPE_NAMES) {
       await refused(`explain policy ${name}`, explain({ policy: name, subject }), 'AGT_ERR_UNKNOWN_POLICY');
     }
-    for (const cost of ['NaN', 'Infinity', '-1', '0', '1e400', '9007199254740993', 'x']) {
+    // Hex, binary and blank costs too: a query number is decimal text (`z.coerce.number` read 0x10 as 16, "" as 0).
+    for (const cost of [
+      'NaN',
+      'Infinity',
+      '-1',
+      '0',
+      '1e400',
+      '9007199254740993',
+      'x',
+      '0x10',
+      '0b1',
+      '',
+      ' 2',
+    ]) {
       await refused(
         `explain cost ${cost}`,
         explain({ policy: 'open', subject, cost }),
