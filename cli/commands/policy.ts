@@ -278,9 +278,10 @@ export async function policyCommand(ctx: Context, argv: readonly string[]): Prom
       return 0;
     }
     case undefined:
+      throw new UsageError('missing a policy command', usage);
     case 'help':
       ctx.say(usage);
-      return sub === undefined ? 2 : 0;
+      return 0;
     default:
       throw new UsageError(`unknown policy command "${sub}"`, usage);
   }
@@ -316,10 +317,8 @@ const BudgetFlags = z.object({ capacity: z.number().optional(), refillPerSecond:
 export async function budgetCommand(ctx: Context, argv: readonly string[]): Promise<number> {
   const [sub, ...rest] = argv;
   const usage = BUDGET_USAGE;
-  if (sub === undefined || sub === 'help') {
-    ctx.say(usage);
-    return sub === undefined ? 2 : 0;
-  }
+  if (sub === undefined) throw new UsageError('missing a budget command', usage);
+  if (sub === 'help') return (ctx.say(usage), 0);
   if (sub !== 'set') throw new UsageError(`unknown budget command "${sub}"`, usage);
   const parsed = parseFlags(
     rest,

@@ -26,6 +26,9 @@ describe('quotaplane command line', () => {
     [['budget', 'raise', 'p'], 'unknown budget command "raise"'],
     [['policy', 'patch', 'p'], 'no field to change'],
     [['frobnicate'], 'unknown command "frobnicate"'],
+    // Its usage goes to standard error with the message, as for every other usage error.
+    [['policy'], 'missing a policy command'],
+    [['budget'], 'missing a budget command'],
     [['policy', 'list', '--timeout-ms', '0'], '--timeout-ms needs a whole number > 0'],
     // Above Node's longest timer it fired at once ("no answer within …") or threw as "cannot reach".
     [['policy', 'list', '--timeout-ms', '3000000000'], '--timeout-ms needs a whole number ≤ 2147483647'],
