@@ -310,8 +310,9 @@ describe('quotaplane allocations and agents', () => {
       expect(agents.stdout).toMatch(new RegExp(`^${region}\\s+${region}-\\d+\\s+.*\\blive$`, 'm'));
     }
 
+    // A request was sent and answered: exit 1, as a refusal (2 is a command line that sent nothing).
     const none = await cli(['allocations', 'cli-never'], { env });
-    expect(none.status).toBe(2);
+    expect(none.status).toBe(1);
     expect(none.stderr).toContain('holds no allocation of policy "cli-never"');
   });
 });
