@@ -1210,16 +1210,16 @@ export class DirectDecider {
   }
 }
 
-/**
- * The Redis TIME (µs) of monotonic instant `t`, read off a term: its `deadlineMicros` stands for `endsAt`. Late by at
- * most the term request's round trip (the agent issued the term after this process sent the request).
- */
 /** What a pace's held tokens report of their bucket: what `result` (answered at `answeredAt`) said it had left. */
 function seen(pace: Pace, result: EncodedReply['results'][number], answeredAt: number): void {
   pace.left = Math.max(0, result.remaining / MICRO);
   pace.fullAt = result.resetMs < 0 ? null : answeredAt + result.resetMs;
 }
 
+/**
+ * The Redis TIME (µs) of monotonic instant `t`, read off a term: its `deadlineMicros` stands for `endsAt`. Late by at
+ * most the term request's round trip (the agent issued the term after this process sent the request).
+ */
 function redisMicrosAt(held: Held, t: number): number {
   return held.term.deadlineMicros - Math.round((held.endsAt - t) * 1000);
 }
