@@ -122,7 +122,13 @@ export class LayeredRunner {
     // refunding the very grants these replays stand on (two agents, a slow store: found by review). Such a
     // retry is a conflict, as a payment API answers a key still in use: what it charged itself goes back, and
     // the client retries once the first call is answered (all replayed then, or decided afresh after its refund).
-    if (!denied && claim !== 'new' && runs.some((r) => r.replayed) && runs.some((r) => !r.replayed)) {
+    if (
+      !denied &&
+      runs.length > 1 &&
+      claim !== 'new' &&
+      runs.some((r) => r.replayed) &&
+      runs.some((r) => !r.replayed)
+    ) {
       await refundRuns(
         this.#deps,
         runs.filter((r) => r.charged && r.fresh),
