@@ -219,11 +219,8 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       const check: DecisionCheck =
         cost === undefined ? { policy: rule.policy, subject } : { policy: rule.policy, subject, cost };
       if (rule.class !== undefined) {
-        const fromRequest = typeof rule.class === 'function';
-        const named: unknown = fromRequest
-          ? (rule.class as (r: FastifyRequest) => unknown)(request)
-          : rule.class;
-        if (fromRequest) {
+        const named: unknown = typeof rule.class === 'function' ? rule.class(request) : rule.class;
+        if (typeof rule.class === 'function') {
           classFromRequest = true;
           // What the caller sent: no policy defines a class of another form (the agent is not asked).
           if (named !== undefined && !isClassName(named)) {
