@@ -12,6 +12,8 @@ export interface DayGroupCall {
   dryRun: boolean;
   /** Only look (an earlier group denied): report what the counters hold, write nothing. */
   lookOnly: boolean;
+  /** The record TTL shared by every group of a several-group request (LogGroupCall). */
+  recordTtlMs?: number | undefined;
 }
 
 /**

@@ -100,6 +100,7 @@ export async function decideSlotGroup<R extends SettledAnswer>(
     idempotencyKey: string | undefined;
     dryRun: boolean;
     lookOnly: boolean;
+    recordTtlMs?: number | undefined;
   },
   recordKeyOf: (slotSubject: string, idempotencyKey: string) => string,
   decide: (dryRun: boolean, idempotency: { key: string; ttlMs: number } | undefined) => Promise<R>,
@@ -112,7 +113,12 @@ export async function decideSlotGroup<R extends SettledAnswer>(
   let reply: R;
   try {
     reply = await deps.guard.run('decide', () =>
-      decide(dryRun, recordKey === undefined ? undefined : { key: recordKey, ttlMs: deps.idempotencyTtlMs }),
+      decide(
+        dryRun,
+        recordKey === undefined
+          ? undefined
+          : { key: recordKey, ttlMs: call.recordTtlMs ?? deps.idempotencyTtlMs },
+      ),
     );
   } catch {
     run.allowed = deps.failures.failAll(group.checks, 'store_unavailable', dryRun);

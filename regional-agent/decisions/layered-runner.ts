@@ -2,6 +2,7 @@
  * The decision of one prepared request, all-or-nothing over its checks: failure modes first, then one call per
  * group (store slots, then the home region), refunds after a denial, the idempotency claim across groups.
  */
+import { idempotencyTtlMs } from '../../core/keys.js';
 import { AgentErrors } from '../errors.js';
 import { newCheck, type Check } from './check.js';
 import { groupChecks, type CheckGroup } from './check-groups.js';
@@ -69,6 +70,16 @@ export class LayeredRunner {
     // requests.
     const groupKey =
       idempotencyKey !== undefined && groups.length > 1 ? boundKey(request, idempotencyKey) : idempotencyKey;
+    // Every group of a several-group request keeps its record as long as the others: the shortest of what each
+    // would keep alone. Groups that expired at different times made a late retry replay some groups and decide
+    // the others afresh, which the racing-retry check below refuses (a 409 until the last record expired).
+    const recordTtlMs =
+      idempotencyKey !== undefined && groups.length > 1
+        ? idempotencyTtlMs(
+            this.#deps.idempotencyTtlMs,
+            checks.map((c) => c.prepared.policy.idleTtlSeconds),
+          )
+        : undefined;
     let claim: Awaited<ReturnType<typeof claimIdempotencyKey>> | undefined;
     if (idempotencyKey !== undefined && groups.length > 1) {
       claim = await claimIdempotencyKey(this.#deps, request, idempotencyKey, groups);
@@ -82,7 +93,7 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, groupKey, false, deadlineAt, chargeBy);
+        run = await this.#runGroup(request, group, groupKey, recordTtlMs, false, deadlineAt, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
         // yet a local group replayed: the record cannot be this request's. Bound keys make this unreachable; kept
@@ -114,7 +125,7 @@ export class LayeredRunner {
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
       await Promise.all(
-        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, true, deadlineAt)),
+        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, recordTtlMs, true, deadlineAt)),
       );
     }
     // A retry of a several-group request whose groups answer in part from their records and in part afresh is
@@ -166,6 +177,8 @@ export class LayeredRunner {
     group: CheckGroup,
     /** The group's idempotency key: the caller's, or bound to the whole request when it has several groups. */
     idempotencyKey: string | undefined,
+    /** Its record's TTL, ms, when the request has several groups (one for all of them). */
+    recordTtlMs: number | undefined,
     lookOnly: boolean,
     deadlineAt: number,
     chargeBy?: number,
@@ -175,10 +188,22 @@ export class LayeredRunner {
       return runForwardGroup(this.#deps, { group, idempotencyKey, dryRun, deadlineAt });
     }
     if (group.kind === 'day') {
-      return runDayGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly });
+      return runDayGroup(this.#deps, {
+        group,
+        idempotencyKey,
+        dryRun: request.dryRun,
+        lookOnly,
+        recordTtlMs,
+      });
     }
     if (group.kind === 'log') {
-      return runLogGroup(this.#deps, { group, idempotencyKey, dryRun: request.dryRun, lookOnly });
+      return runLogGroup(this.#deps, {
+        group,
+        idempotencyKey,
+        dryRun: request.dryRun,
+        lookOnly,
+        recordTtlMs,
+      });
     }
     return runStoreGroup(this.#deps, {
       group,
@@ -187,6 +212,7 @@ export class LayeredRunner {
       lookOnly,
       deadlineAt,
       chargeBy,
+      recordTtlMs,
     });
   }
 }

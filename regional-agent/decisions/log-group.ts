@@ -29,6 +29,11 @@ export interface LogGroupCall {
   dryRun: boolean;
   /** Only look (an earlier group denied): report what the logs hold, write nothing. */
   lookOnly: boolean;
+  /**
+   * How long this group's idempotency record lives, ms, when the request has several groups: one figure for all
+   * of them (layered-runner.ts), so a late retry never finds some of its records gone and others alive.
+   */
+  recordTtlMs?: number | undefined;
 }
 
 /**

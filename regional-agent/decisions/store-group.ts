@@ -59,6 +59,8 @@ export interface StoreGroupCall {
    * here and stops waiting then. Unset for a local request.
    */
   chargeBy?: number | undefined;
+  /** The record TTL shared by every group of a several-group request (LogGroupCall). */
+  recordTtlMs?: number | undefined;
 }
 
 /**
@@ -81,6 +83,7 @@ export async function runStoreGroup(deps: StoreGroupDeps, call: StoreGroupCall):
     guarded: !lookOnly && group.checks.some((c) => c.prepared.bucket.mustExist === true),
     dryRun,
     recordKey,
+    recordTtlMs: call.recordTtlMs,
     chargeBy,
     // Each decision notes the handler's credit generations first, so a refusal knows whether what it saw is stale.
     generations: [],
@@ -177,6 +180,8 @@ interface GroupCallState {
   guarded: boolean;
   dryRun: boolean;
   recordKey: string | undefined;
+  /** The record's TTL when the request fixes it for every group (StoreGroupCall). */
+  recordTtlMs: number | undefined;
   chargeBy: number | undefined;
   /** The shortfall handler's credit generations of the group's checks, noted before the last call. */
   generations: (number | undefined)[];
@@ -208,10 +213,12 @@ function decideGroup(
             ? undefined
             : {
                 key: recordKey,
-                ttlMs: idempotencyTtlMs(
-                  deps.idempotencyTtlMs,
-                  group.checks.map((c) => c.prepared.policy.idleTtlSeconds),
-                ),
+                ttlMs:
+                  state.recordTtlMs ??
+                  idempotencyTtlMs(
+                    deps.idempotencyTtlMs,
+                    group.checks.map((c) => c.prepared.policy.idleTtlSeconds),
+                  ),
               },
       },
       { chargeBy: look ? undefined : state.chargeBy },

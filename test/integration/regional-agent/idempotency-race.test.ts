@@ -89,4 +89,39 @@ describe('a retry racing its first call across two agents', () => {
     // Three admitted retries took one token each; nothing else was charged or minted.
     expect(retriesAdmitted + drained).toBe(10);
   }, 30_000);
+
+  it('a late retry, after its records expired, is decided afresh: every group’s record lives as long', async () => {
+    // A bucket idle for 1 s expires, and so does a record of its group; the slot's group alone would keep its
+    // record for the agent's bound (an hour). One TTL for the request: both go together.
+    const late = [
+      parsePolicy({ name: 'quick', capacity: 10, refillPerSecond: 10, idleTtlSeconds: 1 }),
+      parsePolicy({ name: 'slots', kind: 'concurrency', capacity: 2, leaseSeconds: 60 }),
+    ];
+    await using agent = await agentFixture({
+      policies: late,
+      redis: { target: { redisUrl: server.url } },
+      config,
+    });
+    const subject = uniquePrefix('late');
+    const body = {
+      checks: [
+        { policy: 'quick', subject },
+        { policy: 'slots', subject },
+      ],
+      idempotencyKey: 'order-late',
+    };
+    const first = await call(agent, 'POST', '/v1/decisions', body);
+    expect(first.body['allowed']).toBe(true);
+    const replay = await call(agent, 'POST', '/v1/decisions', body);
+    expect(replay.body['replayed']).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    // Both records gone: the retry is a new decision (before, the slot's record alone answered: a 409 for an hour).
+    const retry = await call(agent, 'POST', '/v1/decisions', body);
+    expect(retry.status, JSON.stringify(retry.body)).toBe(200);
+    expect(retry.body['allowed']).toBe(true);
+    expect(retry.body['replayed']).toBeUndefined();
+    // It took the second slot: the first call's lease is still held.
+    const third = await call(agent, 'POST', '/v1/decisions', { policy: 'slots', subject, dryRun: true });
+    expect(third.body['allowed']).toBe(false);
+  }, 30_000);
 });
