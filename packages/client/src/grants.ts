@@ -21,7 +21,8 @@
  *
  * The denial cache: when the agent refuses a subject over quota (no reason, or `subject_exhausted`) with a
  * Retry-After, the same subject's checks of that same cost are refused here until then, with the remaining
- * wait as Retry-After, without asking the agent. Only for policies the agent gives grants for (learned from the
+ * wait as Retry-After, without asking the agent, for DENIAL_RECHECK_MS at most: then one check asks the agent
+ * again (a budget raised or a plan upgraded shows within that, not at a Retry-After minutes away). Only for policies the agent gives grants for (learned from the
  * grant route's answer: a first denial of a policy not yet known asks it for a grant of one token), that is
  * regional token buckets, where Retry-After is the time until the subject's bucket refills that cost: nothing
  * but refill adds tokens there before then except tokens handed back (grants, reservations) or a bigger regional
@@ -36,7 +37,8 @@
  * instant that is depends on the agent's draft (-11: the quota restored; -10: the cost fits), so it is not
  * assumed: it is the result's `resetMs` or `retryAfterMs` whose whole seconds the agent's `t` equals (exact), or
  * else `t` itself (a borrowing check's global budget; at most a second late). `Retry-After` is the cache's own
- * remaining wait. A subject whose limit an agent answer shows changed loses its cached denial (another bucket).
+ * remaining wait. A subject whose limit an agent answer shows changed loses its cached denial and hands back the
+ * grant it holds (another bucket: its tokens are not spent under the new limit).
  */
 import type { DecisionRequest, SingleDecisionRequest } from '../../../core/wire/agent.js';
 import {
@@ -118,7 +120,7 @@ interface Entry {
   since: number;
   calls: number;
   perSecond: number;
-  /** Tokens of the grant not yet spent, and when it expires (epoch ms). */
+  /** Tokens of the grant not yet spent, and when it expires (ms on the pool's clock). */
   tokens: number;
   /** The grants those tokens came from, oldest first: the agent's id and the tokens it took (for the returns). */
   grants: { id: string; granted: number }[];
@@ -130,10 +132,15 @@ interface Entry {
   maxCost: number;
   taking: boolean;
   /**
-   * The agent denied this subject a check of `deniedCost` and said when it would fit (epoch ms): until then
+   * The agent denied this subject a check of `deniedCost` and said when it would fit (ms on the pool's clock): until then
    * the same answer is given here to checks of that same cost (another cost's wait is not known here). Tokens handed back by other processes meanwhile only make it stricter.
    */
   deniedUntil: number;
+  /**
+   * The cached denial is answered here until this (at most DENIAL_RECHECK_MS after the agent gave it, and never
+   * past `deniedUntil`); then one check goes to the agent, whose answer is cached again or admits.
+   */
+  recheckAt: number;
   deniedCost: number;
   /** The agent's reason for that denial, repeated with it. */
   deniedReason: ClientCheckResult['reason'];
@@ -141,13 +148,13 @@ interface Entry {
   deniedRemaining: number;
   /**
    * The agent's `RateLimit` item of that denial, repeated with it (undefined: it sent none, and neither does the
-   * repetition): its `r`; the instant its `t` counts down to (epoch ms; null: it gave no `t`); and its legacy
+   * repetition): its `r`; the instant its `t` counts down to (ms on the pool's clock; null: it gave no `t`); and its legacy
    * `X-RateLimit-Limit` when it sent the legacy headers.
    */
   deniedHeader: DeniedHeader | undefined;
-  /** No take before this (epoch ms): after an empty take or a failure. */
+  /** No take before this (ms on the pool's clock): after an empty take or a failure. */
   quietUntil: number;
-  /** The last check of this subject here (epoch ms). */
+  /** The last check of this subject here (ms on the pool's clock). */
   lastSeen: number;
   timer: NodeJS.Timeout | undefined;
 }
@@ -157,6 +164,12 @@ const NOT_ALLOWED = 'AGT_ERR_GRANT_NOT_ALLOWED';
 /** A grant is spent no later than this before the agent's expiry, so the rest is handed back in time. */
 const EXPIRY_MARGIN_MS = 50;
 const FAILURE_BACKOFF_MS = 1000;
+/**
+ * A cached denial is answered here for at most this long before one check asks the agent again: a budget raised,
+ * a plan upgraded (another class) or a bucket refilled by hand-backs shows within it, not only at the agent's
+ * Retry-After (which may be minutes away).
+ */
+export const DENIAL_RECHECK_MS = 1000;
 const NOT_FOUND = 'AGT_ERR_NOT_FOUND';
 /** Shortest and longest life a grant is asked for, ms (the wire allows 100 to MAX_GRANT_TTL_MS). */
 const MIN_TTL_MS = 1000;
@@ -228,8 +241,11 @@ export class GrantPool {
 
   readonly #now: () => number;
 
-  /** `now`: epoch ms (tests pass their own clock). */
-  constructor(send: GrantTransport, options: GrantOptions = {}, now: () => number = Date.now) {
+  /**
+   * `now`: ms on a monotonic clock (tests pass their own): only intervals are compared, so a wall-clock step
+   * (an NTP correction, a resumed VM) neither stretches a cached denial nor keeps a grant past its expiry.
+   */
+  constructor(send: GrantTransport, options: GrantOptions = {}, now: () => number = () => performance.now()) {
     this.#send = send;
     this.#now = now;
     this.#hot = options.hotPerSecond ?? 20;
@@ -265,7 +281,7 @@ export class GrantPool {
     const now = this.#now();
     // A cost above the policy's maxCost is the agent's to refuse (AGT_ERR_COST_ABOVE_MAX), never admitted here.
     if (entry.tokens < cost || now >= entry.expiresAt || cost > entry.maxCost) {
-      if (now < entry.deniedUntil && cost === entry.deniedCost) {
+      if (now < entry.recheckAt && cost === entry.deniedCost) {
         this.#stats.denied++;
         return this.#denial(entry, entry.deniedUntil - now);
       }
@@ -294,8 +310,9 @@ export class GrantPool {
     const entry = this.#lookup(keyOf(body.policy, body.subject));
     if (entry === undefined) return;
     if (result?.limit !== undefined) {
-      // Another limit is another bucket (a policy edit): a denial remembered from the old one is not repeated.
-      if (result.limit !== entry.limit) entry.deniedUntil = 0;
+      // Another limit is another bucket (a policy edit, another class): a denial remembered from the old one is
+      // not repeated, and tokens held from it are not spent under the new limit but handed back.
+      if (result.limit !== entry.limit) this.#bucketChanged(entry);
       entry.limit = result.limit;
     }
     const now = this.#now();
@@ -320,6 +337,7 @@ export class GrantPool {
     // Over quota, not a failure: the agent said when this cost fits, from the subject's token bucket; until then
     // the same answer is given here (see the class comment: it can only refuse what the agent would refuse).
     entry.deniedUntil = now + result.retryAfterMs;
+    entry.recheckAt = now + Math.min(result.retryAfterMs, DENIAL_RECHECK_MS);
     entry.deniedCost = body.cost ?? 1;
     entry.deniedReason = result.reason;
     entry.deniedRemaining = result.remaining ?? 0;
@@ -359,6 +377,7 @@ export class GrantPool {
         maxCost: 1,
         taking: false,
         deniedUntil: 0,
+        recheckAt: 0,
         deniedCost: 0,
         deniedReason: undefined,
         deniedRemaining: 0,
@@ -403,7 +422,7 @@ export class GrantPool {
     const next = new Map<string, Entry>();
     const keep = Math.floor(this.#maxSubjects / 4);
     for (const [key, entry] of this.#previous) {
-      const busy = entry.tokens > 0 || entry.taking || entry.deniedUntil > now;
+      const busy = entry.tokens > 0 || entry.taking || entry.recheckAt > now;
       if (busy && next.size < keep) next.set(key, entry);
       else this.#giveBack(entry);
     }
@@ -448,6 +467,7 @@ export class GrantPool {
     }
     const g = parsed.data;
     this.#grantable.add(entry.policy);
+    if (g.limit !== entry.limit) this.#bucketChanged(entry);
     entry.limit = g.limit;
     entry.bucketRemaining = g.remaining;
     entry.maxCost = g.maxCost ?? 1;
@@ -490,6 +510,17 @@ export class GrantPool {
       this.#sweep = undefined;
     }
   };
+
+  /**
+   * The agent answered with another limit than `entry` knew (none yet, or a policy edit): forget the cached denial,
+   * and hand back what is held from the old bucket (the agent credits it, capped at the bucket, or refuses a
+   * return to another version's bucket): spent here, those tokens would admit under the old limit.
+   */
+  #bucketChanged(entry: Entry): void {
+    entry.deniedUntil = 0;
+    entry.recheckAt = 0;
+    if (entry.limit > 0 && entry.tokens > 0) this.#giveBack(entry);
+  }
 
   /**
    * Hand back what `entry` holds (its grant expired, it went cold, or the pool closes): one return per grant it

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { CheckResult } from '../../../../core/wire/agent.js';
 import {
   RATE_LIMIT_DRAFTS,
@@ -6,7 +6,7 @@ import {
   type RateLimitDraft,
 } from '../../../../core/wire/rate-limit-headers.js';
 import type { ClientCheckResult, Decision } from '../../src/agent-client.js';
-import { GrantPool, type GrantTransport } from '../../src/grants.js';
+import { DENIAL_RECHECK_MS, GrantPool, type GrantTransport } from '../../src/grants.js';
 
 const allowed: Decision = {
   allowed: true,
@@ -512,10 +512,17 @@ describe('GrantPool: a repeated denial says what the agent would', () => {
       await flush();
       clock += 100;
       pool.observe(body, agentAnswer());
-      // The last moment is 48.95 s after the agent's answer: a t counted down from its whole seconds (9,960 and
-      // 60, said when 9,959.9 and 59.9 were meant) would be a second late there.
+      // The last moment is 48.95 s after the first answer: a t counted down from its whole seconds (9,960 and
+      // 60, said when 9,959.9 and 59.9 were meant) would be a second late there. Past DENIAL_RECHECK_MS one
+      // check asks the agent again, and its answer is the one counted down from then on.
+      let observedAt = clock;
       for (const later of [0, 2500, 999, 30_200, 15_000, 251]) {
         clock += later;
+        if (clock - observedAt >= DENIAL_RECHECK_MS) {
+          expect(pool.trySpend(body)).toBeUndefined();
+          pool.observe(body, agentAnswer());
+          observedAt = clock;
+        }
         const d = pool.trySpend(body);
         expect(d).toMatchObject({ allowed: false, local: 'grant' });
         expect(d?.headers).toEqual(agentAnswer().headers);
@@ -691,5 +698,67 @@ describe('GrantPool: takes and returns travel in batches', () => {
     expect(long.exchanges[0]!.takes).toEqual([expect.objectContaining({ ttlMs: 5000 })]);
     await pool.close();
     await capped.close();
+  });
+});
+
+describe('GrantPool: what it holds follows the bucket', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a cached denial is answered for DENIAL_RECHECK_MS at most: a raised budget admits at the next check', async () => {
+    const { pool, body, denial } = await denying(60);
+    // The agent said 5 s; the cache answers the first second only.
+    clock += DENIAL_RECHECK_MS - 1;
+    expect(pool.trySpend(body)).toMatchObject({ allowed: false, local: 'grant', retryAfterMs: 4001 });
+    clock += 1;
+    expect(pool.trySpend(body)).toBeUndefined();
+    // Still refused: cached again, for another second at most, with the agent's new wait.
+    pool.observe(body, denial(100));
+    expect(pool.trySpend(body)).toMatchObject({ allowed: false, retryAfterMs: 5000 });
+    clock += DENIAL_RECHECK_MS;
+    expect(pool.trySpend(body)).toBeUndefined();
+    // The budget raised meanwhile: the agent admits, and nothing is repeated.
+    pool.observe(body, { ...allowed, results: [{ ...allowed.results[0]!, limit: 500 }] });
+    expect(pool.trySpend(body)).toBeUndefined();
+    await pool.close();
+  });
+
+  it('a wall-clock step back does not stretch a cached denial (the pool keeps a monotonic clock)', async () => {
+    vi.useFakeTimers({ toFake: ['Date', 'performance', 'setTimeout', 'setInterval', 'setImmediate'] });
+    const pool = new GrantPool(agent(0).send, { hotPerSecond: 1e9 });
+    const body = { policy: 'p', subject: 's' };
+    const denial = agentDenial(
+      { policy: 'p', remaining: 0, limit: 100, resetMs: 800, retryAfterMs: 800 },
+      60,
+    );
+    expect(pool.trySpend(body)).toBeUndefined();
+    pool.observe(body, denial);
+    await vi.runOnlyPendingTimersAsync();
+    pool.observe(body, denial);
+    expect(pool.trySpend(body)).toMatchObject({ allowed: false, local: 'grant' });
+    // NTP steps the wall clock back ten minutes; 800 ms pass.
+    vi.setSystemTime(Date.now() - 600_000);
+    vi.advanceTimersByTime(800);
+    expect(pool.trySpend(body)).toBeUndefined();
+    await pool.close();
+  });
+
+  it('tokens held from a bucket whose limit changed are handed back, not spent under the new limit', async () => {
+    const a = agent(1000);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    run(pool, 2);
+    await flush();
+    expect(pool.stats().held).toBe(10);
+    const body = { policy: 'p', subject: 's' };
+    expect(pool.trySpend(body)).toMatchObject({ allowed: true, local: 'grant' });
+    // The policy lowered: the subject's next answer from the agent (another cost, not decided here) says limit 20.
+    expect(pool.trySpend({ ...body, cost: 50 })).toBeUndefined();
+    pool.observe({ ...body, cost: 50 }, { ...allowed, results: [{ ...allowed.results[0]!, limit: 20 }] });
+    expect(pool.stats().held).toBe(0);
+    await flush();
+    const returned = a.calls.filter((c) => c.path === '/v1/grants/return').map((c) => c.body['amount']);
+    expect(returned).toEqual([9]);
+    await pool.close();
   });
 });
