@@ -32,18 +32,27 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
  */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
+/**
+ * Why no agent accepts `raw` as a subject, whatever its configuration (hashed or plain): empty, longer than
+ * MAX_RAW_SUBJECT_LENGTH, control characters, a lone surrogate; undefined when some configuration may. The
+ * client refuses such a subject itself when the agent cannot answer (a failure mode decides only what the agent
+ * could have).
+ */
+export function neverASubject(raw: string): string | undefined {
+  if (raw.length === 0) return 'subject is empty';
+  if (raw.length > MAX_RAW_SUBJECT_LENGTH)
+    return `subject is longer than ${MAX_RAW_SUBJECT_LENGTH} characters`;
+  if (CONTROL.test(raw)) return 'subject contains control characters';
+  if (LONE_SURROGATE.test(raw)) return 'subject is not well-formed Unicode (a lone surrogate)';
+  return undefined;
+}
+
 /** Validate a subject, or hash it when a secret is configured. Pure: same input, same output. */
 export function normalizeSubject(raw: string, options: SubjectOptions = {}): SubjectResult {
   if (raw.length === 0) return { ok: false, reason: 'subject is empty' };
   if (options.hmacSecret !== undefined) {
-    if (raw.length > MAX_RAW_SUBJECT_LENGTH) {
-      return { ok: false, reason: `subject is longer than ${MAX_RAW_SUBJECT_LENGTH} characters` };
-    }
-
-    if (CONTROL.test(raw)) return { ok: false, reason: 'subject contains control characters' };
-    if (LONE_SURROGATE.test(raw)) {
-      return { ok: false, reason: 'subject is not well-formed Unicode (a lone surrogate)' };
-    }
+    const never = neverASubject(raw);
+    if (never !== undefined) return { ok: false, reason: never };
     const digest = createHmac('sha256', options.hmacSecret).update(raw, 'utf8').digest('base64url');
     return { ok: true, subject: HASHED_PREFIX + digest };
   }

@@ -30,6 +30,7 @@ import {
   LeaseReleaseResponse,
 } from '../../../core/wire/agent.js';
 import { ownValue, setOwn } from '../../../core/own-keys.js';
+import { neverASubject } from '../../../core/subjects/subject.js';
 import { BatchResponse, type BatchAnswer } from '../../../core/wire/batch.js';
 import {
   ReservationResponse,
@@ -300,26 +301,36 @@ interface Answer {
 }
 
 /** The agent's own refusal of `body` (400, as `POST /v1/decisions` words it), or undefined when it reads it. */
-function bodyRefusal(body: unknown): AgentRequestError | undefined {
+function bodyRefusal(input: unknown): AgentRequestError | undefined {
+  let body: DecisionRequest;
   // Most bodies read as they are (every decision of an outage comes here): no JSON round trip for those.
-  if (looksValidDecisionRequest(body)) return undefined;
-  // What the agent would read: the body as its JSON carries it (a key set to undefined dropped, NaN as null).
-  let sent: unknown = body;
-  try {
-    const json = JSON.stringify(body) as string | undefined;
-    if (json !== undefined) sent = JSON.parse(json);
-  } catch {
-    // Not JSON at all (a BigInt, a cycle): the body as it is, which the schema refuses.
+  if (looksValidDecisionRequest(input)) body = input;
+  else {
+    // What the agent would read: the body as its JSON carries it (a key set to undefined dropped, NaN as null).
+    let sent: unknown = input;
+    try {
+      const json = JSON.stringify(input) as string | undefined;
+      if (json !== undefined) sent = JSON.parse(json);
+    } catch {
+      // Not JSON at all (a BigInt, a cycle): the body as it is, which the schema refuses.
+    }
+    const read = readDecisionBody(sent);
+    if (!read.ok) return badRequest(read.code, read.problems);
+    body = read.request;
   }
-  const read = readDecisionBody(sent);
-  if (read.ok) return undefined;
+  // A subject no agent keys, however configured (control characters, a lone surrogate): the agent's 400 too.
+  const problems = checksOf(body).flatMap((c) => neverASubject(c.subject) ?? []);
+  return problems.length === 0 ? undefined : badRequest('AGT_ERR_INVALID_SUBJECT', problems);
+}
+
+function badRequest(code: string, problems: string[]): AgentRequestError {
   return new AgentRequestError({
     type: 'about:blank',
     title: 'Bad Request',
     status: 400,
-    code: read.code,
-    detail: read.problems.join('; '),
-    errors: read.problems,
+    code,
+    detail: problems.join('; '),
+    errors: problems,
   });
 }
 

@@ -61,6 +61,29 @@ describe("a caller's bad input is its 400, also while the agent cannot be reache
     expect(refused).toEqual([]);
   });
 
+  it('a subject no agent keys (control characters, a lone surrogate): 400 AGT_ERR_INVALID_SUBJECT, nothing charged', async () => {
+    const before = client.stats().refused['AGT_ERR_INVALID_SUBJECT'] ?? 0;
+    for (const subject of ['a\tb', 'a\u0000b', 'x\ud800y', 'a\u007fb', 'b\u0085']) {
+      await expect(
+        client.decide({ policy: 'subjects', subject }),
+        JSON.stringify(subject),
+      ).rejects.toMatchObject({
+        status: 400,
+        code: 'AGT_ERR_INVALID_SUBJECT',
+      });
+    }
+    // Through the plugin too (the agent cannot be reached: without the check the fallback bucket admitted them).
+    const res = await app.inject({ url: `/work?t=${encodeURIComponent('a\tb')}` });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: 'AGT_ERR_INVALID_SUBJECT' });
+    expect(client.stats().refused['AGT_ERR_INVALID_SUBJECT']).toBe(before + 6);
+    // An emoji pair and U+FFFD are text an agent with a secret keys: the failure mode decides them.
+    for (const subject of ['a\ud83d\ude00', 'a\ufffd']) {
+      const d = await client.decide({ policy: 'subjects', subject });
+      expect(d.results[0], JSON.stringify(subject)).toMatchObject({ reason: 'emergency_bucket' });
+    }
+  });
+
   it("a cost the agent would refuse is refused as it would, not decided by the fallback's failure mode", async () => {
     for (const cost of ['NaN', '-5', '0', '1e12', 'abc']) {
       const res = await app.inject({ url: '/work?t=tenant-1', headers: { 'x-cost': cost } });
@@ -68,7 +91,8 @@ describe("a caller's bad input is its 400, also while the agent cannot be reache
       expect(res.json(), cost).toMatchObject({ code: 'AGT_ERR_INVALID_COST' });
     }
     // The agent was asked each time (its port refused the connection): only then does the client read the body.
-    expect(client.stats().refused).toEqual({ AGT_ERR_INVALID_COST: 5 });
+    // (The six subjects refused by the test before this one are counted too.)
+    expect(client.stats().refused).toEqual({ AGT_ERR_INVALID_COST: 5, AGT_ERR_INVALID_SUBJECT: 6 });
     expect(refused).toEqual([]);
     // A valid cost is decided by the failure mode: the fallback bucket of 5, charged 2.
     const ok = await app.inject({ url: '/work?t=tenant-1', headers: { 'x-cost': '2' } });
