@@ -94,7 +94,11 @@ export interface PolicyFailureOptions {
 }
 
 export interface BreakerOptions {
-  /** Calls in the window before the breaker may open. Default 5. */
+  /**
+   * Calls in the window before the breaker may open. Default 5. That many exchanges in a row that got no answer
+   * (a timeout, a refused or reset connection), with nothing answered in between, open it too: a frozen agent
+   * fails exchanges only as fast as they time out, while the good ones before it came at the pace of traffic.
+   */
   volumeThreshold?: number;
   /** Failed calls, in percent of the window's calls, that open it. Default 50. */
   errorPercent?: number;
@@ -410,6 +414,9 @@ export class AgentClient {
   readonly #onFailure: ((error: AgentUnavailableError) => void) | undefined;
   readonly #batchUrl: URL;
   readonly #breaker: CircuitBreaker<[Pending[]], Outcome[]> | undefined;
+  /** Exchanges in a row that got no answer (timeout, connection), and how many open the breaker. */
+  #unanswered = 0;
+  #openAfter = 5;
   readonly #maxInFlight: number;
   readonly #maxQueued: number;
   readonly #windowMs: number;
@@ -500,6 +507,7 @@ export class AgentClient {
       this.#direct = new DirectDecider((body) => postJson('/v1/terms', body), options.direct);
     if (options.breaker !== false) {
       const b = options.breaker ?? {};
+      this.#openAfter = b.volumeThreshold ?? 5;
       this.#breaker = new CircuitBreaker((batch: Pending[]) => this.#exchange(batch), {
         // Calls time themselves (the socket is destroyed at the timeout); opossum only counts.
         timeout: false,
@@ -871,9 +879,18 @@ export class AgentClient {
       }
       if (error instanceof AgentUnavailableError && error.failure === 'timeout')
         this.#lastTimeoutAt = performance.now();
+      // No answer at all, again: that many in a row open the breaker. Anything the agent answered (a 5xx, an
+      // overload) breaks the row, as an answered exchange does.
+      if (
+        error instanceof AgentUnavailableError &&
+        (error.failure === 'timeout' || error.failure === 'connection')
+      ) {
+        if (++this.#unanswered >= this.#openAfter && this.#state === 'closed') this.#breaker?.open();
+      } else this.#unanswered = 0;
       for (const p of batch) p.reject(error);
       return;
     }
+    this.#unanswered = 0;
     batch.forEach((p, i) => {
       const o = outcomes[i]!;
       if ('decision' in o) p.resolve(o.decision);

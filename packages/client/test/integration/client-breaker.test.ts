@@ -152,6 +152,29 @@ describe('the client breaker against a frozen agent (SIGSTOP)', () => {
     open.close();
     local.close();
   }, 60_000);
+
+  it('opens after volumeThreshold exchanges in a row got no answer, however many good ones the window holds', async () => {
+    const client = new AgentClient({
+      baseUrl: own.agent.url,
+      timeoutMs: TIMEOUT_MS,
+      breaker: { volumeThreshold: 3, errorPercent: 50, resetMs: 60_000, windowMs: 60_000 },
+    });
+    const subject = uniquePrefix('busy');
+    // Traffic before the freeze: thirty answered exchanges in the window.
+    for (let i = 0; i < 30; i++) expect((await client.check('work', subject)).allowed).toBe(true);
+    try {
+      own.agent.pause();
+      for (let i = 0; i < 3; i++) expect((await client.check('work', subject)).failure).toBe('timeout');
+      // Three failed of 33 (9 %): by the percentage alone it stayed closed, and every decision waited a timeout
+      // (a frozen agent under 200 decisions/s opened it only after 7.5 s).
+      expect(client.breakerState).toBe('open');
+      expect((await client.check('work', subject)).failure).toBe('breaker_open');
+      expect(client.stats()).toMatchObject({ decided: 30, failures: { timeout: 3, breaker_open: 1 } });
+    } finally {
+      own.agent.resume();
+    }
+    client.close();
+  }, 30_000);
 });
 
 describe('an overloaded agent (503 AGT_ERR_OVERLOADED)', () => {
