@@ -4,8 +4,10 @@ request when the units it holds within the window plus the request's cost stay w
 
 KEYS
   n sorted sets, one per log: one member per admitted unit, score = µs of Redis time at admission, member
-  "<stamp>:<seq>" (seq zero-padded to 9 digits, so the members of one stamp sort by seq); then, when flag bit 2 is
-  set, the idempotency record (a string "<sha1 of keys and costs>|<reply>") in the same slot.
+  "<stamp>:<seq>" (seq zero-padded to 9 digits, so the members of one stamp sort by seq); plus, once the log has
+  admitted, one high-water mark of score -inf, member "~<stamp>:<seq>": the last entry name it issued (never an
+  entry's name: entries start with a digit); then, when flag bit 2 is set, the idempotency record (a string
+  "<sha1 of keys and costs>|<reply>") in the same slot.
 
 ARGV
   ARGV[1]  n: number of logs, 1..16
@@ -26,14 +28,22 @@ Reply (flat array of integers): {-1} when the deadline passed; otherwise allowed
 Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is read.
 
 Rules (core/models/sliding-log.ts is the model, operation for operation):
-  - t = max(Redis time, newest score in the log): stamps never move backwards, so a clock step back neither
-    reopens the window nor reorders entries.
+  - t = max(Redis time, newest score in the log, high-water stamp): stamps never move backwards, so a clock step
+    back neither reopens the window nor reorders entries. seq is 0 on a new stamp; on the newest entry's stamp or
+    the mark's it continues after the larger of the two. So an entry name is never issued twice while the key
+    lives (TTL >= window), even after the entries that held it were released: a lease token (core/concurrency.ts)
+    names its own entries only, and a retried release of it can never take another holder's.
+  - every read ignores the mark: counts and lookups start above -inf ('(' bounds), the trim is
+    ZREMRANGEBYSCORE (-inf ..., and the newest entry is read by ZREVRANGEBYSCORE +inf (-inf. A log written before
+    the mark existed (no mark) is decided on its entries alone, as it was, and gets its mark with the next admission.
   - an entry stamped s counts while t - window < s; it leaves at exactly s + window.
   - a request fits a log when count + cost <= limit; retry-after is when the (count + cost - limit)-th oldest
     entry leaves.
-  - admitted, not dry: every log trims what left the window, adds cost members at t and gets its TTL. Denied,
-    not dry: logs are trimmed only (TTL untouched). Dry: nothing is written. So a log never holds more than
-    max(limit) members after a write: memory per subject is bounded by the limit.
+  - admitted, not dry: every log trims what left the window, adds cost members at t, replaces its mark by
+    "~<t>:<seq + cost - 1>" and gets its TTL. Denied, not dry: logs are trimmed only (mark and TTL untouched).
+    Dry: nothing is written, the mark neither. So a log never holds more than max(limit) entries + 1 mark after a
+    write: memory per subject is bounded by the limit. A log whose entries all left the window (or were released)
+    keeps its mark until the key expires.
 ]]
 
 -- @include prelude
@@ -80,15 +90,22 @@ local ts, seqs, counts, fits = {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
   local key = KEYS[i]
-  local newest = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-  local t, seq = now, 0
-  if newest[1] then
-    local score = tonumber(newest[2])
-    if score >= now then
-      t = score
-      seq = tonumber(string.sub(newest[1], string.find(newest[1], ':', 1, true) + 1)) + 1
+  local newest = call('ZREVRANGEBYSCORE', key, '+inf', '(-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  -- The high-water mark: the last (stamp, seq) issued, kept after its entries are gone.
+  local mark_stamp, mark_seq
+  for _, m in ipairs(call('ZRANGEBYSCORE', key, '-inf', '-inf')) do
+    local s, q = string.match(m, '^~(%d+):(%d+)$')
+    s, q = tonumber(s), tonumber(q)
+    if s and (not mark_stamp or s > mark_stamp or (s == mark_stamp and q > mark_seq)) then
+      mark_stamp, mark_seq = s, q
     end
   end
+  local t, seq = now, 0
+  local score = newest[1] and tonumber(newest[2])
+  if score and score > t then t = score end
+  if mark_stamp and mark_stamp > t then t = mark_stamp end
+  if score == t then seq = tonumber(string.sub(newest[1], string.find(newest[1], ':', 1, true) + 1)) + 1 end
+  if mark_stamp == t and mark_seq + 1 > seq then seq = mark_seq + 1 end
   local count = call('ZCOUNT', key, '(' .. fmt('%d', t - windows[i]), '+inf')
   ts[i] = t; seqs[i] = seq; counts[i] = count
   fits[i] = count + costs[i] <= limits[i]
@@ -113,12 +130,13 @@ for i = 1, n do
   if allowed then
     reset = ceil(window / 1000)
   elseif count > 0 then
-    local e = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    local e = call('ZREVRANGEBYSCORE', key, '+inf', '(-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     reset = ceil((tonumber(e[2]) + window - t) / 1000)
   end
   local write = allowed and not dry
   if not dry then
-    call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', t - window))
+    -- '(-inf': the mark (score -inf) is never trimmed.
+    call('ZREMRANGEBYSCORE', key, '(-inf', fmt('%d', t - window))
     if write then
       -- In chunks: unpack is bounded by Lua's C stack.
       local k = 0
@@ -132,6 +150,8 @@ for i = 1, n do
         call('ZADD', key, unpack(args))
         k = last + 1
       end
+      call('ZREMRANGEBYSCORE', key, '-inf', '-inf')
+      call('ZADD', key, '-inf', fmt('~%d:%d', t, seq + cost - 1))
       call('PEXPIRE', key, ttls[i])
     end
   end

@@ -20,8 +20,11 @@ the idempotency record was deleted.
 
 Errors: "QP_BADARG <what>" for any malformed argument; every argument is checked before anything is written.
 
-Rules (core/models/sliding-log.ts SlidingLogModel.refund is the model): only the named members go; TTLs are untouched;
-an emptied log disappears (Redis drops empty sorted sets).
+Rules (core/models/sliding-log.ts SlidingLogModel.refund is the model): only the named members go; TTLs are untouched.
+The names are entry names ("<digits>:<digits>"), so the log's high-water mark (score -inf, "~<stamp>:<seq>", see
+sliding_log.lua) is never one of them: it stays until the key expires, so the log never issues a released entry's
+name again and a retried release of the same lease removes nothing. A log with neither entries nor mark (written
+before the mark existed) disappears when emptied (Redis drops empty sorted sets).
 ]]
 
 -- @include prelude

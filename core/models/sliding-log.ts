@@ -127,6 +127,14 @@ function seqOf(member: string): number {
   return Number(member.slice(member.indexOf(':') + 1));
 }
 
+/**
+ * Member of a log's high-water mark (score -inf): the last entry name the log issued, `~<stamp>:<seq>`. Never an
+ * entry's member (those start with a digit), so no count, trim, lookup or refund takes it for one.
+ */
+export function markMember(stamp: number, seq: number): string {
+  return `~${String(stamp)}:${String(seq)}`;
+}
+
 /** SHA-1 of a request's log keys and costs, as the script computes it. */
 export function logFingerprint(request: LogRequest): string {
   return keyCostFingerprint(request.checks);
@@ -195,6 +203,12 @@ export function sizedLog(
 interface StoredLog {
   /** Entries in ascending (score, member) order. */
   entries: { score: number; member: string }[];
+  /**
+   * The high-water mark (the script's member of score -inf): the last (stamp, seq) issued, kept when the entries
+   * that held it leave or are released, so no entry name is issued twice while the key lives. Absent on a log that
+   * never admitted (or, on Redis, one written before the mark existed).
+   */
+  mark?: { stamp: number; seq: number } | undefined;
   /** µs at which the key expires. */
   expiresAt: number;
 }
@@ -242,8 +256,11 @@ export class SlidingLogModel {
       const log = this.#logs.live(c.key, now);
       const entries = log?.entries ?? [];
       const newest = entries[entries.length - 1];
-      const t = newest === undefined ? now : Math.max(now, newest.score);
-      const seq = newest !== undefined && newest.score === t ? seqOf(newest.member) + 1 : 0;
+      const mark = log?.mark;
+      const t = Math.max(now, newest?.score ?? now, mark?.stamp ?? now);
+      // The next name after the newest entry's and after the mark's (the mark outlives released entries).
+      let seq = newest !== undefined && newest.score === t ? seqOf(newest.member) + 1 : 0;
+      if (mark !== undefined && mark.stamp === t) seq = Math.max(seq, mark.seq + 1);
       const inWindow = entries.filter((e) => e.score > t - c.windowMs * 1000);
       return { t, seq, inWindow, fits: inWindow.length + c.cost <= c.limit };
     });
@@ -264,10 +281,12 @@ export class SlidingLogModel {
         const kept = [...inWindow];
         if (write) for (let k = 0; k < c.cost; k++) kept.push({ score: t, member: entryMember(t, seq + k) });
         const old = this.#logs.live(c.key, now);
-        // A write without admission only trims: it leaves the key's TTL as it was, and drops an emptied key.
+        // A write without admission only trims: it leaves the key's TTL and mark as they were, and drops a key
+        // left with neither entries nor mark. An admission replaces the mark by the last name it wrote.
         const expiresAt = write ? t + c.ttlMs * 1000 : (old?.expiresAt ?? 0);
-        if (kept.length === 0) this.#logs.delete(c.key, now);
-        else if (write || old !== undefined) this.#logs.set(c.key, { entries: kept, expiresAt });
+        const mark = write ? { stamp: t, seq: seq + c.cost - 1 } : old?.mark;
+        if (kept.length === 0 && mark === undefined) this.#logs.delete(c.key, now);
+        else if (write || old !== undefined) this.#logs.set(c.key, { entries: kept, mark, expiresAt });
       }
       return {
         allowed,
@@ -293,15 +312,22 @@ export class SlidingLogModel {
       for (let k = 0; k < e.cost; k++) names.add(entryMember(e.stamp, e.seq + k));
       const before = log.entries.length;
       log.entries = log.entries.filter((x) => !names.has(x.member));
-      if (log.entries.length === 0) this.#logs.delete(key, now);
+      // The mark is no entry name: it stays, so the released names are never issued again while the key lives.
+      if (log.entries.length === 0 && log.mark === undefined) this.#logs.delete(key, now);
       return before - log.entries.length;
     });
     const recordDeleted = refund.recordKey !== undefined && this.#records.forget(refund.recordKey, now);
     return { removed, recordDeleted };
   }
 
-  /** Entries stored under `key` at `now` (expired keys count 0), in score order. */
+  /** Entries stored under `key` at `now` (expired keys count 0), in score order; the mark is not an entry. */
   entries(key: string, now: number): number[] {
     return (this.#logs.live(key, now)?.entries ?? []).map((e) => e.score);
+  }
+
+  /** Member of the high-water mark stored under `key` at `now` (`markMember`), undefined when none. */
+  mark(key: string, now: number): string | undefined {
+    const mark = this.#logs.live(key, now)?.mark;
+    return mark === undefined ? undefined : markMember(mark.stamp, mark.seq);
   }
 }

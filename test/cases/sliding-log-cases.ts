@@ -31,6 +31,8 @@ export interface LogCaseStep {
         remaining?: number[];
         retryAfterMs?: (number | null)[];
         resetMs?: number[];
+        /** Sequence number of the first entry each log wrote (0 when none). */
+        seq?: number[];
         /** Entries each log holds after the step. */
         entries?: number[];
       }
@@ -154,6 +156,19 @@ export const slidingLogCases: LogCase[] = [
     ],
   },
   {
+    // The high-water mark outlives the entries: names of entries that left the window are not issued again.
+    name: 'after every entry left the window, a clock step back still stamps after the last name issued',
+    steps: [
+      { at: 5000, checks: [{ ...five, cost: 2, ttlMs: 60_000 }], expect: { allowed: true, seq: [0] } },
+      { at: 20_000, checks: [{ ...five, cost: 6, ttlMs: 60_000 }], expect: { allowed: false, entries: [0] } },
+      {
+        at: 1000,
+        checks: [{ ...five, ttlMs: 60_000 }],
+        expect: { allowed: true, remaining: [4], seq: [2], entries: [1] },
+      },
+    ],
+  },
+  {
     name: 'a limit shrunk below what the window holds: remaining is 0 and the wait covers the excess',
     steps: [
       { at: 0, checks: [five], repeat: 5 },
@@ -261,7 +276,7 @@ export function checkLogExpectations(
     allowed: boolean;
     replayed: boolean;
     conflict: boolean;
-    results: { remaining: number; retryAfterMs: number; resetMs: number }[];
+    results: { remaining: number; retryAfterMs: number; resetMs: number; seq: number }[];
   },
   entries: number[],
 ): string[] {
@@ -285,6 +300,12 @@ export function checkLogExpectations(
       'resetMs',
       e.resetMs,
       reply.results.map((r) => r.resetMs),
+    );
+  if (e.seq !== undefined)
+    same(
+      'seq',
+      e.seq,
+      reply.results.map((r) => r.seq),
     );
   if (e.entries !== undefined) same('entries', e.entries, entries);
   return problems;

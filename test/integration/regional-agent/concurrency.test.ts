@@ -120,12 +120,14 @@ describe('concurrency policies through the agent on a real Redis', () => {
     expect(first.filter((d) => !d.allowed).every((d) => d.results[0]!.lease === undefined)).toBe(true);
     const leases = held.map((d) => d.results[0]!.lease!);
     expect(new Set(leases).size).toBe(100);
-    expect(await redis.zcard(slidingLogKey(1, subject, 'exports'))).toBe(100);
+    expect(await redis.zcount(slidingLogKey(1, subject, 'exports'), '(-inf', '+inf')).toBe(100);
 
     const released = await Promise.all(leases.map((l) => release(agent, l)));
     expect(released.every((r) => r.status === 200)).toBe(true);
     expect(released.map((r) => LeaseReleaseResponse.parse(r.body).slots)).toEqual(Array(100).fill(1));
-    expect(await redis.exists(slidingLogKey(1, subject, 'exports'))).toBe(0);
+    // Every entry gone; the key keeps only its high-water mark (lua/sliding_log.lua) until it expires.
+    expect(await redis.zcount(slidingLogKey(1, subject, 'exports'), '(-inf', '+inf')).toBe(0);
+    expect(await redis.zcard(slidingLogKey(1, subject, 'exports'))).toBe(1);
     // A second release of the same lease changes nothing.
     expect((await release(agent, leases[0]!)).body).toEqual({ policy: 'exports', released: false, slots: 0 });
 
@@ -168,9 +170,9 @@ describe('concurrency policies through the agent on a real Redis', () => {
       code: 'AGT_ERR_WRONG_REGION',
     });
     await other.app.close();
-    expect(await redis.zcard(slidingLogKey(1, subject, 'jobs'))).toBe(2);
+    expect(await redis.zcount(slidingLogKey(1, subject, 'jobs'), '(-inf', '+inf')).toBe(2);
     expect((await release(agent, lease)).body).toEqual({ policy: 'jobs', released: true, slots: 2 });
-    expect(await redis.exists(slidingLogKey(1, subject, 'jobs'))).toBe(0);
+    expect(await redis.zcount(slidingLogKey(1, subject, 'jobs'), '(-inf', '+inf')).toBe(0);
     const metrics = await agent.metrics.registry.getSingleMetricAsString('quotaplane_lease_releases_total');
     expect(metrics).toMatch(/policy="jobs",outcome="released"} 1/);
   });
@@ -203,12 +205,12 @@ describe('concurrency policies through the agent on a real Redis', () => {
         code: 'AGT_ERR_INVALID_LEASE',
       });
     }
-    expect(await redis.zcard(slidingLogKey(1, holder, 'jobs'))).toBe(2);
-    expect(await redis.zcard(slidingLogKey(1, bystander, 'jobs'))).toBe(1);
+    expect(await redis.zcount(slidingLogKey(1, holder, 'jobs'), '(-inf', '+inf')).toBe(2);
+    expect(await redis.zcount(slidingLogKey(1, bystander, 'jobs'), '(-inf', '+inf')).toBe(1);
     expect((await release(agent, lease)).body).toEqual({ policy: 'jobs', released: true, slots: 2 });
     // Replayed: the entries are gone, and nothing else is taken.
     expect((await release(agent, lease)).body).toEqual({ policy: 'jobs', released: false, slots: 0 });
-    expect(await redis.zcard(slidingLogKey(1, bystander, 'jobs'))).toBe(1);
+    expect(await redis.zcount(slidingLogKey(1, bystander, 'jobs'), '(-inf', '+inf')).toBe(1);
   });
 
   it('lua/sliding_log_refund.lua and lua/sliding_log.lua refuse counts beyond MAX_LOG_LIMIT before any loop', async () => {
@@ -262,7 +264,7 @@ describe('concurrency policies through the agent on a real Redis', () => {
     const denied = await decide(agent, body);
     expect(denied.allowed).toBe(false);
     expect(denied.results[0]!.lease).toBeUndefined();
-    expect(await redis.zcard(slidingLogKey(1, subject, 'jobs'))).toBe(1);
+    expect(await redis.zcount(slidingLogKey(1, subject, 'jobs'), '(-inf', '+inf')).toBe(1);
   });
 });
 
@@ -298,7 +300,7 @@ describe('concurrency on a real 3-master Redis Cluster', () => {
     const denied = await decide(clusterAgent, body);
     expect(denied.allowed).toBe(false);
     expect(denied.results[0]!.lease).toBeUndefined();
-    expect(await cluster.zcard(slidingLogKey(1, job, 'jobs'))).toBe(1);
+    expect(await cluster.zcount(slidingLogKey(1, job, 'jobs'), '(-inf', '+inf')).toBe(1);
   });
 
   it('500 racing callers through the agent acquire exactly the slots', async () => {
@@ -307,7 +309,7 @@ describe('concurrency on a real 3-master Redis Cluster', () => {
       Array.from({ length: 500 }, () => decide(clusterAgent, { policy: 'exports', subject })),
     );
     expect(all.filter((d) => d.allowed)).toHaveLength(100);
-    expect(await cluster.zcard(slidingLogKey(1, subject, 'exports'))).toBe(100);
+    expect(await cluster.zcount(slidingLogKey(1, subject, 'exports'), '(-inf', '+inf')).toBe(100);
   });
 });
 
