@@ -60,6 +60,7 @@ import {
   type EncodedRequest,
 } from '../../../core/models/token-bucket.js';
 import type { ClientCheckResult, Decision } from './agent-client.js';
+import { DENIAL_RECHECK_MS } from './grants.js';
 
 /**
  * What direct decisions need of a Redis client: ioredis's `evalsha` and `eval` (an `ioredis` `Redis` on the
@@ -116,8 +117,12 @@ export interface DirectStats {
   recalled: number;
   /** Checks of a policy with terms sent to the agent, by why (`not_direct`: a class, a cost, an excluded subject…). */
   toAgent: Record<DirectMiss, number>;
-  /** Terms taken, refused by the agent (the policy gives none: it is asked again after a minute), and failed. */
-  terms: { taken: number; notAllowed: number; failed: number };
+  /**
+   * Terms taken, refused by the agent (the policy gives none: it is asked again after a minute), and failed; and
+   * usage reports dropped (`usageDropped`): refused as more than one term admits, as after a policy was lowered,
+   * the term was asked again at once without them.
+   */
+  terms: { taken: number; notAllowed: number; failed: number; usageDropped: number };
   /** Script calls made, and how many failed (the checks went to the agent). */
   calls: number;
   callsFailed: number;
@@ -364,7 +369,7 @@ export class DirectDecider {
     refused: 0,
     recalled: 0,
     toAgent: { no_term: 0, not_direct: 0, refused: 0, failed: 0, late: 0 },
-    terms: { taken: 0, notAllowed: 0, failed: 0 },
+    terms: { taken: 0, notAllowed: 0, failed: 0, usageDropped: 0 },
     calls: 0,
     callsFailed: 0,
     // `returned` and `dropped` in micro-tokens here (whole), in tokens in stats().
@@ -437,10 +442,11 @@ export class DirectDecider {
     if (this.#closed || 'checks' in body || typeof body.policy !== 'string') return undefined;
     if (
       body.class !== undefined ||
-      body.dryRun === true ||
+      (body.dryRun !== undefined && body.dryRun !== false) ||
       body.idempotencyKey !== undefined ||
       typeof body.subject !== 'string' ||
-      (body.cost !== undefined && typeof body.cost !== 'number')
+      (body.cost !== undefined && typeof body.cost !== 'number') ||
+      hasOtherKeys(body)
     ) {
       if (this.#policies.has(body.policy)) this.#stats.toAgent.not_direct++;
       return undefined;
@@ -770,8 +776,8 @@ export class DirectDecider {
     if (usage.length > 0) body.usage = usage;
     // The script's source once per SHA: kept for a Redis that lost its script cache (EVAL instead of EVALSHA).
     if (this.#sources.size === 0 || this.#needSource) body.script = true;
-    void this.#send(body)
-      .then(({ status, json, code }) => {
+    const attempt = (request: TermRequest): Promise<void> =>
+      this.#send(request).then(({ status, json, code }) => {
         if (status === 200) {
           const parsed = TermResponse.safeParse(json);
           if (parsed.success) {
@@ -789,8 +795,16 @@ export class DirectDecider {
         if (code === 'AGT_ERR_BODY_TOO_LARGE') this.#usageBytes = Math.max(1024, this.#usageBytes / 2);
         // A policy that gives no terms here (or none at all, or an agent with terms off) is asked again later.
         if (code !== undefined && NO_TERMS.has(code)) return this.#noTerms(state);
+        // A report refused as more than one term admits: the policy was lowered since the term it covers was
+        // sized (every busy client's renewal at once). The term matters more than the report, which is dropped:
+        // asked again at once without it, rather than every client's term lapsing together.
+        if (code === 'AGT_ERR_INVALID_TERM' && request.usage !== undefined) {
+          this.#stats.terms.usageDropped++;
+          return attempt({ ...request, usage: undefined });
+        }
         this.#failedTerm(state);
-      })
+      });
+    void attempt(body)
       .catch(() => this.#failedTerm(state))
       .finally(() => {
         state.renewing = false;
@@ -1115,11 +1129,16 @@ export class DirectDecider {
         : !decision.allowed && b.retryAfterMs > 0
           ? (term.refusedReason ?? 'subject_exhausted')
           : undefined;
-    if (!decision.allowed && reason !== undefined) {
+    // Not while this process holds tokens taken ahead for the subject: they go back to the bucket within the
+    // horizon (or are spent here), and the bucket then holds more than this refusal saw.
+    if (!decision.allowed && reason !== undefined && !(w.pace !== undefined && w.pace.tokens > 0)) {
       // Until a token could have come: the script's retry-after runs from its own instant, after this call left
-      // (a millisecond less for its rounding up); a cost the bucket can never pay, for the rest of the term. A
-      // caller is told the later end, from when the answer came, as the script's own answer tells it.
-      const until = b.retryAfterMs === null ? held.usableUntil : sentAt + b.retryAfterMs - 1;
+      // (a millisecond less for its rounding up), and for DENIAL_RECHECK_MS at most (a bucket lost with a Redis
+      // restart or refilled by hand-backs shows then, not at a retry-after minutes away); a cost the bucket can
+      // never pay, for the rest of the term. A caller is told the later end, from when the answer came, as the
+      // script's own answer tells it.
+      const until =
+        b.retryAfterMs === null ? held.usableUntil : sentAt + Math.min(b.retryAfterMs - 1, DENIAL_RECHECK_MS);
       remember(state.refusals, refusalKey(w.keyed, cost), {
         until,
         retryAt: answeredAt + (b.retryAfterMs ?? 0),
@@ -1288,4 +1307,12 @@ function takeUsage(state: PolicyState, bytes: number): TermUsage[] {
     out.push(entry);
   }
   return out;
+}
+
+/** The keys a single decision body may carry; with any other the agent answers 400, so it is the agent's to decide. */
+const DIRECT_BODY_KEYS = new Set(['policy', 'subject', 'cost', 'class', 'idempotencyKey', 'dryRun']);
+
+function hasOtherKeys(body: object): boolean {
+  for (const key in body) if (!DIRECT_BODY_KEYS.has(key)) return true;
+  return false;
 }

@@ -260,8 +260,8 @@ describe('direct decisions in the client', () => {
     await settle();
     for (const allowed of [true, true, false]) expect((await decider.decide(one))!.allowed).toBe(allowed);
     expect(redis.calls).toHaveLength(3);
-    // Refused at 1,000 with a token in 2,000 ms: remembered until 2,999 (the call's send time + the retry-after,
-    // less a millisecond for its rounding).
+    // Refused at 1,000 with a token in 2,000 ms: remembered until 2,000 (the call's send time + DENIAL_RECHECK_MS,
+    // before the retry-after's 2,999), then asked of Redis again.
     clock.now = 1400;
     const again = decider.decide(one);
     expect(again).not.toBeInstanceOf(Promise);
@@ -294,20 +294,22 @@ describe('direct decisions in the client', () => {
     // Recalled: the script was not asked.
     const { recalled, refused } = decider.stats();
     expect({ recalled, refused }).toEqual({ recalled: 3, refused: 5 });
-    // A grown share (a new bucket in the next term; tokens refilled meanwhile) forgets it: the check goes to Redis.
+    // Past DENIAL_RECHECK_MS the check goes to Redis again (refused: the old term's bucket is still empty); a grown
+    // share (a new bucket in the next term; tokens refilled meanwhile) would forget it too.
     answer = term({ ...small, bucket: { capacity: 4, refillPerSecond: 1, ttlMs: 60_000 }, limit: 4 });
     clock.now = 2100;
     void decider.decide(one);
     await settle();
     expect(asked).toHaveLength(2);
+    expect(redis.calls).toHaveLength(6);
     redis.tokens.clear();
     expect((await decider.decide(one))!.allowed).toBe(true);
-    expect(redis.calls).toHaveLength(6);
+    expect(redis.calls).toHaveLength(7);
     // Every refusal, recalled or not, counts as the subject's demand in the renewal's usage.
     clock.now = 3200;
     void decider.decide({ policy: 'writes', subject: 'tenant-3' });
     await settle();
-    // The check at 2,100 that asked for the new term was still refused under the old one, from memory.
+    // The check at 2,100 that asked for the new term was still refused under the old one, by Redis.
     expect(asked[2]!.usage).toContainEqual(['tenant-1', 1, 1]);
     expect(asked[1]!.usage).toContainEqual(['tenant-1', 2, 7]);
   });
@@ -551,7 +553,7 @@ describe('direct decisions in the client', () => {
       void decider.decide(one);
       await settle();
       expect(asked).toHaveLength(1);
-      expect(decider.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0 });
+      expect(decider.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0, usageDropped: 0 });
       clock.now = 61_001;
       void decider.decide(one);
       expect(asked).toHaveLength(2);
@@ -607,7 +609,7 @@ describe('direct decisions in the client', () => {
       void other.decide(one);
       await settle();
       expect(other.decide(one)).toBeUndefined();
-      expect(other.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0 });
+      expect(other.stats().terms).toEqual({ taken: 0, notAllowed: 1, failed: 0, usageDropped: 0 });
     }
   });
 
@@ -1147,5 +1149,74 @@ describe('direct decisions in the client', () => {
     expect(
       () => new DirectDecider(send, { redis: new ScriptedRedis(), grants: { horizonMs: 500 } }),
     ).not.toThrow();
+  });
+});
+
+describe('direct decisions: what a refusal, a report or an odd body leads to (found by review)', () => {
+  it('a refusal while the subject holds tokens taken ahead is not remembered: its next check asks Redis', async () => {
+    const { redis, clock, decider } = setup(() => ({ status: 200, json: term({ ...BIG, maxCost: 20 }) }));
+    void decider.decide(one);
+    await settle();
+    await decider.decide(one);
+    clock.now = 1100;
+    // The second check takes 10 ahead (a tenth of the bucket of 100): held here.
+    expect(costs((await decider.decide(one), redis.calls.at(-1)!))).toEqual(['11000000']);
+    // Others spend the bucket down to 5 meanwhile: a check of 11 (more than the 10 held) goes to Redis, refused.
+    redis.tokens.set('rl:v3:{tenant-1}:writes', 5_000_000);
+    clock.now = 1200;
+    const calls = redis.calls.length;
+    expect((await decider.decide({ ...one, cost: 11 }))!.allowed).toBe(false);
+    expect(redis.calls).toHaveLength(calls + 1);
+    // Not remembered: the 10 held go back to the bucket within the horizon, and then it holds 15.
+    const again = decider.decide({ ...one, cost: 11 });
+    expect(again).toBeInstanceOf(Promise);
+    expect((await again)!.allowed).toBe(false);
+    expect(redis.calls).toHaveLength(calls + 2);
+    expect(decider.stats().recalled).toBe(0);
+  });
+
+  it('a body the agent would refuse (dryRun not a boolean, an unknown key) is the agent’s: not decided here', async () => {
+    const { redis, decider } = setup(() => ({ status: 200, json: term() }));
+    void decider.decide(one);
+    await settle();
+    for (const body of [
+      { ...one, dryRun: 'true' },
+      { ...one, dryRun: 1 },
+      { ...one, dry_run: true },
+    ] as unknown as (typeof one)[]) {
+      expect(decider.decide(body), JSON.stringify(body)).toBeUndefined();
+    }
+    expect(redis.calls).toHaveLength(0);
+    expect(decider.stats().toAgent.not_direct).toBe(3);
+    // dryRun false is a decision like any other.
+    expect((await decider.decide({ ...one, dryRun: false }))!.allowed).toBe(true);
+  });
+
+  it('a report refused as more than one term admits (a policy lowered) is dropped, and the term asked again at once', async () => {
+    let lowered = false;
+    const { asked, clock, decider } = setup((body) =>
+      lowered && body.usage !== undefined
+        ? { status: 400, json: { code: 'AGT_ERR_INVALID_TERM' }, code: 'AGT_ERR_INVALID_TERM' }
+        : {
+            status: 200,
+            json: term(
+              lowered ? { bucket: { capacity: 2, refillPerSecond: 0.5, ttlMs: 60_000 }, limit: 2 } : {},
+            ),
+          },
+    );
+    void decider.decide(one);
+    await settle();
+    for (let i = 0; i < 5; i++) expect((await decider.decide(one))!.allowed).toBe(true);
+    lowered = true;
+    clock.now = 1800; // past the term's renewal point
+    await decider.decide(one);
+    await settle();
+    await settle();
+    expect(asked.slice(1).map((b) => b.usage !== undefined)).toEqual([true, false]);
+    expect(decider.stats().terms).toMatchObject({ taken: 2, failed: 0, usageDropped: 1 });
+    // The new term (capacity 2) is held: the next check is decided under it, not sent to the agent.
+    clock.now = 1900;
+    const d = await decider.decide({ policy: 'writes', subject: 'tenant-9' });
+    expect(d).toMatchObject({ allowed: true, local: 'direct', results: [{ limit: 2 }] });
   });
 });
