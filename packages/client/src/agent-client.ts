@@ -254,8 +254,13 @@ export class AgentUnavailableError extends Error {
 export class ClientShedError extends Error {
   readonly failure = 'shed';
   readonly retryAfterMs: number | undefined = undefined;
-  constructor(maxQueued: number) {
-    super(`the client's queue holds ${maxQueued} decisions: this one was shed, the agent was not asked`);
+  /** `maxQueued`: the queue's bound it met; `closed`: the client was closed (nothing is sent any more). */
+  constructor(maxQueued: number, closed = false) {
+    super(
+      closed
+        ? 'the client is closed: this decision was shed, the agent was not asked'
+        : `the client's queue holds ${maxQueued} decisions: this one was shed, the agent was not asked`,
+    );
     this.name = 'ClientShedError';
   }
 }
@@ -754,7 +759,7 @@ export class AgentClient {
     this.#queue = [];
     clearTimeout(this.#slowTimer);
     this.#slowTimer = undefined;
-    for (const p of queued) p.reject(new ClientShedError(this.#maxQueued));
+    for (const p of queued) p.reject(new ClientShedError(this.#maxQueued, true));
     this.#breaker?.shutdown();
     this.#fallback.close();
     const direct = this.#direct?.close();
@@ -775,6 +780,9 @@ export class AgentClient {
    * decision; rejects with AgentRequestError (refused), AgentUnavailableError (no decision) or ClientShedError.
    */
   #send(payload: string, requestId: string | undefined): Promise<DecisionResponse> {
+    // Closed: nothing is sent (its sockets are gone); shed, as the decisions queued at close were, never counted
+    // as an agent failure.
+    if (this.#closing !== undefined) return Promise.reject(new ClientShedError(this.#maxQueued, true));
     if (this.#queue.length >= this.#maxQueued) return Promise.reject(new ClientShedError(this.#maxQueued));
     return new Promise<DecisionResponse>((resolve, reject) => {
       this.#queue.push({ payload, requestId, queuedAt: performance.now(), resolve, reject });
@@ -874,7 +882,7 @@ export class AgentClient {
         }
         // These go again first, unless the client closed meanwhile (it sheds what it holds).
         if (this.#closing === undefined) this.#queue.unshift(...batch);
-        else for (const p of batch) p.reject(new ClientShedError(this.#maxQueued));
+        else for (const p of batch) p.reject(new ClientShedError(this.#maxQueued, true));
         return;
       }
       if (error instanceof AgentUnavailableError && error.failure === 'timeout')

@@ -123,3 +123,24 @@ describe("a caller's bad input is its 400, also while the agent cannot be reache
     ).toThrow(AgentRequestError);
   });
 });
+
+describe('a closed client', () => {
+  it('sheds every decision, breaker or not: answered by the failure mode, never sent, never an agent failure', async () => {
+    for (const breaker of [undefined, false] as const) {
+      const failures: unknown[] = [];
+      const closed = new AgentClient({
+        baseUrl: `http://127.0.0.1:${await closedPort()}`,
+        onFailure: (error) => failures.push(error),
+        ...(breaker === undefined ? {} : { breaker }),
+      });
+      closed.close();
+      const d = await closed.decide({ policy: 'work', subject: 'tenant-1' });
+      expect(d).toMatchObject({ allowed: false, degraded: 'fail_closed', failure: 'shed' });
+      expect(d.results[0]).toMatchObject({ reason: 'client_shed' });
+      const stats = closed.stats();
+      expect(stats).toMatchObject({ shed: 1, exchanges: 0, connections: 0 });
+      expect(Object.values(stats.failures).every((n) => n === 0)).toBe(true);
+      expect(failures).toEqual([]);
+    }
+  });
+});
