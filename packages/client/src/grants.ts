@@ -22,8 +22,9 @@
  * The denial cache: when the agent refuses a subject over quota (no reason, or `subject_exhausted`) with a
  * Retry-After, the same subject's checks of that same cost are refused here until then, with the remaining
  * wait as Retry-After, without asking the agent, for DENIAL_RECHECK_MS at most: then one check asks the agent
- * again (a budget raised or a plan upgraded shows within that, not at a Retry-After minutes away). Only for policies the agent gives grants for (learned from the
- * grant route's answer: a first denial of a policy not yet known asks it for a grant of one token), that is
+ * again (a budget raised or a plan upgraded shows within that, not at a Retry-After minutes away). Only for
+ * policies the agent gives grants for (learned from the grant route's answer: a first denial of a policy not yet
+ * known asks it for a grant of one token), that is
  * regional token buckets, where Retry-After is the time until the subject's bucket refills that cost: nothing
  * but refill adds tokens there before then except tokens handed back (grants, reservations) or a bigger regional
  * share, and both only make the agent's answer come true sooner, so the cache can refuse a request the agent
@@ -132,8 +133,9 @@ interface Entry {
   maxCost: number;
   taking: boolean;
   /**
-   * The agent denied this subject a check of `deniedCost` and said when it would fit (ms on the pool's clock): until then
-   * the same answer is given here to checks of that same cost (another cost's wait is not known here). Tokens handed back by other processes meanwhile only make it stricter.
+   * The agent denied this subject a check of `deniedCost` and said when it would fit (ms on the pool's clock):
+   * until then (`recheckAt`, below, bounds how long) the same answer is given here to checks of that same cost
+   * (another cost's wait is not known here). Tokens handed back by other processes meanwhile only make it stricter.
    */
   deniedUntil: number;
   /**
@@ -148,8 +150,8 @@ interface Entry {
   deniedRemaining: number;
   /**
    * The agent's `RateLimit` item of that denial, repeated with it (undefined: it sent none, and neither does the
-   * repetition): its `r`; the instant its `t` counts down to (ms on the pool's clock; null: it gave no `t`); and its legacy
-   * `X-RateLimit-Limit` when it sent the legacy headers.
+   * repetition): its `r`; the instant its `t` counts down to (ms on the pool's clock; null: it gave no `t`); and
+   * its legacy `X-RateLimit-Limit` when it sent the legacy headers.
    */
   deniedHeader: DeniedHeader | undefined;
   /** No take before this (ms on the pool's clock): after an empty take or a failure. */
