@@ -329,3 +329,42 @@ describe('an agent on a Redis Cluster with a replica per master', () => {
     expect(admitted).toBeGreaterThanOrEqual(CAPACITY - answers.filter((a) => !a.allowed).length);
   }, 90_000);
 });
+
+describe('an agent on Redis under Sentinel, its master frozen (SIGSTOP)', () => {
+  it('follows the promotion while the old master is still frozen, and never decides on it again', async () => {
+    await using group = await startSentinelGroup({ replicas: 1 });
+    await using agent = await agentOn(
+      { redisSentinels: group.sentinelNodes, redisMasterName: group.masterName },
+      'tenant-f',
+      { config: { breakerResetMs: 200, breakerVolumeThreshold: 5 } },
+    );
+    for (let i = 0; i < 50; i++) expect((await agent.decide()).allowed).toBe(true);
+    // Frozen, not dead: the agent's socket stays open and the master answers nothing; no READONLY either.
+    await group.master.pause();
+    const frozenAt = performance.now();
+    try {
+      const promoted = await promotedReplica(group);
+      expect(promoted).not.toBe(group.master.port);
+      // Decisions are normal again on the promoted replica, the old master still frozen (before, the client
+      // waited on the frozen master until it was thawed and demoted: every decision failed meanwhile).
+      let normal: Answer | undefined;
+      await eventually(
+        async () => {
+          const a = await agent.decide();
+          if (a.allowed && a.reason === undefined) normal = a;
+          return normal !== undefined;
+        },
+        RECOVERY_BOUND_MS,
+        `a normal decision with the old master frozen (the client is ${agent.redis.status})`,
+        100,
+      );
+      console.info(`frozen master: normal again ${Math.round(normal!.at - frozenAt)} ms after the freeze`);
+    } finally {
+      await group.master.resume();
+    }
+    // Thawed, the old master is demoted in time; meanwhile the agent decides on the new master only: the 250
+    // tokens left there, not the old master's too.
+    const drained = await drain(agent, RECOVERY_BOUND_MS);
+    expect(drained).toBeLessThanOrEqual(CAPACITY - 50);
+  }, 90_000);
+});
