@@ -29,7 +29,7 @@ import { onTheWire } from '../resilience/wire-timeout.js';
 import { RedisBucketStore, type RedisBucketStoreOptions } from './bucket-store.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from '../config.js';
 import { agentMicros, type RedisClock } from './redis-clock.js';
-import { defineScript, runScript } from './scripts.js';
+import { defineScript, ReplicaAckError, runScript } from './scripts.js';
 import { RedisSlidingLogStore } from './sliding-log-store.js';
 import { RedisDailyStore } from './daily-store.js';
 import type { DayRefund, DayReply, DayRequest } from '../../core/models/daily-budget.js';
@@ -67,7 +67,26 @@ export class RedisDecisionStore implements DecisionStore {
   }
 
   decide(request: DecideRequest, options?: DecideOptions): Promise<Decision> {
-    return this.buckets.decide(request, options);
+    return this.#forgetUnacknowledged(this.buckets.decide(request, options), request.idempotency?.key);
+  }
+
+  /**
+   * A call whose writes no replica acknowledged in time (QP_REDIS_WAIT_REPLICAS) is answered as a store failure,
+   * its charge kept on the master: its idempotency record goes too. Kept, a retry replayed as an admission a call
+   * its caller was told failed, and the retry of a several-group request found that record beside groups decided
+   * afresh and was refused as racing its first call (409) for the record's whole life (found by review). Without
+   * it the retry is decided afresh: at worst charged twice for one admission, never admitted on nothing.
+   */
+  async #forgetUnacknowledged<T>(decided: Promise<T>, recordKey: string | undefined): Promise<T> {
+    try {
+      return await decided;
+    } catch (error) {
+      if (error instanceof ReplicaAckError && recordKey !== undefined)
+        await onTheWire(this.redis.del(recordKey), this.#timeoutMs, 'idempotency record removal').catch(
+          () => undefined,
+        );
+      throw error;
+    }
   }
 
   slotOf(key: string): number {
@@ -84,7 +103,7 @@ export class RedisDecisionStore implements DecisionStore {
   }
 
   decideLog(request: LogRequest): Promise<LogReply> {
-    return this.logs.decide(request);
+    return this.#forgetUnacknowledged(this.logs.decide(request), request.idempotency?.key);
   }
 
   refundLog(refund: LogRefund): Promise<{ removed: number[]; recordDeleted: boolean }> {
@@ -107,7 +126,7 @@ export class RedisDecisionStore implements DecisionStore {
   }
 
   decideDay(request: DayRequest): Promise<DayReply> {
-    return this.days.decide(request);
+    return this.#forgetUnacknowledged(this.days.decide(request), request.idempotency?.key);
   }
 
   refundDay(refund: DayRefund): Promise<{ refunded: number[]; recordDeleted: boolean }> {

@@ -60,6 +60,8 @@ interface Agent extends AsyncDisposable {
   readonly redis: ReturnType<typeof connectRedis>;
   /** One decision of cost 1 for the subject, answered 200. */
   decide(): Promise<Answer>;
+  /** Any decision body, answered 200: its answer as the agent wrote it. */
+  decideBody(payload: object): Promise<DecisionResponse>;
 }
 
 /**
@@ -78,18 +80,18 @@ async function agentOn(
   });
   const { agent, redis } = fixture;
   if (options.ack !== undefined) ackReplicas(redis, options.ack);
+  const decideBody = async (payload: object): Promise<DecisionResponse> => {
+    const res = await agent.app.inject({ method: 'POST', url: '/v1/decisions', payload });
+    expect(res.statusCode).toBe(200);
+    return DecisionResponse.parse(res.json());
+  };
   return {
     redis,
     async decide() {
-      const res = await agent.app.inject({
-        method: 'POST',
-        url: '/v1/decisions',
-        payload: { policy: 'orders', subject },
-      });
-      expect(res.statusCode).toBe(200);
-      const body = DecisionResponse.parse(res.json());
+      const body = await decideBody({ policy: 'orders', subject });
       return { at: performance.now(), allowed: body.allowed, reason: body.results[0]!.reason };
     },
+    decideBody,
     [Symbol.asyncDispose]: () => fixture[Symbol.asyncDispose](),
   };
 }
@@ -367,4 +369,32 @@ describe('an agent on Redis under Sentinel, its master frozen (SIGSTOP)', () => 
     const drained = await drain(agent, RECOVERY_BOUND_MS);
     expect(drained).toBeLessThanOrEqual(CAPACITY - 50);
   }, 90_000);
+});
+
+describe('an agent whose writes no replica acknowledges (WAIT 1)', () => {
+  it('keeps no idempotency record of a decision it answered as a failure: the retry is decided afresh', async () => {
+    await using group = await startSentinelGroup({ replicas: 1, replicationLinks: true });
+    await using agent = await agentOn(
+      { redisSentinels: group.sentinelNodes, redisMasterName: group.masterName },
+      'tenant-w',
+      {
+        ack: { replicas: 1, timeoutMs: 50 },
+        config: { redisWaitReplicas: 1, breakerVolumeThreshold: 10_000 },
+      },
+    );
+    const body = { policy: 'orders', subject: 'tenant-w', idempotencyKey: 'order-7' };
+    await Promise.all(group.links.map((l) => l.cut()));
+    const failed = await agent.decideBody(body);
+    expect(failed.allowed).toBe(false);
+    expect(failed.results[0]!.reason).toBe('store_unavailable');
+    await Promise.all(group.links.map((l) => l.restore()));
+    await caughtUp(group.master);
+    // The retry, once replicas acknowledge again: a new decision, not a replay of the admission the master
+    // recorded for the call its caller was told failed (replayed: true before).
+    const retry = await agent.decideBody(body);
+    expect(retry.allowed).toBe(true);
+    expect(retry.replayed).toBeUndefined();
+    const again = await agent.decideBody(body);
+    expect(again.replayed).toBe(true);
+  }, 60_000);
 });
