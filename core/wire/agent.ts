@@ -328,6 +328,11 @@ function onlyKeys(o: Record<string, unknown>, allowed: ReadonlySet<string>): boo
   return true;
 }
 
+/** Whether a single decision body carries only the keys the wire knows (any other is a 400 at the agent). */
+export function onlySingleDecisionKeys(body: object): boolean {
+  return onlyKeys(body as Record<string, unknown>, SINGLE_KEYS);
+}
+
 function looksValidCheck(c: unknown): c is DecisionCheck {
   return (
     isObject(c) &&

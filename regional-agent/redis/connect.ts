@@ -37,9 +37,9 @@ function hostPort(node: string): { host: string; port: number } {
  *
  * Under Sentinel the client asks the sentinels for the master at every (re)connection; a dead master drops the
  * connection and a demoted one answers READONLY, so a failover costs the time Sentinel takes to promote plus one
- * reconnection. A master frozen or cut off does neither (followPromotions covers it). A command in flight when the master died fails (it is
- * never resent: see decisionRedisOptions); the new master's empty script cache is refilled by ioredis, which
- * answers NOSCRIPT with EVAL (defineScript).
+ * reconnection. A master frozen or cut off does neither (followPromotions covers it). A command in flight when the
+ * master died fails (it is never resent: see decisionRedisOptions); the new master's empty script cache is refilled
+ * by ioredis, which answers NOSCRIPT with EVAL (defineScript).
  */
 export function connectRedis(target: RedisTarget): Redis | Cluster {
   const enableAutoPipelining = target.storeBatching === 'auto';
@@ -156,7 +156,7 @@ function followPromotions(client: Redis, sentinels: { host: string; port: number
     asking = true;
     try {
       const master = await named();
-      const socket = (client as unknown as { stream?: Socket }).stream;
+      const socket = client.stream as Socket | undefined;
       const address = socket?.remoteAddress?.replace(/^::ffff:/, '');
       const connected = address === undefined ? undefined : `${address}:${String(socket?.remotePort)}`;
       const host = master?.slice(0, master.lastIndexOf(':'));

@@ -33,7 +33,7 @@
  * Decisions of one event-loop turn leave as one script call (up to `maxBatch`), as the agent's own store sends
  * them; at most `callsInFlight` calls are on the wire at once, later ones wait and leave together.
  */
-import type { DecisionRequest } from '../../../core/wire/agent.js';
+import { onlySingleDecisionKeys, type DecisionRequest } from '../../../core/wire/agent.js';
 import {
   MAX_REQUESTS_PER_CALL,
   decodeReply,
@@ -446,7 +446,7 @@ export class DirectDecider {
       body.idempotencyKey !== undefined ||
       typeof body.subject !== 'string' ||
       (body.cost !== undefined && typeof body.cost !== 'number') ||
-      hasOtherKeys(body)
+      !onlySingleDecisionKeys(body)
     ) {
       if (this.#policies.has(body.policy)) this.#stats.toAgent.not_direct++;
       return undefined;
@@ -1307,12 +1307,4 @@ function takeUsage(state: PolicyState, bytes: number): TermUsage[] {
     out.push(entry);
   }
   return out;
-}
-
-/** The keys a single decision body may carry; with any other the agent answers 400, so it is the agent's to decide. */
-const DIRECT_BODY_KEYS = new Set(['policy', 'subject', 'cost', 'class', 'idempotencyKey', 'dryRun']);
-
-function hasOtherKeys(body: object): boolean {
-  for (const key in body) if (!DIRECT_BODY_KEYS.has(key)) return true;
-  return false;
 }
