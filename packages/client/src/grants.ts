@@ -264,7 +264,16 @@ export class GrantPool {
     let held = 0;
     for (const e of this.#entries.values()) held += e.tokens;
     for (const e of this.#previous.values()) held += e.tokens;
-    return { ...this.#stats, held: Math.round(held * 1e6) / 1e6 };
+    // Sums of fractional amounts carry float noise (9.9 + 9.8 is 19.700000000000003): counted to the micro-token,
+    // the agent's own unit, which is what a person reading the stats can use.
+    const { tokensTaken, tokensReturned, tokensLost } = this.#stats;
+    return {
+      ...this.#stats,
+      tokensTaken: microTokens(tokensTaken),
+      tokensReturned: microTokens(tokensReturned),
+      tokensLost: microTokens(tokensLost),
+      held: microTokens(held),
+    };
   }
 
   /**
@@ -538,8 +547,8 @@ export class GrantPool {
     entry.tokens = 0;
     entry.grants = [];
     for (let i = grants.length - 1; i >= 0 && rest >= 1e-6; i--) {
-      const amount = Math.round(Math.min(rest, grants[i]!.granted) * 1e6) / 1e6;
-      rest = Math.round((rest - amount) * 1e6) / 1e6;
+      const amount = microTokens(Math.min(rest, grants[i]!.granted));
+      rest = microTokens(rest - amount);
       if (amount >= 1e-6) {
         const body = { policy: entry.policy, subject: entry.subject, grant: grants[i]!.id, amount };
         this.#returns.push({ entry, body });
@@ -758,4 +767,9 @@ function grantable(body: DecisionRequest): body is SingleDecisionRequest {
 
 function keyOf(policy: string, subject: string): string {
   return `${policy}\u0000${subject}`;
+}
+
+/** `tokens` rounded to the micro-token. */
+function microTokens(tokens: number): number {
+  return Math.round(tokens * 1e6) / 1e6;
 }

@@ -206,6 +206,28 @@ describe('GrantPool', () => {
     expect(pool.stats()).toMatchObject({ local: 6, held: 0, tokensReturned: 14, tokensLost: 0 });
   });
 
+  it('counts tokens in whole micro-tokens: fractional costs leave no float noise in its stats', async () => {
+    const a = agent(100);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    const s1 = { policy: 'p', subject: 's1' };
+    const s2 = { policy: 'p', subject: 's2' };
+    run(pool, 2, s1);
+    run(pool, 2, s2);
+    await flush();
+    expect(pool.stats().held).toBe(20);
+    expect(pool.trySpend({ ...s1, cost: 0.1 })).toBeDefined();
+    for (let i = 0; i < 2; i++) expect(pool.trySpend({ ...s2, cost: 0.1 })).toBeDefined();
+    await pool.close();
+    // 9.9 and 9.8 handed back: their sum is 19.700000000000003 in floating point, 19.7 in what a person reads.
+    expect(pool.stats()).toMatchObject({
+      local: 3,
+      held: 0,
+      tokensTaken: 20,
+      tokensReturned: 19.7,
+      tokensLost: 0,
+    });
+  });
+
   it('layered checks, dry runs, idempotent requests and checks naming a class are never decided on a grant', async () => {
     const a = agent(100);
     const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
