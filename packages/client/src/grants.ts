@@ -317,8 +317,19 @@ export class GrantPool {
     // given here.
     if (header !== undefined && this.#policyHeaders.get(body.policy) !== header)
       this.#policyHeaders.set(body.policy, header);
-    if (this.#noGrants.has(body.policy) || result?.mode === 'strict') return;
+    if (this.#noGrants.has(body.policy)) return;
     const entry = this.#lookup(keyOf(body.policy, body.subject));
+    if (result?.mode === 'strict') {
+      // A strict policy is decided at its home from the whole budget, never here: a policy made strict hands back
+      // what it held from its regional bucket and forgets a denial remembered from it, and whether it is
+      // grantable is learned again from the grant route (which refuses a strict policy).
+      // The first such answer walks the policy's other subjects too (their grants are spent without an answer).
+      if (this.#grantable.delete(body.policy)) {
+        for (const e of [...this.#entries.values(), ...this.#previous.values()])
+          if (e.policy === body.policy) this.#bucketChanged(e);
+      } else if (entry !== undefined) this.#bucketChanged(entry);
+      return;
+    }
     if (entry === undefined) return;
     if (result?.limit !== undefined) {
       // Another limit is another bucket (a policy edit, another class): a denial remembered from the old one is

@@ -783,4 +783,31 @@ describe('GrantPool: what it holds follows the bucket', () => {
     expect(returned).toEqual([9]);
     await pool.close();
   });
+
+  it('a policy made strict: tokens held from its regional bucket are handed back, nothing more is decided here', async () => {
+    const a = agent(1000);
+    const pool = new GrantPool(a.send, { minTokens: 1, hotPerSecond: 1e-9, horizonMs: 1e9 }, now);
+    const body = { policy: 'p', subject: 's' };
+    const other = { policy: 'p', subject: 'o' };
+    run(pool, 2, body);
+    run(pool, 2, other);
+    await flush();
+    expect(pool.stats().held).toBe(20);
+    expect(pool.trySpend(body)).toMatchObject({ allowed: true, local: 'grant' });
+    // The operator makes the policy strict (its home decides it, with the whole budget): the next answer from the
+    // agent for this subject says so, with the same limit as the regional bucket had. The other subject, decided
+    // on its grant, gets no answer to learn it from: its grant goes back too.
+    const strict = { ...allowed.results[0]!, mode: 'strict' as const };
+    pool.observe({ ...body, cost: 50 }, { ...allowed, results: [strict] });
+    expect(pool.stats().held).toBe(0);
+    for (let i = 0; i < 5; i++) {
+      expect(pool.trySpend(body)).toBeUndefined();
+      expect(pool.trySpend(other)).toBeUndefined();
+    }
+    await flush();
+    const returned = a.calls.filter((c) => c.path === '/v1/grants/return').map((c) => c.body['amount']);
+    expect(returned.sort()).toEqual([10, 9]);
+    expect(pool.stats()).toMatchObject({ local: 1, tokensReturned: 19 });
+    await pool.close();
+  });
 });
