@@ -37,7 +37,16 @@ export interface ForwardGroup {
   homeRegion: string;
 }
 
-export type CheckGroup = StoreGroup | LogGroup | DayGroup | ForwardGroup;
+/**
+ * Strict checks homed in this region, of a request that holds other checks too: decided as their own request, as
+ * this region decides them when another region forwards the same request here (layered-runner.ts).
+ */
+export interface HomeGroup {
+  kind: 'home';
+  checks: Check[];
+}
+
+export type CheckGroup = StoreGroup | LogGroup | DayGroup | ForwardGroup | HomeGroup;
 
 /**
  * Store checks grouped by slot in order of first appearance (token buckets and sliding logs in groups of their

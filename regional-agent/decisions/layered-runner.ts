@@ -5,10 +5,10 @@
 import { idempotencyTtlMs } from '../../core/keys.js';
 import { AgentErrors } from '../errors.js';
 import { newCheck, type Check } from './check.js';
-import { groupChecks, type CheckGroup } from './check-groups.js';
+import { groupChecks, type CheckGroup, type HomeGroup } from './check-groups.js';
 import type { FailureModes } from './failure-modes.js';
 import { runForwardGroup, type ForwardGroupDeps } from './forward-group.js';
-import type { GroupRun } from './group-run.js';
+import { newRun, type GroupRun } from './group-run.js';
 import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
 import { boundKey, claimIdempotencyKey, type ClaimDeps } from './idempotency-claim.js';
@@ -60,7 +60,17 @@ export class LayeredRunner {
       if (p.route === 'fail' && !this.#deps.failures.fail(c, p.cause, dryRun)) denied = true;
     }
 
-    const groups = groupChecks(checks, this.#slotOf);
+    // Strict checks homed here, in a request that other checks share, are decided after the others as one
+    // request of their own, exactly as this region decides them when another region forwards the same request
+    // (a group of their own, under the key bound to the whole request): so a retry finds the strict checks'
+    // record here whichever region it reaches. Grouped with the other checks here (one slot on a single Redis),
+    // they kept their record under another key than a forwarded retry looks for, and a retry through another
+    // region charged the strict bucket again (found by review).
+    const home = request.forwarded === true ? undefined : strictHere(checks);
+    const groups =
+      home === undefined
+        ? groupChecks(checks, this.#slotOf)
+        : [...groupChecks(checks, this.#slotOf, home.others), home.group];
     // Every group of a several-group request keeps its record under the caller's key bound to the whole request
     // (fingerprinted before any reroute to shared buckets changes the checks, so a retry finds the same records).
     // A group's record fingerprints only that group's checks, so under the caller's plain key a one-group request
@@ -70,6 +80,10 @@ export class LayeredRunner {
     // requests.
     const groupKey =
       idempotencyKey !== undefined && groups.length > 1 ? boundKey(request, idempotencyKey) : idempotencyKey;
+    // The strict checks homed here keep their record under the bound key, where a request forwarded here from
+    // another region keeps it; the other checks' records, in the same store here, under a key of their own.
+    const keyOf = (group: CheckGroup): string | undefined =>
+      home === undefined || group.kind === 'home' || groupKey === undefined ? groupKey : `${groupKey}.here`;
     // Every group of a several-group request keeps its record as long as the others: the shortest of what each
     // would keep alone. Groups that expired at different times made a late retry replay some groups and decide
     // the others afresh, which the racing-retry check below refuses (a 409 until the last record expired).
@@ -93,21 +107,23 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, groupKey, recordTtlMs, false, deadlineAt, chargeBy);
+        run = await this.#runGroup(request, group, keyOf(group), recordTtlMs, false, deadlineAt, chargeBy);
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
         // yet a local group replayed: the record cannot be this request's. Bound keys make this unreachable; kept
         // as a guard, since answering such a record would admit this request without charge.
-        if (claim === 'new' && run.replayed && group.kind !== 'forward')
+        if (claim === 'new' && run.replayed && group.kind !== 'forward' && group.kind !== 'home')
           throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         if (run.reroute !== undefined) {
           // New subjects past their policies' creation caps: nothing was decided; the group's checks are
           // grouped again with those moved to the shared buckets (on a cluster, maybe other slots), and the
           // loop goes on from there. A shared check is never missing, so this happens at most once per check.
           denied = this.#reroute(run.reroute, dryRun) || denied;
-          const pending = new Set<Check>(groups.slice(next).flatMap((g): Check[] => g.checks));
+          // The strict checks homed here stay a group of their own, last.
+          const later = groups.slice(next);
+          const pending = new Set<Check>(later.flatMap((g): Check[] => (g.kind === 'home' ? [] : g.checks)));
           const regrouped = groupChecks(checks, this.#slotOf, pending);
-          groups.splice(next, groups.length - next, ...regrouped);
+          groups.splice(next, groups.length - next, ...regrouped, ...later.filter((g) => g.kind === 'home'));
           next--;
           continue;
         }
@@ -125,7 +141,7 @@ export class LayeredRunner {
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
       await Promise.all(
-        groups.slice(next).map((g) => this.#runGroup(request, g, groupKey, recordTtlMs, true, deadlineAt)),
+        groups.slice(next).map((g) => this.#runGroup(request, g, keyOf(g), recordTtlMs, true, deadlineAt)),
       );
     }
     // A retry of a several-group request whose groups answer in part from their records and in part afresh is
@@ -172,6 +188,37 @@ export class LayeredRunner {
     return denied;
   }
 
+  /**
+   * The strict checks homed here of a request with other checks: decided as the request another region forwards
+   * here for them (its own groups, claim and records, under `idempotencyKey`, the key bound to the whole request),
+   * and written back into the request's checks. Last of the request's groups, as a forwarded group is, so never
+   * refunded by a later one.
+   */
+  async #runHome(
+    group: HomeGroup,
+    idempotencyKey: string | undefined,
+    dryRun: boolean,
+    deadlineAt: number,
+    chargeBy: number | undefined,
+  ): Promise<GroupRun> {
+    const run = newRun(group);
+    const outcome = await this.run(
+      { checks: group.checks.map((c) => c.prepared), idempotencyKey, dryRun, forwarded: true },
+      deadlineAt,
+      chargeBy,
+    );
+    run.replayed = outcome.replayed;
+    run.allowed = outcome.allowed;
+    group.checks.forEach((c, j) => {
+      const decided = outcome.checks[j]!;
+      c.prepared = decided.prepared;
+      c.result = decided.result;
+      c.fits = decided.fits;
+      c.charge = decided.charge;
+    });
+    return run;
+  }
+
   #runGroup(
     request: PreparedRequest,
     group: CheckGroup,
@@ -184,6 +231,7 @@ export class LayeredRunner {
     chargeBy?: number,
   ): Promise<GroupRun> {
     const dryRun = request.dryRun || lookOnly;
+    if (group.kind === 'home') return this.#runHome(group, idempotencyKey, dryRun, deadlineAt, chargeBy);
     if (group.kind === 'forward') {
       return runForwardGroup(this.#deps, { group, idempotencyKey, dryRun, deadlineAt });
     }
@@ -215,4 +263,22 @@ export class LayeredRunner {
       recordTtlMs,
     });
   }
+}
+
+/**
+ * The strict checks homed in this region, as a group of their own, and the request's other checks, when the
+ * request holds both (checks routed to a failure mode belong to no group and do not count); undefined otherwise.
+ */
+function strictHere(checks: readonly Check[]): { group: HomeGroup; others: Set<Check> } | undefined {
+  let strict: Check[] | undefined;
+  let others: Set<Check> | undefined;
+  for (const c of checks) {
+    const p = c.prepared;
+    if (p.route === 'fail' || p.route === 'forward') continue;
+    if (p.policy.mode === 'strict') (strict ??= []).push(c);
+    else (others ??= new Set()).add(c);
+  }
+  if (strict === undefined || others === undefined) return undefined;
+  for (const c of checks) if (c.prepared.route === 'forward') others.add(c);
+  return { group: { kind: 'home', checks: strict }, others };
 }

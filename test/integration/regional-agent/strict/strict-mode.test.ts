@@ -34,7 +34,12 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
       refillPerSecond: 3 / 86_400,
       maxCost: 3,
     });
-    await stack.ready(['payments', 'refunds', 'exports']);
+    await stack.putPolicy('carts', {
+      mode: 'local',
+      capacity: 100,
+      refillPerSecond: 100 / 86_400,
+    });
+    await stack.ready(['payments', 'refunds', 'exports', 'carts']);
   }, 60_000);
 
   afterAll(async () => {
@@ -89,6 +94,51 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
     const conflict = await decide(eu.url, { ...body, checks: [{ policy: 'refunds', subject: 'acct-2' }] });
     expect(conflict.status).toBe(409);
     expect(conflict.body.code).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
+  }, 30_000);
+
+  it('a request of strict and other checks retried through another region charges the strict bucket once', async () => {
+    const us = stack.inRegion('us')[0]!;
+    const eu = stack.inRegion('eu')[0]!;
+    // refunds holds 5 for each subject: each direction below leaves exactly 4 when its retry replays.
+    const request = (subject: string, key: string) => ({
+      checks: [
+        { policy: 'refunds', subject },
+        { policy: 'carts', subject },
+      ],
+      idempotencyKey: key,
+    });
+    // What the home bucket holds: a dry run answers what would be left after its cost of 1.
+    const left = async (subject: string): Promise<number> =>
+      remainingOf((await decide(us.url, { policy: 'refunds', subject, dryRun: true })).body) + 1;
+    // First at the home, retried at home, then through eu.
+    const first = await decide(us.url, request('acct-3', 'order-80'));
+    expect(first.body, JSON.stringify(first.body)).toMatchObject({ allowed: true });
+    expect(remainingOf(first.body)).toBe(4);
+    const again = await decide(us.url, request('acct-3', 'order-80'));
+    expect(again.body).toMatchObject({ allowed: true, replayed: true });
+    const away = await decide(eu.url, request('acct-3', 'order-80'));
+    expect(away.status, JSON.stringify(away.body)).toBe(200);
+    // The strict check replays at its home (the local one is decided in eu, which never saw the key: docs/agent.md).
+    expect(away.body.allowed).toBe(true);
+    expect(remainingOf(away.body)).toBe(4);
+    expect(await left('acct-3')).toBe(4);
+    // First through eu, retried at the home.
+    const viaEu = await decide(eu.url, request('acct-4', 'order-81'));
+    expect(viaEu.body, JSON.stringify(viaEu.body)).toMatchObject({ allowed: true });
+    const atHome = await decide(us.url, request('acct-4', 'order-81'));
+    expect(atHome.status, JSON.stringify(atHome.body)).toBe(200);
+    expect(atHome.body.allowed).toBe(true);
+    expect(await left('acct-4')).toBe(4);
+    // The same key on another request is still a conflict at the home.
+    const other = await decide(us.url, {
+      ...request('acct-3', 'order-80'),
+      checks: [
+        { policy: 'refunds', subject: 'acct-3' },
+        { policy: 'carts', subject: 'acct-9' },
+      ],
+    });
+    expect(other.status, JSON.stringify(other.body)).toBe(409);
+    expect(await left('acct-3')).toBe(4);
   }, 30_000);
 
   it('a home answers a batch of forwarded decisions one by one, in order, and refuses a malformed batch whole', async () => {
@@ -147,3 +197,8 @@ describe('strict mode: one bucket in the home region, forwarded to from everywhe
     expect(back.body.results![0]!.reason).toBeUndefined();
   }, 60_000);
 });
+
+/** The first check's `remaining` in a decision's body. */
+function remainingOf(body: { results?: object[] }): number {
+  return (body.results![0] as { remaining: number }).remaining;
+}
