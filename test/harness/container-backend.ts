@@ -143,12 +143,88 @@ abstract class ContainerServer {
     while (!done()) {
       const state = (await container.inspect()).State;
       if (!state.Running) {
-        const logs = await container.logs({ stdout: true, stderr: true, tail: 40 });
-        throw new Error(`${this.image()} exited early (code ${state.ExitCode}):\n${logs.toString('utf8')}`);
+        const logs = await container
+          .logs({ stdout: true, stderr: true, tail: 40 })
+          .then(demuxLogs, (error: unknown) => `(docker logs failed: ${String(error)})`);
+        throw new ExitedEarly(`${this.image()} on port ${this.port}`, state.ExitCode, logs);
       }
       await new Promise((r) => setTimeout(r, 250));
     }
     return new Promise<never>(() => undefined);
+  }
+}
+
+/**
+ * A container that exited before it was ready. The message's first line (all a CI summary keeps) ends with the
+ * server's last log line, its fatal error; the last lines follow.
+ */
+export class ExitedEarly extends Error {
+  readonly logs: string;
+
+  constructor(what: string, code: number, logs: string) {
+    const lines = logs.split('\n').filter((l) => l.trim() !== '');
+    const last = lines.at(-1)?.trim() ?? 'no output';
+    super(`${what} exited early (code ${code}): ${last}\nits last lines (docker logs):\n${lines.join('\n')}`);
+    this.name = 'ExitedEarly';
+    this.logs = logs;
+  }
+
+  /** Whether it could not bind a port (another process took it between the port's choice and the start). */
+  get addressInUse(): boolean {
+    return /address already in use/i.test(this.logs);
+  }
+}
+
+/**
+ * `docker logs` of a container without a TTY: frames of an 8-byte header (stream, 0, 0, 0, length as big-endian
+ * uint32) and that many bytes. Text that does not parse as frames is returned as it is.
+ */
+function demuxLogs(raw: Buffer | string): string {
+  const buf = typeof raw === 'string' ? Buffer.from(raw, 'utf8') : raw;
+  const parts: Buffer[] = [];
+  let offset = 0;
+  while (offset < buf.length) {
+    const kind = buf[offset]!;
+    if (
+      offset + 8 > buf.length ||
+      kind > 2 ||
+      buf[offset + 1] !== 0 ||
+      buf[offset + 2] !== 0 ||
+      buf[offset + 3] !== 0
+    )
+      return buf.toString('utf8');
+    const size = buf.readUInt32BE(offset + 4);
+    parts.push(buf.subarray(offset + 8, offset + 8 + size));
+    offset += 8 + size;
+  }
+  return Buffer.concat(parts).toString('utf8');
+}
+
+/**
+ * A server on ports the backend drew: drawn and started again, once, if it could not bind one of them (the draw
+ * only saw the port free; something else may bind it before the container starts). Nothing is left behind by a
+ * start that failed.
+ */
+async function startOnFreshPorts<T extends AsyncDisposable>(start: () => Promise<T>): Promise<T> {
+  try {
+    return await start();
+  } catch (error) {
+    if (!(error instanceof ExitedEarly && error.addressInUse)) throw error;
+    process.stderr.write(
+      `[container backend] ${error.message.split('\n')[0]}; starting it again on new ports\n`,
+    );
+    return start();
+  }
+}
+
+/** Start `server`, removing its container if it does not start. */
+async function started<T extends ContainerServer>(server: T): Promise<T> {
+  try {
+    await server.start();
+    return server;
+  } catch (error) {
+    await server[Symbol.asyncDispose]();
+    throw error;
   }
 }
 
@@ -303,50 +379,58 @@ class ContainerRedisCluster implements RedisCluster {
 export const containerBackend: ServerBackend = {
   name: 'containers',
 
-  async startRedis() {
-    const server = new ContainerRedis();
-    server.port = await freePort();
-    await server.start();
-    return server;
+  startRedis() {
+    return startOnFreshPorts(async () => {
+      const server = new ContainerRedis();
+      server.port = await freePort();
+      return started(server);
+    });
   },
 
-  async startNats(options) {
-    const server = new ContainerNats(options);
-    server.port = await freePort();
-    await server.start();
-    return server;
+  startNats(options) {
+    return startOnFreshPorts(async () => {
+      const server = new ContainerNats(options);
+      server.port = await freePort();
+      return started(server);
+    });
   },
 
-  async startNatsNode(spec) {
-    const server = new ContainerNatsNode(spec);
-    await server.start();
-    return server;
+  // Its ports are the caller's (its configuration and its peers' name them): no second draw here.
+  startNatsNode(spec) {
+    return started(new ContainerNatsNode(spec));
   },
 
-  async startRedisCluster(masters = 3, replicasPerMaster = 0) {
-    const nodes: ContainerRedis[] = [];
-    try {
-      for (let i = 0; i < masters * (1 + replicasPerMaster); i++) {
-        const node = new ContainerRedis([
-          '--cluster-enabled',
-          'yes',
-          '--cluster-config-file',
-          'nodes.conf',
-          '--cluster-node-timeout',
-          '2000',
-        ]);
-        node.port = await freeClusterPort(nodes.map((n) => n.port));
-        nodes.push(node);
-      }
-      await Promise.all(nodes.map((n) => n.start()));
-      const endpoints = nodes.map((n) => ({ host: n.host, port: n.port }));
-      await formCluster(endpoints.slice(0, masters));
-      if (replicasPerMaster > 0)
-        await attachReplicas(endpoints.slice(0, masters), endpoints.slice(masters), 20_000);
-      return new ContainerRedisCluster(nodes);
-    } catch (error) {
-      await Promise.all(nodes.map((n) => n[Symbol.asyncDispose]()));
-      throw error;
-    }
+  startRedisCluster(masters = 3, replicasPerMaster = 0) {
+    return startOnFreshPorts(() => startRedisCluster(masters, replicasPerMaster));
   },
 };
+
+async function startRedisCluster(masters: number, replicasPerMaster: number): Promise<ContainerRedisCluster> {
+  const nodes: ContainerRedis[] = [];
+  try {
+    for (let i = 0; i < masters * (1 + replicasPerMaster); i++) {
+      const node = new ContainerRedis([
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        'nodes.conf',
+        '--cluster-node-timeout',
+        '2000',
+      ]);
+      node.port = await freeClusterPort(nodes.map((n) => n.port));
+      nodes.push(node);
+    }
+    // Every start settled before any is removed: a container still being created would be left behind.
+    const starts = await Promise.allSettled(nodes.map((n) => n.start()));
+    const failed = starts.find((s) => s.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
+    const endpoints = nodes.map((n) => ({ host: n.host, port: n.port }));
+    await formCluster(endpoints.slice(0, masters));
+    if (replicasPerMaster > 0)
+      await attachReplicas(endpoints.slice(0, masters), endpoints.slice(masters), 20_000);
+    return new ContainerRedisCluster(nodes);
+  } catch (error) {
+    await Promise.all(nodes.map((n) => n[Symbol.asyncDispose]()));
+    throw error;
+  }
+}

@@ -1,4 +1,7 @@
+import { closeSync, mkdirSync, openSync, statSync, utimesSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 /**
  * Where `freePort` draws from: below Linux's ephemeral range (32768-60999 by default). A port the kernel hands
@@ -20,12 +23,54 @@ function canListen(port: number): Promise<boolean> {
 }
 
 /**
- * A TCP port on 127.0.0.1 that was free a moment ago, drawn at random below the ephemeral range (DRAW_FROM); the
- * kernel's choice only if no drawn port is free.
+ * How long a port `freePort` handed out stays reserved: nothing listens on it until its caller's server binds it
+ * (a container start takes seconds), and until then the probe sees it free. Without the reservation a geo topology's
+ * nine ports, drawn one after another before any server starts, could hold the same port twice, and a test
+ * running beside it could draw one of them: its NATS server then exits at once, "address already in use".
+ */
+const RESERVED_MS = 5 * 60_000;
+
+/** Ports this process handed out, with when. */
+const handedOut = new Map<number, number>();
+
+/**
+ * Where every test process (vitest's workers, the global setup) marks the ports it handed out: one empty file per
+ * port, created exclusively, stale after RESERVED_MS.
+ */
+const RESERVATIONS = join(tmpdir(), 'quotaplane-test-ports');
+
+/** Reserve `port` for this process, unless this or another process reserved it less than RESERVED_MS ago. */
+function reserve(port: number): boolean {
+  const now = Date.now();
+  const mine = handedOut.get(port);
+  if (mine !== undefined && now - mine < RESERVED_MS) return false;
+  try {
+    mkdirSync(RESERVATIONS, { recursive: true });
+    const file = join(RESERVATIONS, String(port));
+    try {
+      closeSync(openSync(file, 'wx'));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      if (now - statSync(file).mtimeMs < RESERVED_MS) return false;
+      utimesSync(file, new Date(now), new Date(now));
+    }
+  } catch {
+    // No shared directory to mark it in (read-only, removed meanwhile): this process's own record still holds.
+  }
+  handedOut.set(port, now);
+  return true;
+}
+
+/**
+ * A TCP port on 127.0.0.1 that was free a moment ago, drawn at random below the ephemeral range (DRAW_FROM) and
+ * handed out by no test process in the last RESERVED_MS (two calls, even concurrent ones, never get the same
+ * port); the kernel's choice only if no drawn port is free.
  */
 export async function freePort(): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = DRAW_FROM + Math.floor(Math.random() * (DRAW_TO - DRAW_FROM + 1));
+    // Reserved before the probe, synchronously: a concurrent call cannot probe the same port meanwhile.
+    if (!reserve(port)) continue;
     if (await canListen(port)) return port;
   }
   return anyPort();
