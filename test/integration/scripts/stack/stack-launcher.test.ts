@@ -112,25 +112,61 @@ async function stackEnv(dir: string): Promise<Record<string, string>> {
 
 /** Every port fixed (no cluster picked by the launcher), so every server can be checked gone by its port. */
 async function fixedPortsEnv(dir: string): Promise<Record<string, string>> {
-  return {
-    ...(await stackEnv(dir)),
-    QP_STACK_CLUSTER_REGIONS: '',
-    QP_STACK_EU_REDIS_PORT: String(await freePort()),
-  };
+  const env = await stackEnv(dir);
+  // Not one of stackEnv's ports: the launcher refuses a port asked for twice (exit 2, before it starts anything).
+  const taken = new Set(Object.values(env));
+  let port = await freePort();
+  while (taken.has(String(port))) port = await freePort();
+  return { ...env, QP_STACK_CLUSTER_REGIONS: '', QP_STACK_EU_REDIS_PORT: String(port) };
+}
+
+/**
+ * How long the launcher may take to start the stack: it runs niced (see NICE), so on a machine whose cores
+ * other files keep busy it waits for them.
+ */
+const START_MS = 150_000;
+
+/** The launcher's last line of output, for the first line of an error (all a CI summary keeps). */
+function lastLine(run: Run): string {
+  const lines = run
+    .output()
+    .split('\n')
+    .filter((l) => l.trim() !== '');
+  return lines.length === 0 ? ', no output' : `, last line: ${JSON.stringify(lines.at(-1)!.trim())}`;
+}
+
+/**
+ * Poll `probe` until it is true; fails at once if the launcher exits first, and after `ms`, either way with the
+ * launcher's output so far.
+ */
+async function whileRunning(run: Run, probe: () => boolean, ms: number, what: string): Promise<void> {
+  let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  void run.exited.then((e) => (exit = e));
+  const started = performance.now();
+  await eventually(
+    () => {
+      if (exit !== undefined) {
+        const how = exit.signal !== null ? `signal ${exit.signal}` : `code ${exit.code}`;
+        throw new Error(
+          `the launcher exited (${how}) after ${Math.round(performance.now() - started)} ms, before ${what}${lastLine(run)}; its output:\n${run.output()}`,
+        );
+      }
+      return probe();
+    },
+    ms,
+    what,
+  ).catch((error: Error) => {
+    if (!error.message.startsWith('not within')) throw error;
+    const state = exit === undefined ? 'still runs' : 'has just exited';
+    throw new Error(
+      `${error.message} (the launcher ${state}${lastLine(run)}); its output so far:\n${run.output()}`,
+    );
+  });
 }
 
 /** Resolves with the state file once the stack is ready; rejects if the launcher exits first. */
 async function ready(run: Run, stateFile: string): Promise<StackState> {
-  let exit: { code: number | null } | undefined;
-  void run.exited.then((e) => (exit = e));
-  await eventually(
-    () => {
-      if (exit !== undefined) throw new Error(`the launcher exited (${exit.code}):\n${run.output()}`);
-      return existsSync(stateFile);
-    },
-    150_000,
-    'the stack becomes ready',
-  );
+  await whileRunning(run, () => existsSync(stateFile), START_MS, 'the stack becomes ready');
   return JSON.parse(readFileSync(stateFile, 'utf8')) as StackState;
 }
 
@@ -386,9 +422,11 @@ describe('npm start (scripts/stack.ts)', { timeout: 240_000 }, () => {
     const dir = scratch();
     const env = await fixedPortsEnv(dir);
     const run = launch(env);
-    await eventually(
+    // Up to the coordinator's start the launcher does what ready() gives START_MS for: NATS and every Redis.
+    await whileRunning(
+      run,
       () => run.output().includes('starting the coordinator'),
-      60_000,
+      START_MS,
       'the coordinator starts',
     );
     const stackId = /^stack ([0-9a-f]+): logs in (\S+)\/logs$/m.exec(run.output());
