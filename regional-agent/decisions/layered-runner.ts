@@ -149,11 +149,16 @@ export class LayeredRunner {
     // refunding the very grants these replays stand on (two agents, a slow store: found by review). Such a
     // retry is a conflict, as a payment API answers a key still in use: what it charged itself goes back, and
     // the client retries once the first call is answered (all replayed then, or decided afresh after its refund).
+    // Only a replayed group of this region counts: the strict checks' group (forwarded, or decided here as their
+    // home) runs last and is never refunded, so its record stands whatever became of the call that wrote it. A
+    // call whose home charged but whose answer came too late (failed closed, or shed) refunded its own groups;
+    // its retry replays the strict record and decides the others afresh, as a retry through another region
+    // does. Counting it made every such retry a 409 for as long as the home's record lived (found by review).
     if (
       !denied &&
       runs.length > 1 &&
       claim !== 'new' &&
-      runs.some((r) => r.replayed) &&
+      runs.some((r) => r.replayed && r.group.kind !== 'forward' && r.group.kind !== 'home') &&
       runs.some((r) => !r.replayed)
     ) {
       await refundRuns(

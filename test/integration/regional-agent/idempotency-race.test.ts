@@ -13,6 +13,7 @@ import type { RedisServer } from '../../harness/backend.js';
 import { backend, uniquePrefix } from '../../harness/fixtures.js';
 import { agentFixture, type AgentFixture } from '../../helpers/agent-fixture.js';
 import { replyDelayingProxy } from '../../helpers/reply-delaying-proxy.js';
+import type { Forwarder } from '../../../regional-agent/decisions/forwarder.js';
 
 const policies = [
   parsePolicy({ name: 'tokens', capacity: 10, refillPerSecond: 1e-4 }),
@@ -123,5 +124,75 @@ describe('a retry racing its first call across two agents', () => {
     // It took the second slot: the first call's lease is still held.
     const third = await call(agent, 'POST', '/v1/decisions', { policy: 'slots', subject, dryRun: true });
     expect(third.body['allowed']).toBe(false);
+  }, 30_000);
+
+  it('a request whose strict answer came too late: its retry replays the home’s grant and decides the rest', async () => {
+    // Two regions, each its own Redis: eu forwards the strict check to us, whose script charges and records at
+    // once but whose reply reaches the us agent after eu stopped waiting. eu fails the request closed and
+    // refunds its own check; the home's grant stands (the caller's retry is what it is for).
+    const mixed = [
+      parsePolicy({ name: 'pay', mode: 'strict', homeRegion: 'us', capacity: 2, refillPerSecond: 1e-4 }),
+      parsePolicy({ name: 'loc', mode: 'local', capacity: 100, refillPerSecond: 1e-4 }),
+    ];
+    await using euRedis = await backend().startRedis();
+    await using proxy = await replyDelayingProxy({ host: server.host, port: server.port });
+    await using us = await agentFixture({
+      policies: mixed,
+      redis: { target: { redisUrl: proxy.url } },
+      config: { ...config, region: 'us' },
+    });
+    const forwarder: Forwarder = {
+      decide: async (_home, request) => {
+        const answer = await us.agent.service.decideForwarded(
+          {
+            fromRegion: 'eu',
+            checks: request.checks,
+            idempotencyKey: request.idempotencyKey,
+            dryRun: request.dryRun,
+            budgetMs: 3000,
+          },
+          'forwarded',
+        );
+        if ('error' in answer) throw new Error(answer.error);
+        return answer;
+      },
+    };
+    await using eu = await agentFixture({
+      policies: mixed,
+      redis: { server: euRedis },
+      config: { ...config, region: 'eu', decisionDeadlineMs: 300, storeTimeoutMs: 300 },
+      deps: { forwarder },
+    });
+    const subject = uniquePrefix('lost');
+    const body = {
+      checks: [
+        { policy: 'loc', subject },
+        { policy: 'pay', subject },
+      ],
+      idempotencyKey: 'order-lost',
+    };
+    proxy.delayRepliesAfter(':pay', 800);
+    const first = await call(eu, 'POST', '/v1/decisions', body);
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+    expect(first.body['allowed']).toBe(false);
+    expect((first.body['results'] as { reason?: string }[])[1]!.reason).toBe('home_unreachable');
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    // Before, every retry was a 409 (the strict record replayed, the refunded local check decided afresh) for as
+    // long as the home's record lived: an hour.
+    const retry = await call(eu, 'POST', '/v1/decisions', body);
+    expect(retry.status, JSON.stringify(retry.body)).toBe(200);
+    expect(retry.body['allowed']).toBe(true);
+    expect(retry.body['replayed']).toBeUndefined();
+    const again = await call(eu, 'POST', '/v1/decisions', body);
+    expect(again.body).toMatchObject({ allowed: true, replayed: true });
+    // One strict token spent at the home, one local token in eu: what bucket holds is a dry run's remaining + 1.
+    const left = async (f: AgentFixture, policy: string): Promise<number> =>
+      (
+        (await call(f, 'POST', '/v1/decisions', { policy, subject, dryRun: true })).body['results'] as {
+          remaining: number;
+        }[]
+      )[0]!.remaining + 1;
+    expect(await left(us, 'pay')).toBe(1);
+    expect(await left(eu, 'loc')).toBe(99);
   }, 30_000);
 });
