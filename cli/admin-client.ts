@@ -1,10 +1,14 @@
 /**
  * The coordinator's admin API as the CLI speaks it: bearer token, JSON bodies, ETags, and problem documents
- * turned into `AdminApiError`s that carry the API's stable code. Responses are checked against the same zod
+ * with a `COORD_ERR_*` code turned into `AdminApiError`s that carry the API's stable code (any other answer is a
+ * `ConnectionError`: whatever answered is not the coordinator's API). Responses are checked against the same zod
  * schemas the coordinator answers with (core/wire/admin.ts).
  */
 import type { z } from 'zod';
 import { Problem } from '../core/wire/admin.js';
+
+/** The prefix of every code the coordinator's problem documents carry (docs/errors.md). */
+const COORDINATOR_CODE_PREFIX = 'COORD_ERR_';
 
 /** The API refused the request: status and the problem document's stable code. */
 export class AdminApiError extends Error {
@@ -95,7 +99,14 @@ export class AdminClient {
     const json = text === '' ? undefined : parseJson(text);
     if (response.status >= 400) {
       const problem = Problem.safeParse(json);
-      if (problem.success) throw new AdminApiError(response.status, problem.data);
+      // Only the coordinator's own codes are its API refusing: an agent (or another service speaking RFC 9457)
+      // at that URL answers problem documents too, and its code says nothing about the admin API.
+      if (problem.success && problem.data.code.startsWith(COORDINATOR_CODE_PREFIX))
+        throw new AdminApiError(response.status, problem.data);
+      if (problem.success)
+        throw new ConnectionError(
+          `${method} ${path} answered ${response.status} with ${problem.data.code}, not a coordinator's error code (${COORDINATOR_CODE_PREFIX}*); is ${this.url} a quotaplane coordinator?`,
+        );
       throw new ConnectionError(
         `${method} ${path} answered ${response.status} without a problem document; is ${this.url} a quotaplane coordinator?`,
       );

@@ -11,14 +11,27 @@ async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
+// Standard output may be a pipe whose reader left before the end (`quotaplane audit | head -1`): a write to it
+// fails with EPIPE, which unhandled crashed the command with a stack trace and exit 1 ("the API refused"). The
+// reader had what it wanted: the rest of the output is dropped and the command ends as it would have (0 when
+// it did its work). Any other failure to write is dropped as well, as scripts/stack.ts does.
+const closed = new Set<NodeJS.WriteStream>();
+for (const stream of [process.stdout, process.stderr])
+  stream.on('error', () => {
+    closed.add(stream);
+  });
+const writeTo = (stream: NodeJS.WriteStream) => (text: string) => {
+  if (!closed.has(stream)) stream.write(text);
+};
+
 const status = await run(process.argv.slice(2), {
   env: process.env,
-  stdout: (text) => process.stdout.write(text),
-  stderr: (text) => process.stderr.write(text),
+  stdout: writeTo(process.stdout),
+  stderr: writeTo(process.stderr),
   stdin: readStdin,
   root: fileURLToPath(new URL('..', import.meta.url)),
 }).catch((error: unknown) => {
-  process.stderr.write(
+  writeTo(process.stderr)(
     `quotaplane: unexpected failure: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
   );
   return 1;

@@ -317,6 +317,25 @@ describe('quotaplane allocations and agents', () => {
   });
 });
 
+describe('quotaplane on a pipe', () => {
+  it('stops quietly, exit 0, when the reader of its output has gone (`quotaplane audit | head -1`)', async () => {
+    const child = spawn(process.execPath, ['bin/quotaplane.mjs', 'audit'], {
+      cwd: REPO_ROOT,
+      env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '/root', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    // The reader leaves before the command writes a byte: each of its writes fails with EPIPE.
+    child.stdout.destroy();
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+      child.once('exit', (c, s) => resolve([c, s])),
+    );
+    expect(err).toBe('');
+    expect([code, signal]).toEqual([0, null]);
+  }, 60_000);
+});
+
 describe('npx quotaplane', () => {
   it('runs the package bin from the repository', async () => {
     const child = spawn('npx', ['--no-install', 'quotaplane', 'policy', 'list', '--json'], {

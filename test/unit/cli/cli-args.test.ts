@@ -158,6 +158,28 @@ describe('quotaplane command line', () => {
     expect(r.stderr).toContain('answered 502 without a problem document');
   });
 
+  it("takes another service's problem document (an agent's) for no coordinator: exit 3, not the API refusing", async () => {
+    const agent: typeof fetch = () =>
+      Promise.resolve(
+        new Response(
+          JSON.stringify({
+            type: 'urn:quotaplane:error:AGT_ERR_NOT_FOUND',
+            title: 'Not Found',
+            status: 404,
+            detail: 'Route GET:/v1/policies not found',
+            code: 'AGT_ERR_NOT_FOUND',
+          }),
+          { status: 404, headers: { 'content-type': 'application/problem+json' } },
+        ),
+      );
+    const r = await cli(['policy', 'list', '--url', 'http://127.0.0.1:9'], { fetch: agent });
+    expect(r.status).toBe(3);
+    expect(r.stderr).toBe(
+      "quotaplane: GET /v1/policies answered 404 with AGT_ERR_NOT_FOUND, not a coordinator's error code (COORD_ERR_*); is http://127.0.0.1:9 a quotaplane coordinator?\n",
+    );
+    expect(r.stdout).toBe('');
+  });
+
   it('quotes ETags and leaves * and quoted tags alone', () => {
     expect(quoteEtag('3')).toBe('"3"');
     expect(quoteEtag('"3"')).toBe('"3"');
