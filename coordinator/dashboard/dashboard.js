@@ -17,23 +17,52 @@ function pollPeriod(asked) {
 
 const $ = (id) => document.getElementById(id);
 const state = {
-  token: sessionStorage.getItem(TOKEN_KEY),
+  // The signed-in session: its token, the AbortController of its requests, its poll timer, and whether a refresh
+  // is running (`busy`) or was asked for meanwhile (`again`). Null when signed out. Signing out or in replaces
+  // it: a refresh or timer of an older session sees that and stops, and its requests in flight are aborted, so
+  // nothing is ever sent without a token (`Bearer null`) after a sign-out.
+  session: null,
   policy: null,
   charts: {},
-  timer: null,
   regions: [],
 };
 
 class Unauthorized extends Error {}
+/** The session a request belonged to ended (signed out, or in again) before its answer was read. */
+class SessionEnded extends Error {}
 
-async function api(path) {
-  const res = await fetch(path, {
-    headers: { authorization: `Bearer ${state.token}`, accept: 'application/json' },
-  });
+function newSession(token) {
+  endSession();
+  state.session = { token, controller: new AbortController(), timer: null, busy: false, again: false };
+  return state.session;
+}
+
+function endSession() {
+  const session = state.session;
+  if (session === null) return;
+  state.session = null;
+  clearTimeout(session.timer);
+  session.controller.abort();
+}
+
+async function api(path, session) {
+  if (session !== state.session) throw new SessionEnded('signed out');
+  let res, json, body;
+  try {
+    res = await fetch(path, {
+      headers: { authorization: `Bearer ${session.token}`, accept: 'application/json' },
+      signal: session.controller.signal,
+    });
+    // A proxy's or a restarting server's answer may not be JSON: say its status, not the parser's complaint.
+    // Every body is read to its end, so a later sign-out has nothing of a finished request left to abort.
+    json = /json/.test(res.headers.get('content-type') ?? '');
+    body = json ? await res.json() : (await res.text(), {});
+  } catch (error) {
+    if (session !== state.session) throw new SessionEnded('signed out');
+    throw error;
+  }
+  if (session !== state.session) throw new SessionEnded('signed out');
   if (res.status === 401) throw new Unauthorized('the token was refused');
-  // A proxy's or a restarting server's answer may not be JSON: say its status, not the parser's complaint.
-  const json = /json/.test(res.headers.get('content-type') ?? '');
-  const body = json ? await res.json() : {};
   if (!res.ok) throw new Error(`${body.code ?? res.status}: ${body.detail ?? res.statusText}`);
   if (!json) throw new Error(`${res.status}: the answer is not JSON`);
   return body;
@@ -141,12 +170,12 @@ function drawHistory(samples) {
 
 // ---- one refresh ------------------------------------------------------------------------------------------
 
-async function refresh() {
+async function refresh(session) {
   const [allocations, regions, audit] = await Promise.all([
-    api('/v1/allocations'),
-    api('/v1/regions'),
+    api('/v1/allocations', session),
+    api('/v1/regions', session),
     // Operators' changes: the rebalancer's moves are left out (counted below the table; the moves table lists them).
-    api('/v1/audit?limit=15&moves=hide'),
+    api('/v1/audit?limit=15&moves=hide', session),
   ]);
   const names = allocations.policies.map((p) => p.policy).sort();
   const select = $('policy');
@@ -230,26 +259,46 @@ async function refresh() {
   const hidden = audit.movesHidden ?? 0;
   $('audit-moves').textContent = `${hidden} rebalancer ${hidden === 1 ? 'move' : 'moves'} left out`;
   if (state.policy !== null)
-    drawHistory((await api(`/v1/allocations/history?policy=${encodeURIComponent(state.policy)}`)).samples);
+    drawHistory(
+      (await api(`/v1/allocations/history?policy=${encodeURIComponent(state.policy)}`, session)).samples,
+    );
   $('status').textContent = `updated ${new Date(now).toLocaleTimeString()} · every ${POLL_MS / 1000}s`;
 }
 
-async function tick() {
+/**
+ * One refresh of `session`, then the next one POLL_MS later; nothing once the session ended. A refresh asked for
+ * while one runs (a policy chosen) follows it at once rather than running beside it.
+ */
+async function tick(session) {
+  if (session !== state.session) return;
+  clearTimeout(session.timer);
+  if (session.busy) {
+    session.again = true;
+    return;
+  }
+  session.busy = true;
   try {
-    await refresh();
+    await refresh(session);
   } catch (error) {
+    if (session !== state.session) return;
     if (error instanceof Unauthorized) return signOut('The token was refused: sign in again.');
     $('status').textContent = `update failed: ${error.message}; retrying`;
+  } finally {
+    session.busy = false;
   }
-  state.timer = setTimeout(tick, POLL_MS);
+  if (session !== state.session) return;
+  if (session.again) {
+    session.again = false;
+    return tick(session);
+  }
+  session.timer = setTimeout(() => void tick(session), POLL_MS);
 }
 
 // ---- sign in and out ---------------------------------------------------------------------------------------
 
 function signOut(message = '') {
-  clearTimeout(state.timer);
+  endSession();
   sessionStorage.removeItem(TOKEN_KEY);
-  state.token = null;
   $('board').hidden = true;
   $('logout').hidden = true;
   $('login').hidden = false;
@@ -257,10 +306,12 @@ function signOut(message = '') {
 }
 
 async function signIn(token, saved = false) {
-  state.token = token;
+  const session = newSession(token);
   try {
-    await api('/v1/regions');
+    await api('/v1/regions', session);
   } catch (error) {
+    // Signed out, or in again, meanwhile: that one decides.
+    if (session !== state.session) return;
     // Only a refused token signs out. A coordinator that does not answer (restarting, behind a 503) keeps a
     // token this tab saved: the board shows the failure and keeps retrying, as it does once signed in.
     if (error instanceof Unauthorized || !saved) {
@@ -272,11 +323,12 @@ async function signIn(token, saved = false) {
       return;
     }
   }
+  if (session !== state.session) return;
   sessionStorage.setItem(TOKEN_KEY, token);
   $('login').hidden = true;
   $('board').hidden = false;
   $('logout').hidden = false;
-  await tick();
+  await tick(session);
 }
 
 $('login').addEventListener('submit', (event) => {
@@ -286,7 +338,10 @@ $('login').addEventListener('submit', (event) => {
 $('logout').addEventListener('click', () => signOut());
 $('policy').addEventListener('change', (event) => {
   state.policy = event.target.value;
+  // The chosen policy's figures now, not at the next poll (an hour away with ?interval=3600000).
+  if (state.session !== null) void tick(state.session);
 });
 
-if (state.token) void signIn(state.token, true);
+const saved = sessionStorage.getItem(TOKEN_KEY);
+if (saved) void signIn(saved, true);
 else signOut();

@@ -226,4 +226,77 @@ describe('/dashboard in Chromium', () => {
     expect(await page.locator('#regions tbody tr').count()).toBe(3);
     await page.close();
   }, 60_000);
+
+  it('signed out during a refresh, sends nothing more: no `Bearer null`, no "token was refused"', async () => {
+    const page = await context.newPage();
+    let signedOut = false;
+    const sent: { path: string; authorization: string | undefined; afterSignOut: boolean }[] = [];
+    page.on('request', (r) => {
+      const url = new URL(r.url());
+      if (url.pathname.startsWith('/v1/'))
+        sent.push({
+          path: url.pathname,
+          authorization: r.headers()['authorization'],
+          afterSignOut: signedOut,
+        });
+    });
+    await page.goto(`${stack.coordinator.url}/dashboard?interval=250`);
+    await page.waitForSelector('#login:not([hidden])');
+    await page.fill('#token', READ_TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.waitForFunction(() =>
+      (document.querySelector('#status')?.textContent ?? '').startsWith('updated'),
+    );
+    // From now on every answer comes 1.5 s late: the next refresh is still waiting when the user signs out.
+    let held = 0;
+    await page.route('**/v1/**', async (route) => {
+      held++;
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      // The page may have aborted the request meanwhile: then there is nothing left to continue.
+      await route.continue().catch(() => undefined);
+    });
+    await eventually(() => held > 0, 5000, 'a refresh waits for the delayed answers', 10);
+    signedOut = true;
+    await page.click('#logout');
+    // The held answers are due 1.5 s after they were asked for; then six poll periods more.
+    await page.waitForTimeout(3000);
+
+    expect(sent.filter((r) => r.authorization !== `Bearer ${READ_TOKEN}`)).toEqual([]);
+    expect(sent.filter((r) => r.afterSignOut)).toEqual([]);
+    expect(await page.locator('#login').isVisible()).toBe(true);
+    expect(await page.locator('#login-error').textContent()).toBe('');
+    expect(await page.evaluate(() => sessionStorage.getItem('quotaplane.token'))).toBeNull();
+    await page.close();
+  }, 60_000);
+
+  it('shows a policy chosen from the list at once, not at the next poll', async () => {
+    await stack.putPolicy('dash-other', { capacity: 30, refillPerSecond: 10 });
+    await stack.ready(['dash', 'dash-other']);
+    const page = await context.newPage();
+    const histories: string[] = [];
+    page.on('request', (r) => {
+      const url = new URL(r.url());
+      if (url.pathname === '/v1/allocations/history') histories.push(url.searchParams.get('policy') ?? '');
+    });
+    // An hour between polls: only choosing the policy can fetch its figures within the test.
+    await page.goto(`${stack.coordinator.url}/dashboard?interval=3600000`);
+    await page.waitForSelector('#login:not([hidden])');
+    await page.fill('#token', READ_TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.waitForFunction(() =>
+      (document.querySelector('#status')?.textContent ?? '').startsWith('updated'),
+    );
+    expect(await page.locator('#budget').textContent()).toMatch(/^budget: capacity 60, refill 20\/s,/);
+    expect(histories).toEqual(['dash']);
+
+    await page.selectOption('#policy', 'dash-other');
+    await page.waitForFunction(
+      () => (document.querySelector('#budget')?.textContent ?? '').startsWith('budget: capacity 30,'),
+      undefined,
+      { timeout: 5000 },
+    );
+    expect(await page.locator('#budget').textContent()).toMatch(/^budget: capacity 30, refill 10\/s,/);
+    expect(histories).toEqual(['dash', 'dash-other']);
+    await page.close();
+  }, 60_000);
 });
