@@ -28,6 +28,7 @@ const ALWAYS_USED: readonly SettingName[] = [
   'maxCost',
   'kind',
   'holdS',
+  'warmupS',
   'binS',
   'convergenceTolerance',
   'convergenceWindowS',

@@ -12,7 +12,20 @@ import { KIND_NAMES, kindOf, type KindName } from '../core/kinds/index.js';
 import { defaultRebalanceSettings } from '../core/rebalance/settings.js';
 import { DEFAULT_DECISION_DEADLINE_MS, DEFAULT_STORE_TIMEOUT_MS } from '../regional-agent/config.js';
 
-const num = () => z.coerce.number().refine(Number.isFinite, 'must be a finite number');
+// `--set NAME=VALUE` gives strings: a blank one is no number (Number('') and Number(' ') are 0, which coercion
+// took silently), and neither is text Number() cannot read (NaN).
+const num = () =>
+  z
+    .preprocess(
+      (v) => (typeof v === 'string' && v.trim() === '' ? Number.NaN : v),
+      z.coerce.number({
+        error: (issue) =>
+          typeof issue.input === 'number' && !Number.isNaN(issue.input)
+            ? 'must be a finite number'
+            : 'must be a number',
+      }),
+    )
+    .refine(Number.isFinite, 'must be a finite number');
 const positive = (max: number) => num().pipe(z.number().positive().max(max));
 const nonNegative = (max: number) => num().pipe(z.number().min(0).max(max));
 const whole = (min: number, max: number) => num().pipe(z.number().int().min(min).max(max));

@@ -2,6 +2,7 @@
  * One run: a scenario's arrivals, offered to one strategy and, in the same instant, to the ideal oracle, under a
  * virtual clock, with the scenario's faults injected; returns the metrics and the series for the charts.
  */
+import { ZodError } from 'zod';
 import { kindOf } from '../../core/kinds/index.js';
 import { isLogKind, parsePolicy, type Policy } from '../../core/policy/policy.js';
 import { SimConfigError } from '../errors.js';
@@ -34,30 +35,72 @@ export function simPolicy(
     );
   const window = logWindowOf(settings);
   const windowField = settings.kind === undefined ? undefined : kindOf(settings.kind).window;
-  const parsed = parsePolicySafely({
-    name: 'sim',
-    capacity: settings.capacity,
-    // A log kind keeps C over a window of C / R seconds; its rate is derived from them (core/policy/policy.ts).
-    ...(settings.kind !== undefined && windowField !== undefined
-      ? { kind: settings.kind, [windowField]: window }
-      : { refillPerSecond: settings.refillPerSecond }),
-    maxCost: settings.maxCost,
-    mode: strategy.mode,
-    homeRegion,
-    onStoreFailure: settings.onStoreFailure,
-    // The floor of moving shares is the policy's own setting; strategies that never move shares leave it unset.
-    ...(strategy.uses.includes('minShare') ? { minShare: settings.minShare } : {}),
-    // Subject classes: the enterprise subjects' capacity and refill (engine/subject-classes.ts).
-    ...enterpriseClassFields(settings),
-  });
+  const parsed = parsePolicySafely(
+    {
+      name: 'sim',
+      capacity: settings.capacity,
+      // A log kind keeps C over a window of C / R seconds; its rate is derived from them (core/policy/policy.ts).
+      ...(settings.kind !== undefined && windowField !== undefined
+        ? { kind: settings.kind, [windowField]: window }
+        : { refillPerSecond: settings.refillPerSecond }),
+      maxCost: settings.maxCost,
+      mode: strategy.mode,
+      homeRegion,
+      onStoreFailure: settings.onStoreFailure,
+      // The floor of moving shares is the policy's own setting; strategies that never move shares leave it unset.
+      ...(strategy.uses.includes('minShare') ? { minShare: settings.minShare } : {}),
+      // Subject classes: the enterprise subjects' capacity and refill (engine/subject-classes.ts).
+      ...enterpriseClassFields(settings),
+    },
+    strategy,
+    settings,
+  );
   return parsed;
 }
 
-function parsePolicySafely(input: Parameters<typeof parsePolicy>[0]): Policy {
+function parsePolicySafely(
+  input: Parameters<typeof parsePolicy>[0],
+  strategy: StrategyDefinition,
+  settings: Settings,
+): Policy {
   try {
     return parsePolicy(input);
   } catch (error) {
-    throw new SimConfigError(`the simulated policy is invalid: ${(error as Error).message}`);
+    if (!(error instanceof ZodError)) throw error;
+    // As simulate.ts words invalid settings: `path: message`, each followed by the setting that decides it.
+    const problems = error.issues.map((i) => {
+      const hint = settingToChange(i.path[0], settings);
+      return `${i.path.join('.') || 'policy'}: ${i.message}${hint === undefined ? '' : `; change ${hint}`}`;
+    });
+    throw new SimConfigError(`the policy ${strategy.name} enforces is invalid: ${problems.join('; ')}`);
+  }
+}
+
+/** The `--set` that decides a field of the simulated policy (simPolicy above builds it from the settings). */
+function settingToChange(field: PropertyKey | undefined, s: Settings): string | undefined {
+  switch (field) {
+    case 'minShare': {
+      // The smallest capacity a share applies to: the policy's, or its enterprise class's when that is smaller.
+      const factor = (s.enterpriseSubjects ?? 0) > 0 ? Math.min(1, s.enterpriseFactor ?? 1) : 1;
+      const least = Math.ceil((s.maxCost / (s.capacity * factor)) * 1e6) / 1e6;
+      return factor === 1
+        ? `--set minShare=… (≥ maxCost / capacity = ${least})`
+        : `--set minShare=… (≥ maxCost / (capacity × enterpriseFactor) = ${least})`;
+    }
+    case 'capacity':
+    case 'refillPerSecond':
+    case 'maxCost':
+    case 'homeRegion':
+    case 'onStoreFailure':
+      return `--set ${field}=…`;
+    case 'windowSeconds':
+    case 'leaseSeconds':
+      return '--set capacity=… or --set refillPerSecond=… (the window is capacity / refillPerSecond)';
+    case 'classes':
+    case 'subjects':
+      return '--set enterpriseFactor=… or --set enterpriseSubjects=…';
+    default:
+      return undefined;
   }
 }
 
@@ -66,12 +109,17 @@ export function validateRun(spec: RunSpec): { regions: string[]; policy: Policy 
   const { scenario, strategy, settings } = spec;
   const regions = regionsOf(spec.regionCount);
   const policy = simPolicy(settings, strategy, regions);
-  for (const key of ['shiftAtS', 'faultAtS'] as const) {
+  for (const key of ['shiftAtS', 'faultAtS', 'idleAtS'] as const) {
     if (scenario.uses.includes(key) && settings[key] >= settings.durationS)
       throw new SimConfigError(
         `${scenario.name}: ${key} (${settings[key]}) must be before the end of the run (durationS ${settings.durationS})`,
       );
   }
+  // cold-start: demand must come back within the run, or there is no resume to measure.
+  if (scenario.uses.includes('idleForS') && settings.idleAtS + settings.idleForS >= settings.durationS)
+    throw new SimConfigError(
+      `${scenario.name}: idleAtS + idleForS (${settings.idleAtS + settings.idleForS}) must be before the end of the run (durationS ${settings.durationS})`,
+    );
   if (isLogKind(policy.kind) && scenario.uses.includes('failoverReset'))
     throw new SimConfigError(
       `${scenario.name}: a failover of the simulated Redis copies token buckets only; run it with kind token_bucket`,

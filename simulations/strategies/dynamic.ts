@@ -65,7 +65,9 @@ export const dynamic: StrategyDefinition = {
     "this design: core's lease protocol moves shares toward demand, shrink first, grow after acks or expiry; " +
     'a short subject borrows its own tokens from other regions',
   mode: 'regional',
+  // homeRegion: the coordinator (and NATS) sits in the home region, so it decides every control message's link.
   uses: [
+    'homeRegion',
     'agentsPerRegion',
     'roundMs',
     'reportIntervalMs',

@@ -35,7 +35,9 @@ export const naiveDynamic: StrategyDefinition = {
   description:
     'the same rebalancer, no two-phase protocol: each region applies its new share on receipt (no acks, no leases)',
   mode: 'regional',
+  // homeRegion: the coordinator (and NATS) sits in the home region, so it decides every control message's link.
   uses: [
+    'homeRegion',
     'agentsPerRegion',
     'roundMs',
     'reportIntervalMs',

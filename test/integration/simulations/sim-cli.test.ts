@@ -56,6 +56,11 @@ describe('npm run simulate', { timeout: 60_000 }, () => {
     [['--scenario', 'uniform', '--regions', '9'], /--regions must be an integer in \[1, 8\]/],
     [['--scenario', 'uniform', '--seed', '-3'], /--seed/],
     [['--scenario', 'uniform', '--set', 'capacity=-1'], /capacity/],
+    // A blank value is no number, not 0.
+    [
+      ['--scenario', 'uniform', '--set', 'maxRetries='],
+      /invalid settings for uniform: maxRetries: must be a number/,
+    ],
     [['--scenario', 'uniform', '--set', 'colour=blue'], /unknown setting colour/],
     [['--scenario', 'uniform', '--sweep', 'linkLoss=0.1,2'], /linkLoss/],
     [['--scenario', 'step-shift', '--duration', '100', '--set', 'shiftAtS=150'], /shiftAtS/],

@@ -76,6 +76,100 @@ describe('CLI arguments', () => {
     );
   });
 
+  it('knows warmupS is read by every run, and homeRegion by every strategy with a coordinator or a home', () => {
+    for (const [strategy, sweep] of [
+      ['static', 'warmupS=0,60'],
+      ['ideal', 'warmupS=0,60'],
+      ['dynamic', 'homeRegion=us,eu'],
+      ['naive-dynamic', 'homeRegion=us,eu'],
+      ['strict', 'homeRegion=us,eu'],
+    ] as const) {
+      const p = parsed('--scenario', 'uniform', '--strategies', strategy, '--sweep', sweep);
+      expect(p.warnings, `${strategy} ${sweep}`).toEqual([]);
+    }
+    // A strategy that sends no message and has no home still reads no homeRegion: the note stays.
+    expect(
+      parsed('--scenario', 'uniform', '--strategies', 'static', '--sweep', 'homeRegion=us,eu').warnings,
+    ).toEqual([
+      'note: homeRegion is read by none of the chosen scenarios or strategies; every swept run will be the same',
+    ]);
+  });
+
+  it('refuses a blank number rather than reading it as 0', () => {
+    for (const value of ['', ' ']) {
+      expect(() => planRuns(parsed('--scenario', 'uniform', '--set', `maxRetries=${value}`))).toThrow(
+        new SimConfigError('invalid settings for uniform: maxRetries: must be a number'),
+      );
+      expect(() => planRuns(parsed('--scenario', 'uniform', '--duration', value))).toThrow(
+        new SimConfigError('invalid settings for uniform: durationS: must be a number'),
+      );
+    }
+    expect(() => planRuns(parsed('--scenario', 'uniform', '--set', 'maxRetries=many'))).toThrow(
+      new SimConfigError('invalid settings for uniform: maxRetries: must be a number'),
+    );
+    expect(planRuns(parsed('--scenario', 'uniform', '--set', 'maxRetries=0'))[0]!.settings.maxRetries).toBe(
+      0,
+    );
+  });
+
+  it('names the strategy whose policy is invalid and the setting to change', () => {
+    expect(() =>
+      planRuns(
+        parsed(
+          '--scenario',
+          'uniform',
+          '--strategies',
+          'static,dynamic',
+          '--set',
+          'maxCost=10',
+          '--set',
+          'minShare=0.05',
+        ),
+      ),
+    ).toThrow(
+      new SimConfigError(
+        'the policy dynamic enforces is invalid: minShare: minShare × capacity must be ≥ maxCost (10) so a region holding a share can admit the largest cost; change --set minShare=… (≥ maxCost / capacity = 0.1)',
+      ),
+    );
+    // static sets no minShare: the same settings are a valid policy for it.
+    expect(
+      planRuns(
+        parsed(
+          '--scenario',
+          'uniform',
+          '--strategies',
+          'static',
+          '--set',
+          'maxCost=10',
+          '--set',
+          'minShare=0.05',
+        ),
+      ),
+    ).toHaveLength(1);
+  });
+
+  it('refuses a cold-start idle spell that starts or ends after the run', () => {
+    expect(() =>
+      planRuns(parsed('--scenario', 'cold-start', '--duration', '100', '--set', 'idleAtS=120')),
+    ).toThrow(
+      new SimConfigError('cold-start: idleAtS (120) must be before the end of the run (durationS 100)'),
+    );
+    expect(() =>
+      planRuns(parsed('--scenario', 'cold-start', '--duration', '100', '--set', 'idleForS=50')),
+    ).toThrow(
+      new SimConfigError(
+        'cold-start: idleAtS + idleForS (110) must be before the end of the run (durationS 100)',
+      ),
+    );
+    expect(
+      planRuns(parsed('--scenario', 'cold-start', '--duration', '100', '--set', 'idleForS=39')),
+    ).not.toHaveLength(0);
+    // Other scenarios read neither: their defaults beyond a short run are no error.
+    expect(() =>
+      planRuns(parsed('--scenario', 'uniform', '--duration', '50', '--set', 'idleAtS=120')),
+    ).not.toThrow();
+  });
+
   it('refuses bad input with SimConfigError', () => {
     for (const argv of [
       ['--scenario', 'uniform,uniform'],
