@@ -55,9 +55,18 @@ export interface Forwarder {
    */
   linkAllowanceMs?(homeRegion: string): number;
   /**
-   * The largest `linkAllowanceMs` of any home this agent knows a round trip to (configured, or measured from an
-   * answer), ms: how much longer than its local deadline a decision here may take (0: none known). Read on every
-   * decision request: a kept value, not a walk over the links.
+   * The largest `linkAllowanceMs` of any home a decision here may wait for (one the configured matrix names, one
+   * `expectHomes` named, one already forwarded to; not yet measured, it counts what its forwards wait), ms: how
+   * much longer than its local deadline a decision here may take (0: no home). The agent's
+   * `quotaplane-answer-within-ms` header promises it, so it must never be less than a forward really waits. Read
+   * on every decision request: a kept value, not a walk over the links.
    */
   farthestAllowanceMs?(): number;
+  /**
+   * The home regions this agent's policies may forward to now (its strict policies homed in another region),
+   * told at start and after every policy change; the set replaces the last one. Each counts in
+   * `farthestAllowanceMs` before its first forward, so the header already covers the first forwards to a home
+   * not measured yet.
+   */
+  expectHomes?(homes: Iterable<string>): void;
 }

@@ -3,6 +3,7 @@
  * local grants (when the store keeps them), concurrency leases, and health with metrics.
  */
 import type { FastifyPluginAsync } from 'fastify';
+import type { Policy } from '../../core/policy/policy.js';
 import { ANSWER_WITHIN_HEADER } from '../../core/wire/agent.js';
 import type { AgentAppConfig, AgentDeps } from '../app.js';
 import { batchRoute } from '../http/batch-route.js';
@@ -34,7 +35,9 @@ export function decisionRoutes({ deps, config, core, state }: RouteContext): Fas
   const assertServing = state.assertServing;
   // How long a decision here may take: the local deadline plus the farthest link's allowance (docs/agent.md,
   // "Timeouts"); a client's timeout must be longer, or it fails decisions the agent makes and charges. Every
-  // request reads the forwarder's kept allowance; the header's text is rebuilt only when that changed.
+  // request reads the forwarder's kept allowance; the header's text is rebuilt only when that changed. The
+  // forwarder counts the homes of this agent's strict policies from the start (followForwardHomes), so a home
+  // not measured yet is covered before its first forward, not after the client already lowered its timeout.
   let allowance = 0;
   let header = String(config.decisionDeadlineMs);
   const answerWithin = (): string => {
@@ -46,6 +49,7 @@ export function decisionRoutes({ deps, config, core, state }: RouteContext): Fas
     return header;
   };
   return (scope) => {
+    followForwardHomes(scope, { deps, config, state });
     scope.addHook('onRequest', (_request, reply, done) => {
       reply.header(ANSWER_WITHIN_HEADER, answerWithin());
       done();
@@ -81,6 +85,42 @@ export function decisionRoutes({ deps, config, core, state }: RouteContext): Fas
     reservationsRoute(scope, { reservations: core.reservations, ...headers, assertServing });
     return Promise.resolve();
   };
+}
+
+/** The regions `policies` forward to from `region`: the homes of its strict policies homed elsewhere. */
+export function strictHomesElsewhere(policies: ReadonlyMap<string, Policy>, region: string): Set<string> {
+  const homes = new Set<string>();
+  for (const policy of policies.values()) {
+    if (policy.mode === 'strict' && policy.homeRegion !== undefined && policy.homeRegion !== region)
+      homes.add(policy.homeRegion);
+  }
+  return homes;
+}
+
+/**
+ * Tell the forwarder which homes this agent's policies may forward to: now, once policies are loaded, and after
+ * every change (until the scope closes). A deployment without strict policies homed elsewhere tells it none,
+ * and its header stays the deadline alone.
+ */
+function followForwardHomes(
+  scope: Parameters<FastifyPluginAsync>[0],
+  { deps, config, state }: Pick<RouteContext, 'deps' | 'config' | 'state'>,
+): void {
+  const forwarder = deps.forwarder;
+  if (forwarder?.expectHomes === undefined) return;
+  const tell = (policies: ReadonlyMap<string, Policy>): void =>
+    forwarder.expectHomes?.(strictHomesElsewhere(policies, config.region));
+  tell(deps.policies.current());
+  const unsubscribe = deps.policies.onChange(tell);
+  // A source whose first load tells no listener (or whose policies were there before this subscribed).
+  state.ready.then(
+    () => tell(deps.policies.current()),
+    () => undefined,
+  );
+  scope.addHook('onClose', (_instance, done) => {
+    unsubscribe();
+    done();
+  });
 }
 
 /** Local grants take from the buckets decisions charge: only when the store keeps grants beside them. */

@@ -82,9 +82,13 @@ export class NatsForwarder implements Forwarder {
   readonly #measured = new Map<string, number>();
   /** The longest round trip the configured matrix names from this region, ms (0: none). */
   readonly #configuredFarthest: number;
+  /** Homes this agent's policies may forward to (expectHomes): each counts, measured or not. */
+  #expected: ReadonlySet<string> = new Set();
+  /** Homes a decision was forwarded to: each counts from then on, measured or not. */
+  readonly #forwardedTo = new Set<string>();
   /**
    * farthestAllowanceMs, kept: every decision request reads it (its answer's header), and it changes only when a
-   * measured round trip does.
+   * measured round trip or the set of homes does.
    */
   #farthestAllowance: number;
   /** Decisions waiting for their home's next batch, by home. */
@@ -123,6 +127,12 @@ export class NatsForwarder implements Forwarder {
     const { nc, region } = this.#options;
     const budget = Math.max(1, Math.floor(budgetMs));
     if (nc.isClosed() || nc.isDraining()) this.#fail(homeRegion, 'disconnected', 'not connected to NATS');
+    if (!this.#forwardedTo.has(homeRegion)) {
+      // From now on the header covers this home's wait, measured or not (a forwarder told no homes learns them
+      // here; one told by the agent's policies already counts it).
+      this.#forwardedTo.add(homeRegion);
+      this.#refreshFarthest();
+    }
     const roundTrip = this.roundTripMs(homeRegion);
     const body: ForwardedDecision = {
       fromRegion: region,
@@ -209,17 +219,36 @@ export class NatsForwarder implements Forwarder {
     return linkAllowanceMs(this.roundTripMs(home));
   }
 
-  /** The largest allowance of any home with a configured or measured round trip, ms (0: none known). */
+  /**
+   * The largest allowance of any home a decision here may wait for, ms: every home the configured matrix names,
+   * every home expected (expectHomes) or forwarded to, each at its roundTripMs, so a home not measured yet counts
+   * UNMEASURED_ROUND_TRIP_MS, as its forwards wait (0: no home at all).
+   */
   farthestAllowanceMs(): number {
     return this.#farthestAllowance;
+  }
+
+  /**
+   * The homes this agent's policies may forward to now (strict policies homed in another region); replaces the
+   * previous set. A home forwarded to stays counted.
+   */
+  expectHomes(homes: Iterable<string>): void {
+    this.#expected = new Set([...homes].filter((home) => home !== this.#options.region));
+    this.#refreshFarthest();
   }
 
   /** Fold an answer from `home` that took `took` ms into its measured round trip, and the farthest allowance. */
   #measure(home: string, took: number): void {
     const before = this.#measured.get(home);
     this.#measured.set(home, before === undefined ? took : before + RTT_WEIGHT * (took - before));
+    this.#refreshFarthest();
+  }
+
+  /** Keep farthestAllowanceMs: the configured farthest, and each expected or forwarded-to home's round trip. */
+  #refreshFarthest(): void {
     let most = this.#configuredFarthest;
-    for (const measured of this.#measured.keys()) most = Math.max(most, this.roundTripMs(measured));
+    for (const home of this.#expected) most = Math.max(most, this.roundTripMs(home));
+    for (const home of this.#forwardedTo) most = Math.max(most, this.roundTripMs(home));
     this.#farthestAllowance = linkAllowanceMs(most);
   }
 

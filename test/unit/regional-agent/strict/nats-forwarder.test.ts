@@ -56,9 +56,10 @@ describe('NatsForwarder batching', () => {
     expect(named.roundTripMs('ap')).toBe(220);
   });
 
-  it("knows its farthest link's allowance: the configured matrix's, or none before a home answered", () => {
+  it("knows its farthest link's allowance: the configured matrix's, or none while no home is known", () => {
     const { forwarder } = recording();
-    // Nothing configured, nothing measured: no link known (a first forward counts 250 ms on its own).
+    // Nothing configured, no home expected or forwarded to: no link (an agent without strict policies homed
+    // elsewhere promises its deadline alone).
     expect(forwarder.farthestAllowanceMs()).toBe(0);
     const named = new NatsForwarder({
       nc: {} as NatsConnection,
@@ -71,6 +72,39 @@ describe('NatsForwarder batching', () => {
     });
     // eu's farthest is ap, 220 ms: 1.25 times, rounded up.
     expect(named.farthestAllowanceMs()).toBe(275);
+  });
+
+  it('counts a home not measured yet as its forwards wait: once expected, or from its first forward', async () => {
+    const { forwarder } = recording();
+    // Its own region is never a home to forward to.
+    forwarder.expectHomes(['eu']);
+    expect(forwarder.farthestAllowanceMs()).toBe(0);
+    // A strict policy homed in ap: 250 ms until ap answers, 1.25 times (what a forward to it waits).
+    forwarder.expectHomes(['ap', 'eu']);
+    expect(forwarder.farthestAllowanceMs()).toBe(313);
+    expect(forwarder.farthestAllowanceMs()).toBe(forwarder.linkAllowanceMs('ap'));
+    forwarder.expectHomes([]);
+    expect(forwarder.farthestAllowanceMs()).toBe(0);
+    // A forwarder told no homes counts one from its first forward on, before any answer, and keeps it.
+    const asked = forwarder.decide('us', request, 30);
+    expect(forwarder.farthestAllowanceMs()).toBe(313);
+    await asked.catch(() => undefined);
+    forwarder.expectHomes([]);
+    expect(forwarder.farthestAllowanceMs()).toBe(313);
+  });
+
+  it('keeps the configured farthest over a nearer expected home, and a farther unmeasured one over it', () => {
+    const named = new NatsForwarder({
+      nc: {} as NatsConnection,
+      region: 'eu',
+      roundTrips: new Map([['eu us', 70]]),
+    });
+    expect(named.farthestAllowanceMs()).toBe(88);
+    named.expectHomes(['us']);
+    expect(named.farthestAllowanceMs()).toBe(88);
+    // ap is not in the matrix and has not answered: 250 ms.
+    named.expectHomes(['us', 'ap']);
+    expect(named.farthestAllowanceMs()).toBe(313);
   });
 
   describe('as answers measure the round trips', () => {
@@ -128,6 +162,15 @@ describe('NatsForwarder batching', () => {
       expect(forwarder.farthestAllowanceMs()).toBe(225);
       await answered(forwarder, 'sa', 300, delay);
       expect(forwarder.farthestAllowanceMs()).toBe(375);
+    });
+
+    it("lowers an expected home's allowance to its measured round trip once it answers", async () => {
+      vi.useFakeTimers();
+      const { delay, forwarder } = answering();
+      forwarder.expectHomes(['ap']);
+      expect(forwarder.farthestAllowanceMs()).toBe(313);
+      await answered(forwarder, 'ap', 40, delay);
+      expect(forwarder.farthestAllowanceMs()).toBe(50);
     });
 
     it('keeps a configured round trip over what answers measure', async () => {
