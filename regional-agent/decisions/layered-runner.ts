@@ -82,8 +82,7 @@ export class LayeredRunner {
       idempotencyKey !== undefined && groups.length > 1 ? boundKey(request, idempotencyKey) : idempotencyKey;
     // The strict checks homed here keep their record under the bound key, where a request forwarded here from
     // another region keeps it; the other checks' records, in the same store here, under a key of their own.
-    const keyOf = (group: CheckGroup): string | undefined =>
-      home === undefined || group.kind === 'home' || groupKey === undefined ? groupKey : `${groupKey}.here`;
+    const localKey = home === undefined || groupKey === undefined ? groupKey : `${groupKey}.here`;
     // Every group of a several-group request keeps its record as long as the others: the shortest of what each
     // would keep alone. Groups that expired at different times made a late retry replay some groups and decide
     // the others afresh, which the racing-retry check below refuses (a 409 until the last record expired).
@@ -107,7 +106,15 @@ export class LayeredRunner {
       if (group === undefined) break;
       let run: GroupRun;
       try {
-        run = await this.#runGroup(request, group, keyOf(group), recordTtlMs, false, deadlineAt, chargeBy);
+        run = await this.#runGroup(
+          request,
+          group,
+          group.kind === 'home' ? groupKey : localKey,
+          recordTtlMs,
+          false,
+          deadlineAt,
+          chargeBy,
+        );
         if (run.conflict) throw new AgentErrors.AGT_ERR_IDEMPOTENCY_CONFLICT();
         // This request was never seen here (its claim is new, and a claim outlives every record of its key),
         // yet a local group replayed: the record cannot be this request's. Bound keys make this unreachable; kept
@@ -141,7 +148,18 @@ export class LayeredRunner {
     // After a denial the rest is looked at, not charged: the caller still gets each check's numbers.
     if (next < groups.length) {
       await Promise.all(
-        groups.slice(next).map((g) => this.#runGroup(request, g, keyOf(g), recordTtlMs, true, deadlineAt)),
+        groups
+          .slice(next)
+          .map((g) =>
+            this.#runGroup(
+              request,
+              g,
+              g.kind === 'home' ? groupKey : localKey,
+              recordTtlMs,
+              true,
+              deadlineAt,
+            ),
+          ),
       );
     }
     // A retry of a several-group request whose groups answer in part from their records and in part afresh is
@@ -275,15 +293,23 @@ export class LayeredRunner {
  * request holds both (checks routed to a failure mode belong to no group and do not count); undefined otherwise.
  */
 function strictHere(checks: readonly Check[]): { group: HomeGroup; others: Set<Check> } | undefined {
-  let strict: Check[] | undefined;
-  let others: Set<Check> | undefined;
+  // Most requests are one check, or hold no strict check: nothing is allocated for them.
+  if (checks.length < 2) return undefined;
+  let strict = 0;
+  let other = 0;
   for (const c of checks) {
     const p = c.prepared;
     if (p.route === 'fail' || p.route === 'forward') continue;
-    if (p.policy.mode === 'strict') (strict ??= []).push(c);
-    else (others ??= new Set()).add(c);
+    if (p.policy.mode === 'strict') strict++;
+    else other++;
   }
-  if (strict === undefined || others === undefined) return undefined;
-  for (const c of checks) if (c.prepared.route === 'forward') others.add(c);
-  return { group: { kind: 'home', checks: strict }, others };
+  if (strict === 0 || other === 0) return undefined;
+  const group: HomeGroup = { kind: 'home', checks: [] };
+  const others = new Set<Check>();
+  for (const c of checks) {
+    const p = c.prepared;
+    if (p.route !== 'fail' && p.route !== 'forward' && p.policy.mode === 'strict') group.checks.push(c);
+    else if (p.route !== 'fail') others.add(c);
+  }
+  return { group, others };
 }
