@@ -20,6 +20,7 @@
  * decision the client shed because its own queue was full is answered by the failure mode too; when that denies,
  * it is `503 LIMITER_BUSY`, told apart from `503 LIMITER_UNAVAILABLE` (the agent could not decide).
  */
+import { createHash } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
 import fp from 'fastify-plugin';
@@ -69,8 +70,10 @@ export interface QuotaPluginOptions {
   onRefused?: (error: AgentRequestError, request: FastifyRequest) => void;
   /**
    * The request's idempotency key, e.g. `(request) => request.headers['idempotency-key']`: a retry with the same key
-   * is answered with the first decision and charged nothing (undefined: no key; layered rules share it); the key
-   * on another request is the caller's `409 AGT_ERR_IDEMPOTENCY_CONFLICT`. A key
+   * on the same route is answered with the first decision and charged nothing (undefined: no key; layered rules
+   * share it; `request.quotaDecision.replayed` tells the handler, which must not do the work again); the key is
+   * bound to the route (method and URL pattern), so another route with it is another request; the key on another
+   * request of the route is the caller's `409 AGT_ERR_IDEMPOTENCY_CONFLICT`. A key
    * that is not 1 to 256 printable ASCII characters without spaces (or a header given twice) is the caller's
    * `400 INVALID_IDEMPOTENCY_KEY`, and nothing is asked.
    */
@@ -78,6 +81,15 @@ export interface QuotaPluginOptions {
 }
 
 declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * The decision that admitted this request, on routes the plugin protects (undefined elsewhere, and before the
+     * plugin's preHandler): `replayed` says a retry with the same idempotency key was answered with the first
+     * decision (charged nothing now: the handler should answer as it did the first time, not do the work again),
+     * `results[i].lease` the concurrency slots held for it (given back when the response ends).
+     */
+    quotaDecision?: Decision;
+  }
   interface FastifyContextConfig {
     /** quotaplane policies protecting this route. */
     quota?: QuotaRule | QuotaRule[];
@@ -121,21 +133,26 @@ export function denialOf(decision: Decision): {
   shed: boolean;
   reason: string | undefined;
 } {
-  const violated: string[] = [];
-  let quota = false;
-  let unavailable = false;
+  // Over quota and unavailable are told apart: a 429 names only the policies over quota, and why; a policy that
+  // could not be decided is not over quota (its reason would say an outage), and is named only when nothing is.
+  const quota: string[] = [];
+  const closed: string[] = [];
+  let quotaReason: string | undefined;
+  let closedReason: string | undefined;
   let shed = false;
-  let reason: string | undefined;
   for (const r of decision.results) {
     if (r.retryAfterMs === 0) continue;
-    if (!violated.includes(r.policy)) violated.push(r.policy);
-    reason ??= r.reason;
     if (r.reason !== undefined && CLOSED_REASONS.has(r.reason)) {
-      unavailable = true;
+      if (!closed.includes(r.policy)) closed.push(r.policy);
+      closedReason ??= r.reason;
       if (r.reason === 'client_shed') shed = true;
-    } else quota = true;
+    } else {
+      if (!quota.includes(r.policy)) quota.push(r.policy);
+      quotaReason ??= r.reason;
+    }
   }
-  return { violated, unavailable: unavailable && !quota, shed: shed && !quota, reason };
+  if (quota.length > 0) return { violated: quota, unavailable: false, shed: false, reason: quotaReason };
+  return { violated: closed, unavailable: closed.length > 0, shed, reason: closedReason };
 }
 
 /** Most 429 bodies one protected route keeps serialized. */
@@ -231,8 +248,8 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       }
       checks.push(check);
     }
-    const idempotencyKey: unknown = options.idempotencyKey?.(request);
-    if (idempotencyKey !== undefined && !isIdempotencyKey(idempotencyKey)) {
+    const callerKey: unknown = options.idempotencyKey?.(request);
+    if (callerKey !== undefined && !isIdempotencyKey(callerKey)) {
       return send(
         reply,
         callerProblem(
@@ -241,6 +258,7 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
         ),
       );
     }
+    const idempotencyKey = callerKey === undefined ? undefined : routeKey(request, callerKey);
     const body: DecisionRequest =
       checks.length === 1
         ? idempotencyKey === undefined
@@ -273,7 +291,9 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       if (classFromRequest && error.code === UNKNOWN_CLASS) {
         return send(reply, callerProblem(UNKNOWN_CLASS, UNKNOWN_CLASS_DETAIL));
       }
-      if (costFromRequest && COST_CODES.has(error.code)) {
+      // A class read from the request sets the largest cost too (a class's maxCost): its cost refusal is the
+      // caller's, not an alert any caller could raise at will.
+      if ((costFromRequest || classFromRequest) && COST_CODES.has(error.code)) {
         return send(
           reply,
           callerProblem(
@@ -294,7 +314,11 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
       return send(reply, misconfiguredProblem(error, policies));
     }
     reply.headers(decision.headers);
-    if (decision.allowed) return;
+    if (decision.allowed) {
+      request.quotaDecision = decision;
+      hold(request, decision);
+      return;
+    }
     const { violated, unavailable, shed, reason } = denialOf(decision);
     if (shed) return send(reply, shedProblem(violated));
     if (unavailable) return send(reply, limiterUnavailableProblem(violated));
@@ -311,7 +335,60 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
   };
 }
 
+/** Concurrency slots an admitted request holds, by request: given back when its response ends. */
+const held = new WeakMap<FastifyRequest, string[]>();
+
+/**
+ * Keep the leases of `decision`'s concurrency checks for `request`. A replayed decision's leases are its first
+ * request's, which gives them back itself (giving them back here would free a slot that request still uses).
+ */
+function hold(request: FastifyRequest, decision: Decision): void {
+  if (decision.replayed === true) return;
+  let leases: string[] | undefined;
+  for (const r of decision.results) if (r.lease !== undefined) (leases ??= []).push(r.lease);
+  if (leases !== undefined) held.set(request, leases);
+}
+
+/**
+ * The caller's idempotency key, bound to the route (method and URL pattern): one key sent to two routes is two
+ * requests, never one replayed for the other (a handler that runs for a replay would run a route's work on
+ * another's admission). 43 base64url characters, a key the wire takes.
+ */
+function routeKey(request: FastifyRequest, key: string): string {
+  const route = request.routeOptions.url ?? request.url;
+  return createHash('sha256').update(`${request.method} ${route}\n${key}`).digest('base64url');
+}
+
 async function quotaPlugin(fastify: FastifyInstance, options: QuotaPluginOptions): Promise<void> {
+  fastify.decorateRequest('quotaDecision', undefined);
+  // A request's concurrency slots go back when its response ends: sent, failed in the handler (the error
+  // handler's answer is sent too), timed out, or abandoned by its caller. Unreleased, each slot stayed held for
+  // the policy's leaseSeconds after every request, so "N at once" meant "N per leaseSeconds".
+  const release = async (request: FastifyRequest): Promise<void> => {
+    const leases = held.get(request);
+    if (leases === undefined) return;
+    held.delete(request);
+    await Promise.all(
+      leases.map((lease) =>
+        options.client.releaseLease(lease).catch((error: unknown) => {
+          request.log.warn(
+            { err: error, reqId: request.id },
+            'quotaplane: a concurrency slot could not be given back; it comes back after its leaseSeconds',
+          );
+        }),
+      ),
+    );
+  };
+  // Sent as the answer leaves (not waited for: an agent slow to answer never delays the service's answer), so a
+  // caller that sends its next request on this one's answer finds the slot free; the other hooks catch what
+  // never reached onSend.
+  fastify.addHook('onSend', (request, _reply, payload, done) => {
+    void release(request);
+    done(null, payload);
+  });
+  fastify.addHook('onResponse', release);
+  fastify.addHook('onRequestAbort', release);
+  fastify.addHook('onTimeout', release);
   fastify.decorate('quota', (rules: QuotaRule | QuotaRule[]) =>
     enforce(options, Array.isArray(rules) ? rules : [rules]),
   );

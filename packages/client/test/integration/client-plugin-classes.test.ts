@@ -21,12 +21,23 @@ const policies = parsePoliciesFile(
         refillPerSecond: 0.001,
         classes: { pro: { capacity: 5, refillPerSecond: 0.001 } },
       },
-      writes: { capacity: 3, refillPerSecond: 0.001 },
+      writes: { capacity: 3, refillPerSecond: 0.001, maxCost: 2 },
+      running: { kind: 'concurrency', capacity: 2, leaseSeconds: 60 },
+      costly: {
+        capacity: 10,
+        refillPerSecond: 0.001,
+        maxCost: 5,
+        classes: { free: { capacity: 10, refillPerSecond: 0.001, maxCost: 2 } },
+      },
     },
   }),
 );
 
 let agent: AgentFixture;
+/** Requests of `/run?wait=1` that reached the handler, and what they wait for. */
+let entered = 0;
+let letGo: () => void = () => undefined;
+let held = Promise.resolve();
 let client: AgentClient;
 let service: FastifyInstance;
 const refused: AgentRequestError[] = [];
@@ -46,7 +57,32 @@ beforeAll(async () => {
     request.headers['x-plan'];
   service.get('/plan', { config: { quota: { policy: 'plans', class: plan } } }, () => ({ ran: true }));
   service.get('/gold', { config: { quota: { policy: 'plans', class: 'gold' } } }, () => ({ ran: true }));
-  service.post('/writes', { config: { quota: { policy: 'writes' } } }, () => ({ ran: true }));
+  service.post('/writes', { config: { quota: { policy: 'writes' } } }, (request) => ({
+    ran: true,
+    replayed: request.quotaDecision?.replayed === true,
+  }));
+  service.post('/writes-too', { config: { quota: { policy: 'writes' } } }, () => ({ ran: true }));
+  service.post(
+    '/weighted',
+    { config: { quota: { policy: 'writes', cost: (request) => Number(request.headers['x-cost']) } } },
+    () => ({ ran: true }),
+  );
+  // Fails when asked to (?fail=1); waits for the test when asked to (?wait=1).
+  service.get<{ Querystring: { fail?: string; wait?: string } }>(
+    '/run',
+    { config: { quota: { policy: 'running' } } },
+    async (request) => {
+      if (request.query.wait === '1') {
+        entered++;
+        await held;
+      }
+      if (request.query.fail === '1') throw new Error('the handler failed');
+      return { ran: true };
+    },
+  );
+  service.get('/costly', { config: { quota: { policy: 'costly', cost: 5, class: plan } } }, () => ({
+    ran: true,
+  }));
   service.post(
     '/both',
     { config: { quota: [{ policy: 'writes' }, { policy: 'plans', class: plan }] } },
@@ -150,20 +186,22 @@ describe('idempotency keys through the plugin', () => {
 
   it("the key on another request is the caller's 409, and charges nothing", async () => {
     const tenant = uniquePrefix('reuse');
-    const headers = { 'x-tenant-id': tenant, 'x-plan': 'pro', 'idempotency-key': 'order-9' };
-    expect((await service.inject({ method: 'POST', url: '/writes', headers })).statusCode).toBe(200);
-    const other = await service.inject({ method: 'POST', url: '/both', headers });
+    const weighted = (cost: number) =>
+      service.inject({
+        method: 'POST',
+        url: '/weighted',
+        headers: { 'x-tenant-id': tenant, 'x-cost': String(cost), 'idempotency-key': 'order-9' },
+      });
+    expect((await weighted(1)).statusCode).toBe(200);
+    // The same key on the same route for another cost: another request.
+    const other = await weighted(2);
     expect(other.statusCode).toBe(409);
     expect(other.json()).toMatchObject({ code: 'AGT_ERR_IDEMPOTENCY_CONFLICT' });
     expect(refused).toHaveLength(0);
-    // writes: 1 of 3 taken by order-9; the conflict took nothing of writes or plans.
+    // writes: 1 of 3 taken by order-9; the conflict took nothing.
     expect(
       await statuses(3, () =>
-        service.inject({
-          method: 'POST',
-          url: '/both',
-          headers: { ...headers, 'idempotency-key': `n-${Math.random()}` },
-        }),
+        service.inject({ method: 'POST', url: '/writes', headers: { 'x-tenant-id': tenant } }),
       ),
     ).toEqual([200, 200, 429]);
   });
@@ -186,5 +224,113 @@ describe('idempotency keys through the plugin', () => {
         service.inject({ method: 'POST', url: '/writes', headers: { 'x-tenant-id': tenant } }),
       ),
     ).toEqual([200, 200, 200, 429]);
+  });
+});
+
+describe('concurrency rules through the plugin', () => {
+  /** Whether the agent holds none of the subject's two slots (a dry run: nothing taken). */
+  const free = async (tenant: string): Promise<boolean> => {
+    const res = await fetch(`${agent.url}/v1/decisions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ policy: 'running', subject: tenant, dryRun: true }),
+    });
+    // A dry run answers what would be left after it: 1 of 2 when nothing is held.
+    return ((await res.json()) as { results: { remaining: number }[] }).results[0]!.remaining === 1;
+  };
+  const eventually = async (probe: () => Promise<boolean>): Promise<void> => {
+    for (let i = 0; i < 100 && !(await probe()); i++) await new Promise((r) => setTimeout(r, 20));
+  };
+
+  it('a slot is given back when the response ends, whether the handler answered or threw', async () => {
+    const tenant = uniquePrefix('run');
+    const answers: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await service.inject({
+        url: `/run${i % 2 === 1 ? '?fail=1' : ''}`,
+        headers: { 'x-tenant-id': tenant },
+      });
+      answers.push(res.statusCode);
+      // Given back as the answer leaves: both slots are free again soon after (before, each stayed held for
+      // leaseSeconds, so the third request was a 429).
+      await eventually(() => free(tenant));
+    }
+    expect(answers).toEqual([200, 500, 200, 500, 200, 500]);
+    expect(await free(tenant)).toBe(true);
+  });
+
+  it('two requests in their handlers hold both slots; a third is refused until one answers', async () => {
+    const tenant = uniquePrefix('hold');
+    entered = 0;
+    held = new Promise((resolve) => (letGo = resolve));
+    const slow = [0, 1].map(() => service.inject({ url: '/run?wait=1', headers: { 'x-tenant-id': tenant } }));
+    while (entered < 2) await new Promise((r) => setTimeout(r, 5));
+    const third = await service.inject({ url: '/run', headers: { 'x-tenant-id': tenant } });
+    expect(third.statusCode).toBe(429);
+    expect(third.json()).toMatchObject({ 'violated-policies': ['running'] });
+    letGo();
+    expect((await Promise.all(slow)).map((r) => r.statusCode)).toEqual([200, 200]);
+    await eventually(() => free(tenant));
+    const after = await service.inject({ url: '/run', headers: { 'x-tenant-id': tenant } });
+    expect(after.statusCode).toBe(200);
+  });
+
+  it('a slot held by a caller that went away is given back', async () => {
+    await service.listen({ port: 0, host: '127.0.0.1' });
+    const address = service.server.address() as { port: number };
+    const tenant = uniquePrefix('gone');
+    entered = 0;
+    held = new Promise((resolve) => (letGo = resolve));
+    const controller = new AbortController();
+    const gone = fetch(`http://127.0.0.1:${address.port}/run?wait=1`, {
+      headers: { 'x-tenant-id': tenant },
+      signal: controller.signal,
+    }).catch(() => 'aborted');
+    while (entered < 1) await new Promise((r) => setTimeout(r, 5));
+    expect(await free(tenant)).toBe(false);
+    controller.abort();
+    expect(await gone).toBe('aborted');
+    try {
+      await eventually(() => free(tenant));
+      expect(await free(tenant)).toBe(true);
+    } finally {
+      letGo();
+    }
+  });
+});
+
+describe('idempotency keys are bound to their route', () => {
+  it('one key sent to two routes is two requests; a replay tells the handler', async () => {
+    const tenant = uniquePrefix('bound');
+    const post = (url: string) =>
+      service.inject({ method: 'POST', url, headers: { 'x-tenant-id': tenant, 'idempotency-key': 'same' } });
+    const first = await post('/writes');
+    expect(first.json()).toEqual({ ran: true, replayed: false });
+    expect((await post('/writes')).json()).toEqual({ ran: true, replayed: true });
+    // Another route with the same key: decided (and charged) on its own, never the first route's replay. Before,
+    // 20 requests alternating two routes with one key were all admitted, charged once.
+    expect((await post('/writes-too')).statusCode).toBe(200);
+    expect((await post('/writes-too')).statusCode).toBe(200);
+    // writes holds 3: one for each route's key, one left.
+    expect(
+      await statuses(2, () =>
+        service.inject({ method: 'POST', url: '/writes', headers: { 'x-tenant-id': tenant } }),
+      ),
+    ).toEqual([200, 429]);
+  });
+});
+
+describe('a class read from the request sets the largest cost', () => {
+  it("a cost above the caller's class's maxCost is the caller's 400, not the configuration's alert", async () => {
+    const tenant = uniquePrefix('costly');
+    const ok = await service.inject({ url: '/costly', headers: { 'x-tenant-id': tenant } });
+    expect(ok.statusCode).toBe(200);
+    const res = await service.inject({
+      url: '/costly',
+      headers: { 'x-tenant-id': tenant, 'x-plan': 'free' },
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: 'AGT_ERR_COST_ABOVE_MAX' });
+    expect(refused).toHaveLength(0);
   });
 });

@@ -45,6 +45,27 @@ describe('plugin problem bodies', () => {
     );
   });
 
+  it('a 429 of a request over quota on one policy and unavailable on another names only the one over quota', async () => {
+    const mixed: Decision = {
+      allowed: false,
+      retryAfterMs: 600,
+      results: [
+        // A strict policy whose home could not be reached (fails closed), then a quota refusal.
+        { policy: 'far', allowed: false, resetMs: null, retryAfterMs: 1000, reason: 'home_unreachable' },
+        { policy: 'p', allowed: false, resetMs: null, retryAfterMs: 600, reason: 'subject_exhausted' },
+      ] as Decision['results'],
+      headers: { 'Retry-After': '1' },
+    };
+    const a = await answer(() => Promise.resolve(mixed));
+    expect(a.status).toBe(429);
+    expect(JSON.parse(a.body)).toMatchObject({
+      code: 'RATE_LIMITED',
+      detail: 'quota exceeded for p',
+      'violated-policies': ['p'],
+      reason: 'subject_exhausted',
+    });
+  });
+
   it("one route's 429s, each serialized once, keep each refusal's own reason", async () => {
     const reasons = [
       'subject_exhausted',
