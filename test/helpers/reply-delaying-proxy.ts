@@ -6,6 +6,9 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
  */
 export async function replyDelayingProxy(target: { host: string; port: number }) {
   let pending: { match: string; ms: number } | undefined;
+  /** Resolves when the command `delayRepliesAfter` waits for has gone through (its reply held from then). */
+  let matched: Promise<void> = Promise.resolve();
+  let onMatch: () => void = () => undefined;
   const sockets = new Set<Socket>();
   const server: Server = createServer((client) => {
     const upstream = connect(target);
@@ -23,6 +26,7 @@ export async function replyDelayingProxy(target: { host: string; port: number })
       if (pending !== undefined && chunk.toString('latin1').includes(pending.match)) {
         holdUntil = Date.now() + pending.ms;
         pending = undefined;
+        onMatch();
       }
       upstream.write(chunk);
     });
@@ -41,6 +45,11 @@ export async function replyDelayingProxy(target: { host: string; port: number })
     url: `redis://127.0.0.1:${port}`,
     delayRepliesAfter(match: string, ms: number) {
       pending = { match, ms };
+      matched = new Promise((resolve) => (onMatch = resolve));
+    },
+    /** When the command the last `delayRepliesAfter` named has gone through to Redis. */
+    matched(): Promise<void> {
+      return matched;
     },
     async [Symbol.asyncDispose]() {
       for (const s of sockets) s.destroy();

@@ -63,12 +63,14 @@ describe('a retry racing its first call across two agents', () => {
       // The first call: its token group is charged and recorded; its slot group is refused (held), slowly.
       proxy.delayRepliesAfter(`:slots`, 600);
       const first = call(slow, 'POST', '/v1/decisions', body);
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      // Its slot group's command has reached Redis (its reply held), so its token group is charged and recorded:
+      // a fixed pause here let a retry on a loaded machine overtake the first call and claim the key first.
+      await proxy.matched();
       // The holder lets go, and the client's retry reaches the other agent while the first call is out.
       expect((await call(fast, 'DELETE', `/v1/leases/${lease}`)).status).toBe(200);
       const retry = await call(fast, 'POST', '/v1/decisions', body);
       const firstAnswer = await first;
-      expect(firstAnswer.body['allowed']).toBe(false);
+      expect(firstAnswer.body['allowed'], JSON.stringify(firstAnswer.body)).toBe(false);
       expect(retry.status, JSON.stringify(retry.body)).toBe(409);
       expect(retry.body['code']).toBe('AGT_ERR_IDEMPOTENCY_CONFLICT');
       // Once the first call is answered (denied, refunded, its records gone), the same key decides afresh.
