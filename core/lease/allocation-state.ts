@@ -75,8 +75,11 @@ export interface PolicyState {
   epoch: number;
   /** Bumped on every change; a write carries the seq it snapshots. */
   seq: number;
-  /** Regions whose share shrank, by change seq, until the write carrying them is confirmed. */
-  unwrittenShrinks: { seq: number; regions: number[] }[];
+  /**
+   * Regions whose share shrank, by change seq, until the write carrying them is confirmed; `at` is when the
+   * shrink was issued (its acknowledgement deadline runs from then).
+   */
+  unwrittenShrinks: { seq: number; regions: number[]; at: number }[];
   demand: DemandTracker<string>;
   /** The part of `demand` refused (demand − admitted), smoothed alike: where room is short. */
   unmet: DemandTracker<string>;

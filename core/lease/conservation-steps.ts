@@ -25,14 +25,17 @@ export class ConservationSteps {
   readonly #pendingUnits = new Map<Unit, PolicyState>();
   /** Per region: KV revision of the latest write that shrank it; an agent's lease counts once it applied this. */
   readonly #shrinkHighWater: number[];
-  /** Per region: shrinks issued but not yet written (agents returning from a lapse wait for them). */
-  readonly #unwrittenShrinkCount: number[];
+  /**
+   * Per region: when each shrink issued but not yet written was issued (agents returning from a lapse wait for
+   * them; the oldest starts the acknowledgement deadline, see `unwrittenSince`).
+   */
+  readonly #unwrittenShrinkTimes: number[][];
 
   constructor(context: ConservationContext) {
     this.#ctx = context;
     this.#regionCount = context.safe.length;
     this.#shrinkHighWater = context.safe.map(() => 0);
-    this.#unwrittenShrinkCount = context.safe.map(() => 0);
+    this.#unwrittenShrinkTimes = context.safe.map(() => []);
   }
 
   /** The revision agents of `region` must have applied before a renewal lets them above their safe share. */
@@ -42,7 +45,17 @@ export class ConservationSteps {
 
   /** Some shrink of `region` is issued but not yet written. */
   unwrittenIn(region: number): boolean {
-    return this.#unwrittenShrinkCount[region]! > 0;
+    return this.#unwrittenShrinkTimes[region]!.length > 0;
+  }
+
+  /**
+   * When the oldest shrink of `region` not yet written was issued, or undefined when none is. The deadline for
+   * the region's agents to acknowledge a shrink runs from its issue, not from its write: a write that keeps
+   * failing must not push it back past the grace period of a lapsed agent the shrink makes room for.
+   */
+  unwrittenSince(region: number): number | undefined {
+    const times = this.#unwrittenShrinkTimes[region]!;
+    return times.length === 0 ? undefined : Math.min(...times);
   }
 
   /** A unit carries pending shrinks: acknowledgements must look at it. */
@@ -62,7 +75,7 @@ export class ConservationSteps {
   removed(state: PolicyState): void {
     for (const unit of unitsOf(state)) this.#pendingUnits.delete(unit);
     for (const shrink of state.unwrittenShrinks) {
-      for (const r of shrink.regions) this.#unwrittenShrinkCount[r] = this.#unwrittenShrinkCount[r]! - 1;
+      for (const r of shrink.regions) this.#forgetUnwritten(r, shrink.at);
     }
   }
 
@@ -82,9 +95,10 @@ export class ConservationSteps {
         continue;
       }
       for (const r of shrink.regions) {
-        this.#unwrittenShrinkCount[r] = this.#unwrittenShrinkCount[r]! - 1;
+        this.#forgetUnwritten(r, shrink.at);
         this.#shrinkHighWater[r] = Math.max(this.#shrinkHighWater[r]!, revision);
-        this.#ctx.roster.requireAck(r, revision, now);
+        // The deadline runs from the issue: the claims counted on this shrink from then on.
+        this.#ctx.roster.requireAck(r, revision, shrink.at);
       }
     }
     state.unwrittenShrinks = remaining;
@@ -112,7 +126,7 @@ export class ConservationSteps {
     }
     unit.target = next;
     if (shrunk.length > 0) {
-      this.#recordShrink(state, unit, shrunk);
+      this.#recordShrink(state, unit, shrunk, now);
       this.#ctx.counters.shrinks++;
       return;
     }
@@ -123,7 +137,7 @@ export class ConservationSteps {
    * A region whose every agent lapsed holds at most its safe share; shrink its issued share to that, so the rest
    * can go elsewhere and returning agents catch up (the shrink raises the region's minimum revision) first.
    */
-  releaseUnreachable(state: PolicyState, unit: Unit, unreachable: readonly boolean[]): void {
+  releaseUnreachable(state: PolicyState, unit: Unit, unreachable: readonly boolean[], now: number): void {
     const safe = this.#ctx.safe;
     const shrunk: number[] = [];
     for (let r = 0; r < this.#regionCount; r++) {
@@ -140,7 +154,7 @@ export class ConservationSteps {
     }
     unit.epoch++;
     this.#ctx.touch(state);
-    this.#noteUnwrittenShrink(state, shrunk);
+    this.#noteUnwrittenShrink(state, shrunk, now);
   }
 
   /**
@@ -148,7 +162,7 @@ export class ConservationSteps {
    * shrink the regions above their safe share, in proportion, just enough (live agents acknowledge; lapsed ones
    * are covered by their safe share).
    */
-  restoreBudget(state: PolicyState, unit: Unit, lapsed: readonly boolean[]): void {
+  restoreBudget(state: PolicyState, unit: Unit, lapsed: readonly boolean[], now: number): void {
     const safe = this.#ctx.safe;
     // Pending shrinks are already on their way down: count what the claims settle at, so a cut is made once.
     let total = 0;
@@ -168,7 +182,7 @@ export class ConservationSteps {
       shrunk.push(r);
     }
     unit.target = undefined;
-    this.#recordShrink(state, unit, shrunk);
+    this.#recordShrink(state, unit, shrunk, now);
     this.#ctx.counters.safetyShrinks++;
   }
 
@@ -213,17 +227,24 @@ export class ConservationSteps {
     }
   }
 
-  #recordShrink(state: PolicyState, unit: Unit, regions: number[]): void {
+  #recordShrink(state: PolicyState, unit: Unit, regions: number[], now: number): void {
     unit.epoch++;
     this.#ctx.touch(state);
     unit.pendingRevision = undefined;
     unit.pendingSeq = state.seq;
     this.#pendingUnits.set(unit, state);
-    this.#noteUnwrittenShrink(state, regions);
+    this.#noteUnwrittenShrink(state, regions, now);
   }
 
-  #noteUnwrittenShrink(state: PolicyState, regions: number[]): void {
-    state.unwrittenShrinks.push({ seq: state.seq, regions });
-    for (const r of regions) this.#unwrittenShrinkCount[r] = this.#unwrittenShrinkCount[r]! + 1;
+  #noteUnwrittenShrink(state: PolicyState, regions: number[], now: number): void {
+    state.unwrittenShrinks.push({ seq: state.seq, regions, at: now });
+    for (const r of regions) this.#unwrittenShrinkTimes[r]!.push(now);
+  }
+
+  /** A shrink of `region` issued at `at` is written (or its policy gone). */
+  #forgetUnwritten(region: number, at: number): void {
+    const times = this.#unwrittenShrinkTimes[region]!;
+    const i = times.indexOf(at);
+    if (i >= 0) times.splice(i, 1);
   }
 }

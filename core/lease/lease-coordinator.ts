@@ -228,7 +228,7 @@ export class LeaseCoordinator {
     // renewed (the shell persists these writes before it answers heartbeats).
     const lapsed = this.#lapsedByRegion(now);
     for (const state of this.#policies.values()) {
-      for (const unit of unitsOf(state)) this.#steps.restoreBudget(state, unit, lapsed);
+      for (const unit of unitsOf(state)) this.#steps.restoreBudget(state, unit, lapsed, now);
     }
   }
 
@@ -327,6 +327,11 @@ export class LeaseCoordinator {
       // A renewal must not lift it above its safe share before the shrink that makes room is visible.
       this.counters.renewalsRefused++;
       return { refused: 'catching up: a shrink of this region is being written; retry' };
+    }
+    if (this.#unwrittenOverdue(region, now)) {
+      // Nobody here can acknowledge a shrink that is not written: let them lapse to min(issued, safe) in time.
+      this.counters.renewalsRefused++;
+      return { refused: 'shrink not written in time: a shrink of this region is overdue in the KV; retry' };
     }
     if (this.#roster.overdue(agent, now, this.#ackTimeoutMs)) {
       this.counters.renewalsRefused++;
@@ -537,8 +542,8 @@ export class LeaseCoordinator {
     // Without lapsed agents the claims settle at the issued shares, which never sum above 1: nothing to restore.
     if (lapsed.includes(true)) {
       const epoch = unit.epoch;
-      if (unreachable.includes(true)) this.#steps.releaseUnreachable(state, unit, unreachable);
-      this.#steps.restoreBudget(state, unit, lapsed);
+      if (unreachable.includes(true)) this.#steps.releaseUnreachable(state, unit, unreachable, now);
+      this.#steps.restoreBudget(state, unit, lapsed, now);
       if (unit.epoch !== epoch) unit.cause = this.#cause('lapsed_region', state, now, undefined);
     }
     if (learning || inFlight(unit)) return;
@@ -690,6 +695,21 @@ export class LeaseCoordinator {
       unmet: state.unmet.sumByTag(now, this.#zeros()),
       known: this.#lastUsageAt.map((at) => at !== undefined && now - at <= stale),
     };
+  }
+
+  /**
+   * A shrink of `region` has gone unwritten for longer than the acknowledgement deadline, counted from its issue,
+   * while some agent may be lapsed. The claims count on every issued shrink (restoreBudget counts what they settle
+   * at), and an agent that lapsed takes its safe share when its grace period ends, whether or not the KV took the
+   * write: the agents of `region` must then lapse too, and they can only if they stop being renewed. Without a
+   * lapsed agent the claims hold whatever the KV does (a shrinking region counts at its old share until
+   * acknowledged), so a KV outage alone refuses nobody. docs/protocol.md, "Lapsed agents".
+   */
+  #unwrittenOverdue(region: number, now: number): boolean {
+    const since = this.#steps.unwrittenSince(region);
+    if (since === undefined || now - since <= this.#ackTimeoutMs) return false;
+    for (let r = 0; r < this.regions.length; r++) if (this.#roster.lapsedIn(r, now)) return true;
+    return false;
   }
 
   #lapsedByRegion(now: number): boolean[] {

@@ -67,6 +67,12 @@ export class ProtocolLoop {
   readonly demandSnapshots = new Map<string, DemandSnapshot>();
   revision = 0;
   messages = 0;
+  /**
+   * JetStream refuses writes (a stream leader election, lost quorum): every allocation record write fails and is
+   * handed back (`writeFailed`), to be retried at the next flush, while core NATS (heartbeats, usage, acks,
+   * replies) still flows. Registry and demand snapshot writes are not affected.
+   */
+  writesFailing = false;
   readonly #queue: Event[] = [];
   #seq = 0;
   #agentSeq = 0;
@@ -170,6 +176,10 @@ export class ProtocolLoop {
     const engine = this.engine;
     if (engine === undefined) return;
     for (const write of engine.takeWrites()) {
+      if (this.writesFailing) {
+        engine.writeFailed(write.policy);
+        continue;
+      }
       const revision = ++this.revision;
       if (write.record === null) this.kv.delete(write.policy);
       else this.kv.set(write.policy, { record: write.record, revision });

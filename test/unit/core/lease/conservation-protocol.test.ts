@@ -398,6 +398,87 @@ describe('conservation under failures', () => {
   });
 });
 
+describe('record writes failing while an agent lapses', () => {
+  /**
+   * us is cut off from NATS and, at the same moment, JetStream refuses every record write for `outageMs` (its
+   * stream leader was in us: an election), optionally with one eu agent's KV watch stuck. The coordinator counts
+   * us at its safe share once its leases may have run out and cuts eu so the claims fit, but that cut cannot be
+   * written: eu's agents must still be refused renewal by the acknowledgement deadline counted from the cut's
+   * issue, or they keep deciding at eu's old share after us's agents settle at their safe share (the engine that
+   * started the deadline at the write went to 1.219 here at +17.1 s). Then writes come back, us heals, the stuck
+   * watch catches up, and everything returns to the demand-driven shares with every agent renewed.
+   */
+  function outage(outageMs: number, stuckWatch: boolean): void {
+    const demand = { us: 10, eu: 80, ap: 10 };
+    const loop = settled(demand);
+    const before = loop.shares('writes');
+    expect(before['eu']).toBeGreaterThan(0.7);
+    const us = loop.agents.filter((a) => a.region === 'us');
+    const eu = loop.agents.filter((a) => a.region === 'eu');
+    if (stuckWatch) eu[0]!.stalled = true;
+    for (const a of us) a.partitioned = true;
+    loop.writesFailing = true;
+    const refusals = new Set<string>();
+    for (let t = 0; t < 40_000; t += 100) {
+      if (t === outageMs) loop.writesFailing = false;
+      loop.advance(100);
+      loop.checker.assertHeld();
+      for (const a of eu) if (a.lease.lastRefusal !== undefined) refusals.add(a.lease.lastRefusal);
+    }
+    expect(loop.checker.maxSum.get('writes')!).toBeLessThanOrEqual(1 + 1e-9);
+    for (const a of us) expect(a.lease.mode()).toBe('settled');
+    // eu's agents were refused while the cut could not be written.
+    expect([...refusals].some((r) => /not written in time/.test(r))).toBe(true);
+
+    for (const a of us) loop.heal(a);
+    if (stuckWatch) loop.unstall(eu[0]!);
+    for (let t = 0; t < 90_000; t += 500) {
+      loop.advance(500);
+      loop.checker.assertHeld();
+    }
+    // Every agent holds a renewal, and the coordinator knows it (none counted at its safe share).
+    for (const a of loop.agents) expect(a.lease.mode()).toBe('valid');
+    for (const view of loop.engine!.regionViews()) {
+      expect(view.agents).toHaveLength(2);
+      for (const agent of view.agents) expect(agent.lapsed).toBe(false);
+    }
+    expect(converged(loop, before, 0.02)).toBe(true);
+    const claims = loop.engine!.claims('writes')!;
+    for (const r of regions) expect(claims[r]).toBeCloseTo(loop.shares('writes')[r]!, 9);
+  }
+
+  it('11 s outage, one eu agent with its KV watch stuck', () => outage(11_000, true));
+  it('18 s outage, every watch live', () => outage(18_000, false));
+  it('25 s outage, every watch live', () => outage(25_000, false));
+
+  it('without a lapsed agent, a shrink that cannot be written refuses nobody', () => {
+    // A demand move's shrink counts at its old share until acknowledged: the claims hold whatever the KV does,
+    // and refusing renewals would only take eu's agents down to their safe share for nothing.
+    const loop = settled({ us: 10, eu: 80, ap: 10 });
+    const before = loop.shares('writes');
+    const refused = loop.engine!.counters.renewalsRefused;
+    loop.writesFailing = true;
+    loop.setDemand('eu', 'writes', 10);
+    loop.setDemand('us', 'writes', 80);
+    for (let t = 0; t < 25_000; t += 100) {
+      loop.advance(100);
+      loop.checker.assertHeld();
+    }
+    // The shrink of eu is issued, not written: the agents still decide with eu's old share, and are renewed.
+    expect(loop.engine!.claims('writes')!['eu']).toBeCloseTo(before['eu']!, 9);
+    expect(loop.shares('writes')).toEqual(before);
+    expect(loop.engine!.counters.renewalsRefused).toBe(refused);
+    for (const a of loop.agents) expect(a.lease.mode()).toBe('valid');
+    loop.writesFailing = false;
+    for (let t = 0; t < 30_000; t += 500) {
+      loop.advance(500);
+      loop.checker.assertHeld();
+    }
+    expect(loop.shares('writes')['us']).toBeGreaterThan(0.6);
+    for (const a of loop.agents) expect(a.lease.mode()).toBe('valid');
+  });
+});
+
 describe('per-subject overrides', () => {
   it('gives a constrained subject its own shares where its demand is, then returns it to the policy', () => {
     const loop = settled({ us: 40, eu: 40, ap: 20 });
