@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import type { Problem } from '../../core/wire/agent.js';
 import {
   BatchRequest,
   BatchResponse,
@@ -13,7 +12,7 @@ import type { AgentMetrics } from '../observability/metrics.js';
 import type { Admission } from '../resilience/admission.js';
 import { decisionResponse } from './decision-reply.js';
 import { COMMON_PROBLEMS, problems } from './docs.js';
-import { errorProblem } from './problem.js';
+import { errorProblem, errorRetryAfter } from './problem.js';
 import { hasOwnKey } from '../../core/own-keys.js';
 import type { RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
 
@@ -24,7 +23,9 @@ const schema = {
     'element stay all-or-nothing; elements never depend on each other) and answered on its own, in order: ' +
     '`{ status: 200, body: decision }` or `{ status: 4xx|503, body: problem }`. The elements of one batch reach ' +
     'the store together: one script call per cluster slot. Admission control counts every element; one it ' +
-    'cannot take answers 503 `AGT_ERR_OVERLOADED`, the others are decided.',
+    'cannot take answers 503 `AGT_ERR_OVERLOADED`, the others are decided. A shed element (503 ' +
+    "`AGT_ERR_OVERLOADED`, here or at a strict policy's home) carries `retryAfter`: the `Retry-After` " +
+    '`POST /v1/decisions` would have sent with it, whole seconds.',
   tags: ['decisions'],
   body: BatchRequest,
   response: {
@@ -85,7 +86,8 @@ export function batchElements(body: unknown): unknown[] {
 export function batchRoute(app: FastifyInstance, options: BatchRouteOptions): void {
   const { service, admission, metrics, log, legacyHeaders, rateLimitDraft, assertServing } = options;
 
-  const problemOf = (error: unknown, requestId: string): { status: number; body: Problem } => {
+  /** An element's error answer, as the error handler answers it on `POST /v1/decisions` (its Retry-After too). */
+  const problemOf = (error: unknown, requestId: string): BatchAnswer => {
     const e = error as AgentError;
     const status = e.statusCode ?? 500;
     const known = typeof e.code === 'string' && e.code.startsWith('AGT_ERR_');
@@ -95,7 +97,10 @@ export function batchRoute(app: FastifyInstance, options: BatchRouteOptions): vo
       return { status: 500, body: errorProblem(500, 'AGT_ERR_INTERNAL', 'Internal error') };
     }
     metrics.requestErrors.labels(e.code).inc();
-    return { status, body: errorProblem(status, e.code, e.message, e.errors, e.shed) };
+    const body = errorProblem(status, e.code, e.message, e.errors, e.shed);
+    // A shed element (admission here, or a strict policy's home): the Retry-After its own request would carry.
+    const retryAfter = errorRetryAfter(e.code, admission.retryAfterMs);
+    return retryAfter === undefined ? { status, body } : { status, retryAfter, body };
   };
 
   const decideOne = async (element: unknown, requestId: string, first: boolean): Promise<BatchAnswer> => {

@@ -3,8 +3,7 @@ import type { Logger } from 'pino';
 import { hasOwnKey, ownValue } from '../../core/own-keys.js';
 import { AgentErrors, type AgentError } from '../errors.js';
 import type { AgentMetrics } from '../observability/metrics.js';
-import { retryAfterSeconds } from '../resilience/admission.js';
-import { errorProblem, sendProblem } from './problem.js';
+import { errorProblem, errorRetryAfter, sendProblem } from './problem.js';
 
 /** Fastify's own errors for bodies, mapped to the agent's stable codes. */
 const FRAMEWORK_CODES: Record<string, () => AgentError> = {
@@ -40,7 +39,8 @@ export function installErrorHandling(
     }
     const code = known ? error.code : 'AGT_ERR_INVALID_REQUEST';
     // Shed after admission (the home region of a strict policy was overloaded): the same answer as at the door.
-    if (code === 'AGT_ERR_OVERLOADED') reply.header('retry-after', retryAfterSeconds(overloadRetryAfterMs));
+    const retryAfter = errorRetryAfter(code, overloadRetryAfterMs);
+    if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter));
     metrics.requestErrors.labels(code).inc();
     return sendProblem(reply, errorProblem(status, code, error.message, error.errors, error.shed));
   });

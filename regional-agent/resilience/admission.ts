@@ -117,7 +117,12 @@ export class Admission {
   }
 }
 
+/** Retry-After in whole seconds (rounded up, at least 1) for a retry hint in ms. */
+export function retryAfterWholeSeconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
+}
+
 /** Retry-After header value (whole seconds, rounded up, at least 1) for a retry hint in ms. */
 export function retryAfterSeconds(ms: number): string {
-  return String(Math.max(1, Math.ceil(ms / 1000)));
+  return String(retryAfterWholeSeconds(ms));
 }

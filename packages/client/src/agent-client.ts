@@ -40,7 +40,7 @@ import {
 import { FallbackBuckets, type FallbackBucket, type FallbackCheck } from './fallback.js';
 import { GrantPool, type GrantOptions, type GrantStats } from './grants.js';
 import { DirectDecider, type DirectOptions, type DirectStats } from './direct.js';
-import { fastDecision } from './wire-check.js';
+import { fastAnswers, fastDecision } from './wire-check.js';
 
 /** What a policy does when the agent cannot decide: deny, admit, or decide on the fallback bucket. */
 export type FailureMode = 'closed' | 'open' | 'local';
@@ -368,28 +368,6 @@ function parseJson(text: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-/**
- * A batch answer's elements when every decision in it passes the fast check (the rare problem elements are
- * checked by #outcome), else undefined: the whole body goes to zod.
- */
-function fastAnswers(json: unknown, n: number): BatchAnswer[] | undefined {
-  if (typeof json !== 'object' || json === null) return undefined;
-  const answers = (json as { answers?: unknown }).answers;
-  if (!Array.isArray(answers) || answers.length !== n) return undefined;
-  for (const a of answers as unknown[]) {
-    if (typeof a !== 'object' || a === null) return undefined;
-    const { status, body } = a as { status?: unknown; body?: unknown };
-    if (status === 200) {
-      if (fastDecision(body) === undefined) return undefined;
-    } else if (
-      !(typeof status === 'number' && Number.isInteger(status) && status >= 400 && status <= 599) ||
-      !Problem.safeParse(body).success
-    )
-      return undefined;
-  }
-  return answers as BatchAnswer[];
 }
 
 function counts<K extends string>(keys: readonly K[]): Record<K, number> {
@@ -934,22 +912,28 @@ export class AgentClient {
       return batch.map(() => whole);
     }
     const fast = fastAnswers(json, batch.length);
-    // The fast check passed every 200 element's decision already: only the problem elements are read again.
+    // The fast check passed every 200 element's decision already: only the problem elements are read again. A
+    // problem element's `retryAfter` is the Retry-After its own exchange would have carried: read as that header.
     if (fast !== undefined)
       return fast.map((a) =>
         a.status === 200
           ? { decision: a.body as DecisionResponse }
-          : this.#outcome(a.status, a.body, undefined, false),
+          : this.#outcome(a.status, a.body, 'retryAfter' in a ? a.retryAfter : undefined, false),
       );
     const answers = BatchResponse.safeParse(json).data?.answers;
     if (answers === undefined || answers.length !== batch.length) {
       throw new AgentUnavailableError('bad_body', 'unexpected batch body');
     }
-    return answers.map((a: BatchAnswer) => this.#outcome(a.status, a.body, undefined, false));
+    return answers.map((a: BatchAnswer) =>
+      this.#outcome(a.status, a.body, 'retryAfter' in a ? a.retryAfter : undefined, false),
+    );
   }
 
-  /** One decision's outcome from its status and body; an exchange-level failure when `whole` and no decision. */
-  #outcome(status: number, json: unknown, retryAfter: string | undefined, whole: boolean): Outcome {
+  /**
+   * One decision's outcome from its status, body and Retry-After (the header of its own exchange, or its batch
+   * element's `retryAfter`: whole seconds either way); an exchange-level failure when `whole` and no decision.
+   */
+  #outcome(status: number, json: unknown, retryAfter: string | number | undefined, whole: boolean): Outcome {
     if (status === 200) {
       const fast = fastDecision(json);
       if (fast !== undefined) return { decision: fast };

@@ -1,10 +1,11 @@
 /**
- * The client's fast check of decision answers (packages/client/src/wire-check.ts) accepts only what zod's
- * DecisionResponse accepts: every mutation of a valid answer it accepts, zod accepts too.
+ * The client's fast checks of decision and batch answers (packages/client/src/wire-check.ts) accept only what
+ * zod's DecisionResponse and BatchResponse accept: every mutation of a valid answer they accept, zod accepts too.
  */
 import { describe, expect, it } from 'vitest';
 import { DecisionResponse } from '../../../../core/wire/agent.js';
-import { fastDecision } from '../../src/wire-check.js';
+import { BatchResponse } from '../../../../core/wire/batch.js';
+import { fastAnswers, fastDecision } from '../../src/wire-check.js';
 
 const valid = () => ({
   allowed: false,
@@ -92,5 +93,87 @@ describe('fastDecision', () => {
     expect(verdicts.filter(([, fast, zod]) => fast !== zod).map(([name]) => name)).toEqual([
       'a __proto__ header',
     ]);
+  });
+});
+
+const problem = (status: number, code: string) => ({
+  type: 'about:blank',
+  title: 'T',
+  status,
+  code,
+  detail: 'd',
+});
+const validBatch = () => ({
+  answers: [
+    { status: 200, body: valid() },
+    { status: 503, retryAfter: 10, body: problem(503, 'AGT_ERR_OVERLOADED') },
+    { status: 404, body: problem(404, 'AGT_ERR_UNKNOWN_POLICY') },
+  ],
+});
+
+type BatchMutation = [string, (b: ReturnType<typeof validBatch>) => unknown];
+const at = (path: (string | number)[], value: unknown): BatchMutation => [
+  `${path.join('.')} = ${JSON.stringify(value)}`,
+  (b) => set(path, value)[1](b as unknown as ReturnType<typeof valid>),
+];
+
+const batchMutations: BatchMutation[] = [
+  at(['answers', 1, 'retryAfter'], undefined),
+  at(['answers', 1, 'retryAfter'], 1),
+  at(['answers', 1, 'retryAfter'], 0),
+  at(['answers', 1, 'retryAfter'], -1),
+  at(['answers', 1, 'retryAfter'], 1.5),
+  at(['answers', 1, 'retryAfter'], '10'),
+  at(['answers', 1, 'retryAfter'], null),
+  at(['answers', 2, 'retryAfter'], 3),
+  at(['answers', 2, 'retryAfter'], 'soon'),
+  at(['answers', 1, 'status'], 399),
+  at(['answers', 1, 'status'], 600),
+  at(['answers', 1, 'status'], 503.5),
+  at(['answers', 1, 'status'], '503'),
+  at(['answers', 1, 'body'], undefined),
+  at(['answers', 1, 'body', 'code'], 7),
+  at(['answers', 0, 'body', 'allowed'], 'yes'),
+  at(['answers', 0, 'status'], 201),
+  at(['answers', 1], null),
+  at(['answers', 1], []),
+  at(['answers'], {}),
+  ['not an object', () => 'answers'],
+];
+
+describe('fastAnswers', () => {
+  const zodAccepts = (b: unknown) => {
+    const parsed = BatchResponse.safeParse(b);
+    return parsed.success && parsed.data.answers.length === 3;
+  };
+
+  it('accepts a valid batch answer as it is, shed elements with their retryAfter', () => {
+    const b = validBatch();
+    expect(fastAnswers(b, 3)).toBe(b.answers);
+    expect(zodAccepts(b)).toBe(true);
+    expect(BatchResponse.parse(b).answers[1]).toMatchObject({ retryAfter: 10 });
+    expect(fastAnswers(b, 2)).toBeUndefined();
+  });
+
+  it.each(batchMutations)('%s: accepted only if zod accepts it', (_name, mutate) => {
+    const b = mutate(validBatch());
+    if (fastAnswers(b, 3) !== undefined) expect(zodAccepts(b)).toBe(true);
+  });
+
+  it('agrees with zod on every mutation', () => {
+    const verdicts = batchMutations.map(([name, mutate]) => {
+      const b = mutate(validBatch());
+      return [name, fastAnswers(b, 3) !== undefined, zodAccepts(b)] as const;
+    });
+    expect(verdicts.filter(([, fast, zod]) => fast !== zod).map(([name]) => name)).toEqual([]);
+    // Both refuse a retryAfter that is not whole seconds, at least one.
+    expect(verdicts.filter(([, fast]) => !fast).map(([name]) => name)).toEqual(
+      expect.arrayContaining([
+        'answers.1.retryAfter = 0',
+        'answers.1.retryAfter = 1.5',
+        'answers.1.retryAfter = "10"',
+        'answers.2.retryAfter = "soon"',
+      ]),
+    );
   });
 });

@@ -184,7 +184,8 @@ describe('POST /v1/decisions/batch', () => {
     expect(answers.filter((a) => a.status === 200 && a.body.allowed)).toHaveLength(4);
     const shed = answers.filter((a) => a.status === 503);
     expect(shed).toHaveLength(6);
-    for (const a of shed) expect(a.body).toMatchObject({ code: 'AGT_ERR_OVERLOADED' });
+    // Each with the Retry-After its own request would carry (QP_OVERLOAD_RETRY_AFTER_MS, 1 s by default).
+    for (const a of shed) expect(a).toMatchObject({ retryAfter: 1, body: { code: 'AGT_ERR_OVERLOADED' } });
     expect(await remaining('wide', s)).toBe(996);
     const metrics = (await tight.app.inject({ url: '/metrics' })).body;
     expect(metrics).toMatch(/quotaplane_shed_decisions_total\{[^}]*route="http"[^}]*\} 6/);
