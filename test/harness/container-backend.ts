@@ -26,7 +26,7 @@ import type {
   ServerBackend,
 } from './backend.js';
 import { natsSecurity } from './nats-security.js';
-import { freeClusterPort, freePort, waitForPort } from './ports.js';
+import { CLUSTER_NODE_ARGS, freeClusterPort, freePort, waitForPort } from './ports.js';
 import { natsInfo, redisPing, until } from '../../scripts/stack/probes.js';
 import { formCluster } from '../../scripts/stack/redis-cluster.js';
 import { attachReplicas } from './redis-replication.js';
@@ -409,14 +409,7 @@ async function startRedisCluster(masters: number, replicasPerMaster: number): Pr
   const nodes: ContainerRedis[] = [];
   try {
     for (let i = 0; i < masters * (1 + replicasPerMaster); i++) {
-      const node = new ContainerRedis([
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        'nodes.conf',
-        '--cluster-node-timeout',
-        '2000',
-      ]);
+      const node = new ContainerRedis([...CLUSTER_NODE_ARGS]);
       node.port = await freeClusterPort(nodes.map((n) => n.port));
       nodes.push(node);
     }

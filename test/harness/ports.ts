@@ -126,3 +126,13 @@ export async function freeClusterPort(avoid: readonly number[] = []): Promise<nu
   }
   throw new Error('no free port for a Redis Cluster node');
 }
+
+/** The arguments of a Redis cluster node the harness starts (either backend): cluster mode, a 2 s node timeout. */
+export const CLUSTER_NODE_ARGS: readonly string[] = [
+  '--cluster-enabled',
+  'yes',
+  '--cluster-config-file',
+  'nodes.conf',
+  '--cluster-node-timeout',
+  '2000',
+];

@@ -17,7 +17,7 @@ import type {
   ServerBackend,
 } from './backend.js';
 import { natsSecurity } from './nats-security.js';
-import { freeClusterPort, freePort, waitForPort } from './ports.js';
+import { CLUSTER_NODE_ARGS, freeClusterPort, freePort, waitForPort } from './ports.js';
 import { waitReplicasInSync } from './redis-replication.js';
 
 const exec = promisify(execFile);
@@ -313,14 +313,7 @@ export const processBackend: ServerBackend = {
   async startRedisCluster(masters = 3, replicasPerMaster = 0) {
     const nodes: ProcessRedis[] = [];
     for (let i = 0; i < masters * (1 + replicasPerMaster); i++) {
-      const node = new ProcessRedis([
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        'nodes.conf',
-        '--cluster-node-timeout',
-        '2000',
-      ]);
+      const node = new ProcessRedis([...CLUSTER_NODE_ARGS]);
       // Redis refuses cluster mode above port 55535 (its bus is port + 10000): a plain free port often is.
       node.port = await freeClusterPort(nodes.map((n) => n.port));
       nodes.push(node);
