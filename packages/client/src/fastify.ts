@@ -316,7 +316,7 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
     reply.headers(decision.headers);
     if (decision.allowed) {
       request.quotaDecision = decision;
-      hold(request, decision);
+      hold(request, reply, options.client, decision);
       return;
     }
     const { violated, unavailable, shed, reason } = denialOf(decision);
@@ -335,18 +335,30 @@ function enforce(options: QuotaPluginOptions, rules: QuotaRule[]): preHandlerAsy
   };
 }
 
-/** Concurrency slots an admitted request holds, by request: given back when its response ends. */
-const held = new WeakMap<FastifyRequest, string[]>();
-
 /**
- * Keep the leases of `decision`'s concurrency checks for `request`. A replayed decision's leases are its first
- * request's, which gives them back itself (giving them back here would free a slot that request still uses).
+ * Give back the concurrency slots `decision` took for `request` when its response ends: sent, failed in the handler
+ * (the error handler's answer is sent too), timed out, or abandoned by its caller (the response's `close` comes in
+ * every case). Not waited for: an agent slow to answer never delays the service. A request without a slot pays
+ * nothing. A replayed decision's leases are its first request's, which gives them back itself (giving them back
+ * here would free a slot that request still uses). Unreleased, each slot stayed held for the policy's leaseSeconds
+ * after every request, so "N at once" meant "N per leaseSeconds".
  */
-function hold(request: FastifyRequest, decision: Decision): void {
+function hold(request: FastifyRequest, reply: FastifyReply, client: AgentClient, decision: Decision): void {
   if (decision.replayed === true) return;
   let leases: string[] | undefined;
   for (const r of decision.results) if (r.lease !== undefined) (leases ??= []).push(r.lease);
-  if (leases !== undefined) held.set(request, leases);
+  if (leases === undefined) return;
+  const slots = leases;
+  reply.raw.once('close', () => {
+    for (const lease of slots) {
+      client.releaseLease(lease).catch((error: unknown) => {
+        request.log.warn(
+          { err: error, reqId: request.id },
+          'quotaplane: a concurrency slot could not be given back; it comes back after its leaseSeconds',
+        );
+      });
+    }
+  });
 }
 
 /**
@@ -361,34 +373,6 @@ function routeKey(request: FastifyRequest, key: string): string {
 
 async function quotaPlugin(fastify: FastifyInstance, options: QuotaPluginOptions): Promise<void> {
   fastify.decorateRequest('quotaDecision', undefined);
-  // A request's concurrency slots go back when its response ends: sent, failed in the handler (the error
-  // handler's answer is sent too), timed out, or abandoned by its caller. Unreleased, each slot stayed held for
-  // the policy's leaseSeconds after every request, so "N at once" meant "N per leaseSeconds".
-  const release = async (request: FastifyRequest): Promise<void> => {
-    const leases = held.get(request);
-    if (leases === undefined) return;
-    held.delete(request);
-    await Promise.all(
-      leases.map((lease) =>
-        options.client.releaseLease(lease).catch((error: unknown) => {
-          request.log.warn(
-            { err: error, reqId: request.id },
-            'quotaplane: a concurrency slot could not be given back; it comes back after its leaseSeconds',
-          );
-        }),
-      ),
-    );
-  };
-  // Sent as the answer leaves (not waited for: an agent slow to answer never delays the service's answer), so a
-  // caller that sends its next request on this one's answer finds the slot free; the other hooks catch what
-  // never reached onSend.
-  fastify.addHook('onSend', (request, _reply, payload, done) => {
-    void release(request);
-    done(null, payload);
-  });
-  fastify.addHook('onResponse', release);
-  fastify.addHook('onRequestAbort', release);
-  fastify.addHook('onTimeout', release);
   fastify.decorate('quota', (rules: QuotaRule | QuotaRule[]) =>
     enforce(options, Array.isArray(rules) ? rules : [rules]),
   );
