@@ -54,8 +54,12 @@ export class ConservationSteps {
    * failing must not push it back past the grace period of a lapsed agent the shrink makes room for.
    */
   unwrittenSince(region: number): number | undefined {
-    const times = this.#unwrittenShrinkTimes[region]!;
-    return times.length === 0 ? undefined : Math.min(...times);
+    // A loop, not Math.min(...times): a long KV outage over many policies can hold more issue times than a call
+    // takes arguments.
+    let oldest: number | undefined;
+    for (const at of this.#unwrittenShrinkTimes[region]!)
+      if (oldest === undefined || at < oldest) oldest = at;
+    return oldest;
   }
 
   /** A unit carries pending shrinks: acknowledgements must look at it. */
