@@ -151,6 +151,7 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
         if (closed) return;
         await new Promise((r) => setTimeout(r, 25).unref());
       }
+      warnOfFarRedis(redisClock.linkRoundTripUs, config.storeTimeoutMs, log);
       const report = await warmUp(agent.app, policies.current(), {
         region: config.region,
         rounds: config.warmUpRounds,
@@ -165,6 +166,20 @@ export async function startAgent(config: Readonly<AgentConfig>, log: Logger): Pr
       warmed = true;
     }
   }
+}
+
+/**
+ * Say so when Redis is far for the store timeout: a call's reply must come within `storeTimeoutMs` of its write,
+ * and a round trip over a third of it leaves too little for Redis's own queue and a busy moment, so decisions fail
+ * as their policies declare (`store_unavailable`) under load though Redis is healthy.
+ */
+export function warnOfFarRedis(roundTripUs: number | undefined, storeTimeoutMs: number, log: Logger): void {
+  if (roundTripUs === undefined || roundTripUs * 3 <= storeTimeoutMs * 1000) return;
+  const roundTripMs = Math.round(roundTripUs / 100) / 10;
+  log.warn(
+    { redisRoundTripMs: roundTripMs, storeTimeoutMs },
+    `Redis answers in ${roundTripMs} ms, more than a third of QP_STORE_TIMEOUT_MS (${storeTimeoutMs}): decisions will fail as their policies declare when it is busy; raise QP_STORE_TIMEOUT_MS to at least ${Math.ceil(roundTripMs * 3)} or run Redis nearer (docs/running.md)`,
+  );
 }
 
 /** Owns the Redis connection and its clock: closed after everything that calls Redis. */

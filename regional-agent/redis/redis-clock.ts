@@ -6,11 +6,19 @@ export function agentMicros(): number {
 }
 
 /**
- * A sample read more than this long after it was asked for is dropped, µs. Its offset is early by up to its
- * round trip: one read after a 200 ms stall of this event loop (common while a process starts) would make every
- * deadline 200 ms early and every call "too late". With no sample good enough yet, calls carry no deadline.
+ * A sample read more than this long after it was asked for, beyond the link's own round trip, is dropped, µs.
+ * Its offset is early by up to its round trip: one read after a 200 ms stall of this event loop (common while a
+ * process starts) would make every deadline 200 ms early and every call "too late". With no sample good enough
+ * yet, calls carry no deadline.
  */
 export const MAX_SAMPLE_ROUND_TRIP_US = 10_000;
+
+/**
+ * Round trips a node must have answered before its shortest one counts as the link's own (a Redis farther than
+ * MAX_SAMPLE_ROUND_TRIP_US, in another zone or behind a slow network): one round trip alone cannot tell a far
+ * Redis from a stalled event loop, the shortest of three read at least a second apart can.
+ */
+export const LINK_ROUND_TRIPS = 3;
 
 export interface RedisClockOptions {
   /** How often Redis TIME is sampled. Default 1000 ms. */
@@ -29,12 +37,17 @@ export interface RedisClockOptions {
  * offsets serves every slot, for the same reason. Without a sample yet, `toRedisMicros` answers 0 (no
  * deadline), so such a call could still be charged after its caller gave up: the agent is not ready until
  * `synced` (regional-agent/start.ts), and only calls sent to it anyway meanwhile carry none. A sample whose round trip
- * was long is dropped (MAX_SAMPLE_ROUND_TRIP_US): it would make deadlines early by that much.
+ * was long is dropped (MAX_SAMPLE_ROUND_TRIP_US): it would make deadlines early by that much. Long is measured
+ * from the link's own round trip, the shortest of a node's last `keep` (once it has LINK_ROUND_TRIPS): a Redis
+ * 20 ms away gives samples early by about 20 ms, which its calls' own round trip already costs; dropping them all
+ * left the agent unready for good (every round trip over the bound).
  */
 export class RedisClock {
   readonly #redis: Redis | Cluster;
   readonly #keep: number;
   readonly #samples = new Map<string, number[]>();
+  /** Each node's last `keep` round trips, µs, dropped samples' too: the shortest is the link's own. */
+  readonly #roundTrips = new Map<string, number[]>();
   #offset: number | undefined;
   #newestOffset: number | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -71,9 +84,9 @@ export class RedisClock {
           const asked = agentMicros();
           const [seconds, micros] = await node.time();
           const at = agentMicros();
-          if (at - asked > MAX_SAMPLE_ROUND_TRIP_US) return;
-          const sample = Number(seconds) * 1_000_000 + Number(micros) - at;
           const name = `${node.options.host ?? ''}:${node.options.port ?? ''}`;
+          if (at - asked > this.#longestRoundTrip(name, at - asked)) return;
+          const sample = Number(seconds) * 1_000_000 + Number(micros) - at;
           const list = this.#samples.get(name) ?? [];
           list.push(sample);
           if (list.length > this.#keep) list.shift();
@@ -93,6 +106,23 @@ export class RedisClock {
     }
     this.#offset = offset;
     this.#newestOffset = newest;
+  }
+
+  /** Record a node's round trip; the longest one a sample may take: the bound past the link's own. */
+  #longestRoundTrip(name: string, roundTrip: number): number {
+    const list = this.#roundTrips.get(name) ?? [];
+    list.push(roundTrip);
+    if (list.length > this.#keep) list.shift();
+    this.#roundTrips.set(name, list);
+    const link = list.length < LINK_ROUND_TRIPS ? 0 : Math.min(...list);
+    return link + MAX_SAMPLE_ROUND_TRIP_US;
+  }
+
+  /** The farthest node's own round trip (the shortest of its recent ones), µs; undefined before the first. */
+  get linkRoundTripUs(): number | undefined {
+    let farthest: number | undefined;
+    for (const list of this.#roundTrips.values()) farthest = Math.max(farthest ?? 0, Math.min(...list));
+    return farthest;
   }
 
   /**

@@ -53,7 +53,7 @@ export async function warmUp(
   let sent = 0;
   let decided = 0;
   let rounds = 0;
-  if (local.length === 0) return { rounds, decided, sent, ms: performance.now() - started };
+  if (local.length === 0) return { rounds, decided, sent, ms: Math.round(performance.now() - started) };
   for (let round = 0; round < options.rounds; round++) {
     const decisions = Array.from({ length: size }, (_, i) => {
       const policy = local[(round * size + i) % local.length]!;
@@ -87,5 +87,5 @@ export async function warmUp(
       break;
     }
   }
-  return { rounds, decided, sent, ms: performance.now() - started };
+  return { rounds, decided, sent, ms: Math.round(performance.now() - started) };
 }

@@ -9,12 +9,15 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { AgentConfig } from '../../../../regional-agent/config.js';
 import { startAgent } from '../../../../regional-agent/start.js';
+import { Redis } from 'ioredis';
 import {
   agentMicros,
+  LINK_ROUND_TRIPS,
   MAX_SAMPLE_ROUND_TRIP_US,
   RedisClock,
 } from '../../../../regional-agent/redis/redis-clock.js';
 import { backend, sharedRedis } from '../../../harness/fixtures.js';
+import { tcpProxy } from '../../../helpers/tcp-proxy.js';
 
 /** Block this event loop for `ms`, as a busy start-up does. */
 function stall(ms: number): void {
@@ -22,7 +25,7 @@ function stall(ms: number): void {
   while (performance.now() < until);
 }
 
-async function redisMicros(redis: ReturnType<typeof sharedRedis>): Promise<number> {
+async function redisMicros(redis: Pick<Redis, 'time'>): Promise<number> {
   const [s, us] = await redis.time();
   return Number(s) * 1_000_000 + Number(us);
 }
@@ -93,6 +96,67 @@ describe('RedisClock', () => {
       await expect.poll(async () => (await readyz()).status, { timeout: 15_000 }).toBe(200);
     } finally {
       await server.resume();
+      await running.agent.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a Redis farther than the bound: samples count from the third round trip, and an agent behind it gets ready and warns', async () => {
+    await using server = await backend().startRedis();
+    // 12 ms each way: every round trip is over MAX_SAMPLE_ROUND_TRIP_US, as to a Redis in another zone.
+    await using proxy = await tcpProxy({ host: server.host, port: server.port }, { delayMs: 12 });
+    const far = new Redis({ host: '127.0.0.1', port: proxy.port, lazyConnect: true });
+    await far.connect();
+    const clock = new RedisClock(far, { sampleEveryMs: 3_600_000 });
+    try {
+      for (let i = 0; i < LINK_ROUND_TRIPS - 1; i++) await clock.sample();
+      // Until the link's own round trip is known, one long round trip cannot be told from a stalled event loop.
+      expect(clock.linkRoundTripUs).toBeGreaterThan(MAX_SAMPLE_ROUND_TRIP_US);
+      await clock.sample();
+      for (let i = 0; i < 20 && !clock.synced; i++) await clock.sample();
+      expect(clock.synced).toBe(true);
+      const converted = clock.toRedisMicros(agentMicros());
+      const near = new Redis(server.url);
+      try {
+        expect(converted).toBeLessThanOrEqual(await redisMicros(near));
+      } finally {
+        near.disconnect();
+      }
+    } finally {
+      clock.close();
+      far.disconnect();
+    }
+
+    const dir = mkdtempSync(join(tmpdir(), 'qp-clock-far-'));
+    const file = join(dir, 'policies.json');
+    writeFileSync(file, JSON.stringify({ policies: { demo: { capacity: 10, refillPerSecond: 1 } } }));
+    const lines: string[] = [];
+    const running = await startAgent(
+      AgentConfig.parse({
+        region: 'us',
+        redisUrl: `redis://127.0.0.1:${proxy.port}`,
+        policiesFile: file,
+        port: 0,
+        logLevel: 'warn',
+        storeTimeoutMs: 60,
+      }),
+      pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) }),
+    );
+    try {
+      // Before: every sample was dropped, and the agent said "no Redis TIME sample yet" for good.
+      await expect
+        .poll(async () => (await fetch(`${running.url}/readyz`)).status, { timeout: 20_000 })
+        .toBe(200);
+      const warning = lines
+        .map(
+          (line) => JSON.parse(line) as { msg: string; storeTimeoutMs?: number; redisRoundTripMs?: number },
+        )
+        .find((entry) => entry.storeTimeoutMs !== undefined);
+      expect(warning?.msg).toMatch(
+        /^Redis answers in [\d.]+ ms, more than a third of QP_STORE_TIMEOUT_MS \(60\)/,
+      );
+      expect(warning?.redisRoundTripMs).toBeGreaterThanOrEqual(24);
+    } finally {
       await running.agent.close();
       rmSync(dir, { recursive: true, force: true });
     }
