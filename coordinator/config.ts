@@ -232,7 +232,11 @@ export const CoordinatorEnv = z
       });
     }
     const tokens = grants.map((g) => g.token);
-    if (env.QP_READ_TOKEN !== env.QP_ADMIN_TOKEN && new Set(tokens).size !== tokens.length) {
+    // The admin and read tokens equal are reported above; any other secret configured twice is reported here.
+    const distinct =
+      new Set(tokens).size +
+      (env.QP_READ_TOKEN !== undefined && env.QP_READ_TOKEN === env.QP_ADMIN_TOKEN ? 1 : 0);
+    if (distinct !== tokens.length) {
       ctx.addIssue({ code: 'custom', path: ['QP_ADMIN_TOKENS'], message: 'every token must differ' });
     }
   });
