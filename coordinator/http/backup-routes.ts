@@ -124,7 +124,12 @@ export function registerBackupRoutes(app: AdminApp, options: BackupRoutesOptions
         seen.add(parsedName.data);
         const checked = validateSpec(parsedName.data, body, PolicyBody);
         if (!checked.ok) {
-          problems.push(...checked.problems.map((p) => ({ ...p, path: `policies.${i}.${p.path}` })));
+          problems.push(
+            ...checked.problems.map((p) => ({
+              ...p,
+              path: p.path === '' ? `policies.${i}` : `policies.${i}.${p.path}`,
+            })),
+          );
           return;
         }
         specs.push(checked.spec);

@@ -11,6 +11,7 @@ import { ensureAuditStream, JetStreamAuditTrail } from '../audit/jetstream-audit
 import type { CoordinatorConfig } from '../config.js';
 import type { CoordinatorMetrics } from '../metrics.js';
 import { KvPolicyStore } from '../policies/kv-policy-store.js';
+import { POLICY_VALUE_MAX_BYTES } from '../policies/validate.js';
 import { KvGuard } from './kv-guard.js';
 import { openAndRead } from './kv-read.js';
 import type { Logger, ReadinessProbe } from '../ports.js';
@@ -19,7 +20,7 @@ import { stepper, type StartSteps } from '../start-steps.js';
 /** Settings of the policies bucket. Fixed: agents bind to it as it is. */
 export const POLICY_BUCKET_OPTIONS = {
   history: 10,
-  maxValueSize: 16 * 1024,
+  maxValueSize: POLICY_VALUE_MAX_BYTES,
   description: 'quotaplane policies (key: policy name with . as =)',
 } as const;
 

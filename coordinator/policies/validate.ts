@@ -65,6 +65,14 @@ function writtenMinimums(body: PolicyBody, ctx: z.RefinementCtx): void {
   for (const [name, c] of Object.entries(body.classes ?? {})) limits(['classes', name], c);
 }
 
+/** Largest value of the policies bucket (its `maxValueSize`, coordinator/nats/open-stores.ts). */
+export const POLICY_VALUE_MAX_BYTES = 16 * 1024;
+/**
+ * Largest stored spec (its JSON, the KV value) a write accepts: JetStream counts the headers of the conditional
+ * write (`Nats-Expected-Last-Subject-Sequence`, about 60 bytes) in the bucket's limit, so some room is left.
+ */
+export const MAX_STORED_SPEC_BYTES = POLICY_VALUE_MAX_BYTES - 256;
+
 /** Validate a spec for this deployment: the parsed body (constant defaults filled) or every problem found. */
 export function validateSpec(
   name: string,
@@ -73,7 +81,21 @@ export function validateSpec(
 ): { ok: true; spec: StoredSpec } | { ok: false; problems: FieldProblem[] } {
   const parsed = schema.safeParse(input);
   if (!parsed.success) return { ok: false, problems: fieldProblems(parsed.error.issues) };
-  return { ok: true, spec: canonicalSpec(name, parsed.data) };
+  const spec = canonicalSpec(name, parsed.data);
+  // A value the bucket cannot hold is the caller's mistake, never a store failure worth retrying.
+  const bytes = Buffer.byteLength(JSON.stringify(spec), 'utf8');
+  if (bytes > MAX_STORED_SPEC_BYTES) {
+    return {
+      ok: false,
+      problems: [
+        {
+          path: '',
+          message: `the policy takes ${bytes} bytes stored, more than the ${MAX_STORED_SPEC_BYTES} a policy may take (fewer named subjects or classes)`,
+        },
+      ],
+    };
+  }
+  return { ok: true, spec };
 }
 
 const ORDER = [
