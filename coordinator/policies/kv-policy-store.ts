@@ -273,8 +273,14 @@ export class KvPolicyStore implements PolicyStore {
           continue;
         }
         // The delete marker's revision: read back under the write lock, so it is ours unless another
-        // process wrote in between (then the newer revision is the one worth recording).
-        const marker = await this.#kvCall('get', () => this.#kv.get(key));
+        // process wrote in between (then the newer revision is the one worth recording). The delete landed
+        // whatever this read does: a failed read falls back to an estimate rather than failing a done delete,
+        // which would leave it unaudited and unannounced.
+        const marker = await this.#kv.get(key).catch((error: unknown) => {
+          this.#metrics.kvErrors.inc({ op: 'get' });
+          this.#log.warn({ err: error, op: 'get' }, 'could not read back a deletion marker');
+          return null;
+        });
         const revision = marker?.revision ?? current.revision + 1;
         this.#guard?.wrote(key, revision);
         this.#setCount(this.#count - 1);
@@ -318,7 +324,7 @@ export class KvPolicyStore implements PolicyStore {
           revision,
           {
             ...ctx,
-            requestId: `${ctx.requestId}:${name}`,
+            requestId: perPolicyRequestId(ctx.requestId, name),
             precondition: undefined,
           },
           bump,
@@ -553,6 +559,17 @@ function versioned(
   if (outcome.version === requested.version) return { spec, policy: requested, bump: outcome.bump };
   const moved = { ...spec, version: outcome.version };
   return { spec: moved, policy: Policy.parse(moved), bump: outcome.bump };
+}
+
+/** Longest request id an audit record carries (AuditRecord in core/wire/admin.ts). */
+const MAX_AUDIT_REQUEST_ID = 128;
+
+/**
+ * `<request id>:<policy name>`, the request id cut so the whole fits an audit record: the request id may be the
+ * client's (up to 128 characters) and the name up to 64, and a longer one would be skipped by every read.
+ */
+function perPolicyRequestId(requestId: string, name: string): string {
+  return `${requestId.slice(0, MAX_AUDIT_REQUEST_ID - 1 - name.length)}:${name}`;
 }
 
 function sameSpec(a: StoredSpec, b: StoredSpec): boolean {

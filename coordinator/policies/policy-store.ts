@@ -80,8 +80,9 @@ export interface PolicyStore {
   /**
    * Restore a backup into an empty store, under the store's write lock: when it holds no policy, append the
    * backup's `audit` records as imported (oldest first), then create each of `specs` (validated already, names
-   * unique), each audited as a `create` by `ctx.actor` with request id `<ctx.requestId>:<name>`. A store that
-   * holds a policy (another restore or a PUT got there first) is `Errors.RESTORE_NOT_EMPTY` with nothing written.
+   * unique), each audited as a `create` by `ctx.actor` with request id `<ctx.requestId>:<name>` (the request id
+   * cut so the whole fits an audit record's 128 characters). A store that holds a policy (another restore or a
+   * PUT got there first) is `Errors.RESTORE_NOT_EMPTY` with nothing written.
    */
   restoreBackup(
     specs: readonly StoredSpec[],
