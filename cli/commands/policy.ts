@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { PolicyList, PolicyView } from '../../core/wire/admin.js';
 import { kindOf } from '../../core/kinds/index.js';
-import { defaultIdleTtl } from '../../core/policy/policy.js';
+import { Policy } from '../../core/policy/policy.js';
 import { ownValue, setOwn } from '../../core/own-keys.js';
 import { AdminApiError } from '../admin-client.js';
 import { UsageError, type Context } from '../context.js';
@@ -308,7 +308,11 @@ export function storedSpec(p: PolicyView): Spec {
     }
     out['classes'] = classes;
   }
-  if (p.idleTtlSeconds === defaultIdleTtl(p.capacity, p.refillPerSecond)) delete out['idleTtlSeconds'];
+  // The TTL the policy derives without one of its own: its slowest class's, its kind's least (a day's), from its
+  // exact rate (answers show a derived rate rounded). Equal to it, the TTL is derived and stays so.
+  const { idleTtlSeconds: _ttl, ...rest } = out;
+  const derived = Policy.safeParse({ name: p.name, ...rest });
+  if (derived.success && derived.data.idleTtlSeconds === p.idleTtlSeconds) delete out['idleTtlSeconds'];
   return out;
 }
 
