@@ -17,7 +17,7 @@
 import { z } from 'zod';
 import { DecisionResponse } from '../wire/agent.js';
 import { TokenCost } from '../wire/bucket.js';
-import { PolicyName, RegionName } from '../policy/names.js';
+import { ClassName, PolicyName, RegionName } from '../policy/names.js';
 import type { DayRefund } from './daily-budget.js';
 import type { LogRefund } from './sliding-log.js';
 import type { RefundRequest } from './refund.js';
@@ -363,6 +363,8 @@ export class ReservationModel {
 const ReserveCheck = z.strictObject({
   policy: z.string().min(1).max(64),
   subject: z.string().min(1).max(1024),
+  /** The subject's class, as a decision's check names it (docs/subject-classes.md). */
+  class: ClassName.optional(),
 });
 const ReserveCommon = {
   /** Units to reserve on every check (whole units when a check is a sliding log). */

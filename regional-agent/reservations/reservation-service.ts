@@ -95,7 +95,10 @@ export class ReservationService {
       throw withProblems(new AgentErrors.AGT_ERR_INVALID_RESERVATION(problems.join('; ')), problems);
     }
     const r = parsed.data;
-    const checks = 'checks' in r ? r.checks : [{ policy: r.policy, subject: r.subject }];
+    const checks =
+      'checks' in r
+        ? r.checks
+        : [{ policy: r.policy, subject: r.subject, ...(r.class === undefined ? {} : { class: r.class }) }];
     const { service, metrics } = this.#deps;
     const prepared = service.prepare({ checks: checks.map((c) => ({ ...c, cost: r.amount })) });
     for (const p of prepared.checks) {
