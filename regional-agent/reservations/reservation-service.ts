@@ -102,6 +102,9 @@ export class ReservationService {
     const { service, metrics } = this.#deps;
     const prepared = service.prepare({ checks: checks.map((c) => ({ ...c, cost: r.amount })) });
     for (const p of prepared.checks) {
+      // Never from an emergency bucket (`local`): what a reservation took there nothing gives back (a settlement
+      // refunds the store), and a reserve the store cannot record answers 503 after taking it. Closed instead.
+      if (p.policy.onStoreFailure === 'local') p.policy = { ...p.policy, onStoreFailure: 'closed' };
       const traits = kindOf(p.policy.kind);
       if (!traits.reservations) {
         throw new AgentErrors.AGT_ERR_INVALID_RESERVATION(
