@@ -12,6 +12,9 @@ ARGV
   ARGV[2]  commit: the committed amount; abort: the amount the decision charged (what a tombstone records);
            micro-units, integer >= 0 (else 0)
   ARGV[3]  retention in ms (integer >= 1): a settled record (or a tombstone) is kept this long to answer repeats
+  ARGV[4]  optional: the attempt (1..64 characters), so that an agent that got no answer can ask again: a call
+           that moves the state records it, and the same attempt again (whose earlier answer was lost, so nothing
+           was refunded for it) answers as that call did ("settled" or "expired", with the body) and changes nothing
 
 Reply (array of strings):
   {"missing"}                                         no such record (commit, cancel, expire)
@@ -42,10 +45,24 @@ end
 local amount, retention = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not int(amount, 0) then return fail('amount must be an integer >= 0') end
 if not int(retention, 1) then return fail('retention must be an integer >= 1') end
+local attempt = false
+if argc >= 4 then
+  attempt = ARGV[4]
+  if #attempt < 1 or #attempt > 64 then return fail('attempt must be 1..64 characters') end
+end
 
 local key = KEYS[1]
-local f = call('HMGET', key, 'state', 'reserved', 'committed', 'expires', 'body')
+local f = call('HMGET', key, 'state', 'reserved', 'committed', 'expires', 'body', 'by')
 local state, reserved, committed, expires, body = f[1], f[2], f[3], f[4], f[5]
+-- The same attempt again: the call that moved the state under it lost its answer; answer as it did.
+if attempt and state and state ~= 'reserved' and f[6] == attempt then
+  if state == 'expired' and action ~= 'expire' then return { 'expired', reserved, body } end
+  return { 'settled', state, reserved, committed, body }
+end
+-- Who moved the state (when the caller named its attempt).
+local function moved_by()
+  if attempt then call('HSET', key, 'by', attempt) end
+end
 if not state then
   if action ~= 'abort' then return { 'missing' } end
   call('HSET', key, 'state', 'aborted', 'reserved', string.format('%d', amount), 'committed', '0')
@@ -63,6 +80,7 @@ if state == 'reserved' then
   if action == 'expire' and not expired then return { 'not_due' } end
   if expired then
     call('HSET', key, 'state', 'expired')
+    moved_by()
     call('PEXPIRE', key, retention)
     if action == 'expire' then return { 'settled', 'expired', reserved, '0', body } end
     return { 'expired', reserved, body }
@@ -75,6 +93,7 @@ if state == 'reserved' then
     state = 'cancelled'
   end
   call('HSET', key, 'state', state, 'committed', committed)
+  moved_by()
   call('PEXPIRE', key, retention)
   return { 'settled', state, reserved, committed, body }
 end

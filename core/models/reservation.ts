@@ -139,10 +139,13 @@ export function createArguments(body: ReservationBody, amountMicros: number, ttl
 
 /**
  * ARGV of `lua/reservation_settle.lua`. `micros` is the amount committed for a commit, the amount the decision
- * charged for an abort (what a tombstone records), else 0.
+ * charged for an abort (what a tombstone records), else 0. `attempt` names the call, so that the same attempt
+ * asked again after its answer was lost answers as the call that moved the state did.
  */
-export function settleArguments(action: SettleAction, micros: number): string[] {
-  return [action, String(micros), String(SETTLED_RETENTION_MS)];
+export function settleArguments(action: SettleAction, micros: number, attempt?: string): string[] {
+  const argv = [action, String(micros), String(SETTLED_RETENTION_MS)];
+  if (attempt !== undefined) argv.push(attempt);
+  return argv;
 }
 
 const STATES = new Set<string>(['committed', 'cancelled', 'expired', 'aborted']);
@@ -242,6 +245,8 @@ interface StoredReservation {
   expiresAt: number;
   /** µs at which the record itself is gone. */
   goneAt: number;
+  /** The attempt that moved the state, when its caller named one. */
+  by?: string | undefined;
 }
 
 /** An in-memory Redis for reservation records, step for step as the two scripts: the model they must agree with. */
@@ -269,7 +274,7 @@ export class ReservationModel {
 
   /** `lua/reservation_settle.lua` at `now` (µs). */
   settle(key: string, argv: readonly string[], now: number): SettleOutcome {
-    const [action, amount, retention] = argv;
+    const [action, amount, retention, attempt] = argv;
     const r = this.#live(key, now);
     if (r === undefined) {
       if (action !== 'abort') return { kind: 'missing' };
@@ -283,8 +288,20 @@ export class ReservationModel {
       });
       return { kind: 'tombstoned' };
     }
+    if (attempt !== undefined && r.state !== 'reserved' && r.by === attempt) {
+      if (r.state === 'expired' && action !== 'expire')
+        return { kind: 'expired', reservedMicros: r.reservedMicros, body: r.body };
+      return {
+        kind: 'settled',
+        state: r.state,
+        reservedMicros: r.reservedMicros,
+        committedMicros: r.committedMicros,
+        body: r.body,
+      };
+    }
     const keep = () => {
       r.goneAt = now + Number(retention) * 1000;
+      if (r.state !== 'aborted' && attempt !== undefined) r.by = attempt;
     };
     if (r.state === 'reserved') {
       if (action === 'abort') {

@@ -47,11 +47,16 @@ export class RedisReservationStore implements ReservationStore {
     return raw[0] as number;
   }
 
-  async settle(id: string, action: SettleAction, committedMicros: number): Promise<SettleOutcome> {
+  async settle(
+    id: string,
+    action: SettleAction,
+    committedMicros: number,
+    attempt?: string,
+  ): Promise<SettleOutcome> {
     const raw = await this.#run(
       'qpReservationSettle',
       [reservationKey(id)],
-      settleArguments(action, committedMicros),
+      settleArguments(action, committedMicros, attempt),
       'reservation settle script',
     );
     return parseSettleReply(raw);

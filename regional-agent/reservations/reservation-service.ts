@@ -28,6 +28,7 @@ import {
   type Charge,
   type SettleAction,
   type SettledState,
+  type SettleOutcome,
   type SettlementResponse,
 } from '../../core/models/reservation.js';
 import { kindOf } from '../../core/kinds/index.js';
@@ -76,12 +77,27 @@ interface PendingAbort {
   since: number;
 }
 
+/**
+ * A settlement (commit, cancel, expiry) whose answer never came: it may have moved the state in Redis, and then
+ * nobody refunded it (a retry by the client only replays). The sweep asks again with the same attempt: a call
+ * that moved the state under it answers again as it did, and is refunded then; one that never ran runs now.
+ */
+interface PendingSettle {
+  id: string;
+  action: Exclude<SettleAction, 'abort'>;
+  micros: number;
+  attempt: string;
+  since: number;
+}
+
 export class ReservationService {
   readonly #deps: ReservationDeps;
   #timer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
   /** Aborts that got no answer, by id: the sweep retries them. One is taken out while it is tried. */
   readonly #pendingAborts = new Map<string, PendingAbort>();
+  /** Settlements that got no answer, by id and attempt: the sweep asks again. */
+  readonly #pendingSettles = new Map<string, PendingSettle>();
 
   constructor(deps: ReservationDeps) {
     this.#deps = deps;
@@ -167,22 +183,23 @@ export class ReservationService {
     return this.#settle(id, 'cancel', 0);
   }
 
-  async #settle(
-    id: string,
-    action: Exclude<SettleAction, 'expire'>,
-    amount: number,
-  ): Promise<SettlementResponse> {
+  async #settle(id: string, action: 'commit' | 'cancel', amount: number): Promise<SettlementResponse> {
     if (!ReservationId.safeParse(id).success)
       throw new AgentErrors.AGT_ERR_INVALID_RESERVATION('not a reservation id');
     const region = regionOfReservation(id);
     if (region !== this.#deps.region) throw new AgentErrors.AGT_ERR_WRONG_REGION('reservation', region);
     const committedMicros = toMicros(amount);
+    const attempt = randomBytes(12).toString('base64url');
+    let sent = false;
     let outcome;
     try {
-      outcome = await this.#deps.guard.run('reservation', () =>
-        this.#deps.reservations.settle(id, action, committedMicros),
-      );
+      outcome = await this.#deps.guard.run('reservation', () => {
+        sent = true;
+        return this.#deps.reservations.settle(id, action, committedMicros, attempt);
+      });
     } catch {
+      // Sent, it may have run: the sweep asks again under the same attempt and refunds what it settled.
+      if (sent) this.#settleLater({ id, action, micros: committedMicros, attempt, since: this.#deps.now() });
       throw new AgentErrors.AGT_ERR_STORE_UNAVAILABLE('the reservation could not be settled');
     }
     const units = (micros: number) => micros / AMOUNT_MICRO;
@@ -231,10 +248,22 @@ export class ReservationService {
   async sweep(): Promise<number> {
     const { reservations, guard } = this.#deps;
     await this.#retryAborts();
+    await this.#retrySettles();
     const ids = await guard.run('reservation', () => reservations.due(this.#deps.now(), SWEEP_BATCH));
     let expired = 0;
     for (const id of ids) {
-      const outcome = await guard.run('reservation', () => reservations.settle(id, 'expire', 0));
+      const attempt = randomBytes(12).toString('base64url');
+      let sent = false;
+      let outcome;
+      try {
+        outcome = await guard.run('reservation', () => {
+          sent = true;
+          return reservations.settle(id, 'expire', 0, attempt);
+        });
+      } catch (error) {
+        if (sent) this.#settleLater({ id, action: 'expire', micros: 0, attempt, since: this.#deps.now() });
+        throw error;
+      }
       if (outcome.kind === 'not_due') continue;
       if (outcome.kind === 'settled') {
         await this.#finish(id, outcome.body, outcome.reservedMicros, 0, 'expired');
@@ -327,6 +356,55 @@ export class ReservationService {
         this.#retryLater(p);
         return;
       }
+    }
+  }
+
+  #settleLater(p: PendingSettle): void {
+    if (this.#pendingAborts.size + this.#pendingSettles.size >= MAX_PENDING_ABORTS) {
+      this.#deps.metrics.reservations.labels('refund_failed').inc();
+      this.#deps.log.warn(
+        { id: p.id },
+        'too many unanswered settlements waiting: this one may not be refunded',
+      );
+      return;
+    }
+    this.#pendingSettles.set(`${p.id}\u0000${p.attempt}`, p);
+  }
+
+  /**
+   * Ask again, under the same attempt, the settlements that got no answer (at most a sweep's batch, none after
+   * one goes unanswered again). Each is out of the map while it is asked, so only one answer refunds.
+   */
+  async #retrySettles(): Promise<void> {
+    const { reservations, guard } = this.#deps;
+    for (const [key, p] of [...this.#pendingSettles].slice(0, SWEEP_BATCH)) {
+      if (!this.#pendingSettles.delete(key)) continue;
+      if (this.#deps.now() - p.since > ABORT_RETRY_MS) {
+        this.#deps.metrics.reservations.labels('refund_failed').inc();
+        this.#deps.log.warn({ id: p.id }, 'reservation settlement unanswered for too long: its grant stands');
+        continue;
+      }
+      let outcome: SettleOutcome;
+      try {
+        outcome = await guard.run('reservation', () =>
+          reservations.settle(p.id, p.action, p.micros, p.attempt),
+        );
+      } catch {
+        this.#pendingSettles.set(key, p);
+        return;
+      }
+      if (outcome.kind === 'settled' && outcome.state !== 'aborted') {
+        await this.#finish(
+          p.id,
+          outcome.body,
+          outcome.reservedMicros,
+          outcome.committedMicros,
+          outcome.state,
+        );
+      } else if (outcome.kind === 'expired') {
+        await this.#finish(p.id, outcome.body, outcome.reservedMicros, 0, 'expired');
+      }
+      // Anything else: settled by another call first, which refunded it (or the record is gone).
     }
   }
 

@@ -18,9 +18,10 @@ export interface ReservationStore {
   create(id: string, body: ReservationBody, amountMicros: number, ttlMs: number): Promise<number>;
   /**
    * Settle it once (`lua/reservation_settle.lua`): commit, cancel, expire (the sweep), or abort (a create whose
-   * answer never came: `micros` is then the amount charged, and a missing record becomes a tombstone).
+   * answer never came: `micros` is then the amount charged, and a missing record becomes a tombstone). `attempt`
+   * names the call: asked again with the same attempt after its answer was lost, it answers as that call did.
    */
-  settle(id: string, action: SettleAction, micros: number): Promise<SettleOutcome>;
+  settle(id: string, action: SettleAction, micros: number, attempt?: string): Promise<SettleOutcome>;
   /** Put it in the region's expiry index (ms), which the sweep reads. */
   index(id: string, dueAtMs: number): Promise<void>;
   /** Ids whose expiry index is at or before `nowMs`, oldest first, at most `limit`. */
@@ -50,9 +51,9 @@ export class ModelReservationStore implements ReservationStore {
     }
   }
 
-  settle(id: string, action: SettleAction, micros: number): Promise<SettleOutcome> {
+  settle(id: string, action: SettleAction, micros: number, attempt?: string): Promise<SettleOutcome> {
     return Promise.resolve(
-      this.model.settle(reservationKey(id), settleArguments(action, micros), this.#micros()),
+      this.model.settle(reservationKey(id), settleArguments(action, micros, attempt), this.#micros()),
     );
   }
 
