@@ -284,6 +284,7 @@ export class LayeredRunner {
       deadlineAt,
       chargeBy,
       recordTtlMs,
+      noTopUp: request.reservation,
     });
   }
 }

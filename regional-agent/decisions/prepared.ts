@@ -79,6 +79,11 @@ export interface PreparedRequest {
   dryRun: boolean;
   /** Decided here for another region (strict mode's home), which answers the caller and remembers a refusal. */
   forwarded?: boolean | undefined;
+  /**
+   * A reservation's decision (docs/reservations.md): its admission tops nothing up from other regions, since the
+   * refund of what it does not use would find the bucket refilled by the loan, and drop it (tokens lost).
+   */
+  reservation?: boolean | undefined;
 }
 
 /** The subject's budget behind a borrowing check (core/wire/rate-limit-headers.ts). */

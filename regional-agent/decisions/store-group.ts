@@ -61,6 +61,8 @@ export interface StoreGroupCall {
   chargeBy?: number | undefined;
   /** The record TTL shared by every group of a several-group request (LogGroupCall). */
   recordTtlMs?: number | undefined;
+  /** No top-up after an admission (a reservation's: PreparedRequest.reservation). */
+  noTopUp?: boolean | undefined;
 }
 
 /**
@@ -133,7 +135,7 @@ export async function runStoreGroup(deps: StoreGroupDeps, call: StoreGroupCall):
     return run;
   }
   if (!settleRun(run, decision, { dryRun, lookOnly, recordKey }, deps.metrics)) return run;
-  if (!dryRun && decision.allowed && !decision.replayed)
+  if (!dryRun && decision.allowed && !decision.replayed && call.noTopUp !== true)
     topUp(deps.shortfall, group, decision, state.generations);
   group.checks.forEach((c, j) => {
     const p = c.prepared;

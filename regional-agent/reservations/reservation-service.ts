@@ -135,7 +135,7 @@ export class ReservationService {
         );
       }
     }
-    const outcome = await service.decide(prepared, requestId);
+    const outcome = await service.decide({ ...prepared, reservation: true }, requestId);
     if (!outcome.allowed) {
       metrics.reservations.labels('denied').inc();
       return { outcome };
