@@ -580,7 +580,12 @@ export class AgentClient {
   /** `decide` at the agent: its answer, or the failure mode's. */
   async #atAgent(body: DecisionRequest, options: DecideOptions): Promise<Decision> {
     try {
-      const answer = await this.#send(JSON.stringify(body), options.requestId);
+      // A body that is no JSON value (a function, a `toJSON` that returns nothing) has no payload to queue: refused
+      // here, its caller's alone (queued, it would throw in the pump and stop every decision behind it).
+      const payload = JSON.stringify(body) as string | undefined;
+      if (payload === undefined)
+        throw bodyRefusal(body) ?? badRequest('AGT_ERR_INVALID_REQUEST', ['body: not a JSON value']);
+      const answer = await this.#send(payload, options.requestId);
       this.#stats.decided++;
       this.#grants?.observe(body, answer);
       return answer;
