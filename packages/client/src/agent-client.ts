@@ -914,7 +914,10 @@ export class AgentClient {
       // The exchange as a whole was not answered (overloaded, 5xx) or refused (a 4xx of the batch itself).
       const whole = this.#outcome(answer.status, json, answer.retryAfter, true);
       if ('error' in whole && whole.error instanceof AgentUnavailableError) throw whole.error;
-      return batch.map(() => whole);
+      // Refused whole: the batch is made of bodies each sent alone too, so one of them made the whole unreadable to
+      // the agent (a `__proto__` key, which its JSON parser refuses). Each decision goes again alone: a refusal is
+      // its own caller's, never its neighbours'.
+      return this.#alone(batch);
     }
     const fast = fastAnswers(json, batch.length);
     // The fast check passed every 200 element's decision already: only the problem elements are read again. A
@@ -931,6 +934,26 @@ export class AgentClient {
     }
     return answers.map((a: BatchAnswer) =>
       this.#outcome(a.status, a.body, 'retryAfter' in a ? a.retryAfter : undefined, false),
+    );
+  }
+
+  /** Each decision of a batch the agent refused whole, sent on its own: its own outcome, an error included. */
+  #alone(batch: readonly Pending[]): Promise<Outcome[]> {
+    this.#stats.exchanges += batch.length;
+    return Promise.all(
+      batch.map(async (p): Promise<Outcome> => {
+        try {
+          const answer = await this.#post(p.payload, p.requestId);
+          return this.#outcome(answer.status, parseJson(answer.text), answer.retryAfter, false);
+        } catch (error) {
+          return {
+            error:
+              error instanceof AgentUnavailableError
+                ? error
+                : new AgentUnavailableError('connection', String(error)),
+          };
+        }
+      }),
     );
   }
 
