@@ -31,7 +31,7 @@ import {
 } from '../../../core/wire/agent.js';
 import { ownValue, setOwn } from '../../../core/own-keys.js';
 import { neverASubject } from '../../../core/subjects/subject.js';
-import { BatchResponse, type BatchAnswer } from '../../../core/wire/batch.js';
+import { BatchAnswer } from '../../../core/wire/batch.js';
 import {
   ReservationResponse,
   SettlementResponse,
@@ -928,13 +928,27 @@ export class AgentClient {
           ? { decision: a.body as DecisionResponse }
           : this.#outcome(a.status, a.body, 'retryAfter' in a ? a.retryAfter : undefined, false),
       );
-    const answers = BatchResponse.safeParse(json).data?.answers;
-    if (answers === undefined || answers.length !== batch.length) {
+    // Read per element: one element that is not an answer (a reason a newer agent knows, a broken body) is its
+    // own decision's `bad_body`, never its neighbours'. Only an answer that is not a list of one answer per
+    // decision fails the exchange.
+    const answers =
+      typeof json === 'object' && json !== null ? (json as { answers?: unknown }).answers : undefined;
+    if (!Array.isArray(answers) || answers.length !== batch.length) {
       throw new AgentUnavailableError('bad_body', 'unexpected batch body');
     }
-    return answers.map((a: BatchAnswer) =>
-      this.#outcome(a.status, a.body, 'retryAfter' in a ? a.retryAfter : undefined, false),
-    );
+    return answers.map((element: unknown): Outcome => {
+      const a = BatchAnswer.safeParse(element);
+      if (!a.success)
+        return {
+          error: new AgentUnavailableError('bad_body', `unexpected batch answer: ${a.error.message}`),
+        };
+      return this.#outcome(
+        a.data.status,
+        a.data.body,
+        'retryAfter' in a.data ? a.data.retryAfter : undefined,
+        false,
+      );
+    });
   }
 
   /** Each decision of a batch the agent refused whole, sent on its own: its own outcome, an error included. */
