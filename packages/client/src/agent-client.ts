@@ -1128,10 +1128,19 @@ export class AgentClient {
           });
         }, waitMs);
       };
+      // Handed to a connected socket (a kept-alive one now, a new one once connected), the answer's timer runs: from
+      // then until the write is flushed (`finish` arms it again), so a peer that stops reading (frozen, its window
+      // full) fails within the timeout too, and never holds the exchange for good.
       req.once('socket', (socket: Socket) => {
-        if (!socket.connecting) return;
+        if (!socket.connecting) {
+          arm('answer');
+          return;
+        }
         this.#stats.connections++;
         arm('connect');
+        socket.once('connect', () => {
+          if (!settled && !req.writableFinished) arm('answer');
+        });
       });
       // `finish`: the request was handed to the connected socket (after the connection, for a new one).
       req.once('finish', () => {
