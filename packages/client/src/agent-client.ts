@@ -424,6 +424,8 @@ export class AgentClient {
   readonly #direct: DirectDecider | undefined;
   /** Set by the first close: settles once what closing hands back has been answered. */
   #closing: Promise<void> | undefined;
+  /** Set by a close with exchanges in flight: told when the last of them returns. */
+  #whenIdle: (() => void) | undefined;
   readonly #stats = {
     decided: 0,
     failures: counts(AGENT_FAILURES),
@@ -747,9 +749,14 @@ export class AgentClient {
     this.#fallback.close();
     const direct = this.#direct?.close();
     const grants = this.#grants?.close();
-    if (grants === undefined) this.#agent.destroy();
-    else void grants.finally(() => this.#agent.destroy());
-    this.#closing = Promise.all([direct, grants]).then(() => undefined);
+    // Exchanges in flight are answered (each within its timeout) before the sockets go: destroyed under them, their
+    // decisions, which the agent is deciding and charging, were answered by the failure mode as `connection`
+    // failures (counted, told to onFailure) though only this client was closing.
+    const idle =
+      this.#inFlight === 0 ? undefined : new Promise<void>((resolve) => (this.#whenIdle = resolve));
+    const answered = Promise.all([grants, idle]);
+    void answered.finally(() => this.#agent.destroy());
+    this.#closing = Promise.all([direct, answered]).then(() => undefined);
     return this.#closing;
   }
 
@@ -814,6 +821,7 @@ export class AgentClient {
       void this.#dispatch(batch).finally(() => {
         this.#inFlight--;
         this.#started.splice(this.#started.indexOf(now), 1);
+        if (this.#inFlight === 0) this.#whenIdle?.();
         this.#pump();
       });
     }
