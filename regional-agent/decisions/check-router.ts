@@ -43,8 +43,12 @@ export class CheckRouter {
     this.#config = config;
   }
 
-  /** Route every check of a request. Throws an agent error listing what is wrong; changes nothing. */
-  prepare(request: DecisionRequest): PreparedRequest {
+  /**
+   * Route every check of a request. Throws an agent error listing what is wrong; changes nothing. `repeats[i]`:
+   * how many requests check `i` stands for (Envoy descriptors naming one bucket, merged into one check of their
+   * summed cost), each of which may cost up to the policy's `maxCost`.
+   */
+  prepare(request: DecisionRequest, repeats?: readonly number[]): PreparedRequest {
     const policies = this.#policies.current();
     const wire = checksOf(request);
     const out: PreparedCheck[] = [];
@@ -64,7 +68,7 @@ export class CheckRouter {
           : normalizeSubject(raw, { hmacSecret: this.#config.hmacSecret });
       const cost = c.cost ?? 1;
       if (policy === undefined) (unknown ??= []).push(c.policy);
-      else if (cost > policy.maxCost) (tooCostly ??= []).push({ cost, policy });
+      else if (cost > policy.maxCost * (repeats?.[i] ?? 1)) (tooCostly ??= []).push({ cost, policy });
       else if (kindOf(policy.kind).wholeUnits && !Number.isInteger(cost)) {
         throw new AgentErrors.AGT_ERR_INVALID_COST(
           `${policy.name} is a ${policy.kind.replace('_', ' ')} policy, which counts whole units: cost ${cost} is not an integer`,

@@ -118,9 +118,12 @@ export class DecisionService {
     return parseDecisionRequest(body);
   }
 
-  /** Look up policies, normalize subjects, check costs and route each check. Throws an agent error. */
-  prepare(request: DecisionRequest): PreparedRequest {
-    return this.#router.prepare(request);
+  /**
+   * Look up policies, normalize subjects, check costs and route each check. Throws an agent error. `repeats[i]`:
+   * how many requests of up to `maxCost` each check `i` merges (the rate-limit service's same-bucket descriptors).
+   */
+  prepare(request: DecisionRequest, repeats?: readonly number[]): PreparedRequest {
+    return this.#router.prepare(request, repeats);
   }
 
   /**

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { DecisionCheck } from '../../core/wire/agent.js';
-import { ipPrefixesOf } from '../../core/subjects/ip-subject.js';
+import { ipPrefixesOf, ipSubject } from '../../core/subjects/ip-subject.js';
 import { ownValue } from '../../core/own-keys.js';
 import type { PolicySource } from '../policies/policy-source.js';
 import { RlsRequest, type RlsResponse } from '../../core/wire/rls.js';
@@ -121,6 +121,7 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
     const cost = request.hits_addend === undefined || request.hits_addend === 0 ? 1 : request.hits_addend;
     // Descriptors naming the same bucket are one check charged once per descriptor, as Envoy's own service does.
     const checks: DecisionCheck[] = [];
+    const repeats: number[] = [];
     const byBucket = new Map<string, number>();
     const policies = deps.policies.current();
     const prefixesOf = (name: string) => ipPrefixesOf(policies.get(name));
@@ -131,14 +132,20 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
       }
       descriptors.labels(mapped.kind === 'check' ? 'matched' : 'unmatched').inc();
       if (mapped.kind === 'unmatched') return undefined;
-      const id = `${mapped.policy}\u0000${mapped.subject}`;
+      // The bucket as the router will key it: an ip policy counts the canonical prefix of the address, so two
+      // spellings of one client (or two addresses of one prefix) are one bucket, never a duplicate check.
+      const named = policies.get(mapped.policy);
+      const ip = named?.subjectKind === 'ip' ? ipSubject(mapped.subject, ipPrefixesOf(named)) : undefined;
+      const id = `${mapped.policy}\u0000${ip?.ok === true ? ip.subject : mapped.subject}`;
       const known = byBucket.get(id);
       if (known !== undefined) {
         checks[known]!.cost = (checks[known]!.cost ?? 1) + cost;
+        repeats[known]! += 1;
         return known;
       }
       byBucket.set(id, checks.length);
       checks.push({ policy: mapped.policy, subject: mapped.subject, cost });
+      repeats.push(1);
       return checks.length - 1;
     });
     if (checks.length === 0) {
@@ -146,7 +153,8 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
       return rlsResponse(toCheck, undefined, policies, deps.legacyHeaders, deps.rateLimitDraft);
     }
     const body = checks.length === 1 ? checks[0]! : { checks };
-    const prepared = service.prepare(service.parse(body));
+    // Each descriptor may cost up to maxCost: a bucket named n times may be charged n times that.
+    const prepared = service.prepare(service.parse(body), repeats);
     const outcome = await service.decide(prepared, randomUUID(), deadlineMs);
     requests.labels(outcome.allowed ? 'ok' : 'over_limit').inc();
     return rlsResponse(toCheck, outcome, policies, deps.legacyHeaders, deps.rateLimitDraft);
