@@ -7,15 +7,24 @@
 import { z } from 'zod';
 import { MAX_CHECKS_PER_REQUEST } from './agent.js';
 
-/** Longest domain, descriptor key or value the agent accepts. */
+/** Longest domain or descriptor key the agent accepts. */
 export const MAX_RLS_TEXT = 256;
+/**
+ * Longest descriptor value: Envoy builds values from request headers and the path (with its query), up to its
+ * own header limit (`max_request_headers_kb`, 60 KiB by default). A value that cannot name a policy or a subject
+ * is refused when a rule uses it, never when no rule matches its descriptor (which is not limited).
+ */
+export const MAX_RLS_VALUE = 64 * 1024;
 /** Most entries one descriptor may carry. */
 export const MAX_RLS_ENTRIES = 16;
 
 const Text = z.string().min(1).max(MAX_RLS_TEXT);
 
-/** One (key, value) of a descriptor, e.g. `("tenant", "acme")`. */
-export const RlsEntry = z.object({ key: Text, value: Text });
+/**
+ * One (key, value) of a descriptor, e.g. `("tenant", "acme")`. The value may be empty (a header sent empty; proto3
+ * leaves an empty string off the wire).
+ */
+export const RlsEntry = z.object({ key: Text, value: z.string().max(MAX_RLS_VALUE).default('') });
 export type RlsEntry = z.infer<typeof RlsEntry>;
 
 /** A descriptor: its entries, in order. A `limit` override may come along; the agent's policies win over it. */
