@@ -10,7 +10,7 @@ import { clientAddressSubject, ipPrefixesOf } from '../../core/subjects/ip-subje
 import { ownValue } from '../../core/own-keys.js';
 import type { PolicySource } from '../policies/policy-source.js';
 import type { DecisionService } from '../decisions/decision-service.js';
-import { AgentErrors, withProblems } from '../errors.js';
+import { AgentErrors, LIMITER_UNAVAILABLE, withProblems } from '../errors.js';
 import { decisionHeaders, violatedPolicies } from './decision-reply.js';
 import type { ForwardAuthTrust } from './forward-auth-trust.js';
 import { CHECK_PROBLEMS, COMMON_PROBLEMS, problems } from './docs.js';
@@ -43,7 +43,9 @@ function forwardAuthSchema(proxy: ForwardAuthProxy | 'any') {
       ? {
           403: NO_BODY.describe(
             'refused: nginx passes only 2xx, 401 and 403 on, so every refusal is a 403 whose X-Quota-Status ' +
-              'header is the real status and X-Quota-Code the problem code (any code of the generic route)',
+              'header is the real status and X-Quota-Code the problem code (any code of the generic route); an ' +
+              'answer that decided nothing (a 5xx other than LIMITER_UNAVAILABLE) keeps its status, for nginx ' +
+              'to apply the route failure mode',
           ),
         }
       : problems(REFUSALS);
@@ -219,15 +221,20 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
 /**
  * nginx's `auth_request` turns every status but 2xx, 401 and 403 into a 500 for its client, and drops the body:
  * a refusal leaves as a 403 that names its real status in `X-Quota-Status` and its problem code in
- * `X-Quota-Code` (beside its rate-limit headers), for the proxy's `error_page` to answer with. Other proxies
- * get the status itself.
+ * `X-Quota-Code` (beside its rate-limit headers), for the proxy's `error_page` to answer with. An answer that
+ * decided nothing (shed, not ready, an internal error: a 5xx other than LIMITER_UNAVAILABLE) leaves as it is,
+ * which nginx takes as an agent it cannot reach, so the route's `error_page 500` applies its own failure mode.
+ * Other proxies get the status itself.
  */
 function translateFor(proxyOf: (request: FastifyRequest) => ForwardAuthProxy): onSendHookHandler {
   return (request, reply, payload, done) => {
     const status = reply.statusCode;
     if (status >= 300 && proxyOf(request) === 'nginx') {
-      reply.header(NGINX_STATUS_HEADER, String(status)).header(NGINX_CODE_HEADER, problemCode(payload));
-      reply.code(403);
+      const code = problemCode(payload);
+      if (status < 500 || code === LIMITER_UNAVAILABLE) {
+        reply.header(NGINX_STATUS_HEADER, String(status)).header(NGINX_CODE_HEADER, code);
+        reply.code(403);
+      }
     }
     done(null, payload);
   };
