@@ -132,9 +132,18 @@ export function rlsService(deps: RlsServiceDeps): RlsService {
       }
       descriptors.labels(mapped.kind === 'check' ? 'matched' : 'unmatched').inc();
       if (mapped.kind === 'unmatched') return undefined;
+      const named = policies.get(mapped.policy);
+      // Envoy is never told a lease and cannot give one back: each slot would be held until the lease ran out.
+      if (named?.kind === 'concurrency') {
+        return refuse(
+          new RlsError(
+            'INVALID_ARGUMENT',
+            `descriptors.${i}: ${mapped.policy} is a concurrency policy, whose slots a proxy cannot give back`,
+          ),
+        );
+      }
       // The bucket as the router will key it: an ip policy counts the canonical prefix of the address, so two
       // spellings of one client (or two addresses of one prefix) are one bucket, never a duplicate check.
-      const named = policies.get(mapped.policy);
       const ip = named?.subjectKind === 'ip' ? ipSubject(mapped.subject, ipPrefixesOf(named)) : undefined;
       const id = `${mapped.policy}\u0000${ip?.ok === true ? ip.subject : mapped.subject}`;
       const known = byBucket.get(id);

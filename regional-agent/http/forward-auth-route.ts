@@ -140,6 +140,11 @@ export function forwardAuthRoute(app: FastifyInstance, options: ForwardAuthOptio
     const header = ownValue(request.headers, subjectHeader);
     const sent = typeof header === 'string' && header.length > 0 ? header : undefined;
     const policy = policies.current().get(query.data.policy);
+    // A proxy is never told a lease and cannot give one back: each slot would be held until the lease ran out.
+    if (policy?.kind === 'concurrency') {
+      const problem = `policy: ${policy.name} is a concurrency policy, whose slots a proxy cannot give back`;
+      throw withProblems(new AgentErrors.AGT_ERR_INVALID_QUERY(problem), [problem]);
+    }
     // The peer is a trusted proxy: its X-Forwarded-For names the client (request.ip walks the chain from the
     // right past every trusted hop). Without one, request.ip would be the proxy itself, and every client would
     // share one bucket. An ip policy counts the client address whatever subject header comes with it.
