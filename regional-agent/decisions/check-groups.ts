@@ -2,6 +2,7 @@
  * How the checks of one request are split into the calls that decide them: per cluster slot and store group
  * (token buckets, sliding logs, daily budgets), and the checks forwarded to their home region.
  */
+import { hashTag } from '../../core/keys.js';
 import type { Check } from './check.js';
 import type { DayStoreCheck, ForwardCheck, LogStoreCheck, StoreCheck } from './prepared.js';
 
@@ -10,7 +11,10 @@ export interface StoreGroup {
   kind: 'store';
   /** The group's checks, in request order. */
   checks: Check<StoreCheck>[];
-  /** Subject of the group's first check: its idempotency record lives in that subject's slot. */
+  /**
+   * Hash tag of the group's first bucket: its idempotency record lives in that slot. The check's subject, or for a
+   * sharded policy its sub-bucket's (`subject#k`), whose slot is another one.
+   */
   slotSubject: string;
 }
 
@@ -48,6 +52,11 @@ export interface HomeGroup {
 
 export type CheckGroup = StoreGroup | LogGroup | DayGroup | ForwardGroup | HomeGroup;
 
+/** Where a store check's idempotency record lives: its subject's slot, or a sharded check's sub-bucket's. */
+function slotSubjectOf(p: StoreCheck): string {
+  return p.policy.shards === undefined ? p.subject : hashTag(p.bucket.key);
+}
+
 /**
  * Store checks grouped by slot in order of first appearance (token buckets and sliding logs in groups of their
  * own kind, each decided by its own script), then the forwarded checks (at most one home
@@ -62,7 +71,9 @@ export function groupChecks(
   // The common case, one token-bucket check: its group, without the maps that sort several by slot.
   const only = checks.length === 1 ? checks[0] : undefined;
   if (only?.prepared.route === 'store' && (include === undefined || include.has(only))) {
-    return [{ kind: 'store', checks: [only as Check<StoreCheck>], slotSubject: only.prepared.subject }];
+    return [
+      { kind: 'store', checks: [only as Check<StoreCheck>], slotSubject: slotSubjectOf(only.prepared) },
+    ];
   }
   const groups: CheckGroup[] = [];
   const bySlot = new Map<number, StoreGroup>();
@@ -80,7 +91,7 @@ export function groupChecks(
       const slot = single ? 0 : slotOf(p.bucket.key);
       let group = bySlot.get(slot);
       if (group === undefined) {
-        group = { kind: 'store', checks: [], slotSubject: p.subject };
+        group = { kind: 'store', checks: [], slotSubject: slotSubjectOf(p) };
         bySlot.set(slot, group);
         groups.push(group);
       }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { checksOf, type DecisionRequest } from '../../core/wire/agent.js';
 import { dailyKey } from '../../core/models/daily-budget.js';
 import { ipPrefixesOf, ipSubject } from '../../core/subjects/ip-subject.js';
@@ -78,7 +79,7 @@ export class CheckRouter {
         (badSubjects ??= []).push(wire.length > 1 ? `checks.${i}: ${subject.reason}` : subject.reason);
       }
       if (policy !== undefined && subject.ok)
-        out.push(this.route(policy, subject.subject, cost, subjectClass));
+        out.push(this.route(policy, subject.subject, cost, subjectClass, request.idempotencyKey));
     });
     if (unknown !== undefined) {
       throw withProblems(
@@ -104,13 +105,20 @@ export class CheckRouter {
    * Who decides one check of `policy` (as the subject's class sees it: `withClass`) for a normalized subject,
    * and against which bucket.
    */
-  route(policy: Policy, subject: string, cost: number, subjectClass?: string): PreparedCheck {
-    const check = this.#route(policy, subject, cost);
+  route(
+    policy: Policy,
+    subject: string,
+    cost: number,
+    subjectClass?: string,
+    /** The request's idempotency key: a sharded check's sub-bucket is then drawn from it (see #route). */
+    idempotencyKey?: string,
+  ): PreparedCheck {
+    const check = this.#route(policy, subject, cost, idempotencyKey);
     if (subjectClass !== undefined) check.subjectClass = subjectClass;
     return check;
   }
 
-  #route(policy: Policy, subject: string, cost: number): PreparedCheck {
+  #route(policy: Policy, subject: string, cost: number, idempotencyKey?: string): PreparedCheck {
     if (policy.mode === 'strict' && policy.homeRegion !== this.#config.region) {
       const homeRegion = policy.homeRegion ?? '';
       return this.#config.canForward
@@ -177,7 +185,11 @@ export class CheckRouter {
     const shards = policy.shards;
     if (shards !== undefined) {
       // One sub-bucket of the K, at random: each holds C/K and refills at R/K, so the K never admit more than C.
-      const k = Math.min(shards - 1, Math.floor(this.#config.random() * shards));
+      // Under an idempotency key the draw comes from the key: the record lives in the sub-bucket's slot (one
+      // script decides both on a cluster), so a retry must land on the same sub-bucket to find it.
+      const draw =
+        idempotencyKey === undefined ? this.#config.random() : keyDraw(idempotencyKey, subject, policy.name);
+      const k = Math.min(shards - 1, Math.floor(draw * shards));
       const part = {
         ...policy,
         capacity: policy.capacity / shards,
@@ -206,6 +218,13 @@ export class CheckRouter {
       cause: undefined,
     };
   }
+}
+
+/** [0, 1) from an idempotency key, a subject and a policy: the same retry draws the same sub-bucket. */
+function keyDraw(idempotencyKey: string, subject: string, policy: string): number {
+  return (
+    createHash('sha1').update(`${idempotencyKey}\n${subject}\n${policy}`).digest().readUInt32BE(0) / 2 ** 32
+  );
 }
 
 /** Layered checks: each (policy, subject) at most once, and forwarded checks to one home region at most. */

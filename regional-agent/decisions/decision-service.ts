@@ -200,7 +200,7 @@ export class DecisionService {
           message: `cost ${c.cost} of ${policy.kind} policy ${policy.name} is not whole`,
         };
       }
-      checks.push(this.#router.route(policy, c.subject, c.cost, c.class));
+      checks.push(this.#router.route(policy, c.subject, c.cost, c.class, request.idempotencyKey));
     }
     try {
       const outcome = await this.decide(

@@ -8,13 +8,22 @@ import { agentFixture, type AgentFixture } from '../../helpers/agent-fixture.js'
 
 const version = Number(uniquePrefix('').replace(/\D/g, '').slice(0, 5)) + 2;
 const ceiling = parsePolicy({ name: 'ceiling', capacity: 100, refillPerSecond: 1e-4, shards: 4, version });
+// Fails open: a decision the store did not make is an admission, so one the store refused is counted as such.
+const orders = parsePolicy({
+  name: 'orders',
+  capacity: 8,
+  refillPerSecond: 1e-4,
+  shards: 2,
+  version,
+  onStoreFailure: 'open',
+});
 
 let agent: AgentFixture;
 let draws = 0;
 
 beforeAll(async () => {
   agent = await agentFixture({
-    policies: [ceiling],
+    policies: [ceiling, orders],
     shares: { ceiling: 0.5 },
     redis: 'cluster',
     // Round-robin over the shards, so the test knows where every check lands.
@@ -56,5 +65,27 @@ describe('sharded hot keys on a real 3-master Redis Cluster', () => {
     const denied = all.filter((d) => !d.allowed);
     expect(denied.every((d) => d.results[0]!.reason === 'shard_exhausted')).toBe(true);
     expect(all.filter((d) => d.allowed).every((d) => d.results[0]!.limit === 12)).toBe(true);
+  });
+
+  it('idempotency keys on a sharded policy: each call decided on its sub-bucket, a retry replayed (not 20 admitted by fail-open)', async () => {
+    const decide = async (idempotencyKey: string) => {
+      const res = await agent.app.inject({
+        method: 'POST',
+        url: '/v1/decisions',
+        payload: { policy: 'orders', subject: 'all', idempotencyKey },
+      });
+      expect(res.statusCode).toBe(200);
+      return DecisionResponse.parse(res.json());
+    };
+    const all: DecisionResponse[] = [];
+    for (let i = 0; i < 20; i++) all.push(await decide(`order-${i}`));
+    // Before: the record key (slot of {all}) and the sub-bucket ({all#k}) spanned two slots, every call was refused
+    // as CROSSSLOT and answered by the failure mode: 20 of 20 admitted, `fail_open`, nothing charged.
+    expect(all.filter((d) => d.results[0]!.reason === 'fail_open')).toHaveLength(0);
+    // Two sub-buckets of 4: 8 admitted, whichever keys drew which.
+    expect(all.filter((d) => d.allowed)).toHaveLength(8);
+    const first = all.findIndex((d) => d.allowed);
+    const retry = await decide(`order-${first}`);
+    expect(retry).toMatchObject({ allowed: true, replayed: true });
   });
 });
