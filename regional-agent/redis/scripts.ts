@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Cluster, type Redis } from 'ioredis';
 import { onTheWire } from '../resilience/wire-timeout.js';
@@ -45,8 +46,15 @@ export function defineScript(redis: Redis | Cluster, script: string): string {
   if (typeof (redis as unknown as Record<string, unknown>)[command] !== 'function') {
     redis.defineCommand(command, { lua: luaSource(script) });
   }
+  if (!sources.has(command)) {
+    const lua = luaSource(script);
+    sources.set(command, { lua, sha: createHash('sha1').update(lua).digest('hex') });
+  }
   return command;
 }
+
+/** Each defined command's source and SHA1, for the calls that send EVALSHA and EVAL themselves (WAIT). */
+const sources = new Map<string, { lua: string; sha: string }>();
 
 /**
  * Run a script defined as `command` (defineScript), its reply timed on the wire; a caller's error is a
@@ -64,13 +72,29 @@ export async function runScript(
   const call = (redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[command]!;
   const ack = replicaAcks.get(redis);
   try {
-    const reply = call.call(redis, keys.length, ...keys, ...argv);
-    if (ack === undefined) return await onTheWire(reply, timeoutMs, what);
-    // WAIT goes out right behind the script on the same connection: one round trip plus replication.
-    const acked = (redis as Redis).wait(ack.replicas, ack.timeoutMs);
-    acked.catch(() => undefined);
-    const result = await onTheWire(reply, timeoutMs, what);
-    const replicas = await onTheWire(acked, timeoutMs + ack.timeoutMs, `${what} WAIT`);
+    if (ack === undefined)
+      return await onTheWire(call.call(redis, keys.length, ...keys, ...argv), timeoutMs, what);
+    // WAIT goes out right behind the script on the same connection: one round trip plus replication. EVALSHA and
+    // EVAL are sent here, not by the defined command: after its NOSCRIPT (a flushed script cache) ioredis sends
+    // EVAL again by itself, behind a WAIT that was answered for the refused EVALSHA, so the script's writes went
+    // unacknowledged and an admission no replica held was answered (found by review).
+    const { lua, sha } = sources.get(command)!;
+    const send = (op: 'evalsha' | 'eval', body: string) => {
+      const reply = (redis as Redis).call(op, body, keys.length, ...keys, ...argv);
+      const acked = (redis as Redis).wait(ack.replicas, ack.timeoutMs);
+      acked.catch(() => undefined);
+      return { reply, acked };
+    };
+    let sent = send('evalsha', sha);
+    let result: unknown;
+    try {
+      result = await onTheWire(sent.reply, timeoutMs, what);
+    } catch (error) {
+      if (!(error instanceof Error && error.message.startsWith('NOSCRIPT'))) throw error;
+      sent = send('eval', lua);
+      result = await onTheWire(sent.reply, timeoutMs, what);
+    }
+    const replicas = await onTheWire(sent.acked, timeoutMs + ack.timeoutMs, `${what} WAIT`);
     if (replicas < ack.replicas) throw new ReplicaAckError(what, ack, replicas);
     return result;
   } catch (error) {

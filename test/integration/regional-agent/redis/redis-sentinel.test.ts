@@ -398,3 +398,33 @@ describe('an agent whose writes no replica acknowledges (WAIT 1)', () => {
     expect(again.replayed).toBe(true);
   }, 60_000);
 });
+
+describe('an agent whose master lost its script cache (SCRIPT FLUSH), its replica frozen (WAIT 1)', () => {
+  it('answers no admission that no replica acknowledged: the script EVAL resent after NOSCRIPT is waited for too', async () => {
+    await using group = await startSentinelGroup({ replicas: 1 });
+    await using agent = await agentOn(
+      { redisSentinels: group.sentinelNodes, redisMasterName: group.masterName },
+      'tenant-n',
+      {
+        ack: { replicas: 1, timeoutMs: 50 },
+        config: { redisWaitReplicas: 1, breakerVolumeThreshold: 10_000 },
+      },
+    );
+    // Two decisions: the script is on this connection (the second is sent as EVALSHA) and the replica has both.
+    expect((await agent.decide()).allowed).toBe(true);
+    expect((await agent.decide()).allowed).toBe(true);
+    await caughtUp(group.master);
+    const admin = new Redis({ host: group.master.host, port: group.master.port, maxRetriesPerRequest: 0 });
+    await admin.script('FLUSH');
+    admin.disconnect();
+    const [replica] = group.replicas;
+    await replica!.pause();
+    try {
+      // The replica acknowledges nothing now: a decision must fail as its policy says (closed), never admit.
+      const frozen = await agent.decide();
+      expect(frozen).toMatchObject({ allowed: false, reason: 'store_unavailable' });
+    } finally {
+      await replica!.resume();
+    }
+  }, 60_000);
+});
