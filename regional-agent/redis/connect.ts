@@ -71,6 +71,11 @@ export function connectRedis(target: RedisTarget): Redis | Cluster {
       enableReadyCheck: true,
       enableAutoPipelining,
       clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
+      // A command whose node connection closed is failed, not sent again: ioredis's Cluster otherwise resends it
+      // (after this delay) whatever the node did with it, and a script the master ran before its connection
+      // dropped charged twice, a refund refunded twice (found by review). MOVED, ASK, TRYAGAIN and CLUSTERDOWN,
+      // which Redis answers only for a command it did not run, are still followed.
+      retryDelayOnFailover: 0,
       // Without it ioredis learns a new slot map only from MOVED, which a dead master never sends: a command for
       // its slots fails until restart, though a replica was promoted seconds ago. Refreshing every second, the
       // agent finds the promoted replica within a second of the promotion.
