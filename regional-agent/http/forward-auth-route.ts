@@ -84,6 +84,24 @@ export interface ForwardAuthOptions {
   assertServing: () => void;
 }
 
+/** Envoy ext_authz's `path_prefix`: what Envoy appends to it (the original path and query) is not the agent's. */
+export const ENVOY_FORWARD_AUTH_PATH = '/v1/forward-auth/envoy';
+
+/**
+ * The agent's `rewriteUrl`: a request under ENVOY_FORWARD_AUTH_PATH carries the client's method, path and body,
+ * none of which forward-auth reads, so it is routed as a GET (a HEAD stays one) of the prefix itself. No method,
+ * path or body of the client's can then keep the route from deciding: an unknown method (PROPFIND) or a path that
+ * is not valid percent-encoding had no route (404), QUERY without a content type was a 400, a body without one
+ * (`with_request_body`) a 415, and Envoy sent each to the client as its denial.
+ */
+export function envoyForwardAuthUrl(req: { url?: string | undefined; method?: string | undefined }): string {
+  const url = req.url ?? '/';
+  const prefix = ENVOY_FORWARD_AUTH_PATH;
+  if (url !== prefix && !url.startsWith(`${prefix}/`) && !url.startsWith(`${prefix}?`)) return url;
+  if (req.method !== 'HEAD') req.method = 'GET';
+  return prefix;
+}
+
 /** The headers an nginx refusal carries its real status and code in (nginx passes only 401 and 403 on). */
 export const NGINX_STATUS_HEADER = 'x-quota-status';
 export const NGINX_CODE_HEADER = 'x-quota-code';

@@ -12,6 +12,7 @@ import { ownValue } from '../../core/own-keys.js';
 import type { AgentAppConfig } from '../app.js';
 import { AgentErrors } from '../errors.js';
 import { installAdmission } from '../http/admission-hook.js';
+import { envoyForwardAuthUrl } from '../http/forward-auth-route.js';
 import { registerDocs } from '../http/docs.js';
 import { installErrorHandling } from '../http/error-handler.js';
 import { errorProblem, sendProblem } from '../http/problem.js';
@@ -40,6 +41,8 @@ export function agentFastify(config: AgentAppConfig, metrics: AgentMetrics, log:
     // Path parameters up to a lease token (core/concurrency.ts MAX_LEASE_TOKEN_LENGTH); Fastify's default is 100.
     routerOptions: { maxParamLength: MAX_LEASE_TOKEN_LENGTH },
     trustProxy: config.trustedProxies.length === 0 ? false : [...config.trustedProxies],
+    // Envoy ext_authz appends the client's path and sends its method: routed as the route's own GET.
+    rewriteUrl: (req) => envoyForwardAuthUrl(req),
     requestIdHeader: false,
     genReqId: (req) => {
       const sent = ownValue(req.headers, config.requestIdHeader);
