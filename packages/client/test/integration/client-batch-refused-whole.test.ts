@@ -39,7 +39,7 @@ describe('a batch the agent refuses whole', () => {
       client.check('work', `${tenant}-b`),
     ]);
     expect(client.stats().batches).toBe(batches + 1);
-    expect(refused!.status).toBe('rejected');
+    expect(refused.status).toBe('rejected');
     expect((refused as PromiseRejectedResult).reason).toBeInstanceOf(AgentRequestError);
     expect((refused as PromiseRejectedResult).reason).toMatchObject({ code: 'AGT_ERR_MALFORMED_JSON' });
     for (const r of [a, b]) {
