@@ -4,77 +4,36 @@
  * (`retryDelayOnFailover`), so a script the master already ran would charge (or refund) twice. As on one Redis
  * or under Sentinel (decisionRedisOptions: autoResendUnfulfilledCommands false).
  */
-import { createServer, connect as tcpConnect, type Server, type Socket } from 'node:net';
 import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { bucketKey } from '../../../../core/keys.js';
 import { connectRedis, whenReady } from '../../../../regional-agent/redis/connect.js';
 import { RedisBucketStore } from '../../../../regional-agent/redis/bucket-store.js';
 import { uniquePrefix } from '../../../harness/fixtures.js';
+import { replyDelayingProxy } from '../../../helpers/reply-delaying-proxy.js';
 import { eventually } from '../../../helpers/wait.js';
 
-/** Set: the next command containing it, through any proxy, runs and its reply is dropped with the connection. */
-let armed: string | undefined;
-
-/** A TCP proxy to one node, dropping the reply `armed` names. */
-async function replyDroppingProxy(target: { host: string; port: number }) {
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    const upstream = tcpConnect(target);
-    for (const s of [client, upstream]) {
-      s.setNoDelay(true);
-      sockets.add(s);
-      s.on('close', () => sockets.delete(s));
-      s.on('error', () => s.destroy());
-    }
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-    let drop = false;
-    client.on('data', (chunk: Buffer) => {
-      if (armed !== undefined && chunk.toString('latin1').includes(armed)) {
-        armed = undefined;
-        drop = true;
-      }
-      upstream.write(chunk);
-    });
-    upstream.on('data', (chunk: Buffer) => {
-      // The command ran: its reply never reaches the client, whose connection drops.
-      if (drop) client.destroy();
-      else client.write(chunk);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const port = address !== null && typeof address === 'object' ? address.port : 0;
-  return {
-    port,
-    close() {
-      for (const s of sockets) s.destroy();
-      server.close();
-    },
-  };
-}
-
 const nodes = inject('redisCluster');
-let proxies: Awaited<ReturnType<typeof replyDroppingProxy>>[];
+let proxies: Awaited<ReturnType<typeof replyDelayingProxy>>[];
 let cluster: Cluster;
 
 beforeAll(async () => {
-  proxies = await Promise.all(nodes.map((n) => replyDroppingProxy(n)));
+  proxies = await Promise.all(nodes.map((n) => replyDelayingProxy(n)));
+  const portOf = (p: (typeof proxies)[number]) => Number(new URL(p.url).port);
   cluster = connectRedis({
-    redisClusterNodes: proxies.map((p) => `127.0.0.1:${p.port}`),
+    redisClusterNodes: proxies.map((p) => `127.0.0.1:${portOf(p)}`),
     storeBatching: 'off',
   }) as Cluster;
   // Every node as the cluster announces it is reached through its proxy.
   cluster.options.natMap = Object.fromEntries(
-    nodes.map((n, i) => [`${n.host}:${n.port}`, { host: '127.0.0.1', port: proxies[i]!.port }]),
+    nodes.map((n, i) => [`${n.host}:${n.port}`, { host: '127.0.0.1', port: portOf(proxies[i]!) }]),
   );
   cluster.on('error', () => undefined);
   await whenReady(cluster, 10_000);
 });
-afterAll(() => {
+afterAll(async () => {
   cluster.disconnect();
-  for (const p of proxies) p.close();
+  for (const p of proxies) await p[Symbol.asyncDispose]();
 });
 
 describe('a cluster master whose connection drops after it ran a script', () => {
@@ -83,12 +42,13 @@ describe('a cluster master whose connection drops after it ran a script', () => 
     const store = new RedisBucketStore(cluster, { batch: false, timeoutMs: 2000 });
     const check = { key, capacity: 10, refillPerSecond: 1e-7, cost: 1, ttlMs: 600_000 };
     expect((await store.decide({ checks: [check] })).results[0]!.remaining).toBe(9);
-    armed = key;
+    // Whichever node owns the key's slot runs the script and loses its reply.
+    for (const p of proxies) p.dropReplyAfter(key);
     const lost = await store.decide({ checks: [check] }).then(
       () => 'answered',
       () => 'failed',
     );
-    armed = undefined;
+    for (const p of proxies) p.dropReplyAfter(undefined);
     // The call ran once, so one token of the 9 left is gone: 8 held (7 before: the call was sent again, and
     // its caller answered by the second run). The slot's node is connected again within the cluster's slot
     // refresh (1 s); until then calls fail, as after any dropped connection.
