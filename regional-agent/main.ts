@@ -10,6 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { pino } from 'pino';
 import { ConfigError, loadConfig } from './config.js';
+import { PolicyFileError } from './policies/file-policy-source.js';
 import { startAgent } from './start.js';
 
 async function main(): Promise<void> {
@@ -69,6 +70,12 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
+  // A policies file that fails validation is a configuration problem, as a bad QP_* setting is: exit 2
+  // (docs/errors.md, AGT_POLICIES_INVALID).
+  if (error instanceof PolicyFileError) {
+    process.stderr.write(`${error.message}\n`);
+    process.exit(2);
+  }
   process.stderr.write(`regional agent failed to start: ${(error as Error).stack ?? String(error)}\n`);
   process.exit(1);
 });
