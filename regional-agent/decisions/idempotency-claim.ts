@@ -36,6 +36,19 @@ export function boundKey(request: PreparedRequest, idempotencyKey: string): stri
     .digest('hex')}`;
 }
 
+/**
+ * The key of the records of a request whose checks moved to their policies' shared buckets (subject-creation cap,
+ * flood answer `shared`): those records live in the shared bucket's slot and fingerprint its key, which every new
+ * subject shares, so under `idempotencyKey` alone one key sent by several new subjects replayed the first one's
+ * admission to all the others, none of them charged. Bound to the subjects the request named (not its costs, so
+ * the same key on another cost of the same subjects is still a conflict), each caller's key is its own again.
+ */
+export function subjectBoundKey(request: PreparedRequest, idempotencyKey: string): string {
+  return `s.${createHash('sha1')
+    .update(`${idempotencyKey}\n${request.checks.map((p) => p.subject).join('\n')}`)
+    .digest('hex')}`;
+}
+
 /** What tells a whole-request claim's key from the records of the same subject and idempotency key. */
 export const REQUEST_CLAIM_SUFFIX = ':req';
 

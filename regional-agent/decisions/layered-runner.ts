@@ -11,7 +11,7 @@ import { runForwardGroup, type ForwardGroupDeps } from './forward-group.js';
 import { newRun, type GroupRun } from './group-run.js';
 import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
-import { boundKey, claimIdempotencyKey, type ClaimDeps } from './idempotency-claim.js';
+import { boundKey, claimIdempotencyKey, subjectBoundKey, type ClaimDeps } from './idempotency-claim.js';
 import { summarize } from './outcome.js';
 import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
 import { refundRuns, type RefundDeps } from './refunds.js';
@@ -82,7 +82,8 @@ export class LayeredRunner {
       idempotencyKey !== undefined && groups.length > 1 ? boundKey(request, idempotencyKey) : idempotencyKey;
     // The strict checks homed here keep their record under the bound key, where a request forwarded here from
     // another region keeps it; the other checks' records, in the same store here, under a key of their own.
-    const localKey = home === undefined || groupKey === undefined ? groupKey : `${groupKey}.here`;
+    let localKey = home === undefined || groupKey === undefined ? groupKey : `${groupKey}.here`;
+    let sharedKeyed = false;
     // Every group of a several-group request keeps its record as long as the others: the shortest of what each
     // would keep alone. Groups that expired at different times made a late retry replay some groups and decide
     // the others afresh, which the racing-retry check below refuses (a 409 until the last record expired).
@@ -126,6 +127,13 @@ export class LayeredRunner {
           // grouped again with those moved to the shared buckets (on a cluster, maybe other slots), and the
           // loop goes on from there. A shared check is never missing, so this happens at most once per check.
           denied = this.#reroute(run.reroute, dryRun) || denied;
+          // Groups with checks on a shared bucket keep their records in its slot, fingerprinted by its key, which
+          // every new subject shares: bound to this request's subjects, one key from several callers is several
+          // requests, not one admission replayed to all (subjectBoundKey).
+          if (localKey !== undefined && !sharedKeyed) {
+            localKey = subjectBoundKey(request, localKey);
+            sharedKeyed = true;
+          }
           // The strict checks homed here stay a group of their own, last.
           const later = groups.slice(next);
           const pending = new Set<Check>(later.flatMap((g): Check[] => (g.kind === 'home' ? [] : g.checks)));

@@ -400,6 +400,43 @@ describe('subject-creation cap on a real Redis: several new subjects of one requ
   });
 });
 
+describe('subject-creation cap on a real Redis: idempotency keys on the shared bucket', () => {
+  const name = `${unique}-shared-idem`;
+  const policy = parsePolicy({
+    name,
+    capacity: 2,
+    refillPerSecond: 1e-4,
+    version,
+    newSubjects: { perMinute: 1, flood: 'shared' },
+  });
+  let s: Stack;
+  beforeAll(async () => {
+    s = await stack('redis', [policy]);
+  });
+  afterAll(async () => {
+    await s[Symbol.asyncDispose]();
+  });
+
+  it('new subjects sending one idempotency key are each charged: the shared bucket of 2 admits 2, not all', async () => {
+    // The minute's one creation goes to a subject of its own.
+    expect((await decide(s.agent, { policy: name, subject: 'first' })).allowed).toBe(true);
+    const answers: DecisionResponse[] = [];
+    for (let i = 0; i < 6; i++) {
+      // Keys are scoped per subject (rl:idem:{subject}:…): one key from six different callers is six requests.
+      answers.push(await decide(s.agent, { policy: name, subject: `idem-${i}`, idempotencyKey: 'order-1' }));
+    }
+    expect(answers.every((a) => a.results[0]!.reason === 'shared_bucket')).toBe(true);
+    // Before the fix each record lived under the shared bucket's slot subject and fingerprinted the shared bucket
+    // alone: the first admission was replayed to every other new subject, all 6 admitted, 1 token charged.
+    expect(answers.map((a) => a.allowed)).toEqual([true, true, false, false, false, false]);
+    expect(answers.some((a) => a.replayed === true)).toBe(false);
+    // A retry of one caller's request still replays its own answer, charging nothing.
+    const retry = await decide(s.agent, { policy: name, subject: 'idem-0', idempotencyKey: 'order-1' });
+    expect(retry.replayed).toBe(true);
+    expect(retry.allowed).toBe(true);
+  });
+});
+
 describe('subject-creation cap on the 3-master Redis Cluster (creation log, subjects and shared bucket in other slots)', () => {
   const name = `${unique}-cl`;
   const plain = `${unique}-plain`;
