@@ -155,6 +155,20 @@ export function logWindowSeconds(p: Pick<PolicyFieldsOut, 'kind' | 'windowSecond
 }
 
 /**
+ * A policy's window in whole seconds, for `RateLimit-Policy`'s `w` (time to refill from empty): a log kind's own
+ * window field, a daily budget's day, a token bucket's `capacity / refillPerSecond` rounded up. Computed from a
+ * derived rate it was `capacity / (capacity / window)`, one ulp above the window for many capacities (11 / (11 /
+ * 60) is 60.00000000000001), which rounded up to one second more: w=61, w=86401.
+ */
+export function windowSecondsOf(
+  p: Pick<Policy, 'kind' | 'capacity' | 'refillPerSecond' | 'windowSeconds' | 'leaseSeconds'>,
+): number {
+  const rate = kindOf(p.kind).rate;
+  const window = rate === 'day' ? SECONDS_PER_DAY : rate === 'window' ? logWindowSeconds(p) : undefined;
+  return window ?? Math.ceil(p.capacity / p.refillPerSecond);
+}
+
+/**
  * The refill a policy runs at: its own for a token bucket, capacity / window for a sliding log, capacity /
  * lease for a concurrency policy (the most slots per second it can hand out if every holder keeps its lease).
  */

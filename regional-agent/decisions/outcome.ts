@@ -1,5 +1,6 @@
 /** The request's answer from its decided checks: allowed or not, the retry hint, and each check's headers' inputs. */
 import type { CheckResult } from '../../core/wire/agent.js';
+import { windowSecondsOf } from '../../core/policy/policy.js';
 import { CLOSED_REASONS } from './failure-modes.js';
 import type { Check } from './check.js';
 import type { DecisionOutcome, GlobalBudget, PreparedCheck } from './prepared.js';
@@ -24,7 +25,7 @@ export function summarize(
   for (const c of checks) {
     const p = c.prepared;
     const r = c.result;
-    c.window = Math.ceil(p.policy.capacity / p.policy.refillPerSecond);
+    c.window = windowSecondsOf(p.policy);
     if (r === undefined) continue;
     results[c.at] = r;
     if (borrowing !== undefined) c.budget = globalBudget(p, r, c.fits, borrowing);

@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import { kindOf } from '../../core/kinds/index.js';
 import type { Policy } from '../../core/policy/policy.js';
 import { ownValue } from '../../core/own-keys.js';
-import { withClass } from '../../core/policy/policy.js';
+import { windowSecondsOf, withClass } from '../../core/policy/policy.js';
 import type { RegionalShare, ShareView } from '../../core/shares/shares.js';
 import { normalizeSubject } from '../../core/subjects/subject.js';
 import { DEFAULT_RATE_LIMIT_DRAFT, type RateLimitDraft } from '../../core/wire/rate-limit-headers.js';
@@ -244,7 +244,7 @@ export async function issueTerm(options: TermIssuerOptions, input: unknown): Pro
     epoch: share.epoch,
     bucket,
     limit: bucket.capacity > 0 ? Math.floor(bucket.capacity) : 0,
-    window: Math.ceil(policy.capacity / policy.refillPerSecond),
+    window: windowSecondsOf(policy),
     mode: policy.mode === 'local' ? 'local' : 'regional',
     validForMs,
     deadlineMicros,

@@ -21,6 +21,9 @@ const policies = [
     onStoreFailure: 'open',
   }),
   parsePolicy({ name: 'rate', capacity: 3, refillPerSecond: 1e-4, maxCost: 3 }),
+  parsePolicy({ name: 'log11', kind: 'sliding_log', capacity: 11, windowSeconds: 60 }),
+  parsePolicy({ name: 'day11', kind: 'daily', capacity: 11 }),
+  parsePolicy({ name: 'rate-tenth', capacity: 3, refillPerSecond: 0.1 }),
 ];
 
 function agent(shares: ShareView = new StaticShareView()) {
@@ -161,6 +164,23 @@ describe('sliding-log policies on the agent', () => {
     // Only the check without room says why; the rate had room.
     expect(third.results.map((r) => r.reason)).toEqual([undefined, 'subject_exhausted']);
     expect(store.logs.entries(key, now())).toHaveLength(10);
+  });
+
+  it("RateLimit-Policy says each kind's own window: w=windowSeconds, w=86400, w=capacity / refill", async () => {
+    const { decision } = agent();
+    // capacity / (capacity / window) is not the window in floating point for these capacities (11 / (11 / 60) is
+    // 60.00000000000001): rounded up, it said w=61, w=86401 and w=31.
+    const d = await decision({
+      checks: [
+        { policy: 'log11', subject: 'acct-w' },
+        { policy: 'day11', subject: 'acct-w' },
+        { policy: 'rate-tenth', subject: 'acct-w' },
+      ],
+    });
+    expect(d.allowed).toBe(true);
+    expect(d.headers['RateLimit-Policy']).toBe(
+      '"log11";q=11;w=60, "day11";q=11;w=86400, "rate-tenth";q=3;w=30',
+    );
   });
 
   it('idempotent retries replay and write nothing', async () => {
