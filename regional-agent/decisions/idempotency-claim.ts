@@ -114,3 +114,49 @@ export async function claimIdempotencyKey(
     return 'none';
   }
 }
+
+/**
+ * Where a several-group request notes that its first call was answered admitted while a failure mode (fail open,
+ * emergency bucket) admitted one of its groups: that group kept no record, so every retry replays the others and
+ * decides it afresh, which is otherwise what a retry racing its first call looks like (layered-runner.ts).
+ */
+function answeredKey(request: PreparedRequest, idempotencyKey: string): string | undefined {
+  const [first] = request.checks;
+  return first === undefined
+    ? undefined
+    : `${idempotencyRecordKey(first.subject, idempotencyKey)}:done${REQUEST_CLAIM_SUFFIX}`;
+}
+
+/** Note that this request's first call was answered admitted (best effort: without it, a retry is a 409). */
+export async function markAnswered(
+  deps: ClaimDeps,
+  request: PreparedRequest,
+  idempotencyKey: string,
+  ttlMs: number,
+): Promise<void> {
+  const key = answeredKey(request, idempotencyKey);
+  if (key === undefined || request.dryRun) return;
+  try {
+    await deps.guard.run('claim', () => deps.store.claim(key, requestFingerprint(request), ttlMs, false));
+  } catch {
+    // The note is what spares a retry a 409; the decision stands without it.
+  }
+}
+
+/** True when this request's first call was answered admitted with a group a failure mode decided (markAnswered). */
+export async function wasAnswered(
+  deps: ClaimDeps,
+  request: PreparedRequest,
+  idempotencyKey: string,
+): Promise<boolean> {
+  const key = answeredKey(request, idempotencyKey);
+  if (key === undefined) return false;
+  try {
+    const held = await deps.guard.run('claim', () =>
+      deps.store.claim(key, requestFingerprint(request), 1, true),
+    );
+    return held === 'same';
+  } catch {
+    return false;
+  }
+}

@@ -11,7 +11,14 @@ import { runForwardGroup, type ForwardGroupDeps } from './forward-group.js';
 import { newRun, type GroupRun } from './group-run.js';
 import { runDayGroup } from './day-group.js';
 import { runLogGroup, type LogGroupDeps } from './log-group.js';
-import { boundKey, claimIdempotencyKey, subjectBoundKey, type ClaimDeps } from './idempotency-claim.js';
+import {
+  boundKey,
+  claimIdempotencyKey,
+  markAnswered,
+  subjectBoundKey,
+  wasAnswered,
+  type ClaimDeps,
+} from './idempotency-claim.js';
 import { summarize } from './outcome.js';
 import type { DecisionOutcome, PreparedCheck, PreparedRequest } from './prepared.js';
 import { refundRuns, type RefundDeps } from './refunds.js';
@@ -185,7 +192,14 @@ export class LayeredRunner {
       runs.length > 1 &&
       claim !== 'new' &&
       runs.some((r) => r.replayed && r.group.kind !== 'forward' && r.group.kind !== 'home') &&
-      runs.some((r) => !r.replayed)
+      runs.some((r) => !r.replayed) &&
+      // A first call answered admitted with a group its failure mode decided (which kept no record) is over: its
+      // retries replay the other groups and decide that one afresh, every time, racing nothing.
+      !(
+        claim === 'same' &&
+        idempotencyKey !== undefined &&
+        (await wasAnswered(this.#deps, request, idempotencyKey))
+      )
     ) {
       await refundRuns(
         this.#deps,
@@ -201,6 +215,17 @@ export class LayeredRunner {
         this.#deps,
         runs.filter((r) => r.charged && !r.replayed),
       );
+    // Admitted, with a group a failure mode answered (no record of it): note it, so a retry is no racing one.
+    if (
+      !denied &&
+      claim !== undefined &&
+      idempotencyKey !== undefined &&
+      runs.some(
+        (r) =>
+          r.group.kind !== 'forward' && r.group.kind !== 'home' && r.recordKey === undefined && !r.replayed,
+      )
+    )
+      await markAnswered(this.#deps, request, idempotencyKey, recordTtlMs ?? this.#deps.idempotencyTtlMs);
     const replayed = runs.length > 0 && runs.length === groups.length && runs.every((r) => r.replayed);
     return summarize(checks, !denied, replayed, this.#deps.shortfall);
   }

@@ -197,4 +197,59 @@ describe('a retry racing its first call across two agents', () => {
     expect(await left(us, 'pay')).toBe(1);
     expect(await left(eu, 'loc')).toBe(99);
   }, 30_000);
+  it('a retry of a request one of whose groups failed open replays the first answer: no 409 for an hour', async () => {
+    // A layered request whose sliding-log group's store call fails once (its policy fails open): the token group
+    // is charged and recorded, the log group admitted by its failure mode (nothing charged, nothing recorded).
+    const policiesOpen = [
+      parsePolicy({ name: 'tokens', capacity: 10, refillPerSecond: 1e-4 }),
+      parsePolicy({
+        name: 'guesses',
+        kind: 'sliding_log',
+        capacity: 5,
+        windowSeconds: 600,
+        onStoreFailure: 'open',
+      }),
+    ];
+    let failLog = 1;
+    await using agent = await agentFixture({
+      policies: policiesOpen,
+      redis: { target: { redisUrl: server.url } },
+      config,
+      store: (inner) =>
+        new Proxy(inner, {
+          get(target, prop, receiver) {
+            const value: unknown = Reflect.get(target, prop, receiver);
+            if (typeof value !== 'function') return value;
+            return (...args: unknown[]) => {
+              if (prop === 'decideLog' && failLog > 0) {
+                failLog--;
+                return Promise.reject(new Error('the log slot is unreachable'));
+              }
+              return (value as (...a: unknown[]) => unknown).apply(target, args);
+            };
+          },
+        }),
+    });
+    const subject = uniquePrefix('open');
+    const body = {
+      checks: [
+        { policy: 'tokens', subject },
+        { policy: 'guesses', subject },
+      ],
+      idempotencyKey: 'order-open',
+    };
+    const first = await call(agent, 'POST', '/v1/decisions', body);
+    expect(first.body['allowed'], JSON.stringify(first.body)).toBe(true);
+    expect((first.body['results'] as { reason?: string }[])[1]!.reason).toBe('fail_open');
+    // The client lost the answer and retries, long after the first call was answered: nothing races it.
+    const retry = await call(agent, 'POST', '/v1/decisions', body);
+    expect(retry.status, JSON.stringify(retry.body)).toBe(200);
+    expect(retry.body['allowed']).toBe(true);
+    // The log group is recorded now: the next retry replays the whole request.
+    const again = await call(agent, 'POST', '/v1/decisions', body);
+    expect(again.body).toMatchObject({ allowed: true, replayed: true });
+    // The token group was charged once.
+    const tokens = await call(agent, 'POST', '/v1/decisions', { policy: 'tokens', subject, dryRun: true });
+    expect((tokens.body['results'] as { remaining: number }[])[0]!.remaining).toBe(8);
+  }, 30_000);
 });
