@@ -8,6 +8,7 @@
 import { ModelBucketStore } from './bucket-store.js';
 import { MAX_BUCKET_TTL_MS, type BucketCheck, type Decision } from '../wire/bucket.js';
 import type { Clock } from '../clock.js';
+import { encodeRefund, refundBucket } from '../models/refund.js';
 
 /** Idle TTL of an in-process bucket: long enough to refill from empty, at least a minute. */
 export function inProcessTtlMs(capacity: number, refillPerSecond: number): number {
@@ -36,6 +37,24 @@ export class BoundedBuckets {
     const decision = this.#store.decideNow({ checks, dryRun });
     if (!dryRun) this.#size += fresh;
     return decision;
+  }
+
+  /**
+   * Give back what `decide` charged (a later check of the same request refused), as `lua/refund.lua` does: never
+   * above the bucket's capacity, and a bucket gone stays gone.
+   */
+  refund(checks: readonly { key: string; cost: number; capacity: number }[]): void {
+    if (checks.length === 0) return;
+    const now = this.#clock.now() * 1000;
+    const encoded = encodeRefund({
+      checks: checks.map(({ key, cost, capacity }) => ({ key, cost, capacity })),
+    });
+    encoded.checks.forEach((check, i) => {
+      const stored = this.#store.model.peek(encoded.keys[i]!, now);
+      const { next } = refundBucket(stored, check);
+      // peek hands out the stored object itself: updating it in place is the write.
+      if (stored !== undefined && next !== undefined && next !== stored) Object.assign(stored, next);
+    });
   }
 
   /** Drop expired buckets and recount. */

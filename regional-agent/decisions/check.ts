@@ -6,6 +6,7 @@
  * window and global budget, and the request's answer carries it.
  */
 import type { CheckResult } from '../../core/wire/agent.js';
+import type { BucketCheck } from '../../core/wire/bucket.js';
 import type { Charge } from '../../core/models/reservation.js';
 import type { GlobalBudget, PreparedCheck } from './prepared.js';
 
@@ -27,6 +28,11 @@ export interface Check<P extends PreparedCheck = PreparedCheck> {
    * modes, forwarded checks). A later denial refunds it; an admitted reservation records it.
    */
   charge: Charge | undefined;
+  /**
+   * What its policy's emergency bucket was charged (`onStoreFailure: local`, the store failed): given back when
+   * the request is refused after all (failure-modes.ts `refund`).
+   */
+  emergency: BucketCheck | undefined;
   /** The policy's window (seconds to refill from empty), for RateLimit-Policy; set when the request is answered. */
   window: number;
   /**
@@ -45,6 +51,7 @@ export function newCheck<P extends PreparedCheck>(prepared: P, at: number): Chec
     result: undefined,
     fits: true,
     charge: undefined,
+    emergency: undefined,
     window: 0,
     budget: undefined,
   };

@@ -51,6 +51,11 @@ export class EmergencyBuckets {
     return this.#table.decide(checks, dryRun);
   }
 
+  /** Give back what `decide` charged for checks of a request that was refused after all. */
+  refund(checks: readonly BucketCheck[]): void {
+    this.#table.refund(checks);
+  }
+
   /** Drop expired buckets and recount; runs every 10 s. */
   sweep(): number {
     return this.#table.sweep();

@@ -46,7 +46,10 @@ export class FailureModes {
     }
     if (local.length > 0) {
       const sized = local.map((l) => this.#emergency.size(l.check.prepared.policy, l.bucket));
-      const decision = this.#emergency.decide(sized, dryRun);
+      // All-or-nothing with the group's other checks: one that failed closed leaves the emergency buckets as they
+      // were (a look, for the numbers).
+      const look = dryRun || !allowed;
+      const decision = this.#emergency.decide(sized, look);
       local.forEach((l, j) => {
         const c = l.check;
         const b = decision?.results[j];
@@ -60,6 +63,7 @@ export class FailureModes {
         c.result = emergencyResult(c.prepared, decision.allowed, b, capacity, cause);
         c.fits = b.retryAfterMs === 0;
         if (!decision.allowed) allowed = false;
+        else if (!look) c.emergency = sized[j];
       });
     }
     return allowed;
@@ -96,11 +100,27 @@ export class FailureModes {
       }
       c.result = emergencyResult(p, decision.allowed, b, sized.capacity, cause);
       c.fits = b.retryAfterMs === 0;
+      if (decision.allowed && !dryRun) c.emergency = sized;
       return c.fits;
     }
     c.result = this.closed(p, cause);
     c.fits = false;
     return false;
+  }
+
+  /**
+   * Give back what the emergency buckets were charged for `checks` (their request was refused by another check):
+   * no grant survives a denial, in the emergency buckets as in the store.
+   */
+  refund(checks: readonly Check[]): void {
+    const charged = checks.filter((c) => c.emergency !== undefined);
+    if (charged.length === 0) return;
+    this.#emergency.refund(charged.map((c) => c.emergency!));
+    for (const c of charged) {
+      if (c.result !== undefined)
+        c.result.remaining = Math.min(c.result.remaining + c.emergency!.cost, c.result.limit);
+      c.emergency = undefined;
+    }
   }
 
   /** A fail-closed denial for `cause`. */

@@ -151,6 +151,7 @@ export class LayeredRunner {
         }
       } catch (error) {
         // A conflict, or a home region that shed the request: give back what this call charged, then say so.
+        this.#deps.failures.refund(checks);
         await refundRuns(
           this.#deps,
           runs.filter((r) => r.charged && r.fresh),
@@ -201,6 +202,7 @@ export class LayeredRunner {
         (await wasAnswered(this.#deps, request, idempotencyKey))
       )
     ) {
+      this.#deps.failures.refund(checks);
       await refundRuns(
         this.#deps,
         runs.filter((r) => r.charged && r.fresh),
@@ -210,6 +212,7 @@ export class LayeredRunner {
     // A group answered from its idempotency record charged nothing now: the grant is the call's that wrote the
     // record, which refunds it itself if it is denied. Refunding it here too gave it back twice when two calls of
     // one key raced and both were denied by a later group (found by the conservation property suite).
+    if (denied) this.#deps.failures.refund(checks);
     if (denied)
       await refundRuns(
         this.#deps,

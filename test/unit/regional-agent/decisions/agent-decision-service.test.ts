@@ -36,6 +36,7 @@ const policies = [
   policy('away', { mode: 'strict', homeRegion: 'eu' }),
   policy('far', { mode: 'strict', homeRegion: 'ap' }),
   policy('everywhere', { mode: 'local' }),
+  parsePolicy({ name: 'day-closed', kind: 'daily', capacity: 100 }),
   policy('tiered', {
     capacity: 2,
     maxCost: 1,
@@ -429,6 +430,38 @@ describe('store failures and the deadline', () => {
       limit: 10,
       remaining: 9,
     });
+  });
+
+  it('a layered request refused by a closed check leaves nothing charged in the emergency bucket', async () => {
+    const store = new FlakyStore();
+    store.mode = 'fail';
+    const { decision } = agent({ store });
+    // The emergency bucket of `local` holds 10 (10 % of 100); the clock stands still, so nothing refills.
+    for (let i = 0; i < 12; i++) {
+      const d = await decision({
+        checks: [
+          { policy: 'local', subject: 'drain' },
+          { policy: 'closed', subject: 'drain' },
+        ],
+      });
+      expect(d.allowed).toBe(false);
+      expect(d.results[1]).toMatchObject({ reason: 'store_unavailable' });
+    }
+    // The same across groups: the day's group (another script) fails closed after the token bucket's took its token.
+    for (let i = 0; i < 12; i++) {
+      const d = await decision({
+        checks: [
+          { policy: 'local', subject: 'drain' },
+          { policy: 'day-closed', subject: 'drain' },
+        ],
+      });
+      expect(d.allowed).toBe(false);
+      expect(d.results[0]).toMatchObject({ reason: 'emergency_bucket', remaining: 10 });
+    }
+    // Nothing was admitted, so nothing was spent: the emergency bucket is whole. Before, each refused request took a
+    // token from it (12 requests on 10 tokens: the emergency bucket was empty and refused every check of `local`).
+    const alone = await decision({ policy: 'local', subject: 'drain' });
+    expect(alone.results[0]).toMatchObject({ allowed: true, reason: 'emergency_bucket', remaining: 9 });
   });
 
   it('a store whose reply never arrives: the decision answers when the store call times out', async () => {
