@@ -40,7 +40,16 @@ export async function refundRuns(deps: RefundDeps, runs: readonly GroupRun[]): P
         group.checks.forEach((c, j) => {
           const tokens = outcome.results[j]?.tokens ?? null;
           const result = c.result;
-          if (tokens !== null && result !== undefined) result.remaining = tokens;
+          if (tokens === null || result === undefined) return;
+          result.remaining = tokens;
+          // The reset the store gave was of the charged bucket: full again now, or when refilled from here.
+          const { capacity, refillPerSecond } = c.prepared.bucket;
+          result.resetMs =
+            tokens >= capacity
+              ? 0
+              : refillPerSecond > 0
+                ? Math.ceil(((capacity - tokens) / refillPerSecond) * 1000)
+                : null;
         });
         deps.metrics.refunds.labels('ok').inc();
       } catch (error) {
@@ -83,6 +92,8 @@ async function refundLogRun(deps: RefundDeps, run: GroupRun): Promise<void> {
       const back = outcome.removed[j] ?? 0;
       if (result === undefined) return;
       result.remaining = Math.min(result.remaining + back, result.limit);
+      // A log holding nothing in its window once its entries are back is whole now (its reset was the charged log's).
+      if (back > 0 && result.remaining >= result.limit) result.resetMs = 0;
       // A concurrency slot given back is no lease to hold.
       delete result.lease;
     });

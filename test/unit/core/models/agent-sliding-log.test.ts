@@ -183,6 +183,35 @@ describe('sliding-log policies on the agent', () => {
     );
   });
 
+  it('a check refunded after a later denial says when its own bucket or log is full again: now, once whole', async () => {
+    const { decision } = agent();
+    // The rate denies: the log's entries go back, and the log, empty again, is whole now.
+    await decision({ policy: 'rate', subject: 'reset-1', cost: 3 });
+    const logBack = await decision({
+      checks: [
+        { policy: 'bulk', subject: 'reset-1', cost: 2 },
+        { policy: 'rate', subject: 'reset-1', cost: 1 },
+      ],
+    });
+    expect(logBack.allowed).toBe(false);
+    expect(logBack.results[0]).toMatchObject({ remaining: 10, resetMs: 0 });
+    expect(logBack.headers['RateLimit']).toMatch(/^"bulk";r=10;t=0, /);
+    // The log denies: the token bucket's token goes back, and the bucket is full again.
+    await decision({ policy: 'bulk', subject: 'reset-2', cost: 4 });
+    await decision({ policy: 'bulk', subject: 'reset-2', cost: 4 });
+    const tokensBack = await decision({
+      checks: [
+        { policy: 'rate', subject: 'reset-2', cost: 1 },
+        { policy: 'bulk', subject: 'reset-2', cost: 4 },
+      ],
+    });
+    expect(tokensBack.allowed).toBe(false);
+    // Before, the refunded checks kept the reset of their charged state: 60 s for the empty log, and 10,000 s (one
+    // token at 1e-4 a second) for the full bucket, in resetMs and in RateLimit's t.
+    expect(tokensBack.results[0]).toMatchObject({ remaining: 3, resetMs: 0 });
+    expect(tokensBack.headers['RateLimit']).toMatch(/^"rate";r=3;t=0, /);
+  });
+
   it('idempotent retries replay and write nothing', async () => {
     const { store, clock, decision } = agent();
     const body = { policy: 'bulk', subject: 'idem', cost: 3, idempotencyKey: 'job-1' };
