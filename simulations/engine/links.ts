@@ -31,6 +31,10 @@ export function buildLinks(
     }
     if (a === b) throw new SimConfigError(`links: ${pair} joins a region to itself`);
     if (!(loss >= 0 && loss <= 1)) throw new SimConfigError(`links: loss of ${pair} must be in [0, 1]`);
+    // The pattern of `links` lets `1.2.3` or `.` through, which Number() reads as NaN: a NaN delay scheduled
+    // messages at NaN µs, which ended the run early, silently.
+    if (!(Number.isFinite(delayMs) && delayMs >= 0 && Number.isFinite(jitterMs) && jitterMs >= 0))
+      throw new SimConfigError(`links: delay and jitter of ${pair} must be numbers of ms ≥ 0, got "${spec}"`);
     overrides.set(`${a}-${b}`, { delayMs, jitterMs, loss });
     overrides.set(`${b}-${a}`, { delayMs, jitterMs, loss });
   }

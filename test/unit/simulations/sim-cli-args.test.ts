@@ -194,6 +194,16 @@ describe('CLI arguments', () => {
     );
   });
 
+  it('refuses a link override whose delay or jitter is not a number, before any run', () => {
+    // `1.2.3` and `.` pass the setting's pattern but read as NaN: a NaN delay ended the run after a few requests.
+    for (const links of ['us-eu=1.2.3/1/0', 'eu-ap=./10/0', 'us-eu=10/1..5/0']) {
+      expect(() => planRuns(parsed('--scenario', 'uniform', '--set', `links=${links}`)), links).toThrow(
+        /links: delay and jitter of [a-z]+-[a-z]+ must be numbers of ms ≥ 0/,
+      );
+    }
+    expect(() => planRuns(parsed('--scenario', 'uniform', '--set', 'links=us-eu=.5/0.25/0'))).not.toThrow();
+  });
+
   it('documents every scenario and strategy in --help', () => {
     const text = usage();
     expect(text).toContain('one-shot-identities');
