@@ -48,5 +48,11 @@ export function convergenceSeconds(
     if (from > lastStart || end - from < o.holdBins) return null;
     worst = Math.max(worst, from * o.binS - shiftS);
   }
-  return worst;
+  // A shift between bin starts (150.1 s) leaves float noise in the difference (151 - 150.1 = 0.9000000000000057).
+  return roundSeconds(worst);
+}
+
+/** Seconds to the µs, as the other timings of results.json: no float noise from subtracting a fractional shift. */
+export function roundSeconds(s: number): number {
+  return Math.round(s * 1e6) / 1e6;
 }

@@ -5,6 +5,7 @@
  * apart from whether its admissions match the oracle's (convergenceSeconds). The worst phase counts; null when
  * some phase settles only in its last `holdBins` (it was still moving) or the strategy has no shares.
  */
+import { roundSeconds } from './convergence.js';
 
 /** Shares closer than this (absolute) to where they end the phase have settled: the rebalancer's settle band. */
 export const SHARE_SETTLE_TOLERANCE = 0.02;
@@ -36,5 +37,5 @@ export function sharesSettledSeconds(
     if (from > first && end - from < o.holdBins) return null;
     worst = Math.max(worst, from * o.binS - shiftS);
   }
-  return worst;
+  return roundSeconds(worst);
 }

@@ -108,6 +108,16 @@ describe('convergenceSeconds', () => {
     expect(convergenceSeconds(twoPhases, ideal, [10, 30], options)).toBe(7);
   });
 
+  it('counts from a shift between bin starts without float noise', () => {
+    // Shift at 150.1 s (--set shiftAtS=150.1): the first whole bin after it starts at 151 s, 0.9 s later.
+    const long = { ...options, fullBins: 300 };
+    const flat = new Array<number>(300).fill(20);
+    expect(convergenceSeconds(flat, flat, [150.1], long)).toBe(0.9);
+    expect(
+      sharesSettledSeconds([[0.5, 0.5], ...new Array<number[]>(299).fill([0.9, 0.1])], [150.1], long),
+    ).toBe(0.9);
+  });
+
   it('does not call a lucky stretch at the very end convergence', () => {
     const lateLuck = ideal.map((v, i) => (i >= 30 && i < 52 ? v / 2 : v));
     expect(convergenceSeconds(lateLuck, ideal, [30], options)).toBeNull();
