@@ -44,6 +44,11 @@ export class Random {
     this.#b = splitmix32(state);
     this.#c = splitmix32(state);
     this.#d = splitmix32(state);
+    // streamSeed folds the seed's two 32-bit words into one, so seeds ≥ 2^32 would share streams with smaller
+    // ones (2^32 with 1): the high word goes into the state as well, by an odd multiplier (a bijection mod 2^32),
+    // which leaves every seed below 2^32 drawing exactly what it did.
+    const high = Math.floor(seed / TWO_POW_32);
+    if (high !== 0) this.#b ^= Math.imul(high, 0x9e3779b9);
     if ((this.#a | this.#b | this.#c | this.#d) === 0) this.#a = 1;
     this.label = label;
   }

@@ -10,6 +10,11 @@ describe('simulator randomness', () => {
     expect(draw(new Random(7, 'a'), 50)).not.toEqual(draw(new Random(7, 'b'), 50));
     // Seeds above 2^32 are not folded onto smaller ones.
     expect(draw(new Random(2 ** 32 + 7, 'a'), 50)).not.toEqual(draw(new Random(7, 'a'), 50));
+    // Nor onto one whose low word XOR high word matches (the seed's two words were XORed into 32 bits):
+    // --seed 4294967296 wrote byte for byte the files of --seed 1.
+    expect(draw(new Random(2 ** 32, 'a'), 50)).not.toEqual(draw(new Random(1, 'a'), 50));
+    expect(draw(new Random(2 ** 32 + 6, 'a'), 50)).not.toEqual(draw(new Random(7, 'a'), 50));
+    expect(draw(new Random(3 * 2 ** 32 + 3, 'a'), 50)).not.toEqual(draw(new Random(0, 'a'), 50));
   });
 
   it('pins the first numbers of a stream, so a change of algorithm cannot pass unnoticed', () => {
