@@ -10,6 +10,7 @@ import { SimConfigError } from './errors.js';
 import { ReplayError, ReplayInterrupted } from './replay/replay-errors.js';
 import { replayProgress } from './replay/replay-progress.js';
 import { runReplay } from './replay/replay-run.js';
+import { prepareOutDir } from './report/files.js';
 import { progressSink } from './report/progress.js';
 import { resultsTable } from './report/table.js';
 import { planRuns, simulate, writeOutputs } from './simulate.js';
@@ -84,7 +85,10 @@ function main(): number | Promise<number> {
   const skipped: string[] = [];
   try {
     parsed = parseCli(process.argv.slice(2));
-    if (!parsed.help && parsed.realStack === undefined) planRuns(parsed, skipped);
+    if (!parsed.help && parsed.realStack === undefined) {
+      planRuns(parsed, skipped);
+      prepareOutDir(parsed.outDir);
+    }
   } catch (error) {
     if (error instanceof SimConfigError) {
       process.stderr.write(

@@ -1,6 +1,10 @@
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseCli, usage } from '../../../simulations/cli-args.js';
 import { SimConfigError } from '../../../simulations/errors.js';
+import * as files from '../../../simulations/report/files.js';
 import { progressSink } from '../../../simulations/report/progress.js';
 import { niceTicks } from '../../../simulations/report/svg.js';
 import { planRuns } from '../../../simulations/simulate.js';
@@ -202,6 +206,23 @@ describe('CLI arguments', () => {
       );
     }
     expect(() => planRuns(parsed('--scenario', 'uniform', '--set', 'links=us-eu=.5/0.25/0'))).not.toThrow();
+  });
+
+  it('refuses an --out that cannot be a folder before any run, and creates one that can', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qp-sim-out-'));
+    try {
+      const file = join(dir, 'results');
+      writeFileSync(file, '');
+      // The CLI calls it before the first run: a SimConfigError is exit code 2 with the reason, no stack trace.
+      const prepare = (out: string) => () => files.prepareOutDir(out);
+      expect(prepare(file)).toThrow(SimConfigError);
+      expect(prepare(file)).toThrow(/--out .*results is a file, not a folder/);
+      expect(prepare(join(file, 'sub'))).toThrow(/--out .*sub: cannot create the output folder \(ENOTDIR/);
+      prepare(join(dir, 'a', 'b'))();
+      expect(statSync(join(dir, 'a', 'b')).isDirectory()).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('documents every scenario and strategy in --help', () => {
