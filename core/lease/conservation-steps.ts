@@ -83,6 +83,17 @@ export class ConservationSteps {
     }
   }
 
+  /**
+   * A removed policy is back (`removed` forgot it): its pending shrinks are tracked again, and those not yet
+   * written count toward their regions' deadlines again.
+   */
+  revived(state: PolicyState): void {
+    for (const unit of unitsOf(state)) if (inFlight(unit)) this.#pendingUnits.set(unit, state);
+    for (const shrink of state.unwrittenShrinks) {
+      for (const r of shrink.regions) this.#unwrittenShrinkTimes[r]!.push(shrink.at);
+    }
+  }
+
   /** The record of `state` as of change `seq` is persisted at `revision`. */
   written(state: PolicyState, seq: number, revision: number, now: number): void {
     for (const unit of unitsOf(state)) {

@@ -92,6 +92,9 @@ import { SubjectOverrides } from './subject-overrides.js';
  */
 export const LEARNING_REPORT_INTERVALS = 3;
 
+/** Allocations of removed policies kept, so that one created again moves from its last shares (upsertPolicy). */
+export const REMOVED_POLICIES_KEPT = 1024;
+
 export interface LeaseCoordinatorOptions {
   coordinatorId: string;
   /** The configured regions, in a fixed order. */
@@ -155,6 +158,8 @@ export class LeaseCoordinator {
   readonly #dirty = new Set<string>();
   readonly #deleted = new Set<string>();
   readonly #snapshotsDeleted = new Set<string>();
+  /** Allocations of removed policies, the most recent first kept: one created again carries on from its own. */
+  readonly #removed = new Map<string, PolicyState>();
   readonly #snapshotIntervalMs: number;
   readonly #lastReportAt: (number | undefined)[];
   /** When each region's last usage report arrived: a region silent for long has unknown demand, not zero. */
@@ -271,7 +276,17 @@ export class LeaseCoordinator {
       this.#touch(existing);
       return;
     }
-    const state = this.#newState(policy, restingUnit(this.safe));
+    // A policy removed and back (deleted and created again, or regional → local → regional) carries on from the
+    // shares it had: agents may still be deciding under its last record (decisions in flight, a watch behind),
+    // so its regions move by the protocol's shrinks and grows, not at once to the safe shares.
+    const removed = this.#removed.get(policy.name);
+    if (removed !== undefined) {
+      this.#removed.delete(policy.name);
+      removed.policy = policy;
+      removed.floor = floor;
+      this.#steps.revived(removed);
+    }
+    const state = removed ?? this.#newState(policy, restingUnit(this.safe));
     this.#policies.set(policy.name, state);
     this.#deleted.delete(policy.name);
     this.#touch(state);
@@ -281,6 +296,9 @@ export class LeaseCoordinator {
     const state = this.#policies.get(name);
     if (state === undefined) return;
     this.#steps.removed(state);
+    this.#removed.delete(name);
+    this.#removed.set(name, state);
+    if (this.#removed.size > REMOVED_POLICIES_KEPT) this.#removed.delete(this.#removed.keys().next().value!);
     this.#policies.delete(name);
     this.#dirty.delete(name);
     this.#deleted.add(name);

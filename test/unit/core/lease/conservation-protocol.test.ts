@@ -576,6 +576,20 @@ describe('messages the coordinator must not trust', () => {
     expect(loop.kv.has('writes')).toBe(false);
     for (const a of loop.agents) expect(a.lease.shareFor('writes', 't')).toBeUndefined();
   });
+
+  it('a policy deleted and created again grows no region while a decision under its old record is in flight', () => {
+    const loop = settled({ us: 90, eu: 5, ap: 5 });
+    expect(loop.shares('writes')['us']).toBeGreaterThan(0.8);
+    // us is deciding under the old record when the policy is deleted and created again (an operator's
+    // delete and re-put, or regional → local → regional).
+    const done = loop.agents.filter((a) => a.region === 'us').map((a) => a.lease.enter('writes'));
+    loop.engine!.removePolicy('writes');
+    loop.upsertPolicy(policy);
+    loop.advance(3000);
+    for (const end of done) end();
+    loop.advance(10_000);
+    loop.checker.assertHeld();
+  });
 });
 
 describe('shed reported in heartbeats', () => {
