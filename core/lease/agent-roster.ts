@@ -10,6 +10,12 @@ import type { LeaseSettings } from './settings.js';
 
 /** How many of an agent's latest renewals are remembered (a heartbeat names the one it holds). */
 const REMEMBERED_GRANTS = 16;
+/**
+ * Agent ids replaced by a successor of the same instance, remembered (the most recent) so that a late or replayed
+ * heartbeat of one is refused instead of registering it again over its successor. Agent ids are made afresh by
+ * every agent process, so a replaced id never comes back legitimately.
+ */
+const REMEMBERED_REPLACED = 4096;
 
 /** One agent as the coordinator sees it. */
 export interface Agent {
@@ -95,6 +101,7 @@ function newAgent(
 export class AgentRoster {
   readonly #lease: LeaseSettings;
   readonly #agents = new Map<string, Agent>();
+  readonly #replaced = new Set<string>();
   #writes: RegistryWrite[] = [];
   /** Registrations handed to the shell and not yet confirmed written, by agent id. */
   readonly #unwritten = new Map<string, AgentRegistration>();
@@ -139,6 +146,9 @@ export class AgentRoster {
     if (agent !== undefined && agent.region !== facts.region) {
       return { refused: 'agent id already registered in another region' };
     }
+    if (agent === undefined && this.#replaced.has(facts.agentId)) {
+      return { refused: 'agent id replaced by a newer agent of its instance' };
+    }
     if (agent === undefined) {
       // A new agent with the name of an old one replaces it: instance names are unique per live agent.
       let inRegion = 0;
@@ -156,7 +166,12 @@ export class AgentRoster {
       if (replaces === undefined && inRegion >= this.#lease.maxAgentsPerRegion) {
         return { refused: `region full: ${inRegion} agents registered (maxAgentsPerRegion)` };
       }
-      if (replaces !== undefined) this.forget(replaces.id);
+      if (replaces !== undefined) {
+        this.forget(replaces.id);
+        this.#replaced.add(replaces.id);
+        if (this.#replaced.size > REMEMBERED_REPLACED)
+          this.#replaced.delete(this.#replaced.values().next().value!);
+      }
       agent = newAgent(facts.agentId, facts.instance, facts.region, now, 0, false);
       this.#agents.set(agent.id, agent);
       const put = {

@@ -569,6 +569,40 @@ describe('messages the coordinator must not trust', () => {
     expect(engine.counters.messagesDropped).toBe(dropped + 3);
   });
 
+  it('a late or replayed heartbeat of a replaced agent does not settle a shrink its successor is deciding under', () => {
+    const loop = new ProtocolLoop({ regions, agentsPerRegion: 2 });
+    loop.upsertPolicy(policy);
+    const us = loop.agents.find((a) => a.region === 'us')!;
+    // The agent `us` replaced at its restart (same instance name): registered, then replaced by its first heartbeat.
+    const predecessor = {
+      agentId: 'agent-us-predecessor',
+      instance: us.id,
+      region: 'us',
+      seq: 7,
+      appliedRevision: 0,
+      ackRevision: 0,
+      mode: 'valid' as const,
+      renewedSeq: -1,
+    };
+    loop.engine!.heartbeat(predecessor);
+    for (const [r, d] of Object.entries({ us: 90, eu: 5, ap: 5 })) loop.setDemand(r, 'writes', d);
+    loop.advance(75_000);
+    const before = loop.shares('writes')['us']!;
+    // A decision starts at us under the record in force; then demand moves to eu and us shrinks.
+    const done = us.lease.enter('writes');
+    loop.setDemand('us', 'writes', 5);
+    loop.setDemand('eu', 'writes', 90);
+    for (let i = 0; i < 60 && loop.shares('writes')['us']! >= before; i++) loop.advance(500);
+    expect(loop.shares('writes')['us']).toBeLessThan(before);
+    // The predecessor's heartbeat again (buffered through a reconnect, or replayed): refused, it must not make
+    // the coordinator forget the live agent and count its region as acknowledged.
+    expect(loop.engine!.heartbeat(predecessor)).toHaveProperty('refused');
+    loop.advance(3000);
+    done();
+    loop.advance(10_000);
+    loop.checker.assertHeld();
+  });
+
   it('drops the allocation of a policy that stops being regional or is deleted', () => {
     const loop = settled({ us: 40, eu: 40, ap: 20 });
     loop.upsertPolicy(parsePolicy({ name: 'writes', capacity: 120, refillPerSecond: 2, mode: 'local' }));
