@@ -302,8 +302,8 @@ class ProtocolEngine implements ProtocolService {
     on('usage', subjects.all.usage, Usage, (usage) => {
       const recordable = recordableUsage(usage);
       if (recordable.dropped > 0) this.#unrecordable(recordable.dropped, usage);
-      this.#engine.usage(recordable.usage);
-      this.#insight.usage(usage, this.#context.clock.now());
+      // What operators read of a region (admitted and refused rates) comes from the reports that move demand only.
+      if (this.#engine.usage(recordable.usage)) this.#insight.usage(usage, this.#context.clock.now());
     });
     on('ack', subjects.all.ack, Ack, (ack) => this.#engine.ack(ack));
     on('bye', subjects.all.bye, Bye, (bye) => this.#engine.bye(bye));

@@ -412,15 +412,15 @@ export class LeaseCoordinator {
 
   /**
    * Usage of one agent over one interval (one chunk of it). Only a registered agent of that region moves demand:
-   * an id the coordinator has not renewed (or forgot) could be anyone's.
+   * an id the coordinator has not renewed (or forgot) could be anyone's. False when the message is dropped.
    */
-  usage(message: Usage): void {
+  usage(message: Usage): boolean {
     const now = this.#clock.now();
     const region = this.#regionIndex.get(message.region);
     const agent = this.#roster.get(message.agentId);
     if (region === undefined || agent === undefined || agent.region !== region) {
       this.counters.messagesDropped++;
-      return;
+      return false;
     }
     this.#lastReportAt[region] = now;
     this.#lastUsageAt[region] = now;
@@ -450,6 +450,7 @@ export class LeaseCoordinator {
         this.#overrides.observe(state, key, region, w.subject, own(w), w.denied, message.intervalMs, now);
       }
     }
+    return true;
   }
 
   // ---- writes ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import { Kvm } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AllocationsResponse } from '../../../../core/wire/admin.js';
 import { kvNames } from '../../../../core/wire/kv.js';
 import {
   agentIdTag,
@@ -107,6 +108,13 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
 
   it('usage from an agent id the coordinator never registered moves no demand', async () => {
     const before = await engine('messagesDropped');
+    /** What /v1/allocations answers of `demo` in eu: the demand, admitted and refused cost per second. */
+    const shown = async () => {
+      const body = AllocationsResponse.parse(await (await stack.admin('GET', '/v1/allocations')).json());
+      const eu = body.policies.find((p) => p.policy === 'demo')!.regions!['eu']!;
+      return { demand: eu.demandPerSecond, admitted: eu.admittedPerSecond, refused: eu.refusedPerSecond };
+    };
+    const shownBefore = await shown();
     const share = () => stack.inRegion('eu')[0]!.running.coordination!.holder.lease.shareFor('demo', 'x');
     const start = share()!.share;
     for (let i = 0; i < 20; i++) {
@@ -122,6 +130,8 @@ describe('forged protocol messages with a stolen agent credential (real NATS, re
       })
       .toBe(true);
     expect(share()!.share).toBe(start);
+    // Nor does it reach what operators read of the region: a refused report is no report.
+    expect(await shown()).toEqual(shownBefore);
   });
 
   it('a goodbye naming an agent id the coordinator never registered changes nothing', async () => {
