@@ -29,6 +29,7 @@ import {
   type RebalanceSettingsInput,
 } from '../rebalance/settings.js';
 import {
+  liftToFloor,
   negligibleDemand,
   rebalanceRound,
   shareFloor,
@@ -601,6 +602,10 @@ export class LeaseCoordinator {
         if (next !== undefined) cause = this.#cause('unallocated', state, now, ideal);
       }
     }
+    // A region below the floor (raised by a policy change) cannot admit the largest cost: lift it whatever the
+    // demand, which alone would wait for refusals to show room is needed. Not while some region is lapsed: its
+    // safe share holds that part back.
+    if (next === undefined && !lapsed.includes(true)) next = liftToFloor(unit.shares, state.floor);
     if (next !== undefined) {
       const epoch = unit.epoch;
       this.#steps.step(state, unit, next, now, lapsed);

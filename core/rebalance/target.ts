@@ -218,6 +218,20 @@ export function wholeShares(
 }
 
 /**
+ * Shares with every region below `floor` lifted to it (a floor raised by a policy change: a larger `maxCost` or
+ * `minShare`), the room taken from the regions above it in proportion to what they hold above it. Undefined when
+ * no region is below the floor or the floors do not fit in the budget.
+ */
+export function liftToFloor(shares: readonly number[], floor: number): ShareVector | undefined {
+  if (floor * shares.length > 1 || !shares.some((s) => s < floor - 1e-9)) return undefined;
+  const out = shares.map((s) => Math.max(s, floor));
+  let sum = 0;
+  for (const s of out) sum += s;
+  if (sum > 1) fitBudget(out, floor, sum);
+  return out;
+}
+
+/**
  * Steps of different sizes per region (snapping) can sum a little above 1: take the excess from the regions
  * above the floor, in proportion to what they hold above it, so no floor is broken.
  */

@@ -232,6 +232,18 @@ describe('rebalancing to rest', () => {
 });
 
 describe('conservation under failures', () => {
+  it('a floor raised by a policy change lifts every region to it, demand or not', () => {
+    const loop = settled({ us: 90, eu: 0, ap: 0 });
+    expect(loop.shares('writes')['eu']).toBeLessThan(0.05);
+    // maxCost 12 of 120 needs a tenth of the budget in every region: the schema asks minShare ≥ 0.1 for it.
+    loop.upsertPolicy(
+      parsePolicy({ name: 'writes', capacity: 120, refillPerSecond: 2, maxCost: 12, minShare: 0.1 }),
+    );
+    loop.advance(10_000);
+    for (const r of regions) expect(loop.shares('writes')[r]).toBeGreaterThanOrEqual(0.1);
+    loop.checker.assertHeld();
+  });
+
   it('grows a region only after every agent of the shrinking region finished its in-flight decisions', () => {
     const loop = settled({ us: 80, eu: 10, ap: 10 });
     // A us agent holds a decision in flight across the shift.
