@@ -248,14 +248,22 @@ describe('/dashboard in Chromium', () => {
       (document.querySelector('#status')?.textContent ?? '').startsWith('updated'),
     );
     // From now on every answer comes 1.5 s late: the next refresh is still waiting when the user signs out.
-    let held = 0;
+    const held = new Set<string>();
     await page.route('**/v1/**', async (route) => {
-      held++;
+      held.add(new URL(route.request().url()).pathname);
       await new Promise((resolve) => setTimeout(resolve, 1500));
       // The page may have aborted the request meanwhile: then there is nothing left to continue.
       await route.continue().catch(() => undefined);
     });
-    await eventually(() => held > 0, 5000, 'a refresh waits for the delayed answers', 10);
+    // A refresh asks for three things at once (allocations, regions, audit): sign out only once all three are held,
+    // so a request the page sent before the click is never taken for one sent after it (it was, under load: the
+    // browser reported the second and third requests after the test had marked the sign-out).
+    await eventually(
+      () => ['/v1/allocations', '/v1/regions', '/v1/audit'].every((path) => held.has(path)),
+      5000,
+      'a refresh waits for the delayed answers',
+      10,
+    );
     signedOut = true;
     await page.click('#logout');
     // The held answers are due 1.5 s after they were asked for; then six poll periods more.
